@@ -1,0 +1,251 @@
+"""The ``rlmd`` command.
+
+    rlmd run QUESTION [--context PATH] [--model NAME] [--sub-model NAME] [--sandbox NAME]
+             [--max-depth N] [--max-iterations N] [--max-tokens N] [--max-usd X]
+             [--max-seconds S] [--max-subcalls N] [--cell-timeout S] [--threads N] [--json]
+    rlmd runs [--limit N] [--status S] [--search TEXT]
+    rlmd show RUN
+    rlmd export RUN [--format json|jsonl] [--output FILE]
+    rlmd models
+    rlmd models pull NAME
+
+Exit codes: 0 success (``run``: the run completed), 1 the run ended without completing
+(budget, failure), 2 bad usage or configuration (unknown model, model not installed).
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import sys
+from pathlib import Path
+
+from rich.console import Console
+
+from rlmd import paths
+
+err = Console(stderr=True, highlight=False)
+out = Console(highlight=False, soft_wrap=True)
+
+
+def _parser() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(prog="rlmd", description="Recursive Language Models as a local tool.")
+    sub = p.add_subparsers(dest="command", required=True)
+
+    r = sub.add_parser("run", help="answer a question about a context (a folder, a file, or text)")
+    r.add_argument("question")
+    r.add_argument("--context", "-c", help="folder (codebase), file (.json/.jsonl/text) or '-' for stdin")
+    r.add_argument("--model", "-m", help="root model: a registry name or provider:model")
+    r.add_argument("--sub-model", help="model for sub-calls and child runs (default: the root model)")
+    r.add_argument("--sandbox", choices=["subprocess", "inprocess"], help="REPL backend (default subprocess)")
+    r.add_argument("--max-depth", type=int, help="RLM loops run at depths 0..N-1 (default 2)")
+    r.add_argument("--max-iterations", type=int, help="root turns per loop (default 10)")
+    r.add_argument("--max-tokens", type=int, help="token budget over the whole tree")
+    r.add_argument("--max-usd", type=float, help="USD budget over the whole tree")
+    r.add_argument("--max-seconds", type=float, help="wall-clock budget, seconds")
+    r.add_argument("--max-subcalls", type=int, help="sub-call + child-run budget")
+    r.add_argument("--cell-timeout", type=float, help="seconds per REPL cell (default 120)")
+    r.add_argument("--threads", type=int, help="CPU threads for local models (default 1)")
+    r.add_argument("--json", action="store_true", help="print one JSON object instead of the answer")
+    r.add_argument("--quiet", "-q", action="store_true", help="no progress on stderr")
+
+    ls = sub.add_parser("runs", help="list recorded runs, newest first")
+    ls.add_argument("--limit", type=int, default=20)
+    ls.add_argument("--status")
+    ls.add_argument("--search", help="full-text search over questions, code, outputs and answers")
+    ls.add_argument("--json", action="store_true")
+
+    s = sub.add_parser("show", help="print a run's tree")
+    s.add_argument("run", help="run id, a unique prefix, or 'last'")
+
+    e = sub.add_parser("export", help="write a run (with its child runs) as JSON or JSONL")
+    e.add_argument("run", help="run id, a unique prefix, or 'last'")
+    e.add_argument("--format", choices=["json", "jsonl"], default="json")
+    e.add_argument("--output", "-o", help="file to write (default stdout)")
+
+    m = sub.add_parser("models", help="list models and whether they are usable now")
+    msub = m.add_subparsers(dest="models_command")
+    pull = msub.add_parser("pull", help="install a known local model into the rlmd home")
+    pull.add_argument("name")
+    return p
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = _parser().parse_args(argv)
+    try:
+        return {"run": cmd_run, "runs": cmd_runs, "show": cmd_show, "export": cmd_export,
+                "models": cmd_models}[args.command](args)
+    except KeyboardInterrupt:
+        err.print("[yellow]interrupted[/]")
+        return 130
+
+
+def _read_context(arg: str | None):
+    if arg is None:
+        return None
+    if arg == "-":
+        return sys.stdin.read()
+    path = Path(arg)
+    if not path.exists():
+        raise FileNotFoundError(f"--context: no such file or folder: {arg}")
+    return path
+
+
+def cmd_run(args: argparse.Namespace) -> int:
+    from rlmd.models.base import ModelNotAvailable
+    from rlmd.models.registry import Registry
+    from rlmd.progress import ProgressPrinter
+    from rlmd.runner import build_config, run_question
+
+    try:
+        context = _read_context(args.context)
+        project = context if isinstance(context, Path) and context.is_dir() else Path.cwd()
+        registry = Registry.load(project)
+        config = build_config(
+            registry,
+            model=args.model,
+            sub_model=args.sub_model,
+            sandbox=args.sandbox,
+            workspace=project.resolve(),
+            budget={
+                "max_depth": args.max_depth, "max_iterations": args.max_iterations,
+                "max_tokens": args.max_tokens, "max_usd": args.max_usd,
+                "max_seconds": args.max_seconds, "max_subcalls": args.max_subcalls,
+                "cell_timeout_s": args.cell_timeout,
+            },
+        )
+        if args.threads:
+            for name in {config.root_model, config.model_for_depth(1)}:
+                registry.spec(name).n_threads = args.threads
+    except (FileNotFoundError, ValueError, KeyError) as exc:
+        err.print(f"[red]error:[/] {exc}")
+        return 2
+    sinks = () if args.quiet else (ProgressPrinter(err),)
+
+    async def go():
+        try:
+            return await run_question(args.question, context, config, registry=registry, sinks=sinks)
+        finally:
+            await registry.aclose()
+
+    try:
+        result = asyncio.run(go())
+    except ModelNotAvailable as exc:
+        err.print(f"[red]error:[/] {exc}")
+        return 2
+    except (KeyError, ValueError) as exc:
+        err.print(f"[red]error:[/] {exc}")
+        return 2
+    if args.json:
+        print(json.dumps({
+            "run_id": result.run_id, "status": result.status, "answer": result.answer,
+            "answer_source": result.answer_source, "iterations": result.iterations,
+            "usage": result.usage, "error": result.error, "store": str(paths.store_path()),
+        }))
+    else:
+        if result.answer is not None:
+            if result.answer_source == "extraction":
+                err.print("[yellow]The run stopped before a final answer; this answer was extracted "
+                          "from its work so far (marked 'extraction').[/]")
+            out.print(result.answer)
+        else:
+            err.print(f"[yellow]no answer[/] ({result.status}: {result.error})")
+        err.print(f"[dim]trajectory: rlmd show {result.run_id}  (store {paths.store_path()})[/]")
+    return 0 if result.status == "completed" else 1
+
+
+def _store():
+    from rlmd.store import Store
+
+    store = Store(paths.store_path())
+    store.mark_interrupted()
+    return store
+
+
+def cmd_runs(args: argparse.Namespace) -> int:
+    from rlmd.store.render import runs_table
+
+    store = _store()
+    runs = store.list_runs(limit=args.limit, status=args.status, search=args.search)
+    if args.json:
+        print(json.dumps(runs, default=str))
+    elif not runs:
+        err.print("no runs recorded yet: try rlmd run")
+    else:
+        out.print(runs_table(runs))
+    return 0
+
+
+def _find_run(store, ref: str):
+    """The run named by an id, a unique id prefix, or ``last``; prints why not and returns
+    ``None`` when there is no such run."""
+    try:
+        if ref == "last":
+            runs = store.list_runs(limit=1)
+            run = runs[0] if runs else None
+        else:
+            run = store.get_run(ref)
+    except ValueError as exc:
+        err.print(f"[red]error:[/] {exc}")
+        return None
+    if run is None:
+        err.print(f"[red]error:[/] no run {ref!r} (see rlmd runs)")
+    return run
+
+
+def cmd_show(args: argparse.Namespace) -> int:
+    from rlmd.store.render import run_summary, run_tree
+
+    store = _store()
+    run = _find_run(store, args.run)
+    if run is None:
+        return 2
+    tree = store.tree(run["id"])
+    out.print(run_summary(tree))
+    out.print(run_tree(tree))
+    return 0
+
+
+def cmd_export(args: argparse.Namespace) -> int:
+    from rlmd.store import export_run
+
+    store = _store()
+    run = _find_run(store, args.run)
+    if run is None:
+        return 2
+    text = export_run(store, run["id"], fmt=args.format)
+    if args.output:
+        Path(args.output).write_text(text, encoding="utf-8")
+        err.print(f"wrote {args.output}")
+    else:
+        sys.stdout.write(text if text.endswith("\n") else text + "\n")
+    return 0
+
+
+def cmd_models(args: argparse.Namespace) -> int:
+    from rich.table import Table
+
+    from rlmd.models.registry import Registry
+
+    if args.models_command == "pull":
+        from rlmd.models.pull import KNOWN_LOCAL_MODELS, pull
+
+        if args.name not in KNOWN_LOCAL_MODELS:
+            err.print(f"[red]error:[/] unknown local model {args.name!r}; known: {', '.join(KNOWN_LOCAL_MODELS)}")
+            return 2
+        path = pull(args.name, progress=lambda msg: err.print(msg))
+        print(path)
+        return 0
+    registry = Registry.load(Path.cwd())
+    table = Table("name", "provider", "model", "window", "$/M in", "$/M out", "usable")
+    for spec, reason in registry.list():
+        table.add_row(spec.name, spec.provider, spec.model, f"{spec.context_window:,}",
+                      f"{spec.price_input:g}", f"{spec.price_output:g}",
+                      "[green]yes[/]" if reason is None else f"[yellow]no[/]: {reason}")
+    out.print(table)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,281 @@
+"""``from rlmd import RLM``: a drop-in for the ``rlms`` reference library's ``RLM`` class.
+
+Users of ``rlms`` (``from rlm import RLM``) switch by changing that one import. Argument names
+and meanings follow ``rlms`` 0.1.3; where rlmd differs, it says so here:
+
+- ``environment="local"`` runs the REPL in rlmd's **subprocess** kernel (a crash or
+  ``os._exit`` in model code cannot take your program down); ``"inprocess"`` is the
+  reference's in-process ``exec``. Other environments arrive with the sandbox backends.
+- Answers come from the real functions ``FINAL(value)`` / ``FINAL_VAR(name)`` (the reference
+  0.1.3 uses an ``answer`` dict); a ``FINAL(...)`` written in prose is accepted as a fallback.
+- ``max_depth`` has the reference's meaning (RLM loops at depths ``0 .. max_depth-1``), but the
+  default is 2 so ``rlm_query`` starts a real child run unless you lower it.
+- Budgets (``max_budget``, ``max_timeout``, ``max_tokens``, ``max_errors``) end the run with a
+  status and a marked best-available answer instead of raising; ``status`` and
+  ``answer_source`` are on the result.
+- Every completion is recorded as a trajectory in rlmd's store (``rlmd show RUN_ID``).
+- API keys passed in ``backend_kwargs`` are used for calls but never stored.
+- ``persistent=True`` keeps one REPL across calls; each call rebinds ``context`` to the new
+  prompt (the reference keeps ``context_0``, ``context_1``...) and your variables persist.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import threading
+import time
+from dataclasses import dataclass, field
+from typing import Any
+
+from rlmd.engine import Budget, RunConfig, run_task
+from rlmd.models.base import ModelSpec
+from rlmd.models.registry import Registry
+
+_PROVIDERS = {
+    "openai": ("openai", None),
+    "vllm": ("openai", None),
+    "openrouter": ("openai", "https://openrouter.ai/api/v1"),
+    "anthropic": ("anthropic", None),
+    "local": ("local", None),
+    "scripted": ("scripted", None),
+}
+_ENVIRONMENTS = {"local": "subprocess", "subprocess": "subprocess", "inprocess": "inprocess"}
+
+
+@dataclass
+class ModelUsageSummary:
+    """Per-model usage, as in ``rlms``: calls, input/output tokens, cost (USD)."""
+
+    total_calls: int
+    total_input_tokens: int
+    total_output_tokens: int
+    total_cost: float
+
+
+@dataclass
+class UsageSummary:
+    """Usage over the whole call tree: ``model_usage_summaries`` per model, plus rlmd's
+    per-depth split in ``by_depth`` (the raw dict of :meth:`rlmd.engine.usage.Usage.to_dict`)."""
+
+    model_usage_summaries: dict[str, ModelUsageSummary]
+    by_depth: dict[str, dict] = field(default_factory=dict)
+
+    @property
+    def total_cost(self) -> float:
+        return sum(m.total_cost for m in self.model_usage_summaries.values())
+
+    @property
+    def total_input_tokens(self) -> int:
+        return sum(m.total_input_tokens for m in self.model_usage_summaries.values())
+
+    @property
+    def total_output_tokens(self) -> int:
+        return sum(m.total_output_tokens for m in self.model_usage_summaries.values())
+
+
+@dataclass
+class RLMChatCompletion:
+    """What :meth:`RLM.completion` returns: ``response`` (the answer text, ``""`` when there is
+    none), ``usage_summary``, ``execution_time`` (seconds), plus rlmd's ``run_id``, ``status``
+    and ``answer_source``."""
+
+    root_model: str
+    prompt: Any
+    response: str
+    usage_summary: UsageSummary
+    execution_time: float
+    run_id: str
+    status: str
+    answer_source: str | None
+
+
+def _spec(name: str, backend: str, kwargs: dict[str, Any] | None, sampling: dict | None) -> ModelSpec:
+    if backend not in _PROVIDERS:
+        raise ValueError(f"unknown backend {backend!r}; rlmd supports {sorted(_PROVIDERS)}")
+    provider, base_url = _PROVIDERS[backend]
+    kw = dict(kwargs or {})
+    model = kw.pop("model_name", None) or kw.pop("model", None)
+    if not model:
+        raise ValueError(f"backend_kwargs for {backend!r} need 'model_name'")
+    options: dict[str, Any] = {}
+    if "api_key" in kw:
+        options["api_key"] = kw.pop("api_key")  # used for calls, never recorded
+    if callable(kw.get("callable")):
+        options["callable"] = kw.pop("callable")
+    sampling_args = {**kw.pop("sampling_args", {}), **(sampling or {})}
+    spec = ModelSpec(name=name, provider=provider, model=model, base_url=kw.pop("base_url", base_url),
+                     sampling=sampling_args, options=options)
+    for key in ("context_window", "max_output_tokens", "price_input", "price_output", "n_threads",
+                "api_key_env", "timeout_s", "max_retries"):
+        if key in kw:
+            setattr(spec, key, kw.pop(key))
+    spec.options.update(kw)
+    return spec
+
+
+class RLM:
+    """A Recursive Language Model with the ``rlms`` constructor (see the module docstring for
+    where rlmd differs). Thread-compatible: each instance runs its calls on a private event
+    loop thread, so it also works inside Jupyter or another running loop."""
+
+    def __init__(
+        self,
+        backend: str = "openai",
+        backend_kwargs: dict[str, Any] | None = None,
+        environment: str = "local",
+        environment_kwargs: dict[str, Any] | None = None,
+        depth: int = 0,
+        max_depth: int = 2,
+        max_iterations: int = 30,
+        max_budget: float | None = None,
+        max_timeout: float | None = None,
+        max_tokens: int | None = None,
+        max_errors: int | None = None,
+        custom_system_prompt: str | None = None,
+        other_backends: list[str] | None = None,
+        other_backend_kwargs: list[dict[str, Any]] | None = None,
+        logger: Any = None,
+        verbose: bool = False,
+        persistent: bool = False,
+        custom_tools: dict[str, Any] | None = None,
+        custom_sub_tools: dict[str, Any] | None = None,
+        compaction: bool = False,
+        compaction_threshold_pct: float = 0.85,
+        max_concurrent_subcalls: int = 4,
+        sampling_args: dict[str, Any] | None = None,
+        sub_sampling_args: dict[str, Any] | None = None,
+        record: bool = True,
+        **_ignored: Any,
+    ) -> None:
+        if environment not in _ENVIRONMENTS:
+            raise ValueError(f"unknown environment {environment!r}; rlmd supports {sorted(_ENVIRONMENTS)}")
+        self.registry = Registry.load(None)
+        root = _spec("root", backend, backend_kwargs, sampling_args)
+        self.registry.add(root)
+        sub_name = None
+        if other_backends:
+            for i, (b, kw) in enumerate(zip(other_backends, other_backend_kwargs or [{}] * len(other_backends), strict=True)):
+                spec = _spec(f"sub{i}" if i else "sub", b, kw, sub_sampling_args)
+                self.registry.add(spec)
+            sub_name = "sub"
+        elif sub_sampling_args:
+            self.registry.add(_spec("sub", backend, backend_kwargs, {**(sampling_args or {}), **sub_sampling_args}))
+            sub_name = "sub"
+        self.root_model_name = root.model
+        self.depth = depth
+        self.verbose = verbose
+        self.record = record
+        self.persistent = persistent
+        self.config = RunConfig(
+            root_model="root",
+            sub_model=sub_name,
+            sandbox=_ENVIRONMENTS[environment],
+            sandbox_options=dict(environment_kwargs or {}),
+            budget=Budget(
+                max_iterations=max_iterations,
+                max_depth=max(1, max_depth - depth),
+                max_seconds=max_timeout,
+                max_tokens=max_tokens,
+                max_usd=max_budget,
+                max_consecutive_errors=max_errors,
+            ),
+            tools=dict(custom_tools or {}),
+            sub_tools=None if custom_sub_tools is None else dict(custom_sub_tools),
+            compaction=compaction,
+            compaction_threshold=compaction_threshold_pct,
+            max_concurrent_subcalls=max_concurrent_subcalls,
+            system_prompt=custom_system_prompt,
+        )
+        self.config.validate_tools()
+        self._loop = asyncio.new_event_loop()
+        self._thread = threading.Thread(target=self._loop.run_forever, name="rlmd-RLM", daemon=True)
+        self._thread.start()
+        self._sandbox = None
+
+    def _call(self, coro):
+        return asyncio.run_coroutine_threadsafe(coro, self._loop).result()
+
+    def completion(self, prompt: str | dict[str, Any] | list, root_prompt: str | None = None) -> RLMChatCompletion:
+        """Answer over ``prompt`` (the context: a string, list or dict) with the RLM loop.
+
+        Args:
+            prompt: the context bound to ``context`` in the REPL.
+            root_prompt: the question the root model sees; if ``None``, a short ``prompt`` is
+                shown as the question, a long one is summarised as "the request is in context".
+
+        Returns:
+            :class:`RLMChatCompletion`.
+
+        Raises:
+            rlmd.models.base.ModelNotAvailable: the model cannot be used here.
+        """
+        if root_prompt is None:
+            text = prompt if isinstance(prompt, str) else ""
+            root_prompt = text if 0 < len(text) <= 4000 else "Answer the request given in `context`."
+        started = time.perf_counter()
+        result = self._call(self._run(prompt, root_prompt))
+        summaries = {
+            name: ModelUsageSummary(t["calls"], t["input_tokens"], t["output_tokens"], t["cost_usd"])
+            for name, t in result.usage["by_model"].items()
+        }
+        return RLMChatCompletion(
+            root_model=self.root_model_name,
+            prompt=prompt,
+            response=result.answer or "",
+            usage_summary=UsageSummary(summaries, result.usage["by_depth"]),
+            execution_time=time.perf_counter() - started,
+            run_id=result.run_id,
+            status=result.status,
+            answer_source=result.answer_source,
+        )
+
+    async def _run(self, prompt, root_prompt):
+        from rlmd.runner import check_models
+
+        check_models(self.registry, self.config)
+        sinks = []
+        store = None
+        if self.record:
+            from rlmd import paths
+            from rlmd.store import Store
+
+            store = Store(paths.store_path())
+            sinks.append(store.record)
+        if self.verbose:
+            from rlmd.progress import ProgressPrinter
+
+            sinks.append(ProgressPrinter())
+        sandbox = None
+        if self.persistent:
+            if self._sandbox is None:
+                from rlmd.sandbox import create_sandbox
+
+                self._sandbox = create_sandbox(self.config.sandbox, **self.config.sandbox_options)
+            sandbox = self._sandbox
+        try:
+            return await run_task(root_prompt, prompt, self.config, get_model=self.registry.get,
+                                  sinks=tuple(sinks), sandbox=sandbox)
+        finally:
+            if store is not None:
+                store.close()
+
+    def close(self) -> None:
+        """Stop the persistent REPL (if any), close model clients and the private loop."""
+        if self._loop.is_closed():
+            return
+
+        async def shutdown():
+            if self._sandbox is not None:
+                await self._sandbox.close()
+            await self.registry.aclose()
+
+        self._call(shutdown())
+        self._loop.call_soon_threadsafe(self._loop.stop)
+        self._thread.join(timeout=5)
+        self._loop.close()
+
+    def __enter__(self) -> RLM:
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.close()

@@ -1,0 +1,125 @@
+"""Budgets: the limits of one run tree, and the ledger that spends them.
+
+One :class:`Ledger` is shared by a root run and every child run it starts, so a child draws on
+what its parent has left instead of getting a fresh budget. Limits are checked before every
+model call and every sub-call, not only between iterations.
+"""
+
+from __future__ import annotations
+
+import time
+from dataclasses import asdict, dataclass, fields
+
+RUN_STATUSES = (
+    "running",
+    "completed",
+    "max_iterations",
+    "max_time",
+    "max_tokens",
+    "max_usd",
+    "max_subcalls",
+    "max_errors",
+    "cancelled",
+    "failed",
+    "interrupted",
+)
+"""Every status a run can end with. ``max_*`` name the budget that ended it; ``failed`` is an
+error outside the model's control (model unavailable, sandbox dead); ``interrupted`` is set by
+the store for a run whose process died."""
+
+
+@dataclass
+class Budget:
+    """Limits for a run tree. ``None`` means unlimited.
+
+    Attributes:
+        max_iterations: root-model turns per RLM loop (each child loop has the same cap).
+        max_depth: RLM loops run at depths ``0 .. max_depth - 1``; ``rlm_query`` at depth
+            ``max_depth - 1`` becomes a plain sub-call (the ``rlms`` reference's meaning).
+        max_seconds: wall-clock seconds for the whole tree.
+        max_tokens: input + output tokens over the whole tree.
+        max_usd: US dollars over the whole tree, from the models' price tables.
+        max_subcalls: sub-model calls plus child runs over the whole tree.
+        max_consecutive_errors: iterations in a row whose cells all raised.
+        cell_timeout_s: wall-clock seconds per REPL cell; the kernel restarts on timeout.
+    """
+
+    max_iterations: int = 10
+    max_depth: int = 2
+    max_seconds: float | None = None
+    max_tokens: int | None = None
+    max_usd: float | None = None
+    max_subcalls: int | None = None
+    max_consecutive_errors: int | None = 5
+    cell_timeout_s: float = 120.0
+
+    def __post_init__(self) -> None:
+        for f in fields(self):
+            value = getattr(self, f.name)
+            if value is not None and value < 0:
+                raise ValueError(f"budget {f.name} must be >= 0, got {value!r}")
+        if self.max_iterations < 1:
+            raise ValueError("budget max_iterations must be >= 1")
+
+    def to_dict(self) -> dict:
+        return asdict(self)
+
+
+class BudgetExhausted(Exception):
+    """A limit was reached. ``status`` is the run status it ends with (``"max_tokens"``...)."""
+
+    def __init__(self, status: str, message: str) -> None:
+        super().__init__(message)
+        self.status = status
+
+
+class Ledger:
+    """What a run tree has spent, checked against its :class:`Budget`.
+
+    Token, USD and sub-call counts are updated by the engine after each call; ``exhausted``
+    keeps the first limit that ran out so every run in the tree ends with the same reason.
+    """
+
+    def __init__(self, budget: Budget) -> None:
+        self.budget = budget
+        self.started = time.monotonic()
+        self.tokens = 0
+        self.usd = 0.0
+        self.subcalls = 0
+        self.exhausted: BudgetExhausted | None = None
+
+    def elapsed(self) -> float:
+        """Seconds since the tree started."""
+        return time.monotonic() - self.started
+
+    def remaining_seconds(self) -> float | None:
+        """Seconds left on the wall clock, ``None`` if unlimited (never negative)."""
+        if self.budget.max_seconds is None:
+            return None
+        return max(0.0, self.budget.max_seconds - self.elapsed())
+
+    def spend(self, tokens: int, usd: float) -> None:
+        self.tokens += tokens
+        self.usd += usd
+
+    def check(self, *, subcall: bool = False) -> None:
+        """Raise :class:`BudgetExhausted` if a shared limit is reached.
+
+        Args:
+            subcall: also check ``max_subcalls`` (one more sub-call must fit).
+        """
+        if self.exhausted is not None:
+            raise self.exhausted
+        b = self.budget
+        problem: tuple[str, str] | None = None
+        if b.max_seconds is not None and self.elapsed() >= b.max_seconds:
+            problem = ("max_time", f"wall-clock budget of {b.max_seconds:g} s used up")
+        elif b.max_tokens is not None and self.tokens >= b.max_tokens:
+            problem = ("max_tokens", f"token budget used up ({self.tokens:,} of {b.max_tokens:,} tokens)")
+        elif b.max_usd is not None and self.usd >= b.max_usd:
+            problem = ("max_usd", f"spend budget used up (${self.usd:.4f} of ${b.max_usd:.4f})")
+        elif subcall and b.max_subcalls is not None and self.subcalls >= b.max_subcalls:
+            problem = ("max_subcalls", f"sub-call budget used up ({self.subcalls} of {b.max_subcalls})")
+        if problem:
+            self.exhausted = BudgetExhausted(*problem)
+            raise self.exhausted

@@ -1,0 +1,157 @@
+"""The prompts rlmd sends: system prompt, context metadata, per-turn feedback.
+
+Written for small local models as much as for frontier ones: short, explicit rules, one
+example, answers only through ``FINAL``. The loop design follows Zhang, Kraska, Khattab,
+*Recursive Language Models* (arXiv:2512.24601); the wording is our own.
+"""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+from rlmd.sandbox.base import CellResult
+
+SYSTEM_PROMPT = """\
+You answer a question about an input that is too large to read at once. The input is stored \
+in a Python REPL as the variable `context`. You never see it directly: you write Python code \
+in ```repl blocks, I run every block and show you what it printed. Work step by step.
+
+The REPL gives you:
+- `context`: {context_line}
+- `llm_query(prompt, model=None) -> str`: ask a sub-model one question; put the text it \
+needs INTO the prompt (it cannot see `context`). Its window is about {sub_window:,} tokens.
+- `llm_query_batched(prompts, model=None) -> list[str]`: many llm_query calls at once; a failed \
+prompt gives an "Error: ..." string in its slot.
+- `rlm_query(prompt, context=None, model=None) -> str`: give a subtask to a child RLM that has \
+its own REPL with `context` set to the value you pass; use it for pieces that need several steps.
+- `rlm_query_batched(prompts, contexts=None, model=None) -> list[str]`.
+- `SHOW_VARS()`: list the variables you have made.
+- `FINAL(value)`: end the task and answer with `value`. `FINAL_VAR("name")`: answer with a variable.
+{extra_helpers}
+Rules:
+1. Look at `context` with code before you answer. Never guess.
+2. Print only what you need: each block's output is cut to {output_cap:,} characters.
+3. Do not assign to `context` or to the functions above; store results in new variables.
+4. When you know the answer, call FINAL(answer) inside a ```repl block.
+
+Example:
+```repl
+{example}
+```
+"""
+
+CODEBASE_HELPERS = """\
+- `list_files(pattern=None) -> list[str]`: file paths, optionally filtered by a glob such as "*.py".
+- `read_file(path, start=1, end=None) -> str`: a file's lines with line numbers.
+- `grep(pattern, path_glob=None, max_results=200, ignore_case=False) -> list[str]`: regex search \
+over all files; each hit is "path:line:text".
+"""
+
+EXAMPLES = {
+    "codebase": 'hits = grep(r"def main\\(")\nprint(len(hits))\nprint(hits[:10])',
+    "text": "print(len(context))\nprint(context[:500])",
+    "list": "print(len(context))\nprint(context[:3])",
+    "dict": "print(len(context))\nprint(list(context)[:20])",
+}
+
+
+def context_line(meta: dict[str, Any]) -> str:
+    kind = meta["kind"]
+    size = f"{meta['chars']:,} characters, about {meta['tokens']:,} tokens"
+    if kind == "codebase":
+        return f"a codebase: a dict of {meta['files']:,} files {{relative path: text}} ({size})."
+    if kind == "list":
+        return f"a list of {meta.get('items', 0):,} items ({size})."
+    if kind == "dict":
+        return f"a dict of {meta.get('items', 0):,} entries ({size})."
+    return f"a string ({size})."
+
+
+def system_prompt(
+    meta: dict[str, Any],
+    *,
+    sub_window: int,
+    output_cap: int,
+    tools: dict[str, str],
+    template: str | None = None,
+) -> str:
+    """The root model's system prompt.
+
+    Args:
+        meta: context metadata from :meth:`rlmd.workspace.context.Context.metadata`.
+        sub_window: the sub-model's context window, tokens.
+        output_cap: characters of each cell's output the model is shown.
+        tools: user tool names → one-line descriptions.
+        template: a custom template with the same ``{placeholders}``.
+    """
+    extra = CODEBASE_HELPERS if meta["kind"] == "codebase" else ""
+    for name, doc in tools.items():
+        extra += f"- `{name}`: {doc}\n"
+    return (template or SYSTEM_PROMPT).format(
+        context_line=context_line(meta),
+        sub_window=sub_window,
+        extra_helpers=extra,
+        output_cap=output_cap,
+        example=EXAMPLES.get(meta["kind"], EXAMPLES["text"]),
+    )
+
+
+def first_user_message(question: str, meta: dict[str, Any]) -> str:
+    """The opening user turn: the question plus the context's metadata (never its content)."""
+    shown = {k: v for k, v in meta.items() if k not in ("tree",)}
+    lines = [f"Question: {question}", "", f"About `context`: {json.dumps(shown)}"]
+    if meta.get("tree"):
+        lines += ["Folders and files in `context`:", *("  " + t for t in meta["tree"])]
+    lines += ["", "Start by looking at `context` in a ```repl block."]
+    return "\n".join(lines)
+
+
+def cell_feedback(index: int, code: str, result: CellResult, output_cap: int, cap) -> str:
+    """What the model is told about one executed cell (output capped by ``cap``)."""
+    parts = [f"[cell {index + 1}]"]
+    out = result.stdout
+    if result.stderr:
+        out += ("\n" if out else "") + "[stderr]\n" + result.stderr
+    parts.append(cap(out, output_cap) if out.strip() else "(no output)")
+    if result.error:
+        parts.append(cap(result.error, max(output_cap // 2, 500)))
+    if result.kernel_restarted and not result.timed_out:
+        lost = ", ".join(result.lost_variables) or "none"
+        parts.append(f"The REPL process died and was restarted; variables lost: {lost}.")
+    if result.variables:
+        shown = ", ".join(
+            f"{v.name} ({v.type}{'' if v.size is None else f', len {v.size:,}'})" for v in result.variables[:30]
+        )
+        parts.append(f"Variables set: {shown}")
+    if result.restored:
+        parts.append(
+            "Restored reserved names you overwrote: " + ", ".join(result.restored)
+            + ". Store your values under other names."
+        )
+    return "\n".join(parts)
+
+
+NO_CODE = (
+    "I found no ```repl block in your reply, so nothing ran. Write Python code in a ```repl "
+    "block to look at `context`, and call FINAL(answer) in a ```repl block when you are done."
+)
+
+EARLY_ANSWER = (
+    "Your answer was not accepted: no code has looked at `context` yet, so it would be a "
+    "guess. First inspect `context` with code in a ```repl block, then call FINAL(answer)."
+)
+
+NEXT_TURN = "Turn {turn} of {max_turns}. Continue, or call FINAL(answer) in a ```repl block."
+
+EXTRACTION_SYSTEM = (
+    "A task stopped before it finished. From the work so far, give the best answer to the "
+    "question you can justify. If the work does not support an answer, say exactly what is "
+    "known and that the answer is incomplete. Reply with the answer only."
+)
+
+COMPACTION_SYSTEM = (
+    "Summarise this work log of a program-writing assistant so it can continue: what it "
+    "learned about the input, variables it created and what they hold, and what is left to "
+    "do. Be concise and keep exact numbers, names and paths."
+)

@@ -1,0 +1,142 @@
+"""Anthropic's Messages API through the official ``anthropic`` SDK (``AsyncAnthropic``).
+
+Chat messages are mapped to what ``/v1/messages`` accepts: system messages are joined
+(blank line between them) into ``system=``; consecutive messages of the same role are merged
+into one (blank line between them). The key is read from ``$ANTHROPIC_API_KEY`` or the
+variable named by ``spec.api_key_env``; ``spec.base_url`` points the SDK at another host.
+
+Retries, timeouts and error redaction: :mod:`rlmd.models.retry`.
+"""
+
+from __future__ import annotations
+
+import os
+import time
+from typing import Any
+
+from rlmd.models.base import Completion, Message, Model, ModelError, ModelNotAvailable, ModelSpec
+from rlmd.models.redact import REDACTED
+from rlmd.models.retry import DEFAULT_BASE_DELAY_S, call_with_retries
+
+DEFAULT_KEY_ENV = "ANTHROPIC_API_KEY"
+_FINISH = {"end_turn": "stop", "stop_sequence": "stop", "max_tokens": "length"}
+
+
+def to_anthropic(messages: list[Message]) -> tuple[str | None, list[dict[str, str]]]:
+    """Split chat messages into ``(system, messages)`` for the Messages API.
+
+    Returns:
+        The joined system text (``None`` if there is none) and the user/assistant messages
+        with consecutive same-role messages merged.
+    """
+    system: list[str] = []
+    merged: list[dict[str, str]] = []
+    for message in messages:
+        role, content = message["role"], message.get("content") or ""
+        if role == "system":
+            system.append(content)
+        elif merged and merged[-1]["role"] == role:
+            merged[-1]["content"] += "\n\n" + content
+        else:
+            merged.append({"role": role, "content": content})
+    return ("\n\n".join(system) if system else None), merged
+
+
+class AnthropicModel(Model):
+    """A Claude model.
+
+    ``spec.sampling`` is passed to ``messages.create`` as is (``temperature``, ``top_p``...).
+    ``spec.options["retry_base_delay_s"]``: first backoff in seconds (default 0.5).
+    """
+
+    def __init__(self, spec: ModelSpec) -> None:
+        super().__init__(spec)
+        self._client: Any = None
+
+    @property
+    def key_env(self) -> str:
+        """The environment variable the key is read from."""
+        return self.spec.api_key_env or DEFAULT_KEY_ENV
+
+    def availability(self) -> str | None:
+        """``None``, or ``"set ANTHROPIC_API_KEY"`` (the configured variable) when the key is missing."""
+        return None if os.environ.get(self.key_env) else f"set {self.key_env}"
+
+    def _get_client(self) -> tuple[Any, str]:
+        key = os.environ.get(self.key_env)
+        if not key:
+            raise ModelNotAvailable(f"{self.name}: set {self.key_env}")
+        if self._client is None:
+            import anthropic
+
+            self._client = anthropic.AsyncAnthropic(
+                api_key=key,
+                base_url=self.spec.base_url,
+                timeout=self.spec.timeout_s,
+                max_retries=0,
+            )
+        return self._client, key
+
+    async def _complete(self, messages: list[Message], max_tokens: int) -> Completion:
+        """One Messages API call; usage from the response, else counted locally.
+
+        Raises:
+            ModelNotAvailable: the key is not set.
+            ModelError: no user/assistant message, or HTTP error, timeout or connection
+                failure after the retries.
+        """
+        import anthropic
+
+        client, key = self._get_client()
+        system, chat = to_anthropic(messages)
+        if not chat:
+            raise ModelError(f"{self.name}: no user message to answer")
+        request: dict[str, Any] = {"model": self.spec.model, "max_tokens": max_tokens}
+        request["messages"] = chat
+        if system is not None:
+            request["system"] = system
+        request.update(self.spec.sampling)
+
+        start = time.monotonic()
+        response = await call_with_retries(
+            lambda: client.messages.create(**request),
+            what=self.name,
+            max_retries=self.spec.max_retries,
+            timeout_s=self.spec.timeout_s,
+            transient=(anthropic.APIConnectionError,),
+            secrets=(key,),
+            base_delay_s=self.spec.options.get("retry_base_delay_s", DEFAULT_BASE_DELAY_S),
+        )
+        latency = time.monotonic() - start
+
+        text = "".join(
+            getattr(block, "text", "") or ""
+            for block in response.content or []
+            if getattr(block, "type", None) == "text"
+        )
+        text = text.replace(key, REDACTED)  # a server that echoes the key back
+        usage = response.usage
+        input_tokens = getattr(usage, "input_tokens", None)
+        output_tokens = getattr(usage, "output_tokens", None)
+        if input_tokens is None:
+            input_tokens = self.count_messages(messages)
+        else:  # prompt-cache reads and writes are input tokens too
+            input_tokens += getattr(usage, "cache_creation_input_tokens", None) or 0
+            input_tokens += getattr(usage, "cache_read_input_tokens", None) or 0
+        if output_tokens is None:
+            output_tokens = self.count_tokens(text)
+        return Completion(
+            text=text,
+            input_tokens=input_tokens,
+            output_tokens=output_tokens,
+            latency_s=latency,
+            cost_usd=self.spec.cost_usd(input_tokens, output_tokens),
+            model=self.name,
+            finish_reason=_FINISH.get(response.stop_reason or "", response.stop_reason),
+        )
+
+    async def aclose(self) -> None:
+        """Close the HTTP client."""
+        if self._client is not None:
+            client, self._client = self._client, None
+            await client.close()

@@ -1,0 +1,175 @@
+"""The one model interface every provider implements.
+
+A provider turns a list of chat messages into a :class:`Completion`. Everything the engine
+needs to account for a call (tokens, latency, USD) comes back on the completion, so the
+engine never has to know which SDK answered.
+"""
+
+from __future__ import annotations
+
+import abc
+from dataclasses import dataclass, field
+from typing import Any
+
+Message = dict[str, str]
+"""One chat message: ``{"role": "system" | "user" | "assistant", "content": str}``."""
+
+
+class ModelError(Exception):
+    """A model call failed for good (after retries), or the model is not usable.
+
+    ``retryable`` says whether the cause was transient (rate limit, server error, timeout);
+    by the time the engine sees this error the retries are already spent. ``status_code``
+    is the HTTP status of the last failed request, when there was one.
+    """
+
+    def __init__(
+        self, message: str, *, retryable: bool = False, status_code: int | None = None
+    ) -> None:
+        super().__init__(message)
+        self.retryable = retryable
+        self.status_code = status_code
+
+
+class ModelNotAvailable(ModelError):
+    """The model cannot be used on this machine now (missing key, file, or package).
+
+    The message says the exact step that fixes it (for example ``rlmd models pull NAME``).
+    """
+
+
+@dataclass
+class ModelSpec:
+    """A named model from the registry (TOML config or ``provider:model`` shorthand).
+
+    Attributes:
+        name: the registry name (``"qwen2.5-coder-1.5b"``, ``"openai:gpt-4.1-mini"``).
+        provider: ``"openai" | "anthropic" | "local" | "scripted"``.
+        model: the provider's model id; for ``local`` a known model name or a GGUF path;
+            for ``scripted`` a script file path.
+        base_url: OpenAI-compatible server URL (vLLM, llama.cpp server, Ollama, OpenRouter).
+        api_key_env: the environment variable that holds the key; the key itself is never
+            stored in a spec, the store, a log or a sandbox.
+        context_window: the model's window in tokens (prompt + completion).
+        max_output_tokens: cap on generated tokens per call (small models loop without it).
+        price_input: USD per 1,000,000 input tokens.
+        price_output: USD per 1,000,000 output tokens.
+        sampling: extra sampling arguments passed to the provider (temperature, top_p, seed).
+        n_threads: CPU threads for ``local`` models (default 1: see shared/notes/local-models.md,
+            two spinning ggml threads collapse to ~1.4 tok/s when a core is shared).
+        timeout_s: per-request timeout in seconds.
+        max_retries: retries on rate limits, server errors and timeouts.
+        options: provider-specific extras (for ``scripted``: ``callable``).
+    """
+
+    name: str
+    provider: str
+    model: str
+    base_url: str | None = None
+    api_key_env: str | None = None
+    context_window: int = 32_768
+    max_output_tokens: int = 1_024
+    price_input: float = 0.0
+    price_output: float = 0.0
+    sampling: dict[str, Any] = field(default_factory=dict)
+    n_threads: int = 1
+    timeout_s: float = 600.0
+    max_retries: int = 3
+    options: dict[str, Any] = field(default_factory=dict)
+
+    def cost_usd(self, input_tokens: int, output_tokens: int) -> float:
+        """USD for one call, from the per-million-token prices in the config."""
+        return (input_tokens * self.price_input + output_tokens * self.price_output) / 1e6
+
+    def public_dict(self) -> dict[str, Any]:
+        """The spec as stored in trajectories: no callables, never a key (only its env name)."""
+        return {
+            "name": self.name,
+            "provider": self.provider,
+            "model": self.model,
+            "base_url": self.base_url,
+            "api_key_env": self.api_key_env,
+            "context_window": self.context_window,
+            "max_output_tokens": self.max_output_tokens,
+            "price_input": self.price_input,
+            "price_output": self.price_output,
+            "sampling": dict(self.sampling),
+        }
+
+
+@dataclass
+class Completion:
+    """What one model call returned.
+
+    Attributes:
+        text: the generated text.
+        input_tokens / output_tokens: as reported by the provider, else counted locally.
+        latency_s: wall-clock seconds of the call, retries included.
+        cost_usd: from the spec's price table.
+        finish_reason: the provider's reason (``"stop"``, ``"length"``), if any.
+        model: the registry name of the model that answered.
+    """
+
+    text: str
+    input_tokens: int
+    output_tokens: int
+    latency_s: float
+    cost_usd: float
+    model: str
+    finish_reason: str | None = None
+
+
+class Model(abc.ABC):
+    """One async interface for every provider.
+
+    Subclasses implement :meth:`_complete`; :meth:`complete` adds nothing but is the only
+    entry point the engine uses, so cross-cutting behaviour lives in one place.
+    """
+
+    def __init__(self, spec: ModelSpec) -> None:
+        self.spec = spec
+
+    @property
+    def name(self) -> str:
+        return self.spec.name
+
+    async def complete(
+        self, messages: list[Message], *, max_tokens: int | None = None
+    ) -> Completion:
+        """Generate one reply to ``messages``.
+
+        Args:
+            messages: chat messages, oldest first.
+            max_tokens: cap on generated tokens; defaults to ``spec.max_output_tokens``.
+
+        Returns:
+            The :class:`Completion` with usage and cost.
+
+        Raises:
+            ModelNotAvailable: the model cannot run here (no key, no file, no package).
+            ModelError: the call failed after the configured retries.
+            asyncio.CancelledError: the call was cancelled; the request is abandoned.
+        """
+        return await self._complete(messages, max_tokens or self.spec.max_output_tokens)
+
+    @abc.abstractmethod
+    async def _complete(self, messages: list[Message], max_tokens: int) -> Completion: ...
+
+    def count_tokens(self, text: str) -> int:
+        """Tokens ``text`` takes in this model's prompt (exact where the tokenizer is local,
+        else the estimate of :func:`rlmd.models.tokens.count_tokens`)."""
+        from rlmd.models.tokens import count_tokens
+
+        return count_tokens(text)
+
+    def count_messages(self, messages: list[Message]) -> int:
+        """Tokens a chat prompt takes: contents plus ~4 tokens of framing per message
+        (OpenAI cookbook, "How to count tokens with tiktoken")."""
+        return sum(self.count_tokens(m.get("content") or "") + 4 for m in messages) + 2
+
+    def availability(self) -> str | None:
+        """``None`` when usable now, else a one-line reason with the fix."""
+        return None
+
+    async def aclose(self) -> None:  # noqa: B027 (optional hook; the default has nothing to release)
+        """Release clients, threads and loaded weights."""

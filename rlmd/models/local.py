@@ -1,0 +1,220 @@
+"""GGUF models run in process by llama-cpp-python (``pip install 'rlmd[local]'``).
+
+``spec.model`` is a known local model name (see :mod:`rlmd.models.pull`; its file comes from
+``rlmd models pull NAME``) or the path of a ``.gguf`` file. The model is loaded on the first
+call and kept until :meth:`LocalModel.aclose`.
+
+* Chat: ``Llama.create_chat_completion``, which applies the GGUF's own chat template.
+* Sampling: greedy (``temperature=0``) with a fixed seed unless ``spec.sampling`` says
+  otherwise; any ``create_chat_completion`` argument may be given there (``top_p``,
+  ``repeat_penalty``, ``stop``...).
+* Threads: ``spec.n_threads`` (default 1: see ``shared/notes/local-models.md``, two
+  spinning ggml threads collapse when a core is shared).
+* Context: ``spec.options["n_ctx"]`` tokens, else ``min(spec.context_window, 8192)``.
+* Concurrency: one ``Llama`` is not thread-safe, so calls run one at a time in a worker
+  thread (``asyncio.to_thread``) under a lock; waiting calls hold no thread.
+* Cancellation and ``spec.timeout_s``: generation is stopped at the next token by forcing
+  the end-of-sequence token; prompt processing itself cannot be interrupted.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import importlib.util
+import threading
+import time
+from pathlib import Path
+from typing import Any
+
+from rlmd.models.base import Completion, Message, Model, ModelError, ModelNotAvailable, ModelSpec
+from rlmd.models.pull import KNOWN_LOCAL_MODELS, local_model_path
+
+DEFAULT_SEED = 1234
+MAX_DEFAULT_N_CTX = 8192
+INSTALL_HINT = "pip install 'rlmd[local]'"
+
+
+class _Abort:
+    """A logits processor that, once triggered, leaves only the end-of-sequence token."""
+
+    def __init__(self, eos: int, deadline: float) -> None:
+        self.eos = eos
+        self.deadline = deadline
+        self.cancelled = threading.Event()
+        self.timed_out = False
+
+    def __call__(self, input_ids: Any, scores: Any) -> Any:
+        if not self.cancelled.is_set() and time.monotonic() > self.deadline:
+            self.timed_out = True
+            self.cancelled.set()
+        if self.cancelled.is_set():
+            scores[:] = float("-inf")
+            scores[self.eos] = 0.0
+        return scores
+
+
+class LocalModel(Model):
+    """A GGUF model in this process (see the module docstring).
+
+    ``count_tokens`` is exact (the model's own tokenizer) once the model is loaded, and the
+    4-characters-per-token estimate before.
+    """
+
+    def __init__(self, spec: ModelSpec) -> None:
+        super().__init__(spec)
+        self._llm: Any = None
+        self._lock = threading.Lock()  # guards self._llm: one call at a time
+        self._async_locks: dict[asyncio.AbstractEventLoop, asyncio.Lock] = {}
+
+    @property
+    def n_ctx(self) -> int:
+        """The context size the model is loaded with, in tokens."""
+        return int(
+            self.spec.options.get("n_ctx") or min(self.spec.context_window, MAX_DEFAULT_N_CTX)
+        )
+
+    def model_path(self) -> Path:
+        """The GGUF file to load.
+
+        Raises:
+            ModelNotAvailable: a known model that is not pulled (the message has the exact
+                ``rlmd models pull NAME`` command), or a path that does not exist.
+        """
+        name = self.spec.model
+        if name in KNOWN_LOCAL_MODELS:
+            path = local_model_path(name)
+            if path is None:
+                raise ModelNotAvailable(
+                    f"{self.name}: not downloaded; run `rlmd models pull {name}`"
+                )
+            return path
+        path = Path(name).expanduser()
+        if not path.is_file():
+            raise ModelNotAvailable(f"{self.name}: GGUF file not found: {path}")
+        return path
+
+    def availability(self) -> str | None:
+        """``None``, or why the model cannot load (package missing, file missing)."""
+        if self._llm is not None:
+            return None
+        if importlib.util.find_spec("llama_cpp") is None:
+            return f"llama-cpp-python is not installed; run `{INSTALL_HINT}`"
+        try:
+            self.model_path()
+        except ModelNotAvailable as exc:
+            return str(exc).removeprefix(f"{self.name}: ")
+        return None
+
+    def _load(self) -> Any:
+        """Load the model (caller holds ``self._lock``)."""
+        if self._llm is None:
+            try:
+                import llama_cpp
+            except ImportError:
+                raise ModelNotAvailable(
+                    f"{self.name}: llama-cpp-python is not installed; run `{INSTALL_HINT}`"
+                ) from None
+            path = self.model_path()
+            try:
+                self._llm = llama_cpp.Llama(
+                    model_path=str(path),
+                    n_ctx=self.n_ctx,
+                    n_threads=self.spec.n_threads,
+                    n_threads_batch=self.spec.n_threads,
+                    seed=int(self.spec.sampling.get("seed", DEFAULT_SEED)),
+                    verbose=False,
+                )
+            except Exception as exc:
+                raise ModelError(f"{self.name}: loading {path} failed: {exc}") from exc
+        return self._llm
+
+    def _generate(self, messages: list[Message], max_tokens: int, abort: _Abort) -> dict:
+        with self._lock:
+            llm = self._load()
+            import llama_cpp  # loaded by now
+
+            abort.eos = llm.token_eos()
+            kwargs: dict[str, Any] = {"temperature": 0.0, "seed": DEFAULT_SEED}
+            kwargs.update(self.spec.sampling)
+            kwargs["logits_processor"] = llama_cpp.LogitsProcessorList([abort])
+            try:
+                return llm.create_chat_completion(
+                    messages=messages, max_tokens=max_tokens, **kwargs
+                )
+            except ValueError as exc:
+                # e.g. "Requested tokens (9000) exceed context window of 8192"
+                raise ModelError(f"{self.name}: {exc}") from None
+            except Exception as exc:
+                raise ModelError(
+                    f"{self.name}: generation failed: {type(exc).__name__}: {exc}"
+                ) from exc
+
+    def _async_lock(self) -> asyncio.Lock:
+        loop = asyncio.get_running_loop()
+        lock = self._async_locks.get(loop)
+        if lock is None:
+            self._async_locks = {k: v for k, v in self._async_locks.items() if not k.is_closed()}
+            lock = self._async_locks[loop] = asyncio.Lock()
+        return lock
+
+    async def _complete(self, messages: list[Message], max_tokens: int) -> Completion:
+        """Generate a reply in a worker thread (loading the model first if needed).
+
+        Raises:
+            ModelNotAvailable: llama-cpp-python missing, or the GGUF file missing.
+            ModelError: the load failed, the prompt does not fit ``n_ctx``, or no reply
+                within ``spec.timeout_s`` seconds (``retryable=True``).
+        """
+        start = time.monotonic()
+        abort = _Abort(eos=-1, deadline=start + self.spec.timeout_s)
+        async with self._async_lock():
+            if time.monotonic() > abort.deadline:  # waited for the lock too long
+                abort.timed_out = True
+                raise ModelError(
+                    f"{self.name}: no reply within {self.spec.timeout_s:g} s", retryable=True
+                )
+            try:
+                response = await asyncio.to_thread(self._generate, messages, max_tokens, abort)
+            except asyncio.CancelledError:
+                abort.cancelled.set()  # the worker thread stops at its next token
+                raise
+        if abort.timed_out:
+            raise ModelError(
+                f"{self.name}: no reply within {self.spec.timeout_s:g} s", retryable=True
+            )
+        choice = response["choices"][0]
+        text = choice["message"].get("content") or ""
+        usage = response.get("usage") or {}
+        input_tokens = usage.get("prompt_tokens")
+        output_tokens = usage.get("completion_tokens")
+        if input_tokens is None:
+            input_tokens = self.count_messages(messages)
+        if output_tokens is None:
+            output_tokens = self.count_tokens(text)
+        return Completion(
+            text=text,
+            input_tokens=input_tokens,
+            output_tokens=output_tokens,
+            latency_s=time.monotonic() - start,
+            cost_usd=self.spec.cost_usd(input_tokens, output_tokens),
+            model=self.name,
+            finish_reason=choice.get("finish_reason"),
+        )
+
+    def count_tokens(self, text: str) -> int:
+        """Tokens of ``text`` by the model's tokenizer once loaded (no BOS), else the estimate."""
+        llm = self._llm
+        if llm is None or not text:
+            return super().count_tokens(text)
+        return len(llm.tokenize(text.encode("utf-8"), add_bos=False, special=False))
+
+    async def aclose(self) -> None:
+        """Free the weights (waits for a running generation to finish)."""
+
+        def close() -> None:
+            with self._lock:
+                llm, self._llm = self._llm, None
+                if llm is not None:
+                    llm.close()
+
+        await asyncio.to_thread(close)

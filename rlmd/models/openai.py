@@ -1,0 +1,126 @@
+"""OpenAI and every OpenAI-compatible server (vLLM, llama.cpp server, Ollama, OpenRouter).
+
+One code path, the official ``openai`` SDK's ``AsyncOpenAI`` on ``/v1/chat/completions``:
+
+* ``spec.base_url`` unset: api.openai.com, key from ``$OPENAI_API_KEY`` (or the variable
+  named by ``spec.api_key_env``); ``max_completion_tokens`` carries the output cap.
+* ``spec.base_url`` set: that server. With ``spec.api_key_env`` set the key is required;
+  without it a dummy key is sent, never ``$OPENAI_API_KEY`` (a local server must not
+  receive the user's OpenAI key). ``max_tokens`` carries the output cap (what these
+  servers understand). ``spec.options["max_tokens_param"]`` overrides either choice.
+
+Retries, timeouts and error redaction: :mod:`rlmd.models.retry`.
+"""
+
+from __future__ import annotations
+
+import os
+import time
+from typing import Any
+
+from rlmd.models.base import Completion, Message, Model, ModelNotAvailable, ModelSpec
+from rlmd.models.redact import REDACTED
+from rlmd.models.retry import DEFAULT_BASE_DELAY_S, call_with_retries
+
+DEFAULT_KEY_ENV = "OPENAI_API_KEY"
+DUMMY_KEY = "rlmd-no-key"
+
+
+class OpenAIModel(Model):
+    """A model behind the OpenAI chat completions API.
+
+    ``spec.sampling`` is passed to the request as is (``temperature``, ``top_p``, ``seed``...).
+    ``spec.options``: ``max_tokens_param`` (see the module docstring), ``retry_base_delay_s``
+    (first backoff in seconds, default 0.5).
+    """
+
+    def __init__(self, spec: ModelSpec) -> None:
+        super().__init__(spec)
+        self._client: Any = None
+
+    @property
+    def key_env(self) -> str:
+        """The environment variable the key is read from."""
+        return self.spec.api_key_env or DEFAULT_KEY_ENV
+
+    def _api_key(self) -> str | None:
+        """The key to send, or ``None`` when a required key is missing."""
+        if self.spec.base_url and not self.spec.api_key_env:
+            return DUMMY_KEY
+        return os.environ.get(self.key_env) or None
+
+    def availability(self) -> str | None:
+        """``None``, or ``"set OPENAI_API_KEY"`` (the configured variable) when the key is missing."""
+        return None if self._api_key() else f"set {self.key_env}"
+
+    def _get_client(self) -> Any:
+        if self._client is None:
+            key = self._api_key()
+            if key is None:
+                raise ModelNotAvailable(f"{self.name}: set {self.key_env}")
+            import openai
+
+            self._client = openai.AsyncOpenAI(
+                api_key=key,
+                base_url=self.spec.base_url,
+                timeout=self.spec.timeout_s,
+                max_retries=0,
+            )
+        return self._client
+
+    async def _complete(self, messages: list[Message], max_tokens: int) -> Completion:
+        """One chat completion; usage from the response, else counted locally.
+
+        Raises:
+            ModelNotAvailable: the key is not set.
+            ModelError: HTTP error, timeout or connection failure after the retries.
+        """
+        import openai
+
+        client = self._get_client()
+        key = self._api_key() or ""
+        secrets = (key,) if key != DUMMY_KEY else ()
+        param = self.spec.options.get(
+            "max_tokens_param", "max_tokens" if self.spec.base_url else "max_completion_tokens"
+        )
+        request = {"model": self.spec.model, "messages": messages, param: max_tokens}
+        request.update(self.spec.sampling)
+
+        start = time.monotonic()
+        response = await call_with_retries(
+            lambda: client.chat.completions.create(**request),
+            what=self.name,
+            max_retries=self.spec.max_retries,
+            timeout_s=self.spec.timeout_s,
+            transient=(openai.APIConnectionError,),
+            secrets=secrets,
+            base_delay_s=self.spec.options.get("retry_base_delay_s", DEFAULT_BASE_DELAY_S),
+        )
+        latency = time.monotonic() - start
+
+        choice = response.choices[0] if response.choices else None
+        text = (choice.message.content if choice else None) or ""
+        for secret in secrets:
+            text = text.replace(secret, REDACTED)  # a server that echoes the key back
+        usage = response.usage
+        input_tokens = getattr(usage, "prompt_tokens", None)
+        output_tokens = getattr(usage, "completion_tokens", None)
+        if input_tokens is None:
+            input_tokens = self.count_messages(messages)
+        if output_tokens is None:
+            output_tokens = self.count_tokens(text)
+        return Completion(
+            text=text,
+            input_tokens=input_tokens,
+            output_tokens=output_tokens,
+            latency_s=latency,
+            cost_usd=self.spec.cost_usd(input_tokens, output_tokens),
+            model=self.name,
+            finish_reason=choice.finish_reason if choice else None,
+        )
+
+    async def aclose(self) -> None:
+        """Close the HTTP client."""
+        if self._client is not None:
+            client, self._client = self._client, None
+            await client.close()

@@ -1,0 +1,95 @@
+"""Remove secrets from anything rlmd stores or logs.
+
+:func:`redact` replaces with ``[REDACTED]``:
+
+* the value of every environment variable whose name looks like a secret
+  (``*_API_KEY``, ``*_TOKEN``, ``*_SECRET``, ``*_KEY``, ``*_PASSWORD``), plus the variables
+  registered with :func:`register_secret_env` (the registry registers every spec's
+  ``api_key_env``), and any extra values passed in ``secrets``;
+* strings shaped like common API keys: ``sk-...`` (OpenAI), ``sk-ant-...`` (Anthropic),
+  ``ghp_...``-style GitHub tokens, ``hf_...`` Hugging Face tokens, ``AKIA...`` AWS key ids.
+
+Environment values shorter than 8 characters are not treated as secrets (``FOO_TOKEN=1`` would
+otherwise wipe every "1"). The environment is read at every call, so keys set later are
+covered too.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+from collections.abc import Iterable
+from typing import Any
+
+REDACTED = "[REDACTED]"
+MIN_SECRET_LEN = 8
+
+_SECRET_NAME = re.compile(r".*_(API_KEY|KEY|TOKEN|SECRET|PASSWORD)$", re.IGNORECASE)
+# Common API key shapes. The first letter is matched before the look-behind so that the
+# regex engine can skip quickly over text that cannot start a key (~0.2 s for 10 MB).
+_KEY_SHAPES = re.compile(
+    r"""
+    [sghA](?<![A-Za-z0-9_\-].)         # first letter, not inside a longer word
+    (?: k-ant-[A-Za-z0-9_\-]{8,}       # sk-ant-...       Anthropic
+      | k-[A-Za-z0-9_\-]{16,}          # sk-..., sk-proj- OpenAI
+      | h[pousr]_[A-Za-z0-9]{20,}      # ghp_..., gho_... GitHub
+      | ithub_pat_[A-Za-z0-9_]{20,}    # github_pat_...   GitHub
+      | f_[A-Za-z0-9]{20,}             # hf_...           Hugging Face
+      | KIA[0-9A-Z]{16}                # AKIA...          AWS access key id
+    )
+    """,
+    re.VERBOSE,
+)
+_registered: set[str] = set()
+
+
+def register_secret_env(name: str | None) -> None:
+    """Treat the environment variable ``name`` as a secret even if its name does not look like one."""
+    if name:
+        _registered.add(name)
+
+
+def secret_values(extra: Iterable[str] = ()) -> frozenset[str]:
+    """The secret strings :func:`redact` currently removes (env values and ``extra``)."""
+    values = {
+        v
+        for k, v in os.environ.items()
+        if (_SECRET_NAME.match(k) or k in _registered) and len(v) >= MIN_SECRET_LEN
+    }
+    values.update(v for v in extra if v)
+    return frozenset(values)
+
+
+def redact(obj: Any, secrets: Iterable[str] = ()) -> Any:
+    """A copy of ``obj`` with secrets replaced by ``[REDACTED]``.
+
+    Args:
+        obj: a string, or dicts / lists / tuples nesting strings (dict keys are kept as they
+            are); any other value is returned unchanged.
+        secrets: extra literal values to remove, whatever their length (for example an
+            API key the caller holds).
+
+    Returns:
+        The same shape as ``obj``; strings without secrets are returned as they are.
+    """
+    literals = sorted(secret_values(secrets), key=len, reverse=True)
+    return _walk(obj, literals)
+
+
+def _scrub(text: str, literals: list[str]) -> str:
+    for value in literals:
+        if value in text:
+            text = text.replace(value, REDACTED)
+    return _KEY_SHAPES.sub(REDACTED, text)
+
+
+def _walk(obj: Any, literals: list[str]) -> Any:
+    if isinstance(obj, str):
+        return _scrub(obj, literals)
+    if isinstance(obj, dict):
+        return {k: _walk(v, literals) for k, v in obj.items()}
+    if isinstance(obj, list):
+        return [_walk(v, literals) for v in obj]
+    if isinstance(obj, tuple):
+        return tuple(_walk(v, literals) for v in obj)
+    return obj

@@ -1,0 +1,143 @@
+"""The sandbox contract: a persistent Python REPL the engine runs model code in.
+
+A backend runs the kernel (``rlmd/kernel/``) somewhere (this process, a child process, a
+container, a VM) and speaks to it over one framed channel. Calls that model code makes to
+the host (``llm_query``, ``rlm_query``, user tools) come back through ``CallHandler``; the
+kernel never holds an API key.
+"""
+
+from __future__ import annotations
+
+import abc
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass, field
+from typing import Any
+
+CallHandler = Callable[[str, dict[str, Any]], Awaitable[Any]]
+"""Host side of a call made from model code: ``await handler(fn, args) -> JSON value``.
+
+``fn`` is ``"llm_query" | "llm_query_batched" | "rlm_query" | "rlm_query_batched" | "tool"``.
+Args are what the kernel stub received (for ``"tool"``: ``{"name", "args", "kwargs"}``).
+Raising :class:`CallError` makes the same message raise inside the kernel as ``RuntimeError``.
+"""
+
+RESERVED_NAMES = (
+    "context",
+    "llm_query",
+    "llm_query_batched",
+    "rlm_query",
+    "rlm_query_batched",
+    "SHOW_VARS",
+    "FINAL",
+    "FINAL_VAR",
+    "history",
+)
+"""Names the kernel restores after every cell if model code rebinds them."""
+
+CODEBASE_HELPERS = ("list_files", "read_file", "grep")
+"""Extra reserved helpers present when ``context`` is a codebase."""
+
+
+class CallError(Exception):
+    """Raised by a :data:`CallHandler` to make the call fail inside the REPL with this message."""
+
+
+class SandboxError(Exception):
+    """The sandbox could not start, or died and could not be restarted."""
+
+
+@dataclass
+class VarInfo:
+    """One REPL variable: ``name``, Python ``type`` name, ``size`` (``len()`` where defined,
+    else ``None``) and a short ``repr`` preview (at most 80 characters)."""
+
+    name: str
+    type: str
+    size: int | None = None
+    preview: str = ""
+
+
+@dataclass
+class CellResult:
+    """The outcome of one executed cell.
+
+    Attributes:
+        stdout / stderr: everything the cell printed, in full (the engine caps what the model
+            sees, the store keeps all of it).
+        error: the formatted exception (``"Traceback ...\\nNameError: ..."``) or ``None``.
+        final: the value passed to ``FINAL`` / ``FINAL_VAR`` as text, or ``None``.
+        variables: names the cell created or rebound, with type and size.
+        restored: reserved names the cell rebound and the kernel put back.
+        duration_s: wall-clock seconds.
+        timed_out: the cell hit its wall-clock timeout; the kernel was killed and restarted.
+        kernel_restarted: the kernel died (timeout, ``os._exit``, crash) and was restarted.
+        lost_variables: user variables that did not survive the restart.
+    """
+
+    stdout: str = ""
+    stderr: str = ""
+    error: str | None = None
+    final: str | None = None
+    variables: list[VarInfo] = field(default_factory=list)
+    restored: list[str] = field(default_factory=list)
+    duration_s: float = 0.0
+    timed_out: bool = False
+    kernel_restarted: bool = False
+    lost_variables: list[str] = field(default_factory=list)
+
+
+class Sandbox(abc.ABC):
+    """A persistent REPL. One instance serves one run (or one workspace) at a time.
+
+    Lifecycle: ``await start(handler)``, then ``load_context``/``define_tools``, then any number
+    of ``execute``; ``close`` at the end. Every method may raise :class:`SandboxError`.
+    """
+
+    #: backend name recorded in the trajectory: ``"subprocess"``, ``"inprocess"``, ...
+    kind: str = "abstract"
+
+    @property
+    @abc.abstractmethod
+    def isolation(self) -> dict[str, Any]:
+        """What isolation this sandbox really got, as recorded per run
+        (``{"isolated": bool, "process": bool, "network": "host"|"none", ...}``)."""
+
+    @abc.abstractmethod
+    async def start(self, handler: CallHandler) -> None:
+        """Start the kernel; ``handler`` serves host calls made from model code."""
+
+    @abc.abstractmethod
+    async def load_context(self, value: Any, *, codebase: bool = False) -> None:
+        """Bind ``context`` (str, list or dict; for a codebase a ``{path: text}`` dict) and, for
+        a codebase, the ``list_files`` / ``read_file`` / ``grep`` helpers. Survives restarts."""
+
+    @abc.abstractmethod
+    async def define_tools(self, callables: list[str], values: dict[str, Any]) -> None:
+        """Bind user tools: ``callables`` become stubs that call the host through the handler
+        with fn ``"tool"``; ``values`` (JSON-able) are bound as plain variables. All become
+        reserved. Survives restarts."""
+
+    @abc.abstractmethod
+    async def execute(self, code: str, *, timeout_s: float | None = None) -> CellResult:
+        """Run one cell. Never raises for errors in the code itself: they come back in
+        :attr:`CellResult.error`. A timeout kills and restarts the kernel."""
+
+    @abc.abstractmethod
+    async def set_variable(self, name: str, value: Any) -> None:
+        """Bind a JSON-able value to ``name`` in the REPL."""
+
+    @abc.abstractmethod
+    async def get_variable(self, name: str) -> Any:
+        """A variable's value: JSON-able values as is, anything else as its ``repr``.
+
+        Raises:
+            KeyError: no such variable.
+        """
+
+    @abc.abstractmethod
+    async def list_variables(self) -> list[VarInfo]:
+        """The user's variables (reserved names excluded)."""
+
+    @abc.abstractmethod
+    async def close(self) -> None:
+        """Stop the kernel and free everything. Safe to call twice."""

@@ -1,0 +1,96 @@
+"""Turning event payloads into stored values and back.
+
+Pure functions, no database access:
+
+* :func:`to_jsonable` makes any payload JSON-safe (dataclasses, tuples, sets, paths ...).
+* :func:`split_text` / :func:`merge_text` move the searchable text fields of a node payload
+  (``code``, ``stdout``, ``stderr``, ``error``) into their own columns and back, so the
+  full-text index can cover them without storing the text twice.
+* :func:`dumps` / :func:`loads` are the JSON encoding used for every JSON column.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import math
+from pathlib import PurePath
+from typing import Any
+
+NODE_TEXT_COLUMNS = ("code", "stdout", "stderr", "error")
+"""Node payload fields stored in their own (full-text indexed) columns when they are strings."""
+
+RUN_JSON_COLUMNS = ("context_meta", "models", "sandbox", "budget", "usage")
+"""Run columns holding JSON text."""
+
+
+def to_jsonable(obj: Any) -> Any:
+    """A copy of ``obj`` made only of dict / list / str / int / float / bool / None.
+
+    Dataclasses become dicts, tuples and sets become lists, paths become strings, bytes are
+    decoded as UTF-8 (invalid bytes replaced), non-finite floats become strings, dict keys
+    become strings; anything else becomes its ``repr``. Never raises.
+    """
+    if obj is None or isinstance(obj, (bool, int, str)):
+        return obj
+    if isinstance(obj, float):
+        return obj if math.isfinite(obj) else repr(obj)
+    if isinstance(obj, dict):
+        return {str(k): to_jsonable(v) for k, v in obj.items()}
+    if isinstance(obj, (list, tuple, set, frozenset)):
+        return [to_jsonable(v) for v in obj]
+    if dataclasses.is_dataclass(obj) and not isinstance(obj, type):
+        return to_jsonable({f.name: getattr(obj, f.name) for f in dataclasses.fields(obj)})
+    if isinstance(obj, PurePath):
+        return str(obj)
+    if isinstance(obj, (bytes, bytearray)):
+        return bytes(obj).decode("utf-8", errors="replace")
+    try:
+        return repr(obj)
+    except Exception:  # a broken __repr__ must not lose the event
+        return f"<unrepresentable {type(obj).__name__}>"
+
+
+def dumps(obj: Any) -> str:
+    """Compact JSON text for ``obj`` (already :func:`to_jsonable`); non-ASCII kept as is."""
+    return json.dumps(obj, ensure_ascii=False, separators=(",", ":"))
+
+
+def loads(text: Any) -> Any:
+    """Decode a JSON column: ``None`` stays ``None``; text that is not JSON is returned as is."""
+    if text is None or not isinstance(text, str):
+        return text
+    try:
+        return json.loads(text)
+    except ValueError:
+        return text
+
+
+def split_text(data: dict[str, Any]) -> tuple[dict[str, Any], dict[str, str | None]]:
+    """Split a node payload into (rest, text columns).
+
+    Returns:
+        ``rest``: ``data`` without the string values of :data:`NODE_TEXT_COLUMNS`;
+        ``columns``: one entry per name in :data:`NODE_TEXT_COLUMNS`, the string or ``None``.
+        Non-string values (``"error": None``) stay in ``rest`` so :func:`merge_text` restores
+        the payload exactly.
+    """
+    rest = dict(data)
+    columns: dict[str, str | None] = {}
+    for name in NODE_TEXT_COLUMNS:
+        value = rest.get(name)
+        if isinstance(value, str):
+            columns[name] = rest.pop(name)
+        else:
+            columns[name] = None
+    return rest, columns
+
+
+def merge_text(rest: Any, columns: dict[str, Any]) -> dict[str, Any]:
+    """Inverse of :func:`split_text`: the payload with the non-null text columns put back."""
+    data = dict(rest) if isinstance(rest, dict) else ({"value": rest} if rest is not None else {})
+    for name in NODE_TEXT_COLUMNS:
+        value = columns.get(name)
+        if value is not None:
+            data[name] = value
+    return data

@@ -1,0 +1,324 @@
+"""Rich renderables for stored runs (used by the CLI).
+
+* :func:`runs_table` — a table of run dicts from :meth:`Store.list_runs`.
+* :func:`run_tree` — a :class:`rich.tree.Tree` of :meth:`Store.tree`.
+* :func:`run_summary` — a panel with answer, status and usage by model and by depth.
+
+All text taken from the store (questions, code, output) is inserted as :class:`rich.text.Text`,
+never parsed as markup.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Iterable
+from datetime import datetime
+from typing import Any
+
+from rich import box
+from rich.console import Group, RenderableType
+from rich.panel import Panel
+from rich.table import Table
+from rich.text import Text
+from rich.tree import Tree
+
+STATUS_STYLES = {
+    "running": "yellow",
+    "completed": "green",
+    "ok": "green",
+    "interrupted": "magenta",
+    "cancelled": "magenta",
+    "failed": "bold red",
+    "error": "bold red",
+    "timeout": "red",
+}
+"""Style per status; any other status (the budget limits ``max_*``) is shown in orange."""
+
+
+def status_text(status: str | None) -> Text:
+    """The status, coloured."""
+    status = status or "?"
+    return Text(status, style=STATUS_STYLES.get(status, "dark_orange"))
+
+
+def fmt_tokens(n: Any) -> str:
+    """``950``, ``12.3k``, ``4.1M``."""
+    n = int(n or 0)
+    if n < 1000:
+        return str(n)
+    if n < 1_000_000:
+        return f"{n / 1000:.1f}k"
+    return f"{n / 1_000_000:.1f}M"
+
+
+def fmt_cost(usd: Any) -> str:
+    """``$0`` or dollars with enough digits to be non-zero (``$0.00042``)."""
+    usd = float(usd or 0)
+    if usd == 0:
+        return "$0"
+    if usd >= 1:
+        return f"${usd:.2f}"
+    return f"${usd:.4f}" if usd >= 0.001 else f"${usd:.6f}"
+
+
+def fmt_duration(seconds: Any) -> str:
+    """``0.4s``, ``12s``, ``3m05s``, ``1h02m``; ``-`` when unknown."""
+    if seconds is None:
+        return "-"
+    s = max(0.0, float(seconds))
+    if s < 10:
+        return f"{s:.1f}s"
+    if s < 60:
+        return f"{s:.0f}s"
+    if s < 3600:
+        return f"{int(s // 60)}m{int(s % 60):02d}s"
+    return f"{int(s // 3600)}h{int(s % 3600 // 60):02d}m"
+
+
+def fmt_time(ts: Any) -> str:
+    """Local ``YYYY-MM-DD HH:MM`` of an epoch timestamp."""
+    if ts is None:
+        return "-"
+    return datetime.fromtimestamp(float(ts)).strftime("%Y-%m-%d %H:%M")
+
+
+def run_duration(run: dict[str, Any]) -> float | None:
+    """Seconds from start to finish (to now while running); ``None`` without a start."""
+    start = run.get("started_at")
+    if start is None:
+        return None
+    end = run.get("finished_at")
+    if end is None:
+        end = time.time() if run.get("status") == "running" else None
+    return None if end is None else end - start
+
+
+def short_ids(ids: Iterable[str], minimum: int = 8) -> dict[str, str]:
+    """The shortest prefixes (at least ``minimum`` characters) that tell ``ids`` apart."""
+    ids = list(dict.fromkeys(ids))
+    length = minimum
+    longest = max((len(i) for i in ids), default=0)
+    while length < longest and len({i[:length] for i in ids}) < len(ids):
+        length += 1
+    return {i: i[:length] for i in ids}
+
+
+def _one_line(text: Any, width: int) -> str:
+    text = " ".join(str(text or "").split())
+    return text if len(text) <= width else text[: width - 1] + "…"
+
+
+def runs_table(
+    runs: list[dict[str, Any]], *, title: str | None = None, question_width: int = 48
+) -> Table:
+    """A table of runs (dicts from :meth:`Store.list_runs`).
+
+    Columns: id (shortest unique prefix), status, question (truncated), root model, depth
+    reached, iterations, sub-calls, tokens in/out, cost, duration, started. Totals come from
+    each run's ``"tree"`` (the run and its child runs) when present, else its own counters.
+    """
+    table = Table(title=title, box=box.SIMPLE_HEAVY, header_style="bold")
+    table.add_column("id", style="cyan", no_wrap=True)
+    table.add_column("status", no_wrap=True)
+    table.add_column("question", overflow="ellipsis", max_width=question_width)
+    table.add_column("root model", overflow="ellipsis", max_width=28)
+    table.add_column("depth", justify="right")
+    table.add_column("iters", justify="right")
+    table.add_column("subcalls", justify="right")
+    table.add_column("tokens in/out", justify="right", no_wrap=True)
+    table.add_column("cost", justify="right")
+    table.add_column("duration", justify="right")
+    table.add_column("started", no_wrap=True)
+    short = short_ids(r["id"] for r in runs)
+    for run in runs:
+        totals = run.get("tree") or {}
+        get = lambda k, run=run, totals=totals: totals.get(k, run.get(k))  # noqa: E731
+        depth = totals.get("max_depth", run.get("depth"))
+        table.add_row(
+            short[run["id"]],
+            status_text(run.get("status")),
+            Text(_one_line(run.get("question"), question_width)),
+            Text(str(run.get("root_model") or "-")),
+            str(depth if depth is not None else "-"),
+            str(get("iterations") or 0),
+            str(get("subcalls") or 0),
+            f"{fmt_tokens(get('input_tokens'))}/{fmt_tokens(get('output_tokens'))}",
+            fmt_cost(get("cost_usd")),
+            fmt_duration(run_duration(run)),
+            fmt_time(run.get("started_at")),
+        )
+    return table
+
+
+def _preview(text: Any, lines: int, width: int = 110) -> str:
+    """The first ``lines`` lines of ``text`` (each cut at ``width``), with a count of the rest."""
+    all_lines = str(text or "").rstrip("\n").splitlines()
+    shown = [line if len(line) <= width else line[: width - 1] + "…" for line in all_lines[:lines]]
+    if len(all_lines) > lines:
+        shown.append(f"… {len(all_lines) - lines} more lines")
+    return "\n".join(shown)
+
+
+def _node_label(node: dict[str, Any]) -> Text:
+    data = node.get("data") or {}
+    kind = node.get("kind")
+    status = node.get("status")
+    label = Text()
+    if kind == "iteration":
+        label.append(f"iteration {int(data.get('index', 0)) + 1}", style="bold")
+    elif kind == "model_call":
+        label.append(f"{node.get('role') or 'model'} call", style="bold blue")
+        label.append(f" {node.get('model') or ''}")
+        if node.get("input_tokens") is not None or node.get("output_tokens") is not None:
+            label.append(
+                f"  {fmt_tokens(node.get('input_tokens'))}→{fmt_tokens(node.get('output_tokens'))} tok",
+                style="dim",
+            )
+        if node.get("cost_usd"):
+            label.append(f"  {fmt_cost(node.get('cost_usd'))}", style="dim")
+    elif kind == "cell":
+        label.append(f"cell {data.get('index', '')}".rstrip(), style="bold green")
+    elif kind == "compaction":
+        label.append("compaction", style="bold magenta")
+        label.append(f": summarised {data.get('summarised_messages', '?')} messages", style="dim")
+    else:
+        label.append(str(kind), style="bold")
+    if node.get("latency_s") is not None and kind != "compaction":
+        label.append(f"  {fmt_duration(node['latency_s'])}", style="dim")
+    if status and status != "ok":
+        label.append("  ")
+        label.append_text(status_text(status))
+    return label
+
+
+def _add_node(parent: Tree, node: dict[str, Any], code_lines: int, output_lines: int) -> None:
+    data = node.get("data") or {}
+    branch = parent.add(_node_label(node))
+    if node.get("kind") == "cell":
+        if data.get("code"):
+            branch.add(Text(_preview(data["code"], code_lines), style="cyan"))
+        if data.get("stdout"):
+            branch.add(Text(_preview(data["stdout"], output_lines)))
+        if data.get("stderr"):
+            branch.add(Text(_preview(data["stderr"], output_lines), style="yellow"))
+        if data.get("error"):
+            branch.add(Text(_preview(data["error"], output_lines), style="bold red"))
+        if data.get("final") is not None:
+            branch.add(Text(f"FINAL: {_one_line(data['final'], 100)}", style="bold green"))
+    elif node.get("kind") == "model_call" and data.get("error"):
+        branch.add(Text(_one_line(data["error"], 110), style="bold red"))
+    for child in node.get("children") or []:
+        _add_node(branch, child, code_lines, output_lines)
+    for run in node.get("runs") or []:
+        _add_run(branch, run, code_lines, output_lines)
+
+
+def _run_label(run: dict[str, Any], child: bool) -> Text:
+    label = Text()
+    label.append("↳ child run " if child else "run ", style="bold")
+    label.append(str(run.get("id")), style="cyan")
+    label.append(f"  depth {run.get('depth', 0)}  ", style="dim")
+    label.append_text(status_text(run.get("status")))
+    if run.get("root_model"):
+        label.append(f"  {run['root_model']}", style="dim")
+    if run.get("question"):
+        label.append("\n")
+        label.append(_one_line(run["question"], 100))
+    return label
+
+
+def _add_run(parent: Tree, run: dict[str, Any], code_lines: int, output_lines: int) -> None:
+    branch = parent.add(_run_label(run, child=True))
+    _fill_run(branch, run, code_lines, output_lines)
+
+
+def _fill_run(branch: Tree, run: dict[str, Any], code_lines: int, output_lines: int) -> None:
+    for node in run.get("nodes") or []:
+        _add_node(branch, node, code_lines, output_lines)
+    for child in run.get("runs") or []:
+        _add_run(branch, child, code_lines, output_lines)
+    if run.get("error"):
+        branch.add(Text(f"error: {_one_line(run['error'], 110)}", style="bold red"))
+    if run.get("answer") is not None:
+        branch.add(Text(f"answer: {_one_line(run['answer'], 110)}", style="bold green"))
+
+
+def run_tree(tree: dict[str, Any], *, code_lines: int = 3, output_lines: int = 3) -> Tree:
+    """The run tree (from :meth:`Store.tree`): iterations, model calls with tokens and
+    latency, cells with a preview of their code and output (errors in red), child runs
+    nested under the cell that started them with their status and answer."""
+    root = Tree(_run_label(tree, child=False), guide_style="dim")
+    _fill_run(root, tree, code_lines, output_lines)
+    return root
+
+
+def _usage_table(title: str, rows: dict[str, Any], key_name: str) -> Table:
+    table = Table(title=title, box=box.SIMPLE, title_justify="left", header_style="bold")
+    table.add_column(key_name)
+    for name in ("calls", "tokens in", "tokens out", "cost"):
+        table.add_column(name, justify="right")
+    for key, tally in rows.items():
+        tally = tally if isinstance(tally, dict) else {}
+        table.add_row(
+            Text(str(key)),
+            str(tally.get("calls", "-")),
+            fmt_tokens(tally.get("input_tokens")),
+            fmt_tokens(tally.get("output_tokens")),
+            fmt_cost(tally.get("cost_usd")),
+        )
+    return table
+
+
+def run_summary(run: dict[str, Any]) -> Panel:
+    """A header for one run: status, question, answer (and its source), error, duration, and
+    usage by model and by depth from the run's ``usage`` JSON (``{"total", "by_model",
+    "by_depth", "wall_time_s"}``; missing while the run is still going)."""
+    lines = Text()
+    lines.append("status   ")
+    lines.append_text(status_text(run.get("status")))
+    lines.append(
+        f"   duration {fmt_duration(run_duration(run))}   started {fmt_time(run.get('started_at'))}\n"
+    )
+    lines.append("question ", style="bold")
+    lines.append(_one_line(run.get("question"), 400) + "\n")
+    lines.append("answer   ", style="bold")
+    answer = run.get("answer")
+    lines.append(
+        str(answer) if answer is not None else "-", style="green" if answer is not None else "dim"
+    )
+    if run.get("answer_source"):
+        lines.append(f"  ({run['answer_source']})", style="dim")
+    if run.get("error"):
+        lines.append("\nerror    ", style="bold")
+        lines.append(str(run["error"]), style="bold red")
+    parts: list[RenderableType] = [lines]
+    usage = run.get("usage") if isinstance(run.get("usage"), dict) else None
+    if usage:
+        total = usage.get("total") or {}
+        parts.append(
+            Text(
+                f"total: {total.get('calls', 0)} calls, {fmt_tokens(total.get('input_tokens'))} in / "
+                f"{fmt_tokens(total.get('output_tokens'))} out, {fmt_cost(total.get('cost_usd'))}, "
+                f"wall time {fmt_duration(usage.get('wall_time_s'))}",
+                style="bold",
+            )
+        )
+        if usage.get("by_model"):
+            parts.append(_usage_table("by model", usage["by_model"], "model"))
+        if usage.get("by_depth"):
+            depths = dict(
+                sorted(
+                    usage["by_depth"].items(),
+                    key=lambda kv: int(kv[0]) if str(kv[0]).isdigit() else 0,
+                )
+            )
+            parts.append(_usage_table("by depth", depths, "depth"))
+    else:
+        parts.append(
+            Text(
+                f"own calls so far: {fmt_tokens(run.get('input_tokens'))} in / "
+                f"{fmt_tokens(run.get('output_tokens'))} out, {fmt_cost(run.get('cost_usd'))}",
+                style="dim",
+            )
+        )
+    return Panel(Group(*parts), title=f"run {run.get('id')}", title_align="left")

@@ -1,0 +1,201 @@
+"""The store's schema and its migrations.
+
+The schema version lives in ``PRAGMA user_version``. :data:`MIGRATIONS` is an ordered list:
+migration ``n`` (1-based) moves a database from version ``n - 1`` to ``n``. Add new
+migrations at the end; never edit one that has shipped.
+
+Tables (JSON columns hold compact JSON text, times are seconds since the epoch):
+
+``runs``
+    ``id`` (pk), ``root_run_id``, ``parent_run_id``, ``parent_node_id`` (the cell that
+    started a child run), ``depth``, ``question``, ``status`` (``"running"`` until
+    ``run.finished``; ``"interrupted"`` once its process died), ``answer``,
+    ``answer_source``, ``root_model``, ``sub_model``, ``context_meta`` / ``models`` /
+    ``sandbox`` / ``budget`` / ``usage`` (JSON), ``error``, ``iterations``, ``subcalls``
+    (model calls with role ``"sub"``), ``input_tokens``, ``output_tokens``, ``cost_usd``
+    (these counters cover this run's own model calls only; ``usage`` is the engine's
+    tree total), ``started_at``, ``finished_at``, ``pid`` (recording process),
+    ``workspace``.
+``nodes``
+    ``id`` (pk), ``run_id``, ``parent_id``, ``depth``, ``kind`` (``"iteration" |
+    "model_call" | "cell" | "compaction"``), ``seq`` (order within the run), ``status``
+    (``"running" | "ok" | "error" | "timeout"``), ``started_at``, ``finished_at``,
+    ``latency_s``, ``input_tokens``, ``output_tokens``, ``cost_usd``, ``model``, ``role``,
+    ``code`` / ``stdout`` / ``stderr`` / ``error`` (string fields of the payload, kept out of
+    ``data`` so the full-text index covers them without a second copy), ``data`` (JSON:
+    the rest of the merged event payloads).
+``runs_fts`` / ``nodes_fts``
+    FTS5 indexes (external content, kept in sync by triggers) over ``runs.question``,
+    ``runs.answer`` and the node text columns.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+import sqlite_utils
+
+from rlmd.store.codec import NODE_TEXT_COLUMNS
+
+
+class StoreError(Exception):
+    """The trajectory database cannot be used."""
+
+
+class StoreVersionError(StoreError):
+    """The database was written by a newer rlmd (its schema version is unknown here)."""
+
+
+def _m001_initial(db: sqlite_utils.Database) -> None:
+    """Version 1: ``runs``, ``nodes``, their indexes and full-text indexes."""
+    db.table("runs").create(
+        {
+            "id": str,
+            "root_run_id": str,
+            "parent_run_id": str,
+            "parent_node_id": str,
+            "depth": int,
+            "question": str,
+            "status": str,
+            "answer": str,
+            "answer_source": str,
+            "root_model": str,
+            "sub_model": str,
+            "context_meta": str,
+            "models": str,
+            "sandbox": str,
+            "budget": str,
+            "usage": str,
+            "error": str,
+            "iterations": int,
+            "subcalls": int,
+            "input_tokens": int,
+            "output_tokens": int,
+            "cost_usd": float,
+            "started_at": float,
+            "finished_at": float,
+            "pid": int,
+            "workspace": str,
+        },
+        pk="id",
+        not_null={
+            "status",
+            "depth",
+            "iterations",
+            "subcalls",
+            "input_tokens",
+            "output_tokens",
+            "cost_usd",
+        },
+        defaults={
+            "status": "running",
+            "depth": 0,
+            "iterations": 0,
+            "subcalls": 0,
+            "input_tokens": 0,
+            "output_tokens": 0,
+            "cost_usd": 0.0,
+        },
+    )
+    db.table("nodes").create(
+        {
+            "id": str,
+            "run_id": str,
+            "parent_id": str,
+            "depth": int,
+            "kind": str,
+            "seq": int,
+            "status": str,
+            "started_at": float,
+            "finished_at": float,
+            "latency_s": float,
+            "input_tokens": int,
+            "output_tokens": int,
+            "cost_usd": float,
+            "model": str,
+            "role": str,
+            **{name: str for name in NODE_TEXT_COLUMNS},
+            "data": str,
+        },
+        pk="id",
+        not_null={"run_id", "kind", "seq", "status"},
+        defaults={"status": "running"},
+    )
+    runs, nodes = db.table("runs"), db.table("nodes")
+    for column in ("root_run_id", "parent_run_id", "started_at", "status", "workspace"):
+        runs.create_index([column], if_not_exists=True)
+    nodes.create_index(["run_id", "seq"], unique=True, if_not_exists=True)
+    nodes.create_index(["parent_id"], if_not_exists=True)
+    nodes.create_index(["status"], if_not_exists=True)
+    _enable_fts(db, "runs", ("question", "answer"))
+    _enable_fts(db, "nodes", NODE_TEXT_COLUMNS)
+
+
+def _enable_fts(db: sqlite_utils.Database, table: str, columns: tuple[str, ...]) -> None:
+    """FTS5 over ``columns`` with sqlite-utils' sync triggers, except that the update trigger
+    fires only when an indexed column changes (``runs`` rows are updated at every event for
+    their counters; re-indexing the question each time would be wasted work). sqlite-utils
+    has no option for that, hence the one hand-written trigger."""
+    db.table(table).enable_fts(list(columns), create_triggers=True)
+    fts = f"[{table}_fts]"
+    cols = ", ".join(f"[{c}]" for c in columns)
+    old = ", ".join(f"old.[{c}]" for c in columns)
+    new = ", ".join(f"new.[{c}]" for c in columns)
+    db.executescript(
+        f"""
+        DROP TRIGGER IF EXISTS [{table}_au];
+        CREATE TRIGGER [{table}_au] AFTER UPDATE OF {cols} ON [{table}] BEGIN
+          INSERT INTO {fts} ({fts}, rowid, {cols}) VALUES('delete', old.rowid, {old});
+          INSERT INTO {fts} (rowid, {cols}) VALUES (new.rowid, {new});
+        END;
+        """
+    )
+
+
+MIGRATIONS: list[Callable[[sqlite_utils.Database], None]] = [_m001_initial]
+"""Migration ``i`` (0-based) brings the schema from version ``i`` to ``i + 1``."""
+
+SCHEMA_VERSION = len(MIGRATIONS)
+
+
+def user_version(db: sqlite_utils.Database) -> int:
+    """The schema version recorded in the file (0 for a new file)."""
+    return int(db.execute("PRAGMA user_version").fetchone()[0])
+
+
+def migrate(db: sqlite_utils.Database) -> int:
+    """Bring ``db`` to :data:`SCHEMA_VERSION`; safe to call on every open and from several
+    processes at once (the check and the migrations run under one ``BEGIN IMMEDIATE``
+    write lock, and a failed migration rolls back completely).
+
+    Returns:
+        The version the file had before (``SCHEMA_VERSION`` when nothing was done).
+
+    Raises:
+        StoreVersionError: the file's version is newer than this code knows.
+        sqlite3.OperationalError: the database stayed locked past the busy timeout.
+    """
+    before = user_version(db)
+    _check_version(before)
+    if before == SCHEMA_VERSION:
+        return before
+    db.execute("BEGIN IMMEDIATE")
+    try:
+        before = user_version(db)  # another process may have migrated meanwhile
+        _check_version(before)
+        for number in range(before + 1, SCHEMA_VERSION + 1):
+            MIGRATIONS[number - 1](db)
+            db.execute(f"PRAGMA user_version = {number:d}")
+    except BaseException:
+        db.rollback()
+        raise
+    db.commit()
+    return before
+
+
+def _check_version(version: int) -> None:
+    if version > SCHEMA_VERSION:
+        raise StoreVersionError(
+            f"the trajectory database has schema version {version}, but this rlmd only knows "
+            f"versions up to {SCHEMA_VERSION}: upgrade rlmd, or point RLMD_HOME at another folder"
+        )

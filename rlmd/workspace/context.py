@@ -1,0 +1,253 @@
+"""Context loaders: what becomes the REPL variable ``context``, and the metadata the root
+model sees instead of it.
+
+A context is a string, a list, a dict, or a **codebase**: a folder loaded as a
+``{relative_path: text}`` dict, honouring ``.gitignore`` files (via pathspec's gitwildmatch,
+the same rules git uses), skipping binary and oversized files and counting what it skipped.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from collections import Counter
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import pathspec
+
+DEFAULT_MAX_FILE_BYTES = 1_000_000
+"""Files larger than this are skipped when loading a codebase (1 MB)."""
+
+ALWAYS_IGNORED = (".git/", ".hg/", ".svn/", "__pycache__/", ".venv/", "node_modules/", ".tox/", "*.pyc")
+"""Ignored even without a .gitignore: VCS internals, caches, virtualenvs, dependencies."""
+
+
+@dataclass
+class Context:
+    """The run's input and what the loader learned about it.
+
+    Attributes:
+        value: the object bound to ``context`` in the REPL (str, list, dict; a codebase is a
+            ``{relative_path: text}`` dict).
+        kind: ``"text" | "list" | "dict" | "codebase"``.
+        source: the file or folder it was loaded from, if any.
+        skipped: for a codebase, files skipped by reason (``{"ignored": n, "binary": n,
+            "oversized": n, "unreadable": n}``).
+    """
+
+    value: Any
+    kind: str
+    source: str | None = None
+    skipped: dict[str, int] = field(default_factory=dict)
+
+    @property
+    def is_codebase(self) -> bool:
+        return self.kind == "codebase"
+
+    def chars(self) -> int:
+        """Total characters of text in the context (for containers: of their items)."""
+        return _chars(self.value)
+
+    def metadata(self, count_tokens, *, tree_lines: int = 30) -> dict[str, Any]:
+        """What the root model is told about the context instead of its contents.
+
+        Args:
+            count_tokens: ``str -> int`` of the root model.
+            tree_lines: at most this many lines of folder summary for a codebase.
+
+        Returns:
+            ``{"type", "kind", "chars", "tokens", "items"?, "files"?, "tree"?, "skipped"?,
+            "source"?}``; for a long string, ``tokens`` is counted on the text, for a
+            container on its items' text.
+        """
+        meta: dict[str, Any] = {
+            "kind": self.kind,
+            "type": type(self.value).__name__,
+            "chars": self.chars(),
+            "tokens": _tokens(self.value, count_tokens),
+        }
+        if self.source:
+            meta["source"] = self.source
+        if isinstance(self.value, list | dict) and not self.is_codebase:
+            meta["items"] = len(self.value)
+            lengths = [_chars(v) for v in (self.value.values() if isinstance(self.value, dict) else self.value)]
+            meta["item_chars"] = lengths[:20] + (["..."] if len(lengths) > 20 else [])
+        if self.is_codebase:
+            meta["files"] = len(self.value)
+            meta["tree"] = summarise_tree(list(self.value), tree_lines)
+            meta["skipped"] = {k: v for k, v in self.skipped.items() if v}
+        return meta
+
+
+def _chars(value: Any) -> int:
+    if isinstance(value, str):
+        return len(value)
+    if isinstance(value, dict):
+        return sum(_chars(v) for v in value.values())
+    if isinstance(value, list | tuple):
+        return sum(_chars(v) for v in value)
+    return len(str(value))
+
+
+def _tokens(value: Any, count_tokens) -> int:
+    if isinstance(value, str):
+        return count_tokens(value)
+    if isinstance(value, dict):
+        return sum(_tokens(v, count_tokens) for v in value.values())
+    if isinstance(value, list | tuple):
+        return sum(_tokens(v, count_tokens) for v in value)
+    return count_tokens(str(value))
+
+
+def summarise_tree(paths: list[str], max_lines: int = 30) -> list[str]:
+    """A short folder summary: ``"folder/ (n files)"`` lines for the top two levels, largest
+    first, then top-level files; at most ``max_lines`` lines, the last saying what was cut."""
+    folders: Counter[str] = Counter()
+    top_files: list[str] = []
+    for p in paths:
+        parts = p.split("/")
+        if len(parts) == 1:
+            top_files.append(p)
+            continue
+        folders[parts[0] + "/"] += 1
+        if len(parts) > 2:
+            folders["/".join(parts[:2]) + "/"] += 1
+    lines = [f"{name} ({n} files)" for name, n in sorted(folders.items(), key=lambda kv: (-kv[1], kv[0]))]
+    lines += sorted(top_files)
+    if len(lines) > max_lines:
+        cut = len(lines) - (max_lines - 1)
+        lines = lines[: max_lines - 1] + [f"... {cut} more entries"]
+    return lines
+
+
+def load_codebase(root: Path, *, max_file_bytes: int = DEFAULT_MAX_FILE_BYTES) -> Context:
+    """Load a folder as a codebase context.
+
+    Walks ``root``; applies ``ALWAYS_IGNORED`` and every ``.gitignore`` found (patterns of a
+    nested .gitignore apply below its folder); skips files over ``max_file_bytes`` bytes,
+    files with a NUL byte in their first 8 KiB (binary) and files that do not decode as
+    UTF-8 (counted as binary). Symlinks are not followed.
+
+    Returns:
+        A ``Context`` of kind ``"codebase"`` whose value maps POSIX relative paths, sorted,
+        to file text.
+
+    Raises:
+        NotADirectoryError: ``root`` is not a folder.
+    """
+    root = Path(root).resolve()
+    if not root.is_dir():
+        raise NotADirectoryError(f"not a folder: {root}")
+    skipped = Counter({"ignored": 0, "binary": 0, "oversized": 0, "unreadable": 0})
+    files: dict[str, str] = {}
+    specs: list[tuple[str, pathspec.GitIgnoreSpec]] = [("", pathspec.GitIgnoreSpec.from_lines(ALWAYS_IGNORED))]
+
+    def ignored(rel: str, is_dir: bool) -> bool:
+        probe = rel + "/" if is_dir else rel
+        for base, spec in specs:
+            if base and not probe.startswith(base):
+                continue
+            if spec.match_file(probe[len(base) :]):
+                return True
+        return False
+
+    for dirpath, dirnames, filenames in os.walk(root):
+        rel_dir = Path(dirpath).relative_to(root).as_posix()
+        rel_dir = "" if rel_dir == "." else rel_dir + "/"
+        gitignore = Path(dirpath) / ".gitignore"
+        if gitignore.is_file():
+            try:
+                lines = gitignore.read_text(encoding="utf-8", errors="replace").splitlines()
+                specs.append((rel_dir, pathspec.GitIgnoreSpec.from_lines(lines)))
+            except OSError:
+                skipped["unreadable"] += 1
+        kept = []
+        for d in sorted(dirnames):
+            if os.path.islink(os.path.join(dirpath, d)) or ignored(rel_dir + d, True):
+                skipped["ignored"] += 1
+            else:
+                kept.append(d)
+        dirnames[:] = kept
+        for name in sorted(filenames):
+            rel = rel_dir + name
+            full = os.path.join(dirpath, name)
+            if os.path.islink(full) or ignored(rel, False):
+                skipped["ignored"] += 1
+                continue
+            text = _read_text(full, max_file_bytes, skipped)
+            if text is not None:
+                files[rel] = text
+    return Context(value=dict(sorted(files.items())), kind="codebase", source=str(root), skipped=dict(skipped))
+
+
+def _read_text(path: str, max_bytes: int, skipped: Counter) -> str | None:
+    try:
+        if os.path.getsize(path) > max_bytes:
+            skipped["oversized"] += 1
+            return None
+        with open(path, "rb") as fh:
+            data = fh.read()
+    except OSError:
+        skipped["unreadable"] += 1
+        return None
+    if b"\x00" in data[:8192]:
+        skipped["binary"] += 1
+        return None
+    try:
+        return data.decode("utf-8")
+    except UnicodeDecodeError:
+        skipped["binary"] += 1
+        return None
+
+
+def load_context(source: Any = None) -> Context:
+    """Turn what the user gave into a :class:`Context`.
+
+    Args:
+        source: a folder path (codebase), a file path (``.json`` → parsed, ``.jsonl`` → list
+            of parsed lines, anything else → text), or a Python str/list/dict used as is.
+            ``None`` gives an empty string.
+
+    Raises:
+        FileNotFoundError: a path that does not exist.
+        ValueError: a JSON/JSONL file that does not parse (with the line number).
+    """
+    if source is None:
+        return Context(value="", kind="text")
+    if isinstance(source, Path):
+        return _load_path(source)
+    if isinstance(source, str):
+        return Context(value=source, kind="text")
+    if isinstance(source, dict):
+        return Context(value=source, kind="dict")
+    if isinstance(source, list | tuple):
+        return Context(value=list(source), kind="list")
+    raise TypeError(f"context must be a str, list, dict or Path, not {type(source).__name__}")
+
+
+def _load_path(path: Path) -> Context:
+    path = path.expanduser()
+    if path.is_dir():
+        return load_codebase(path)
+    if not path.exists():
+        raise FileNotFoundError(f"context path does not exist: {path}")
+    text = path.read_text(encoding="utf-8", errors="replace")
+    if path.suffix == ".json":
+        try:
+            value = json.loads(text)
+        except json.JSONDecodeError as exc:
+            raise ValueError(f"{path}: not valid JSON: {exc}") from exc
+        kind = "dict" if isinstance(value, dict) else "list" if isinstance(value, list) else "text"
+        return Context(value=value if kind != "text" else str(value), kind=kind, source=str(path))
+    if path.suffix == ".jsonl":
+        items = []
+        for n, line in enumerate(text.splitlines(), 1):
+            if line.strip():
+                try:
+                    items.append(json.loads(line))
+                except json.JSONDecodeError as exc:
+                    raise ValueError(f"{path}:{n}: not valid JSON: {exc}") from exc
+        return Context(value=items, kind="list", source=str(path))
+    return Context(value=text, kind="text", source=str(path))

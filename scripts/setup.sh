@@ -1,0 +1,31 @@
+#!/usr/bin/env bash
+# Install rlmd into ./.venv with the local-model runtime, on a fresh Debian machine.
+# Usage: scripts/setup.sh [extras]   (default extras: local,dev)
+# Idempotent: re-running reuses the venv and pip's wheel cache (llama-cpp-python builds
+# from source once, ~5 min on 2 cores; later installs take seconds).
+set -euo pipefail
+cd "$(dirname "$0")/.."
+EXTRAS="${1:-local,dev}"
+PY="${PYTHON:-python3}"
+
+need_apt=()
+command -v cmake >/dev/null || need_apt+=(cmake)
+command -v g++ >/dev/null || need_apt+=(build-essential)
+"$PY" -c "import venv, ensurepip" 2>/dev/null || need_apt+=(python3-venv)
+if ((${#need_apt[@]})); then
+  if [ "$(id -u)" = 0 ]; then
+    apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq "${need_apt[@]}"
+  else
+    echo "setup: please install: ${need_apt[*]} (apt-get install ${need_apt[*]})" >&2; exit 2
+  fi
+fi
+
+if [ ! -x .venv/bin/python ]; then
+  "$PY" -m venv .venv
+fi
+.venv/bin/python -m pip install -q --upgrade pip 2>&1 | grep -v '^WARNING: Location' || true
+# Two build threads for llama.cpp; native CPU flags (built here, for here).
+CMAKE_BUILD_PARALLEL_LEVEL="${CMAKE_BUILD_PARALLEL_LEVEL:-2}" \
+  .venv/bin/python -m pip install -q -e ".[${EXTRAS}]" 2>&1 | grep -v '^WARNING: Location' || true
+.venv/bin/rlmd --help >/dev/null
+echo "setup: rlmd installed in $(pwd)/.venv (extras: ${EXTRAS})" >&2

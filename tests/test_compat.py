@@ -1,0 +1,76 @@
+"""`from rlmd import RLM`: the rlms-compatible Python API."""
+
+from __future__ import annotations
+
+import asyncio
+
+from conftest import repl, turn_of
+
+from rlmd import RLM
+from rlmd.store import Store
+
+
+def test_completion_returns_response_and_usage_and_records(rlmd_home):
+    def model(messages):
+        if turn_of(messages) == 0:
+            return repl("words = context.split()\nprint(len(words))")
+        return repl("FINAL(len(words))")
+
+    rlm = RLM(backend="scripted", backend_kwargs={"model_name": "s", "callable": model}, max_iterations=5)
+    try:
+        result = rlm.completion("one two three four", root_prompt="How many words?")
+    finally:
+        rlm.close()
+    assert result.response == "4"
+    assert result.status == "completed"
+    assert result.usage_summary.model_usage_summaries["root"].total_calls == 2
+    assert result.usage_summary.total_input_tokens > 0
+    assert result.execution_time > 0
+    run = Store(rlmd_home / "rlmd.db").get_run(result.run_id)
+    assert run["question"] == "How many words?" and run["answer"] == "4"
+
+
+def test_persistent_keeps_variables_across_completions():
+    def model(messages):
+        question = messages[1]["content"]
+        if "first" in question:
+            return repl("memo = context.upper()\nFINAL(memo)")
+        return repl("FINAL(memo + '+' + context)")
+
+    with RLM(backend="scripted", backend_kwargs={"model_name": "s", "callable": model},
+             environment="local", persistent=True) as rlm:
+        a = rlm.completion("abc", root_prompt="first: look at context")
+        b = rlm.completion("xyz", root_prompt="second: combine")
+    assert a.response == "ABC"
+    assert b.response == "ABC+xyz"
+
+
+def test_works_inside_a_running_event_loop():
+    def model(messages):
+        return repl("FINAL(len(context))")
+
+    async def inside():
+        with RLM(backend="scripted", backend_kwargs={"model_name": "s", "callable": model}) as rlm:
+            return rlm.completion("12345").response
+
+    assert asyncio.run(inside()) == "5"
+
+
+def test_other_backends_route_subcalls_and_keys_never_recorded(rlmd_home):
+    key = "sk-test-SECRETVALUE1234567890"
+
+    def root(messages):
+        if turn_of(messages) == 0:
+            return repl("print(llm_query('hi'))")
+        return repl("FINAL('ok')")
+
+    rlm = RLM(
+        backend="scripted", backend_kwargs={"model_name": "r", "callable": root, "api_key": key},
+        other_backends=["scripted"], other_backend_kwargs=[{"model_name": "s", "callable": lambda m: "from sub"}],
+    )
+    try:
+        result = rlm.completion("ctx", root_prompt="q")
+    finally:
+        rlm.close()
+    assert result.usage_summary.model_usage_summaries["sub"].total_calls == 1
+    assert key.encode() not in (rlmd_home / "rlmd.db").read_bytes()

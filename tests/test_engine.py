@@ -1,0 +1,433 @@
+"""The RLM loop end to end with scripted models and the real subprocess REPL."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+
+import pytest
+from conftest import last_user, question_of, repl, scripted_registry, turn_of
+
+from rlmd.engine import Budget, RunConfig, run_task
+from rlmd.store import Store
+
+
+def config(**kw) -> RunConfig:
+    budget = Budget(**kw.pop("budget", {}))
+    return RunConfig(root_model=kw.pop("root_model", "root"), sub_model=kw.pop("sub_model", "sub"), budget=budget, **kw)
+
+
+async def go(registry, question, context, cfg, store=None):
+    sinks = (store.record,) if store else ()
+    try:
+        return await run_task(question, context, cfg, get_model=registry.get, sinks=sinks)
+    finally:
+        await registry.aclose()
+
+
+def msgs_of(store: Store, run_id: str, kind: str):
+    return [n for n in store.nodes(run_id) if n["kind"] == kind]
+
+
+async def test_code_runs_and_final_answers_with_evaluated_value(tmp_path):
+    seen = []
+
+    def root(messages):
+        seen.append(messages)
+        if turn_of(messages) == 0:
+            return repl("n = len(context.splitlines())\nprint('lines', n)")
+        return "```python\nFINAL(n * 2)\n```"
+
+    store = Store(tmp_path / "db.sqlite")
+    result = await go(scripted_registry(root=root, sub=root), "How many lines?", "a\nb\nc", config(), store)
+    assert result.status == "completed"
+    assert result.answer == "6" and result.answer_source == "final"
+    assert result.iterations == 2
+    # the root prompt has metadata, never the content itself
+    first_user = seen[0][1]["content"]
+    assert '"chars": 5' in first_user and "a\nb\nc" not in first_user
+    # the second turn saw the cell's output
+    assert "lines 3" in last_user(seen[1])
+    run = store.get_run(result.run_id)
+    assert run["status"] == "completed" and run["answer"] == "6"
+    cells = msgs_of(store, result.run_id, "cell")
+    assert [json.loads(c["data"])["stdout"] if isinstance(c["data"], str) else c["data"]["stdout"] for c in cells][0] == "lines 3\n"
+
+
+async def test_answer_before_any_code_is_refused_once():
+    def root(messages):
+        t = turn_of(messages)
+        if t == 0:
+            return "The answer is clearly\nFINAL(42)"
+        if t == 1:
+            assert "not accepted" in last_user(messages)
+            return repl("FINAL(context.count('x'))")
+        raise AssertionError("no third turn expected")
+
+    result = await go(scripted_registry(root=root, sub=root), "count x", "xxx", config())
+    assert result.status == "completed" and result.answer == "3"
+
+
+async def test_literal_final_in_first_cell_is_refused_then_prose_accepted_after_code():
+    def root(messages):
+        t = turn_of(messages)
+        if t == 0:
+            return repl('FINAL("a guess")')
+        if t == 1:
+            assert "not accepted" in last_user(messages)
+            return repl("print(context.upper())")
+        return "Done.\nFINAL(HELLO)"
+
+    result = await go(scripted_registry(root=root, sub=root), "upper?", "hello", config())
+    assert result.status == "completed"
+    assert (result.answer, result.answer_source) == ("HELLO", "prose")
+
+
+async def test_refusal_can_be_switched_off():
+    result = await go(scripted_registry(root=lambda m: "FINAL(7)", sub=lambda m: ""), "q", "ctx",
+                      config(refuse_early_answer=False))
+    assert (result.status, result.answer) == ("completed", "7")
+
+
+async def test_final_var_and_show_vars():
+    def root(messages):
+        if turn_of(messages) == 0:
+            return repl("total = sum(int(x) for x in context.split(','))\nprint(SHOW_VARS())")
+        assert "total" in last_user(messages)
+        return repl('FINAL_VAR("total")')
+
+    result = await go(scripted_registry(root=root, sub=root), "sum", "1,2,3", config())
+    assert (result.answer, result.answer_source) == ("6", "final_var")
+
+
+async def test_no_code_block_gets_told_and_continues():
+    def root(messages):
+        if turn_of(messages) == 0:
+            return "I think I should look at the data."
+        assert "no ```repl block" in last_user(messages)
+        return repl("FINAL(len(context))")
+
+    result = await go(scripted_registry(root=root, sub=root), "len", "abcd", config())
+    assert result.answer == "4"
+
+
+async def test_llm_query_and_batched_with_one_failing_slot(tmp_path):
+    sub_prompts = []
+
+    def sub(messages):
+        sub_prompts.append(last_user(messages))
+        return "SUB:" + last_user(messages)[:5]
+
+    def root(messages):
+        if turn_of(messages) == 0:
+            return repl(
+                "a = llm_query('hello there')\n"
+                "big = 'word ' * 5000\n"
+                "b = llm_query_batched(['one', big, 'three'])\n"
+                "print(a)\nprint(b[0]); print(b[1][:80]); print(b[2])"
+            )
+        return repl("FINAL('ok')")
+
+    store = Store(tmp_path / "db.sqlite")
+    reg = scripted_registry(root=root, sub={"callable": sub, "context_window": 2000, "max_output_tokens": 200})
+    result = await go(reg, "q", "ctx", config(), store)
+    assert result.status == "completed"
+    cell = json.loads(msgs_of(store, result.run_id, "cell")[0]["data"]) if isinstance(
+        msgs_of(store, result.run_id, "cell")[0]["data"], str) else msgs_of(store, result.run_id, "cell")[0]["data"]
+    out = cell["stdout"].splitlines()
+    assert out[0] == "SUB:hello"
+    assert out[1] == "SUB:one"
+    assert out[2].startswith("Error: prompt too large for model 'sub'")
+    assert out[3] == "SUB:three"
+    assert sorted(sub_prompts) == ["hello there", "one", "three"]  # the oversized one never reached the model
+    assert result.usage["by_model"]["sub"]["calls"] == 3
+
+
+async def test_oversized_llm_query_raises_clear_error_in_repl():
+    def root(messages):
+        if turn_of(messages) == 0:
+            return repl("try:\n    llm_query('x ' * 50000)\nexcept Exception as e:\n    print('ERR', e)")
+        return repl("FINAL('done')")
+
+    seen = []
+
+    def root_wrap(messages):
+        seen.append(messages)
+        return root(messages)
+
+    reg = scripted_registry(root=root_wrap, sub={"callable": lambda m: "never", "context_window": 4096})
+    result = await go(reg, "q", "ctx", config())
+    feedback = last_user(seen[1])
+    assert "ERR prompt too large for model 'sub'" in feedback
+    assert "4,096-token window" in feedback and "rlm_query" in feedback
+    assert result.status == "completed"
+
+
+async def test_reserved_names_restored_and_model_told():
+    seen = []
+
+    def root(messages):
+        seen.append(messages)
+        t = turn_of(messages)
+        if t == 0:
+            return repl("context = 'mine'\ndel llm_query\nFINAL = None")
+        if t == 1:
+            return repl("print(context[:5], callable(llm_query), callable(FINAL))")
+        return repl("FINAL('x')")
+
+    result = await go(scripted_registry(root=root, sub=root), "q", "original context", config())
+    fb = last_user(seen[1])
+    assert "Restored reserved names" in fb and "context" in fb and "llm_query" in fb and "FINAL" in fb
+    assert "origi True True" in last_user(seen[2])
+    assert result.status == "completed"
+
+
+async def test_cell_timeout_restarts_kernel_and_tells_state_lost():
+    seen = []
+
+    def root(messages):
+        seen.append(messages)
+        t = turn_of(messages)
+        if t == 0:
+            return repl("keep = 123\nprint('set')")
+        if t == 1:
+            return repl("while True:\n    pass")
+        return repl("print('alive', 'keep' in globals(), len(context))\nFINAL('end')")
+
+    result = await go(scripted_registry(root=root, sub=root), "q", "abc",
+                      config(budget={"cell_timeout_s": 1.0}))
+    fb = last_user(seen[2])
+    assert "timed out" in fb and "keep" in fb
+    assert result.status == "completed"
+
+
+async def test_sys_exit_in_cell_ends_cell_not_run(tmp_path):
+    seen = []
+
+    def root(messages):
+        seen.append(messages)
+        t = turn_of(messages)
+        if t == 0:
+            return repl("x = 5\nimport sys\nsys.exit(3)")
+        return repl("FINAL(x + len(context))")
+
+    result = await go(scripted_registry(root=root, sub=root), "q", "ab", config())
+    assert "SystemExit" in last_user(seen[1])
+    assert result.answer == "7"
+
+
+async def test_output_capped_for_model_but_stored_in_full(tmp_path):
+    seen = []
+
+    def root(messages):
+        seen.append(messages)
+        if turn_of(messages) == 0:
+            return repl("print('A' * 30000 + 'TAILMARK')")
+        return repl("FINAL('ok')")
+
+    store = Store(tmp_path / "db.sqlite")
+    result = await go(scripted_registry(root=root, sub=root), "q", "c", config(output_cap=1000), store)
+    fb = last_user(seen[1])
+    assert "characters cut" in fb and "TAILMARK" in fb and len(fb) < 3000
+    cell = msgs_of(store, result.run_id, "cell")[0]["data"]
+    cell = json.loads(cell) if isinstance(cell, str) else cell
+    assert len(cell["stdout"]) == 30000 + len("TAILMARK") + 1
+
+
+async def test_codebase_helpers_and_metadata(codebase):
+    seen = []
+
+    def root(messages):
+        seen.append(messages)
+        if turn_of(messages) == 0:
+            return repl(
+                "print(list_files('*.py'))\n"
+                "print(grep(r'class \\w+'))\n"
+                "print(read_file('pkg/util.py'))"
+            )
+        return repl("FINAL(grep(r'class Engine')[0].split(':')[0])")
+
+    result = await go(scripted_registry(root=root, sub=root), "Where is Engine defined?", codebase, config())
+    first = seen[0][1]["content"]
+    assert '"files": 5' in first  # README, .gitignore and pkg/*.py; build/, *.log and the binary are skipped
+    assert '"binary": 1' in first
+    out = last_user(seen[1])
+    assert "'pkg/__init__.py', 'pkg/core.py', 'pkg/util.py'" in out
+    assert "pkg/core.py:1:class Engine:" in out
+    assert "1| def helper2():" in out or "1|def helper2():" in out
+    assert result.answer == "pkg/core.py"
+
+
+async def test_user_tools_root_and_sub_separately():
+    calls = []
+
+    def lookup(key, default=None):
+        calls.append(key)
+        return {"a": 1}.get(key, default)
+
+    def root(messages):
+        if turn_of(messages) == 0:
+            return repl("print(lookup('a'), LIMIT)\nprint(rlm_query('child task', context='c'))")
+        return repl("FINAL('fin')")
+
+    def sub(messages):
+        if turn_of(messages) == 0:
+            return repl("print('lookup' in globals(), 'LIMIT' in globals())")
+        return repl("FINAL('child done')")
+
+    cfg = config(tools={"lookup": lookup, "LIMIT": 10}, sub_tools={})
+    seen_root = []
+    reg = scripted_registry(root=lambda m: (seen_root.append(m), root(m))[1], sub=sub)
+    result = await go(reg, "q", "ctx", cfg)
+    assert calls == ["a"]
+    assert "1 10" in last_user(seen_root[1]) and "child done" in last_user(seen_root[1])
+    assert result.status == "completed"
+
+
+def test_tool_named_like_reserved_helper_is_rejected():
+    with pytest.raises(ValueError, match="reserved"):
+        config(tools={"llm_query": print}).validate_tools()
+    with pytest.raises(ValueError, match="reserved"):
+        config(sub_tools={"context": 1}).validate_tools()
+
+
+async def test_recursion_to_depth_3_usage_summed_over_tree(tmp_path):
+    """Root (depth 0) → child (1) → grandchild (2) → plain call at depth 3 (max_depth=3)."""
+
+    def model(messages):
+        q = question_of(messages)
+        level = q.count(">")
+        if turn_of(messages) == 0 and messages[0]["role"] == "system":
+            return repl(f"r = rlm_query('{'>' * (level + 1)} go deeper', context='level {level + 1}')\nprint(r)")
+        if messages[0]["role"] != "system":  # the plain sub-call at max depth
+            return "leaf"
+        return repl("FINAL(f'{len(context)}:' + r)")
+
+    store = Store(tmp_path / "db.sqlite")
+    reg = scripted_registry(root=model, sub=model)
+    result = await go(reg, "start", "level 0", config(budget={"max_depth": 3}), store)
+    assert result.status == "completed"
+    assert result.answer == "7:7:7:leaf"
+    by_depth = result.usage["by_depth"]
+    assert set(by_depth) == {"0", "1", "2", "3"}
+    assert by_depth["3"]["calls"] == 1
+    assert result.usage["total"]["calls"] == sum(d["calls"] for d in by_depth.values()) == 7
+    tree = store.tree(result.run_id)
+    depths = []
+
+    def walk(run):
+        depths.append(run["depth"])
+        stack = list(run.get("nodes", []))
+        while stack:
+            n = stack.pop()
+            for child in n.get("runs", []):
+                walk(child)
+            stack.extend(n.get("children", []))
+
+    walk(tree)
+    assert sorted(depths) == [0, 1, 2]
+
+
+async def test_child_draws_on_parent_budget_not_a_fresh_one():
+    """max_subcalls=2 for the whole tree: the child's own sub-calls exhaust it."""
+
+    def model(messages):
+        q = question_of(messages)
+        if messages[0]["role"] != "system":
+            return "leaf"
+        if q == "child":
+            if turn_of(messages) == 0:
+                return repl("print(llm_query('a'))\nprint(llm_query('b'))")
+            return repl("FINAL('child done')")
+        if turn_of(messages) == 0:
+            return repl("print(rlm_query('child', context='x'))")
+        return repl("FINAL('root done')")
+
+    result = await go(scripted_registry(root=model, sub=model), "root", "ctx",
+                      config(budget={"max_subcalls": 2, "max_depth": 2}))
+    assert result.status == "max_subcalls"
+    assert "sub-call budget used up" in result.error
+
+
+@pytest.mark.parametrize(
+    "budget, price, status",
+    [
+        ({"max_iterations": 2}, 0.0, "max_iterations"),
+        ({"max_tokens": 200}, 0.0, "max_tokens"),
+        ({"max_usd": 0.001}, 10.0, "max_usd"),
+        ({"max_consecutive_errors": 2}, 0.0, "max_errors"),
+        ({"max_seconds": 1.5}, 0.0, "max_time"),
+    ],
+)
+async def test_every_budget_kind_ends_the_run_with_its_status_and_marked_answer(budget, price, status):
+    def root(messages):
+        if messages[0]["content"].startswith("A task stopped"):
+            return "best effort answer"
+        if "max_seconds" in budget:
+            import time
+
+            time.sleep(0.6)
+        if "max_consecutive_errors" in budget:
+            return repl("1 / 0")
+        return repl("print(len(context) * 'word ')")
+
+    reg = scripted_registry(root={"callable": root, "price_input": price, "price_output": price})
+    result = await go(reg, "q", "some context " * 10, config(sub_model="root", budget=budget))
+    assert result.status == status
+    assert result.answer == "best effort answer"
+    assert result.answer_source == "extraction"
+    assert result.usage["by_model"]["root"]["calls"] >= 2
+
+
+async def test_max_subcalls_budget_is_checked_before_each_subcall(tmp_path):
+    sub_calls = []
+
+    def sub(messages):
+        sub_calls.append(1)
+        return "s"
+
+    def root(messages):
+        if messages[0]["content"].startswith("A task stopped"):
+            return "partial"
+        return repl("for i in range(10):\n    print(llm_query(f'q{i}'))")
+
+    store = Store(tmp_path / "db.sqlite")
+    result = await go(scripted_registry(root=root, sub=sub), "q", "c", config(budget={"max_subcalls": 3}), store)
+    assert result.status == "max_subcalls"
+    assert len(sub_calls) == 3
+
+
+async def test_cancellation_records_cancelled(tmp_path):
+    def root(messages):
+        return repl("import time\ntime.sleep(30)")
+
+    store = Store(tmp_path / "db.sqlite")
+    reg = scripted_registry(root=root, sub=root)
+    task = asyncio.create_task(run_task("q", "c", config(), get_model=reg.get, sinks=(store.record,)))
+    await asyncio.sleep(1.0)
+    task.cancel()
+    with pytest.raises(asyncio.CancelledError):
+        await task
+    runs = store.list_runs()
+    assert runs[0]["status"] == "cancelled"
+
+
+async def test_history_compaction_keeps_full_history_in_repl():
+    seen = []
+
+    def root(messages):
+        seen.append(messages)
+        if messages[0]["content"].startswith("Summarise"):
+            return "SUMMARY: printed filler three times"
+        t = sum(1 for m in messages if m["role"] == "assistant")
+        if len(seen) >= 6:
+            return repl("FINAL(str(len(history)))")
+        return repl(f"print('filler {t} ' + 'z' * 900)")
+
+    reg = scripted_registry(root={"callable": root, "context_window": 2600, "max_output_tokens": 200})
+    result = await go(reg, "q", "c", config(sub_model="root", budget={"max_iterations": 10}))
+    assert result.status == "completed"
+    assert any(m[0]["content"].startswith("Summarise") for m in seen)
+    compacted = [m for m in seen if any("Summary of earlier turns" in x["content"] for x in m)]
+    assert compacted, "a root call after compaction sees the summary"
+    assert int(result.answer) > len(compacted[-1])  # history holds more than the compacted prompt

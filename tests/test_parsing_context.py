@@ -1,0 +1,129 @@
+"""Reply parsing, output capping, budgets and context loading: small deterministic units."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from rlmd.engine.budget import Budget, BudgetExhausted, Ledger
+from rlmd.engine.parsing import cap_output, cell_inspects, find_code_blocks, find_prose_final
+from rlmd.engine.usage import Usage
+from rlmd.workspace.context import load_codebase, load_context, summarise_tree
+
+
+def test_code_blocks_repl_and_python_fences_in_order_others_ignored():
+    text = "a\n```repl\nx = 1\n```\nb\n```python\ny = 2\n```\n```bash\nls\n```\n```\nplain\n```\n```py\nz=3\n```"
+    assert find_code_blocks(text) == ["x = 1\n", "y = 2\n", "z=3\n"]
+
+
+def test_unterminated_last_fence_still_runs_and_empty_blocks_dropped():
+    assert find_code_blocks("```repl\n\n```\n```repl\nprint(1)\nprint(") == ["print(1)\nprint(\n"]
+
+
+def test_prose_final_forms():
+    assert find_prose_final("so\nFINAL(42)") == ("final", "42")
+    assert find_prose_final("FINAL('quoted answer')") == ("final", "quoted answer")
+    assert find_prose_final("FINAL_VAR(result)") == ("final_var", "result")
+    assert find_prose_final('FINAL_VAR("result")') == ("final_var", "result")
+    assert find_prose_final("I will call FINAL later") is None
+
+
+def test_cell_inspects():
+    assert not cell_inspects('FINAL("guess")')
+    assert not cell_inspects("FINAL_VAR('x')")
+    assert cell_inspects("FINAL(len(context))")
+    assert cell_inspects("x = 1\nFINAL(x)")
+    assert cell_inspects("FINAL(grep('a'))")
+    assert cell_inspects("this is ( not python")
+
+
+def test_cap_output_keeps_head_and_tail_and_says_so():
+    text = "H" * 500 + "M" * 10_000 + "T" * 500
+    capped = cap_output(text, 1000)
+    assert capped.startswith("H" * 500) and capped.endswith("T" * 400)
+    assert "10,000 characters cut" in capped and "1,000 characters per cell" in capped
+    assert cap_output("short", 1000) == "short"
+
+
+def test_ledger_checks_each_limit():
+    led = Ledger(Budget(max_tokens=100, max_usd=1.0, max_subcalls=1))
+    led.check()
+    led.spend(100, 0.0)
+    with pytest.raises(BudgetExhausted) as info:
+        led.check()
+    assert info.value.status == "max_tokens"
+    # the first exhausted limit sticks for the whole tree
+    led.tokens = 0
+    with pytest.raises(BudgetExhausted):
+        led.check()
+    led2 = Ledger(Budget(max_subcalls=1))
+    led2.check(subcall=True)
+    led2.subcalls = 1
+    led2.check()  # not a sub-call: fine
+    with pytest.raises(BudgetExhausted, match="sub-call budget"):
+        led2.check(subcall=True)
+
+
+def test_budget_rejects_nonsense():
+    with pytest.raises(ValueError):
+        Budget(max_iterations=0)
+    with pytest.raises(ValueError):
+        Budget(max_tokens=-1)
+
+
+def test_usage_rolls_up_to_ancestors():
+    root = Usage()
+    child = Usage(parent=root)
+    root.record("big", 0, 100, 10, 0.01)
+    child.record("small", 1, 50, 5, 0.001)
+    d = root.to_dict()
+    assert d["total"]["calls"] == 2 and d["total"]["total_tokens"] == 165
+    assert set(d["by_model"]) == {"big", "small"} and set(d["by_depth"]) == {"0", "1"}
+    assert child.to_dict()["total"]["calls"] == 1
+
+
+def test_codebase_loader_honours_gitignore_binary_oversized(codebase):
+    (codebase / "pkg" / "big.txt").write_text("x" * 2_000_000)
+    (codebase / "pkg" / "latin1.txt").write_bytes("caf\xe9".encode("latin-1"))
+    (codebase / "sub").mkdir()
+    (codebase / "sub" / ".gitignore").write_text("secret.py\n")
+    (codebase / "sub" / "secret.py").write_text("x")
+    (codebase / "sub" / "ok.py").write_text("y")
+    (codebase / ".git").mkdir()
+    (codebase / ".git" / "config").write_text("z")
+    ctx = load_codebase(codebase)
+    assert list(ctx.value) == [
+        ".gitignore", "README.md", "pkg/__init__.py", "pkg/core.py", "pkg/util.py", "sub/.gitignore", "sub/ok.py",
+    ]
+    assert ctx.skipped["binary"] == 2 and ctx.skipped["oversized"] == 1
+    assert ctx.skipped["ignored"] == 4  # build/, debug.log, sub/secret.py, .git/
+    meta = ctx.metadata(lambda s: len(s) // 4)
+    assert meta["files"] == 7 and meta["kind"] == "codebase"
+    assert any(line.startswith("pkg/ (3 files)") for line in meta["tree"])
+
+
+def test_load_context_from_values_and_files(tmp_path):
+    assert load_context("abc").kind == "text"
+    assert load_context([1, 2]).kind == "list"
+    assert load_context({"a": "b"}).kind == "dict"
+    f = tmp_path / "d.jsonl"
+    f.write_text('{"a": 1}\n\n{"b": 2}\n')
+    assert load_context(f).value == [{"a": 1}, {"b": 2}]
+    bad = tmp_path / "bad.jsonl"
+    bad.write_text('{"a": 1}\n{oops\n')
+    with pytest.raises(ValueError, match="bad.jsonl:2"):
+        load_context(bad)
+    j = tmp_path / "d.json"
+    j.write_text(json.dumps({"k": "v"}))
+    assert load_context(j).kind == "dict"
+    with pytest.raises(FileNotFoundError):
+        load_context(tmp_path / "missing.txt")
+    with pytest.raises(TypeError):
+        load_context(3.5)
+
+
+def test_tree_summary_is_bounded():
+    paths = [f"d{i}/f{j}.py" for i in range(50) for j in range(2)]
+    lines = summarise_tree(paths, max_lines=10)
+    assert len(lines) == 10 and lines[-1].startswith("... ")

@@ -1,0 +1,652 @@
+"""Tests for the trajectory store (rlmd/store): recording, queries, export, crash recovery."""
+
+from __future__ import annotations
+
+import json
+import multiprocessing
+import os
+import sqlite3
+import sys
+import types
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from rlmd.engine.events import Event, new_id
+from rlmd.store import SCHEMA_VERSION, Store, StoreVersionError, export_run, tree_from_jsonl
+
+# -- a synthetic engine ----------------------------------------------------------------------
+
+
+class Emitter:
+    """Emits the events of one run the way the engine does."""
+
+    def __init__(self, sink: Any, run_id: str | None = None, depth: int = 0) -> None:
+        self.sink = sink
+        self.run_id = run_id or new_id()
+        self.depth = depth
+        self.t = 1_700_000_000.0 + depth * 100
+
+    def emit(
+        self, kind: str, node_id: str | None = None, parent_id: str | None = None, **data: Any
+    ) -> None:
+        self.t += 1.0
+        self.sink(Event(kind, self.run_id, self.depth, node_id, parent_id, data, ts=self.t))
+
+    def start(
+        self, question: str, *, parent: Emitter | None = None, cell: str | None = None, **extra: Any
+    ) -> None:
+        data = {
+            "question": question,
+            "context": {"type": "str", "chars": 1000},
+            "models": {
+                "root": {"name": "root-m", "provider": "scripted"},
+                "sub": {"name": "sub-m"},
+            },
+            "sandbox": {"kind": "inprocess", "isolation": None},
+            "budget": {"max_iterations": 10},
+            "parent_run_id": parent.run_id if parent else None,
+            "parent_node_id": cell,
+            "root_run_id": None,
+        }
+        self.emit("run.started", **{**data, **extra})
+
+    def iteration(self, index: int) -> str:
+        node = new_id()
+        self.emit("iteration.started", node, None, index=index)
+        return node
+
+    def call(
+        self, parent: str, role: str, messages: list[dict], response: str, tin: int, tout: int
+    ) -> str:
+        node = new_id()
+        base = {
+            "role": role,
+            "model": "root-m" if role == "root" else "sub-m",
+            "messages": messages,
+        }
+        self.emit("model_call.started", node, parent, **base)
+        self.emit(
+            "model_call.finished",
+            node,
+            parent,
+            **base,
+            response=response,
+            input_tokens=tin,
+            output_tokens=tout,
+            latency_s=0.5,
+            cost_usd=tin * 1e-6 + tout * 2e-6,
+            finish_reason="stop",
+            error=None,
+        )
+        return node
+
+    def cell_start(self, it: str, index: int, code: str) -> str:
+        node = new_id()
+        self.emit("cell.started", node, it, index=index, code=code)
+        return node
+
+    def cell_finish(
+        self,
+        node: str,
+        it: str,
+        index: int,
+        code: str,
+        stdout: str = "",
+        error: str | None = None,
+        timed_out: bool = False,
+    ) -> None:
+        self.emit(
+            "cell.finished",
+            node,
+            it,
+            index=index,
+            code=code,
+            stdout=stdout,
+            stderr="",
+            error=error,
+            final=None,
+            variables=[{"name": "x", "type": "int", "size": None, "preview": "1"}],
+            restored=[],
+            duration_s=0.25,
+            timed_out=timed_out,
+            kernel_restarted=timed_out,
+            lost_variables=[],
+        )
+
+    def finish(
+        self,
+        status: str = "completed",
+        answer: str | None = None,
+        usage: dict | None = None,
+        error: str | None = None,
+    ) -> None:
+        self.emit(
+            "run.finished",
+            status=status,
+            answer=answer,
+            answer_source="final" if answer else None,
+            usage=usage,
+            error=error,
+        )
+
+
+USAGE = {
+    "total": {"input_tokens": 430, "output_tokens": 86, "calls": 6, "cost_usd": 0.000602},
+    "by_model": {
+        "root-m": {"input_tokens": 380, "output_tokens": 76, "calls": 5, "cost_usd": 0.000532},
+        "sub-m": {"input_tokens": 50, "output_tokens": 10, "calls": 1, "cost_usd": 0.00007},
+    },
+    "by_depth": {
+        "0": {"input_tokens": 250, "output_tokens": 50, "calls": 3, "cost_usd": 0.00035},
+        "1": {"input_tokens": 100, "output_tokens": 20, "calls": 2, "cost_usd": 0.00014},
+        "2": {"input_tokens": 80, "output_tokens": 16, "calls": 1, "cost_usd": 0.000112},
+    },
+    "wall_time_s": 12.5,
+}
+
+
+def record_three_depths(store: Store) -> dict[str, str]:
+    """A root run with 2 iterations; iteration 2's cell starts a child run whose cell starts a
+    grandchild. Returns the ids by name."""
+    ids: dict[str, str] = {}
+    root = Emitter(store.record)
+    ids["root"] = root.run_id
+    root.start("How many zebras are in the context?", workspace="/proj")
+    sys_msgs = [
+        {"role": "system", "content": "You are an RLM."},
+        {"role": "user", "content": "question"},
+    ]
+    # iteration 1: root call, a cell with a sub-call, a cell with an error
+    it1 = ids["it1"] = root.iteration(0)
+    ids["call1"] = root.call(it1, "root", sys_msgs, "```repl\nprint(llm_query('x'))\n```", 100, 20)
+    c1 = ids["cell1"] = root.cell_start(it1, 0, "print(llm_query('count the zebras'))")
+    ids["sub1"] = root.call(
+        c1, "sub", [{"role": "user", "content": "count the zebras"}], "three", 50, 10
+    )
+    root.cell_finish(
+        c1, it1, 0, "print(llm_query('count the zebras'))", stdout="the answer is three zebras\n"
+    )
+    c2 = ids["cell2"] = root.cell_start(it1, 1, "print(undefined_name)")
+    root.cell_finish(
+        c2,
+        it1,
+        1,
+        "print(undefined_name)",
+        error="Traceback (most recent call last):\nNameError: name 'undefined_name' is not defined",
+    )
+    # iteration 2: root call, a cell that calls rlm_query -> child run (depth 1)
+    it2 = ids["it2"] = root.iteration(1)
+    ids["call2"] = root.call(
+        it2,
+        "root",
+        [{"role": "user", "content": "output: ..."}],
+        "```repl\nrlm_query('q')\n```",
+        150,
+        30,
+    )
+    c3 = ids["cell3"] = root.cell_start(it2, 0, "print(rlm_query('sub question'))")
+
+    child = Emitter(store.record, depth=1)
+    ids["child"] = child.run_id
+    child.start("sub question", parent=root, cell=c3, root_run_id=root.run_id)
+    cit = ids["child_it"] = child.iteration(0)
+    child.call(cit, "root", sys_msgs, "```repl\nrlm_query('deeper')\n```", 100, 20)
+    cc = ids["child_cell"] = child.cell_start(cit, 0, "print(rlm_query('deeper'))")
+
+    grand = Emitter(store.record, depth=2)
+    ids["grand"] = grand.run_id
+    grand.start("deeper question", parent=child, cell=cc, root_run_id=root.run_id)
+    git = grand.iteration(0)
+    grand.call(git, "root", sys_msgs, "```repl\nFINAL('42')\n```", 80, 16)
+    gc = grand.cell_start(git, 0, "FINAL('42')")
+    grand.cell_finish(gc, git, 0, "FINAL('42')")
+    grand.finish(answer="42")
+
+    child.cell_finish(cc, cit, 0, "print(rlm_query('deeper'))", stdout="42\n")
+    child.finish(answer="42 from child")
+
+    root.cell_finish(c3, it2, 0, "print(rlm_query('sub question'))", stdout="42 from child\n")
+    ids["compaction"] = new_id()
+    root.emit("compaction", ids["compaction"], it2, summarised_messages=4, summary="short summary")
+    root.finish(answer="42", usage=USAGE)
+    return ids
+
+
+# -- fixtures --------------------------------------------------------------------------------
+
+
+@pytest.fixture
+def store(tmp_path: Path):
+    s = Store(tmp_path / "rlmd.db")
+    yield s
+    s.close()
+
+
+def walk(node: dict) -> list[dict]:
+    out = [node]
+    for child in node.get("children", []):
+        out.extend(walk(child))
+    return out
+
+
+# -- recording and the tree ------------------------------------------------------------------
+
+
+def test_three_depth_tree_shape_counters_statuses(store: Store) -> None:
+    ids = record_three_depths(store)
+    assert store.errors == [] and not store.anomalies
+
+    tree = store.tree(ids["root"])
+    assert tree["depth"] == 0 and tree["status"] == "completed" and tree["answer"] == "42"
+    assert [n["id"] for n in tree["nodes"]] == [ids["it1"], ids["it2"]]
+    it1, it2 = tree["nodes"]
+    assert [n["kind"] for n in it1["children"]] == ["model_call", "cell", "cell"]
+    assert [n["kind"] for n in it2["children"]] == ["model_call", "cell", "compaction"]
+    cell1 = it1["children"][1]
+    assert [n["id"] for n in cell1["children"]] == [ids["sub1"]]
+    assert cell1["children"][0]["role"] == "sub"
+    assert cell1["data"]["stdout"] == "the answer is three zebras\n"
+    assert cell1["data"]["variables"][0]["name"] == "x"
+
+    # child run nested under the cell that started it, grandchild under the child's cell
+    cell3 = it2["children"][1]
+    assert cell3["id"] == ids["cell3"]
+    assert [r["id"] for r in cell3["runs"]] == [ids["child"]]
+    child = cell3["runs"][0]
+    assert (
+        child["depth"] == 1
+        and child["answer"] == "42 from child"
+        and child["root_run_id"] == ids["root"]
+    )
+    child_cell = child["nodes"][0]["children"][1]
+    assert child_cell["id"] == ids["child_cell"]
+    grand = child_cell["runs"][0]
+    assert grand["id"] == ids["grand"] and grand["depth"] == 2 and grand["answer"] == "42"
+    assert grand["workspace"] == "/proj"  # inherited from the parent run
+    assert tree["runs"] == [] and child["runs"] == []
+
+    # statuses
+    assert it1["status"] == "ok" and it2["status"] == "ok"  # closed by the next iteration / run end
+    assert it2["finished_at"] is not None
+    assert it1["children"][2]["status"] == "error"
+    assert "NameError" in it1["children"][2]["data"]["error"]
+    assert (
+        it2["children"][2]["status"] == "ok"
+        and it2["children"][2]["data"]["summary"] == "short summary"
+    )
+    assert all(n["status"] != "running" for n in walk({"children": tree["nodes"]})[1:])
+
+    # counters: own model calls only; usage is the engine's tree total
+    run = store.get_run(ids["root"])
+    assert run["iterations"] == 2 and run["subcalls"] == 1
+    assert run["input_tokens"] == 100 + 50 + 150 and run["output_tokens"] == 20 + 10 + 30
+    assert run["cost_usd"] == pytest.approx(300e-6 + 60 * 2e-6)
+    assert run["usage"] == USAGE
+    assert run["root_model"] == "root-m" and run["sub_model"] == "sub-m"
+    assert run["context_meta"] == {"type": "str", "chars": 1000}
+    assert run["pid"] == os.getpid() and run["workspace"] == "/proj"
+    assert store.get_run(ids["child"])["iterations"] == 1
+
+    # node fields
+    call1 = it1["children"][0]
+    assert (
+        call1["input_tokens"] == 100 and call1["output_tokens"] == 20 and call1["latency_s"] == 0.5
+    )
+    assert call1["model"] == "root-m" and call1["data"]["response"].startswith("```repl")
+    nodes = store.nodes(ids["root"])
+    assert [n["seq"] for n in nodes] == list(range(len(nodes)))
+
+    # listing: only the root, with tree totals
+    runs = store.list_runs()
+    assert [r["id"] for r in runs] == [ids["root"]]
+    totals = runs[0]["tree"]
+    assert totals["runs"] == 3 and totals["max_depth"] == 2 and totals["iterations"] == 4
+    assert totals["input_tokens"] == 300 + 100 + 80
+    all_runs = store.list_runs(root_only=False)
+    assert {r["id"] for r in all_runs} == {ids["root"], ids["child"], ids["grand"]}
+    assert store.list_runs(status="running") == []
+    assert len(store.list_runs(status=["completed", "failed"])) == 1
+    assert store.list_runs(workspace="/elsewhere") == []
+    assert [r["id"] for r in store.list_runs(workspace="/proj")] == [ids["root"]]
+    assert [r["id"] for r in store.child_runs(ids["root"])] == [ids["child"]]
+
+
+def test_tree_of_a_child_run_is_its_subtree(store: Store) -> None:
+    ids = record_three_depths(store)
+    sub = store.tree(ids["child"])
+    assert sub["id"] == ids["child"]
+    assert sub["nodes"][0]["children"][1]["runs"][0]["id"] == ids["grand"]
+    with pytest.raises(KeyError):
+        store.tree("ffffffffffffffff")
+
+
+def test_list_runs_newest_first_and_paging(store: Store) -> None:
+    ids = []
+    for i in range(5):
+        e = Emitter(store.record)
+        e.t += i * 10
+        e.start(f"question {i}")
+        e.finish(answer=str(i))
+        ids.append(e.run_id)
+    assert [r["id"] for r in store.list_runs()] == ids[::-1]
+    assert [r["id"] for r in store.list_runs(limit=2, offset=1)] == ids[::-1][1:3]
+
+
+def test_sandbox_started_merges_into_run(store: Store) -> None:
+    e = Emitter(store.record)
+    e.start("q")
+    e.emit("sandbox.started", sandbox={"kind": "subprocess", "isolation": {"process": True}})
+    run = store.get_run(e.run_id)
+    assert run["sandbox"] == {"kind": "subprocess", "isolation": {"process": True}}
+    assert not store.anomalies
+
+
+# -- crash recovery --------------------------------------------------------------------------
+
+
+def _crashing_writer(path: str, run_id: str, cell_id: str) -> None:
+    """Records a run that never finishes, then the process exits."""
+    s = Store(path)
+    e = Emitter(s.record, run_id=run_id)
+    e.start("will crash")
+    it = e.iteration(0)
+    e.call(
+        it, "root", [{"role": "user", "content": "hello"}], "```repl\nwhile True: pass\n```", 10, 5
+    )
+    e.emit("cell.started", cell_id, it, index=0, code="while True: pass")
+    os._exit(0)  # no run.finished, no close
+
+
+def test_crash_mid_run_becomes_interrupted(tmp_path: Path) -> None:
+    path = str(tmp_path / "rlmd.db")
+    run_id, cell_id = new_id(), new_id()
+    proc = multiprocessing.get_context("spawn").Process(
+        target=_crashing_writer, args=(path, run_id, cell_id)
+    )
+    proc.start()
+    proc.join(60)
+    assert proc.exitcode == 0
+
+    live = Store(path)
+    alive = Emitter(live.record)
+    alive.start("still running here")  # recorded by this (living) process
+
+    s = Store(path, check_interrupted=True)
+    run = s.get_run(run_id)
+    assert run["status"] == "interrupted" and run["finished_at"] is not None
+    assert "ended before the run finished" in run["error"]
+    nodes = s.nodes(run_id)
+    assert [n["kind"] for n in nodes] == ["iteration", "model_call", "cell"]
+    assert (
+        nodes[1]["data"]["response"] == "```repl\nwhile True: pass\n```"
+        and nodes[1]["status"] == "ok"
+    )
+    assert nodes[2]["id"] == cell_id and nodes[2]["status"] == "error"
+    assert nodes[2]["data"]["code"] == "while True: pass"
+    assert s.get_run(alive.run_id)["status"] == "running"  # its pid is alive
+    assert s.mark_interrupted() == []
+    assert s.mark_interrupted(force=True) == [alive.run_id]
+    assert s.get_run(alive.run_id)["status"] == "interrupted"
+    s.close()
+    live.close()
+
+
+# -- growth, redaction -----------------------------------------------------------------------
+
+
+def _record_iterations(path: Path, n: int) -> Store:
+    s = Store(path)
+    e = Emitter(s.record)
+    e.start("grow")
+    for i in range(n):
+        it = e.iteration(i)
+        # only the messages new since the previous call, as the engine sends them
+        new = [{"role": "user", "content": f"output of iteration {i:03d}: " + "x" * 400}]
+        e.call(it, "root", new, f"```repl\nprint({i:03d})\n```" + "y" * 400, 1000 + i * 500, 100)
+        c = e.cell_start(it, 0, f"print({i:03d})" + "#" * 200)
+        e.cell_finish(c, it, 0, f"print({i:03d})" + "#" * 200, stdout=f"{i:03d} " * 1000)
+    e.finish(answer="done")
+    return s
+
+
+def _row_bytes(s: Store) -> int:
+    total = 0
+    for table in ("runs", "nodes"):
+        for row in s.db.execute(f"SELECT * FROM {table}").fetchall():
+            total += sum(len(str(v)) for v in row if v is not None)
+    return total
+
+
+def test_store_grows_linearly(tmp_path: Path) -> None:
+    base, one, many = (_record_iterations(tmp_path / f"{n}.db", n) for n in (0, 1, 30))
+    per_iteration = _row_bytes(one) - _row_bytes(base)
+    growth = _row_bytes(many) - _row_bytes(base)
+    assert 25 * per_iteration < growth < 32 * per_iteration  # quadratic would be ~15x more
+
+    for s in (base, one, many):
+        s.close()  # checkpoints the WAL into the file
+    size = {n: (tmp_path / f"{n}.db").stat().st_size for n in (0, 30)}
+    # file bytes (FTS index and page slack included) stay within a small factor of the payload
+    assert size[30] - size[0] < 3 * 30 * per_iteration
+
+
+def test_secrets_never_reach_the_file(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    secret = "s3cr3t-" + os.urandom(12).hex()
+    monkeypatch.setenv("FOO_API_KEY", secret)
+    try:
+        import rlmd.models.redact  # noqa: F401
+    except ImportError:  # the real module is not there yet: test the plumbing with a stand-in
+        fake = types.ModuleType("rlmd.models.redact")
+        fake.redact = lambda obj: json.loads(json.dumps(obj).replace(secret, "[REDACTED]"))
+        monkeypatch.setitem(sys.modules, "rlmd.models.redact", fake)
+    path = tmp_path / "rlmd.db"
+    s = Store(path)
+    e = Emitter(s.record)
+    e.start(f"use key {secret} please", budget={"key": secret})
+    it = e.iteration(0)
+    e.call(
+        it, "root", [{"role": "user", "content": f"the key is {secret}"}], f"I saw {secret}", 10, 5
+    )
+    c = e.cell_start(it, 0, f"print('{secret}')")
+    e.cell_finish(
+        c, it, 0, f"print('{secret}')", stdout=secret + "\n", error=f"ValueError: {secret}"
+    )
+    e.finish(answer=secret, error=f"failed with {secret}")
+    assert s.errors == []
+    assert "[REDACTED]" in s.get_run(e.run_id)["question"]
+    blobs = b"".join(p.read_bytes() for p in tmp_path.iterdir() if p.is_file())  # db, -wal, -shm
+    s.close()
+    blobs += b"".join(p.read_bytes() for p in tmp_path.iterdir() if p.is_file())
+    assert secret.encode() not in blobs
+    assert b"[REDACTED]" in blobs
+
+
+def test_missing_redact_module_falls_back_to_identity(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setitem(sys.modules, "rlmd.models.redact", None)  # import raises ImportError
+    with Store(tmp_path / "rlmd.db") as s:
+        e = Emitter(s.record)
+        e.start("plain question")
+        assert s.get_run(e.run_id)["question"] == "plain question"
+        assert s.errors == []
+
+
+# -- concurrency -----------------------------------------------------------------------------
+
+
+def _concurrent_writer(path: str, run_id: str, iterations: int, barrier: Any) -> None:
+    barrier.wait(30)
+    s = Store(path)  # both processes may create and migrate the file at the same moment
+    e = Emitter(s.record, run_id=run_id)
+    e.start(f"writer {run_id}")
+    for i in range(iterations):
+        it = e.iteration(i)
+        e.call(it, "root", [{"role": "user", "content": str(i)}], "r", 10, 1)
+        c = e.cell_start(it, 0, "pass")
+        e.cell_finish(c, it, 0, "pass", stdout=str(i))
+    e.finish(answer=run_id)
+    assert not s.errors, s.errors
+    s.close()
+
+
+def test_two_processes_write_concurrently(tmp_path: Path) -> None:
+    path = str(tmp_path / "shared.db")
+    ctx = multiprocessing.get_context("spawn")
+    barrier = ctx.Barrier(2)
+    run_ids = [new_id(), new_id()]
+    procs = [ctx.Process(target=_concurrent_writer, args=(path, r, 40, barrier)) for r in run_ids]
+    for p in procs:
+        p.start()
+    for p in procs:
+        p.join(120)
+    assert [p.exitcode for p in procs] == [0, 0]
+    with Store(path) as s:
+        for run_id in run_ids:
+            run = s.get_run(run_id)
+            assert run["status"] == "completed" and run["answer"] == run_id
+            assert run["iterations"] == 40 and run["input_tokens"] == 400
+            assert len(s.nodes(run_id)) == 40 * 3
+
+
+# -- lookup, search, export ------------------------------------------------------------------
+
+
+def test_prefix_lookup_and_ambiguity(store: Store) -> None:
+    for run_id in ("abc123000001", "abc123000002", "abd999000000"):
+        Emitter(store.record, run_id=run_id).start(f"question {run_id}")
+    assert store.get_run("abd")["id"] == "abd999000000"
+    assert store.get_run("abc123000002")["id"] == "abc123000002"
+    assert store.get_run("zzz") is None
+    with pytest.raises(ValueError) as err:
+        store.get_run("abc1")
+    assert "abc123000001" in str(err.value) and "abc123000002" in str(err.value)
+    with pytest.raises(ValueError):
+        store.get_run("")
+    assert store.get_run("a%") is None and store.get_run("ab_") is None  # no LIKE wildcards
+
+
+def test_full_text_search(store: Store) -> None:
+    ids = record_three_depths(store)
+    hits = store.search("zebras")
+    assert {(h["type"], h["field"]) for h in hits} == {("run", "question"), ("node", "code")}
+    assert hits[0]["run_id"] == ids["root"] and hits[0]["node_id"] is None
+    (stdout_hit,) = store.search("three")  # a word only in a cell's output
+    assert stdout_hit["field"] == "stdout" and stdout_hit["kind"] == "cell"
+    assert stdout_hit["node_id"] == ids["cell1"] and stdout_hit["root_run_id"] == ids["root"]
+    assert "three zebras" in stdout_hit["snippet"]
+    # a word only in a grandchild cell's code finds the grandchild and, via its tree, the root
+    assert any(h["run_id"] == ids["child"] for h in store.search("deeper"))
+    assert store.search("undefined_name")[0]["field"] in ("code", "error")
+    assert store.search("nonexistentword") == [] and store.search("  ") == []
+    assert store.search('NOT "unbalanced OR (') == []  # FTS syntax is quoted away, no error
+    assert [r["id"] for r in store.list_runs(search="undefined_name")] == [ids["root"]]
+    assert [r["id"] for r in store.list_runs(search="deeper", root_only=False)] != []
+    assert store.list_runs(search="nonexistentword") == []
+
+
+def test_fts_follows_updates(store: Store) -> None:
+    e = Emitter(store.record)
+    e.start("first")
+    it = e.iteration(0)
+    c = e.cell_start(it, 0, "print('aardvark')")
+    assert store.search("aardvark")[0]["node_id"] == c
+    e.cell_finish(c, it, 0, "print('aardvark')", stdout="pangolin\n")
+    assert {h["field"] for h in store.search("pangolin")} == {"stdout"}
+    assert (
+        store.db.execute("INSERT INTO nodes_fts(nodes_fts) VALUES('integrity-check')") is not None
+    )
+    assert store.db.execute("INSERT INTO runs_fts(runs_fts) VALUES('integrity-check')") is not None
+
+
+def test_export_round_trip(store: Store) -> None:
+    ids = record_three_depths(store)
+    tree = json.loads(json.dumps(store.tree(ids["root"])))
+
+    doc = json.loads(export_run(store, ids["root"], "json"))
+    assert doc["format"] == "rlmd-trajectory" and doc["version"] == 1
+    assert doc["run"] == tree
+
+    text = export_run(store, ids["root"][:14], fmt="jsonl")
+    lines = [json.loads(line) for line in text.splitlines()]
+    assert lines[0]["type"] == "export" and lines[0]["run_id"] == ids["root"]
+    assert sum(1 for r in lines if r["type"] == "run") == 3
+    node_count = sum(len(store.nodes(r)) for r in (ids["root"], ids["child"], ids["grand"]))
+    assert sum(1 for r in lines if r["type"] == "node") == node_count
+    assert all("children" not in r and "nodes" not in r for r in lines)
+    assert tree_from_jsonl(text) == tree
+
+    with pytest.raises(ValueError):
+        export_run(store, ids["root"], "xml")
+    with pytest.raises(KeyError):
+        export_run(store, "ffffffff", "json")
+
+
+# -- robustness ------------------------------------------------------------------------------
+
+
+def test_unknown_runs_and_odd_events_do_not_raise(store: Store) -> None:
+    store.record(Event("iteration.started", "ghost", 1, "n1", None, {"index": 0}))
+    store.record(Event("cell.finished", "ghost", 1, "n2", "n1", {"code": "x", "stdout": "boo"}))
+    store.record(
+        Event("model_call.finished", "ghost", 1, None, "n1", {"role": "sub", "input_tokens": 3})
+    )
+    store.record(Event("weird.kind.here", "ghost", 1))
+    store.record(Event("cell.started", "ghost", 1, "n3", "n1", None))  # type: ignore[arg-type]
+    store.record(Event("run.finished", "ghost2", 0, data={"status": "failed", "answer": {"x": 1}}))
+    store.record(Event("cell.started", "ghost", 1, "n4", "n1", {"code": object()}))
+    assert store.errors == []
+    assert store.anomalies["unknown_run"] == 2
+    assert store.anomalies["unknown_node"] == 2 and store.anomalies["missing_node_id"] == 1
+    assert store.anomalies["unknown_kind"] == 1
+    ghost = store.get_run("ghost")
+    assert ghost["status"] == "running" and ghost["iterations"] == 1 and ghost["subcalls"] == 1
+    assert ghost["input_tokens"] == 3
+    assert [n["kind"] for n in store.nodes("ghost")] == [
+        "iteration",
+        "cell",
+        "model_call",
+        "cell",
+        "cell",
+    ]
+    assert store.nodes("ghost")[1]["data"]["stdout"] == "boo"
+    assert store.get_run("ghost2")["answer"] == '{"x":1}'
+    # the late run.started fills in the placeholder
+    Emitter(store.record, run_id="ghost", depth=1).start("late start")
+    ghost = store.get_run("ghost")
+    assert ghost["question"] == "late start" and ghost["error"] is None and ghost["iterations"] == 1
+
+    store.close()
+    store.record(Event("run.started", "after-close", 0))  # closed store: counted, not raised
+    assert store.anomalies["error"] == 1 and store.errors
+
+
+def test_migrations_idempotent_and_newer_version_rejected(tmp_path: Path) -> None:
+    path = tmp_path / "rlmd.db"
+    with Store(path) as s:
+        e = Emitter(s.record)
+        e.start("persisted")
+        schema_sql = s.db.schema
+    for _ in range(2):
+        with Store(path) as s:
+            assert s.db.execute("PRAGMA user_version").fetchone()[0] == SCHEMA_VERSION
+            assert s.db.schema == schema_sql
+            assert s.db.journal_mode == "wal"
+            assert s.get_run(e.run_id)["question"] == "persisted"
+    conn = sqlite3.connect(path)
+    conn.execute(f"PRAGMA user_version = {SCHEMA_VERSION + 1}")
+    conn.commit()
+    conn.close()
+    with pytest.raises(StoreVersionError, match="newer|upgrade"):
+        Store(path)
+
+
+def test_memory_store_and_default_path(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    with Store(":memory:") as s:
+        Emitter(s.record).start("in memory")
+        assert len(s.list_runs()) == 1
+    monkeypatch.setenv("RLMD_HOME", str(tmp_path / "home"))
+    with Store() as s:
+        assert Path(s.path) == tmp_path / "home" / "rlmd.db"

@@ -1,0 +1,87 @@
+"""Tests for the rich renderables of rlmd.store.render."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from rich.console import Console
+from test_store import Emitter, record_three_depths
+
+from rlmd.store import Store
+from rlmd.store.render import (
+    fmt_cost,
+    fmt_duration,
+    fmt_tokens,
+    run_summary,
+    run_tree,
+    runs_table,
+    short_ids,
+)
+
+
+def text_of(renderable) -> str:
+    console = Console(record=True, width=160, color_system=None)
+    console.print(renderable)
+    return console.export_text()
+
+
+def test_formatters() -> None:
+    assert (
+        fmt_tokens(950) == "950"
+        and fmt_tokens(12_345) == "12.3k"
+        and fmt_tokens(4_100_000) == "4.1M"
+    )
+    assert fmt_cost(0) == "$0" and fmt_cost(1.5) == "$1.50" and fmt_cost(0.00042) == "$0.000420"
+    assert (
+        fmt_duration(None) == "-" and fmt_duration(3.21) == "3.2s" and fmt_duration(185) == "3m05s"
+    )
+    assert short_ids(["abcdef0001x", "abcdef0002y"]) == {
+        "abcdef0001x": "abcdef0001",
+        "abcdef0002y": "abcdef0002",
+    }
+
+
+def test_runs_table_tree_and_summary(tmp_path: Path) -> None:
+    with Store(tmp_path / "rlmd.db") as store:
+        ids = record_three_depths(store)
+        Emitter(store.record).start("a [bold]markup[/bold] question")  # still running
+        runs = store.list_runs()
+        table = text_of(runs_table(runs))
+        assert ids["root"][:8] in table and "completed" in table and "running" in table
+        assert "How many zebras" in table and "root-m" in table
+        assert "[bold]markup[/bold]" in table  # user text is not parsed as markup
+        root_row = next(line for line in table.splitlines() if "zebras" in line)
+        assert " 2 " in root_row and " 4 " in root_row  # depth reached 2, 4 iterations in the tree
+
+        tree = text_of(run_tree(store.tree(ids["root"])))
+        for expected in (
+            "iteration 1",
+            "iteration 2",
+            "root call",
+            "sub call",
+            "100→20 tok",
+            "print(llm_query('count the zebras'))",
+            "the answer is three zebras",
+            "NameError",
+            "child run " + ids["child"],
+            "child run " + ids["grand"],
+            "answer: 42 from child",
+            "compaction: summarised 4 messages",
+        ):
+            assert expected in tree, expected
+        assert tree.index("child run " + ids["child"]) < tree.index("child run " + ids["grand"])
+
+        summary = text_of(run_summary(store.get_run(ids["root"])))
+        for expected in (
+            "completed",
+            "How many zebras",
+            "answer",
+            "42",
+            "by model",
+            "sub-m",
+            "by depth",
+            "wall time 12s",
+        ):
+            assert expected in summary, expected
+        running = text_of(run_summary(runs[0]))
+        assert "own calls so far" in running
