@@ -30,15 +30,23 @@ out = Console(highlight=False, soft_wrap=True)
 
 
 def _parser() -> argparse.ArgumentParser:
-    p = argparse.ArgumentParser(prog="rlmd", description="Recursive Language Models as a local tool.")
+    p = argparse.ArgumentParser(
+        prog="rlmd", description="Recursive Language Models as a local tool."
+    )
     sub = p.add_subparsers(dest="command", required=True)
 
     r = sub.add_parser("run", help="answer a question about a context (a folder, a file, or text)")
     r.add_argument("question")
-    r.add_argument("--context", "-c", help="folder (codebase), file (.json/.jsonl/text) or '-' for stdin")
+    r.add_argument(
+        "--context", "-c", help="folder (codebase), file (.json/.jsonl/text) or '-' for stdin"
+    )
     r.add_argument("--model", "-m", help="root model: a registry name or provider:model")
-    r.add_argument("--sub-model", help="model for sub-calls and child runs (default: the root model)")
-    r.add_argument("--sandbox", choices=["subprocess", "inprocess"], help="REPL backend (default subprocess)")
+    r.add_argument(
+        "--sub-model", help="model for sub-calls and child runs (default: the root model)"
+    )
+    r.add_argument(
+        "--sandbox", choices=["subprocess", "inprocess"], help="REPL backend (default subprocess)"
+    )
     r.add_argument("--max-depth", type=int, help="RLM loops run at depths 0..N-1 (default 2)")
     r.add_argument("--max-iterations", type=int, help="root turns per loop (default 10)")
     r.add_argument("--max-tokens", type=int, help="token budget over the whole tree")
@@ -47,7 +55,9 @@ def _parser() -> argparse.ArgumentParser:
     r.add_argument("--max-subcalls", type=int, help="sub-call + child-run budget")
     r.add_argument("--cell-timeout", type=float, help="seconds per REPL cell (default 120)")
     r.add_argument("--threads", type=int, help="CPU threads for local models (default 1)")
-    r.add_argument("--json", action="store_true", help="print one JSON object instead of the answer")
+    r.add_argument(
+        "--json", action="store_true", help="print one JSON object instead of the answer"
+    )
     r.add_argument("--quiet", "-q", action="store_true", help="no progress on stderr")
 
     ls = sub.add_parser("runs", help="list recorded runs, newest first")
@@ -74,8 +84,13 @@ def _parser() -> argparse.ArgumentParser:
 def main(argv: list[str] | None = None) -> int:
     args = _parser().parse_args(argv)
     try:
-        return {"run": cmd_run, "runs": cmd_runs, "show": cmd_show, "export": cmd_export,
-                "models": cmd_models}[args.command](args)
+        return {
+            "run": cmd_run,
+            "runs": cmd_runs,
+            "show": cmd_show,
+            "export": cmd_export,
+            "models": cmd_models,
+        }[args.command](args)
     except KeyboardInterrupt:
         err.print("[yellow]interrupted[/]")
         return 130
@@ -109,9 +124,12 @@ def cmd_run(args: argparse.Namespace) -> int:
             sandbox=args.sandbox,
             workspace=project.resolve(),
             budget={
-                "max_depth": args.max_depth, "max_iterations": args.max_iterations,
-                "max_tokens": args.max_tokens, "max_usd": args.max_usd,
-                "max_seconds": args.max_seconds, "max_subcalls": args.max_subcalls,
+                "max_depth": args.max_depth,
+                "max_iterations": args.max_iterations,
+                "max_tokens": args.max_tokens,
+                "max_usd": args.max_usd,
+                "max_seconds": args.max_seconds,
+                "max_subcalls": args.max_subcalls,
                 "cell_timeout_s": args.cell_timeout,
             },
         )
@@ -125,7 +143,9 @@ def cmd_run(args: argparse.Namespace) -> int:
 
     async def go():
         try:
-            return await run_question(args.question, context, config, registry=registry, sinks=sinks)
+            return await run_question(
+                args.question, context, config, registry=registry, sinks=sinks
+            )
         finally:
             await registry.aclose()
 
@@ -138,16 +158,27 @@ def cmd_run(args: argparse.Namespace) -> int:
         err.print(f"[red]error:[/] {exc}")
         return 2
     if args.json:
-        print(json.dumps({
-            "run_id": result.run_id, "status": result.status, "answer": result.answer,
-            "answer_source": result.answer_source, "iterations": result.iterations,
-            "usage": result.usage, "error": result.error, "store": str(paths.store_path()),
-        }))
+        print(
+            json.dumps(
+                {
+                    "run_id": result.run_id,
+                    "status": result.status,
+                    "answer": result.answer,
+                    "answer_source": result.answer_source,
+                    "iterations": result.iterations,
+                    "usage": result.usage,
+                    "error": result.error,
+                    "store": str(paths.store_path()),
+                }
+            )
+        )
     else:
         if result.answer is not None:
             if result.answer_source == "extraction":
-                err.print("[yellow]The run stopped before a final answer; this answer was extracted "
-                          "from its work so far (marked 'extraction').[/]")
+                err.print(
+                    "[yellow]The run stopped before a final answer; this answer was extracted "
+                    "from its work so far (marked 'extraction').[/]"
+                )
             out.print(result.answer)
         else:
             err.print(f"[yellow]no answer[/] ({result.status}: {result.error})")
@@ -232,7 +263,9 @@ def cmd_models(args: argparse.Namespace) -> int:
         from rlmd.models.pull import KNOWN_LOCAL_MODELS, pull
 
         if args.name not in KNOWN_LOCAL_MODELS:
-            err.print(f"[red]error:[/] unknown local model {args.name!r}; known: {', '.join(KNOWN_LOCAL_MODELS)}")
+            err.print(
+                f"[red]error:[/] unknown local model {args.name!r}; known: {', '.join(KNOWN_LOCAL_MODELS)}"
+            )
             return 2
         path = pull(args.name, progress=lambda msg: err.print(msg))
         print(path)
@@ -240,9 +273,15 @@ def cmd_models(args: argparse.Namespace) -> int:
     registry = Registry.load(Path.cwd())
     table = Table("name", "provider", "model", "window", "$/M in", "$/M out", "usable")
     for spec, reason in registry.list():
-        table.add_row(spec.name, spec.provider, spec.model, f"{spec.context_window:,}",
-                      f"{spec.price_input:g}", f"{spec.price_output:g}",
-                      "[green]yes[/]" if reason is None else f"[yellow]no[/]: {reason}")
+        table.add_row(
+            spec.name,
+            spec.provider,
+            spec.model,
+            f"{spec.context_window:,}",
+            f"{spec.price_input:g}",
+            f"{spec.price_output:g}",
+            "[green]yes[/]" if reason is None else f"[yellow]no[/]: {reason}",
+        )
     out.print(table)
     return 0
 

@@ -89,7 +89,9 @@ class RLMChatCompletion:
     answer_source: str | None
 
 
-def _spec(name: str, backend: str, kwargs: dict[str, Any] | None, sampling: dict | None) -> ModelSpec:
+def _spec(
+    name: str, backend: str, kwargs: dict[str, Any] | None, sampling: dict | None
+) -> ModelSpec:
     if backend not in _PROVIDERS:
         raise ValueError(f"unknown backend {backend!r}; rlmd supports {sorted(_PROVIDERS)}")
     provider, base_url = _PROVIDERS[backend]
@@ -103,10 +105,24 @@ def _spec(name: str, backend: str, kwargs: dict[str, Any] | None, sampling: dict
     if callable(kw.get("callable")):
         options["callable"] = kw.pop("callable")
     sampling_args = {**kw.pop("sampling_args", {}), **(sampling or {})}
-    spec = ModelSpec(name=name, provider=provider, model=model, base_url=kw.pop("base_url", base_url),
-                     sampling=sampling_args, options=options)
-    for key in ("context_window", "max_output_tokens", "price_input", "price_output", "n_threads",
-                "api_key_env", "timeout_s", "max_retries"):
+    spec = ModelSpec(
+        name=name,
+        provider=provider,
+        model=model,
+        base_url=kw.pop("base_url", base_url),
+        sampling=sampling_args,
+        options=options,
+    )
+    for key in (
+        "context_window",
+        "max_output_tokens",
+        "price_input",
+        "price_output",
+        "n_threads",
+        "api_key_env",
+        "timeout_s",
+        "max_retries",
+    ):
         if key in kw:
             setattr(spec, key, kw.pop(key))
     spec.options.update(kw)
@@ -148,18 +164,26 @@ class RLM:
         **_ignored: Any,
     ) -> None:
         if environment not in _ENVIRONMENTS:
-            raise ValueError(f"unknown environment {environment!r}; rlmd supports {sorted(_ENVIRONMENTS)}")
+            raise ValueError(
+                f"unknown environment {environment!r}; rlmd supports {sorted(_ENVIRONMENTS)}"
+            )
         self.registry = Registry.load(None)
         root = _spec("root", backend, backend_kwargs, sampling_args)
         self.registry.add(root)
         sub_name = None
         if other_backends:
-            for i, (b, kw) in enumerate(zip(other_backends, other_backend_kwargs or [{}] * len(other_backends), strict=True)):
+            for i, (b, kw) in enumerate(
+                zip(other_backends, other_backend_kwargs or [{}] * len(other_backends), strict=True)
+            ):
                 spec = _spec(f"sub{i}" if i else "sub", b, kw, sub_sampling_args)
                 self.registry.add(spec)
             sub_name = "sub"
         elif sub_sampling_args:
-            self.registry.add(_spec("sub", backend, backend_kwargs, {**(sampling_args or {}), **sub_sampling_args}))
+            self.registry.add(
+                _spec(
+                    "sub", backend, backend_kwargs, {**(sampling_args or {}), **sub_sampling_args}
+                )
+            )
             sub_name = "sub"
         self.root_model_name = root.model
         self.depth = depth
@@ -195,7 +219,9 @@ class RLM:
     def _call(self, coro):
         return asyncio.run_coroutine_threadsafe(coro, self._loop).result()
 
-    def completion(self, prompt: str | dict[str, Any] | list, root_prompt: str | None = None) -> RLMChatCompletion:
+    def completion(
+        self, prompt: str | dict[str, Any] | list, root_prompt: str | None = None
+    ) -> RLMChatCompletion:
         """Answer over ``prompt`` (the context: a string, list or dict) with the RLM loop.
 
         Args:
@@ -211,11 +237,15 @@ class RLM:
         """
         if root_prompt is None:
             text = prompt if isinstance(prompt, str) else ""
-            root_prompt = text if 0 < len(text) <= 4000 else "Answer the request given in `context`."
+            root_prompt = (
+                text if 0 < len(text) <= 4000 else "Answer the request given in `context`."
+            )
         started = time.perf_counter()
         result = self._call(self._run(prompt, root_prompt))
         summaries = {
-            name: ModelUsageSummary(t["calls"], t["input_tokens"], t["output_tokens"], t["cost_usd"])
+            name: ModelUsageSummary(
+                t["calls"], t["input_tokens"], t["output_tokens"], t["cost_usd"]
+            )
             for name, t in result.usage["by_model"].items()
         }
         return RLMChatCompletion(
@@ -253,8 +283,14 @@ class RLM:
                 self._sandbox = create_sandbox(self.config.sandbox, **self.config.sandbox_options)
             sandbox = self._sandbox
         try:
-            return await run_task(root_prompt, prompt, self.config, get_model=self.registry.get,
-                                  sinks=tuple(sinks), sandbox=sandbox)
+            return await run_task(
+                root_prompt,
+                prompt,
+                self.config,
+                get_model=self.registry.get,
+                sinks=tuple(sinks),
+                sandbox=sandbox,
+            )
         finally:
             if store is not None:
                 store.close()

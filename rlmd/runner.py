@@ -90,8 +90,8 @@ async def run_question(
     check_models(registry, config)
     store = None
     if record:
-        from rlmd.store import Store
         from rlmd import paths
+        from rlmd.store import Store
 
         store = Store(paths.store_path())
         sinks = (store.record, *sinks)

@@ -48,7 +48,9 @@ def scripted_registry(**models: Callable[[list[dict]], str] | dict) -> Registry:
     for name, value in models.items():
         opts = value if isinstance(value, dict) else {"callable": value}
         fn = opts.pop("callable")
-        spec = ModelSpec(name=name, provider="scripted", model=name, options={"callable": fn}, **opts)
+        spec = ModelSpec(
+            name=name, provider="scripted", model=name, options={"callable": fn}, **opts
+        )
         registry.add(spec)
     return registry
 

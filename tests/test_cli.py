@@ -12,27 +12,43 @@ import pytest
 
 def rlmd(*args, home, input=None, timeout=120):
     return subprocess.run(
-        [sys.executable, "-m", "rlmd.cli", *args], capture_output=True, text=True, input=input,
-        timeout=timeout, env={**os.environ, "RLMD_HOME": str(home), "COLUMNS": "200"},
+        [sys.executable, "-m", "rlmd.cli", *args],
+        capture_output=True,
+        text=True,
+        input=input,
+        timeout=timeout,
+        env={**os.environ, "RLMD_HOME": str(home), "COLUMNS": "200"},
     )
 
 
 @pytest.fixture
 def script(tmp_path):
     path = tmp_path / "script.json"
-    path.write_text(json.dumps({
-        "rules": [{"match": "^sub:", "response": "SUBANSWER"}],
-        "responses": [
-            "```repl\nhits = grep(r'class Engine')\nprint(hits)\nprint(llm_query('sub: where?'))\n```",
-            "```repl\nFINAL(hits[0].split(':')[0])\n```",
-        ],
-    }))
+    path.write_text(
+        json.dumps(
+            {
+                "rules": [{"match": "^sub:", "response": "SUBANSWER"}],
+                "responses": [
+                    "```repl\nhits = grep(r'class Engine')\nprint(hits)\nprint(llm_query('sub: where?'))\n```",
+                    "```repl\nFINAL(hits[0].split(':')[0])\n```",
+                ],
+            }
+        )
+    )
     return path
 
 
 def test_run_json_then_runs_show_export(rlmd_home, codebase, script, tmp_path):
-    proc = rlmd("run", "Where is Engine defined?", "--context", str(codebase), "--model", f"scripted:{script}",
-                "--json", home=rlmd_home)
+    proc = rlmd(
+        "run",
+        "Where is Engine defined?",
+        "--context",
+        str(codebase),
+        "--model",
+        f"scripted:{script}",
+        "--json",
+        home=rlmd_home,
+    )
     assert proc.returncode == 0, proc.stderr
     out = json.loads(proc.stdout)
     assert out["status"] == "completed" and out["answer"] == "pkg/core.py"
@@ -57,8 +73,15 @@ def test_run_json_then_runs_show_export(rlmd_home, codebase, script, tmp_path):
 
 
 def test_plain_output_prints_answer_and_trajectory_hint(rlmd_home, codebase, script):
-    proc = rlmd("run", "Where is Engine defined?", "--context", str(codebase), "--model", f"scripted:{script}",
-                home=rlmd_home)
+    proc = rlmd(
+        "run",
+        "Where is Engine defined?",
+        "--context",
+        str(codebase),
+        "--model",
+        f"scripted:{script}",
+        home=rlmd_home,
+    )
     assert proc.returncode == 0
     assert proc.stdout.strip() == "pkg/core.py"
     assert "rlmd show" in proc.stderr
@@ -67,8 +90,17 @@ def test_plain_output_prints_answer_and_trajectory_hint(rlmd_home, codebase, scr
 def test_context_from_stdin(rlmd_home, tmp_path):
     script = tmp_path / "s.json"
     script.write_text(json.dumps(["```repl\nFINAL(len(context))\n```"]))
-    proc = rlmd("run", "How long?", "--context", "-", "--model", f"scripted:{script}", "--json",
-                home=rlmd_home, input="12345")
+    proc = rlmd(
+        "run",
+        "How long?",
+        "--context",
+        "-",
+        "--model",
+        f"scripted:{script}",
+        "--json",
+        home=rlmd_home,
+        input="12345",
+    )
     assert json.loads(proc.stdout)["answer"] == "5"
 
 
@@ -85,19 +117,46 @@ def test_bad_inputs_give_clear_errors(rlmd_home, tmp_path):
     assert proc.returncode == 2 and "nosuch-model" in proc.stderr
     proc = rlmd("show", "zzzz", home=rlmd_home)
     assert proc.returncode == 2 and "no run" in proc.stderr
-    proc = rlmd("run", "q", "--context", "-", "--max-iterations", "0", "--model", "scripted:x.json",
-                home=rlmd_home, input="x")
+    proc = rlmd(
+        "run",
+        "q",
+        "--context",
+        "-",
+        "--max-iterations",
+        "0",
+        "--model",
+        "scripted:x.json",
+        home=rlmd_home,
+        input="x",
+    )
     assert proc.returncode == 2 and "max_iterations" in proc.stderr
 
 
 def test_budget_exhaustion_exit_code_and_marked_answer(rlmd_home, tmp_path):
     script = tmp_path / "s.json"
-    script.write_text(json.dumps({
-        "rules": [{"match": "^Question: .*\\n\\nWork so far", "response": "partial answer"}],
-        "default": "```repl\nprint(len(context))\n```",
-    }))
-    proc = rlmd("run", "q", "--context", "-", "--model", f"scripted:{script}", "--max-iterations", "2",
-                "--json", home=rlmd_home, input="abc")
+    script.write_text(
+        json.dumps(
+            {
+                "rules": [
+                    {"match": "^Question: .*\\n\\nWork so far", "response": "partial answer"}
+                ],
+                "default": "```repl\nprint(len(context))\n```",
+            }
+        )
+    )
+    proc = rlmd(
+        "run",
+        "q",
+        "--context",
+        "-",
+        "--model",
+        f"scripted:{script}",
+        "--max-iterations",
+        "2",
+        "--json",
+        home=rlmd_home,
+        input="abc",
+    )
     assert proc.returncode == 1
     out = json.loads(proc.stdout)
     assert out["status"] == "max_iterations"

@@ -16,7 +16,9 @@ def test_completion_returns_response_and_usage_and_records(rlmd_home):
             return repl("words = context.split()\nprint(len(words))")
         return repl("FINAL(len(words))")
 
-    rlm = RLM(backend="scripted", backend_kwargs={"model_name": "s", "callable": model}, max_iterations=5)
+    rlm = RLM(
+        backend="scripted", backend_kwargs={"model_name": "s", "callable": model}, max_iterations=5
+    )
     try:
         result = rlm.completion("one two three four", root_prompt="How many words?")
     finally:
@@ -37,8 +39,12 @@ def test_persistent_keeps_variables_across_completions():
             return repl("memo = context.upper()\nFINAL(memo)")
         return repl("FINAL(memo + '+' + context)")
 
-    with RLM(backend="scripted", backend_kwargs={"model_name": "s", "callable": model},
-             environment="local", persistent=True) as rlm:
+    with RLM(
+        backend="scripted",
+        backend_kwargs={"model_name": "s", "callable": model},
+        environment="local",
+        persistent=True,
+    ) as rlm:
         a = rlm.completion("abc", root_prompt="first: look at context")
         b = rlm.completion("xyz", root_prompt="second: combine")
     assert a.response == "ABC"
@@ -65,8 +71,10 @@ def test_other_backends_route_subcalls_and_keys_never_recorded(rlmd_home):
         return repl("FINAL('ok')")
 
     rlm = RLM(
-        backend="scripted", backend_kwargs={"model_name": "r", "callable": root, "api_key": key},
-        other_backends=["scripted"], other_backend_kwargs=[{"model_name": "s", "callable": lambda m: "from sub"}],
+        backend="scripted",
+        backend_kwargs={"model_name": "r", "callable": root, "api_key": key},
+        other_backends=["scripted"],
+        other_backend_kwargs=[{"model_name": "s", "callable": lambda m: "from sub"}],
     )
     try:
         result = rlm.completion("ctx", root_prompt="q")

@@ -21,8 +21,10 @@ MODEL = os.environ.get("RLMD_TEST_MODEL")
 
 
 @pytest.mark.model
-@pytest.mark.skipif(not MODEL or not Path(MODEL).is_file(),
-                    reason="RLMD_TEST_MODEL is not a GGUF file; scripts/test.sh pulls qwen2.5-coder-0.5b")
+@pytest.mark.skipif(
+    not MODEL or not Path(MODEL).is_file(),
+    reason="RLMD_TEST_MODEL is not a GGUF file; scripts/test.sh pulls qwen2.5-coder-0.5b",
+)
 def test_rlmd_run_with_real_local_model_on_real_codebase(rlmd_home, tmp_path):
     (rlmd_home / "config.toml").write_text(
         "[models.ci-local]\n"
@@ -34,9 +36,24 @@ def test_rlmd_run_with_real_local_model_on_real_codebase(rlmd_home, tmp_path):
     )
     codebase = Path(json.__file__).parent
     proc = subprocess.run(
-        [sys.executable, "-m", "rlmd.cli", "run", "Which file defines the class JSONDecoder?",
-         "--context", str(codebase), "--model", "ci-local", "--max-iterations", "2", "--json"],
-        capture_output=True, text=True, timeout=900, env={**os.environ, "RLMD_HOME": str(rlmd_home)},
+        [
+            sys.executable,
+            "-m",
+            "rlmd.cli",
+            "run",
+            "Which file defines the class JSONDecoder?",
+            "--context",
+            str(codebase),
+            "--model",
+            "ci-local",
+            "--max-iterations",
+            "2",
+            "--json",
+        ],
+        capture_output=True,
+        text=True,
+        timeout=900,
+        env={**os.environ, "RLMD_HOME": str(rlmd_home)},
     )
     assert proc.returncode in (0, 1), proc.stderr[-3000:]
     out = json.loads(proc.stdout)

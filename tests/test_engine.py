@@ -14,7 +14,12 @@ from rlmd.store import Store
 
 def config(**kw) -> RunConfig:
     budget = Budget(**kw.pop("budget", {}))
-    return RunConfig(root_model=kw.pop("root_model", "root"), sub_model=kw.pop("sub_model", "sub"), budget=budget, **kw)
+    return RunConfig(
+        root_model=kw.pop("root_model", "root"),
+        sub_model=kw.pop("sub_model", "sub"),
+        budget=budget,
+        **kw,
+    )
 
 
 async def go(registry, question, context, cfg, store=None):
@@ -39,7 +44,9 @@ async def test_code_runs_and_final_answers_with_evaluated_value(tmp_path):
         return "```python\nFINAL(n * 2)\n```"
 
     store = Store(tmp_path / "db.sqlite")
-    result = await go(scripted_registry(root=root, sub=root), "How many lines?", "a\nb\nc", config(), store)
+    result = await go(
+        scripted_registry(root=root, sub=root), "How many lines?", "a\nb\nc", config(), store
+    )
     assert result.status == "completed"
     assert result.answer == "6" and result.answer_source == "final"
     assert result.iterations == 2
@@ -51,7 +58,10 @@ async def test_code_runs_and_final_answers_with_evaluated_value(tmp_path):
     run = store.get_run(result.run_id)
     assert run["status"] == "completed" and run["answer"] == "6"
     cells = msgs_of(store, result.run_id, "cell")
-    assert [json.loads(c["data"])["stdout"] if isinstance(c["data"], str) else c["data"]["stdout"] for c in cells][0] == "lines 3\n"
+    assert [
+        json.loads(c["data"])["stdout"] if isinstance(c["data"], str) else c["data"]["stdout"]
+        for c in cells
+    ][0] == "lines 3\n"
 
 
 async def test_answer_before_any_code_is_refused_once():
@@ -84,8 +94,12 @@ async def test_literal_final_in_first_cell_is_refused_then_prose_accepted_after_
 
 
 async def test_refusal_can_be_switched_off():
-    result = await go(scripted_registry(root=lambda m: "FINAL(7)", sub=lambda m: ""), "q", "ctx",
-                      config(refuse_early_answer=False))
+    result = await go(
+        scripted_registry(root=lambda m: "FINAL(7)", sub=lambda m: ""),
+        "q",
+        "ctx",
+        config(refuse_early_answer=False),
+    )
     assert (result.status, result.answer) == ("completed", "7")
 
 
@@ -129,24 +143,35 @@ async def test_llm_query_and_batched_with_one_failing_slot(tmp_path):
         return repl("FINAL('ok')")
 
     store = Store(tmp_path / "db.sqlite")
-    reg = scripted_registry(root=root, sub={"callable": sub, "context_window": 2000, "max_output_tokens": 200})
+    reg = scripted_registry(
+        root=root, sub={"callable": sub, "context_window": 2000, "max_output_tokens": 200}
+    )
     result = await go(reg, "q", "ctx", config(), store)
     assert result.status == "completed"
-    cell = json.loads(msgs_of(store, result.run_id, "cell")[0]["data"]) if isinstance(
-        msgs_of(store, result.run_id, "cell")[0]["data"], str) else msgs_of(store, result.run_id, "cell")[0]["data"]
+    cell = (
+        json.loads(msgs_of(store, result.run_id, "cell")[0]["data"])
+        if isinstance(msgs_of(store, result.run_id, "cell")[0]["data"], str)
+        else msgs_of(store, result.run_id, "cell")[0]["data"]
+    )
     out = cell["stdout"].splitlines()
     assert out[0] == "SUB:hello"
     assert out[1] == "SUB:one"
     assert out[2].startswith("Error: prompt too large for model 'sub'")
     assert out[3] == "SUB:three"
-    assert sorted(sub_prompts) == ["hello there", "one", "three"]  # the oversized one never reached the model
+    assert sorted(sub_prompts) == [
+        "hello there",
+        "one",
+        "three",
+    ]  # the oversized one never reached the model
     assert result.usage["by_model"]["sub"]["calls"] == 3
 
 
 async def test_oversized_llm_query_raises_clear_error_in_repl():
     def root(messages):
         if turn_of(messages) == 0:
-            return repl("try:\n    llm_query('x ' * 50000)\nexcept Exception as e:\n    print('ERR', e)")
+            return repl(
+                "try:\n    llm_query('x ' * 50000)\nexcept Exception as e:\n    print('ERR', e)"
+            )
         return repl("FINAL('done')")
 
     seen = []
@@ -155,7 +180,9 @@ async def test_oversized_llm_query_raises_clear_error_in_repl():
         seen.append(messages)
         return root(messages)
 
-    reg = scripted_registry(root=root_wrap, sub={"callable": lambda m: "never", "context_window": 4096})
+    reg = scripted_registry(
+        root=root_wrap, sub={"callable": lambda m: "never", "context_window": 4096}
+    )
     result = await go(reg, "q", "ctx", config())
     feedback = last_user(seen[1])
     assert "ERR prompt too large for model 'sub'" in feedback
@@ -177,7 +204,9 @@ async def test_reserved_names_restored_and_model_told():
 
     result = await go(scripted_registry(root=root, sub=root), "q", "original context", config())
     fb = last_user(seen[1])
-    assert "Restored reserved names" in fb and "context" in fb and "llm_query" in fb and "FINAL" in fb
+    assert (
+        "Restored reserved names" in fb and "context" in fb and "llm_query" in fb and "FINAL" in fb
+    )
     assert "origi True True" in last_user(seen[2])
     assert result.status == "completed"
 
@@ -194,8 +223,9 @@ async def test_cell_timeout_restarts_kernel_and_tells_state_lost():
             return repl("while True:\n    pass")
         return repl("print('alive', 'keep' in globals(), len(context))\nFINAL('end')")
 
-    result = await go(scripted_registry(root=root, sub=root), "q", "abc",
-                      config(budget={"cell_timeout_s": 1.0}))
+    result = await go(
+        scripted_registry(root=root, sub=root), "q", "abc", config(budget={"cell_timeout_s": 1.0})
+    )
     fb = last_user(seen[2])
     assert "timed out" in fb and "keep" in fb
     assert result.status == "completed"
@@ -226,7 +256,9 @@ async def test_output_capped_for_model_but_stored_in_full(tmp_path):
         return repl("FINAL('ok')")
 
     store = Store(tmp_path / "db.sqlite")
-    result = await go(scripted_registry(root=root, sub=root), "q", "c", config(output_cap=1000), store)
+    result = await go(
+        scripted_registry(root=root, sub=root), "q", "c", config(output_cap=1000), store
+    )
     fb = last_user(seen[1])
     assert "characters cut" in fb and "TAILMARK" in fb and len(fb) < 3000
     cell = msgs_of(store, result.run_id, "cell")[0]["data"]
@@ -247,9 +279,13 @@ async def test_codebase_helpers_and_metadata(codebase):
             )
         return repl("FINAL(grep(r'class Engine')[0].split(':')[0])")
 
-    result = await go(scripted_registry(root=root, sub=root), "Where is Engine defined?", codebase, config())
+    result = await go(
+        scripted_registry(root=root, sub=root), "Where is Engine defined?", codebase, config()
+    )
     first = seen[0][1]["content"]
-    assert '"files": 5' in first  # README, .gitignore and pkg/*.py; build/, *.log and the binary are skipped
+    assert (
+        '"files": 5' in first
+    )  # README, .gitignore and pkg/*.py; build/, *.log and the binary are skipped
     assert '"binary": 1' in first
     out = last_user(seen[1])
     assert "'pkg/__init__.py', 'pkg/core.py', 'pkg/util.py'" in out
@@ -298,7 +334,9 @@ async def test_recursion_to_depth_3_usage_summed_over_tree(tmp_path):
         q = question_of(messages)
         level = q.count(">")
         if turn_of(messages) == 0 and messages[0]["role"] == "system":
-            return repl(f"r = rlm_query('{'>' * (level + 1)} go deeper', context='level {level + 1}')\nprint(r)")
+            return repl(
+                f"r = rlm_query('{'>' * (level + 1)} go deeper', context='level {level + 1}')\nprint(r)"
+            )
         if messages[0]["role"] != "system":  # the plain sub-call at max depth
             return "leaf"
         return repl("FINAL(f'{len(context)}:' + r)")
@@ -343,8 +381,12 @@ async def test_child_draws_on_parent_budget_not_a_fresh_one():
             return repl("print(rlm_query('child', context='x'))")
         return repl("FINAL('root done')")
 
-    result = await go(scripted_registry(root=model, sub=model), "root", "ctx",
-                      config(budget={"max_subcalls": 2, "max_depth": 2}))
+    result = await go(
+        scripted_registry(root=model, sub=model),
+        "root",
+        "ctx",
+        config(budget={"max_subcalls": 2, "max_depth": 2}),
+    )
     assert result.status == "max_subcalls"
     assert "sub-call budget used up" in result.error
 
@@ -359,7 +401,9 @@ async def test_child_draws_on_parent_budget_not_a_fresh_one():
         ({"max_seconds": 1.5}, 0.0, "max_time"),
     ],
 )
-async def test_every_budget_kind_ends_the_run_with_its_status_and_marked_answer(budget, price, status):
+async def test_every_budget_kind_ends_the_run_with_its_status_and_marked_answer(
+    budget, price, status
+):
     def root(messages):
         if messages[0]["content"].startswith("A task stopped"):
             return "best effort answer"
@@ -392,7 +436,9 @@ async def test_max_subcalls_budget_is_checked_before_each_subcall(tmp_path):
         return repl("for i in range(10):\n    print(llm_query(f'q{i}'))")
 
     store = Store(tmp_path / "db.sqlite")
-    result = await go(scripted_registry(root=root, sub=sub), "q", "c", config(budget={"max_subcalls": 3}), store)
+    result = await go(
+        scripted_registry(root=root, sub=sub), "q", "c", config(budget={"max_subcalls": 3}), store
+    )
     assert result.status == "max_subcalls"
     assert len(sub_calls) == 3
 
@@ -403,7 +449,9 @@ async def test_cancellation_records_cancelled(tmp_path):
 
     store = Store(tmp_path / "db.sqlite")
     reg = scripted_registry(root=root, sub=root)
-    task = asyncio.create_task(run_task("q", "c", config(), get_model=reg.get, sinks=(store.record,)))
+    task = asyncio.create_task(
+        run_task("q", "c", config(), get_model=reg.get, sinks=(store.record,))
+    )
     await asyncio.sleep(1.0)
     task.cancel()
     with pytest.raises(asyncio.CancelledError):
@@ -424,7 +472,9 @@ async def test_history_compaction_keeps_full_history_in_repl():
             return repl("FINAL(str(len(history)))")
         return repl(f"print('filler {t} ' + 'z' * 900)")
 
-    reg = scripted_registry(root={"callable": root, "context_window": 2600, "max_output_tokens": 200})
+    reg = scripted_registry(
+        root={"callable": root, "context_window": 2600, "max_output_tokens": 200}
+    )
     result = await go(reg, "q", "c", config(sub_model="root", budget={"max_iterations": 10}))
     assert result.status == "completed"
     assert any(m[0]["content"].startswith("Summarise") for m in seen)

@@ -94,7 +94,13 @@ def test_codebase_loader_honours_gitignore_binary_oversized(codebase):
     (codebase / ".git" / "config").write_text("z")
     ctx = load_codebase(codebase)
     assert list(ctx.value) == [
-        ".gitignore", "README.md", "pkg/__init__.py", "pkg/core.py", "pkg/util.py", "sub/.gitignore", "sub/ok.py",
+        ".gitignore",
+        "README.md",
+        "pkg/__init__.py",
+        "pkg/core.py",
+        "pkg/util.py",
+        "sub/.gitignore",
+        "sub/ok.py",
     ]
     assert ctx.skipped["binary"] == 2 and ctx.skipped["oversized"] == 1
     assert ctx.skipped["ignored"] == 4  # build/, debug.log, sub/secret.py, .git/

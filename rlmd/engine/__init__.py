@@ -17,7 +17,13 @@ from rlmd.sandbox.base import Sandbox
 from rlmd.workspace.context import Context, load_context
 
 __all__ = [
-    "RUN_STATUSES", "Budget", "BudgetExhausted", "Event", "EventSink", "RunConfig", "RunResult",
+    "RUN_STATUSES",
+    "Budget",
+    "BudgetExhausted",
+    "Event",
+    "EventSink",
+    "RunConfig",
+    "RunResult",
     "run_task",
 ]
 

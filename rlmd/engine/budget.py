@@ -115,11 +115,17 @@ class Ledger:
         if b.max_seconds is not None and self.elapsed() >= b.max_seconds:
             problem = ("max_time", f"wall-clock budget of {b.max_seconds:g} s used up")
         elif b.max_tokens is not None and self.tokens >= b.max_tokens:
-            problem = ("max_tokens", f"token budget used up ({self.tokens:,} of {b.max_tokens:,} tokens)")
+            problem = (
+                "max_tokens",
+                f"token budget used up ({self.tokens:,} of {b.max_tokens:,} tokens)",
+            )
         elif b.max_usd is not None and self.usd >= b.max_usd:
             problem = ("max_usd", f"spend budget used up (${self.usd:.4f} of ${b.max_usd:.4f})")
         elif subcall and b.max_subcalls is not None and self.subcalls >= b.max_subcalls:
-            problem = ("max_subcalls", f"sub-call budget used up ({self.subcalls} of {b.max_subcalls})")
+            problem = (
+                "max_subcalls",
+                f"sub-call budget used up ({self.subcalls} of {b.max_subcalls})",
+            )
         if problem:
             self.exhausted = BudgetExhausted(*problem)
             raise self.exhausted

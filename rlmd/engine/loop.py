@@ -88,7 +88,9 @@ class RunConfig:
         for group in (self.tools, self.sub_tools or {}):
             for name in group:
                 if name in reserved:
-                    raise ValueError(f"tool name {name!r} is reserved in the REPL; choose another name")
+                    raise ValueError(
+                        f"tool name {name!r} is reserved in the REPL; choose another name"
+                    )
                 if not name.isidentifier():
                     raise ValueError(f"tool name {name!r} is not a Python identifier")
 
@@ -175,7 +177,9 @@ class RLMRun:
         self._sent = 0  # messages already recorded in a root model_call event
 
     # -- events ---------------------------------------------------------------------------
-    def emit(self, kind: str, node_id: str | None = None, parent_id: str | None = None, **data: Any) -> None:
+    def emit(
+        self, kind: str, node_id: str | None = None, parent_id: str | None = None, **data: Any
+    ) -> None:
         self.rt.bus.emit(Event(kind, self.run_id, self.depth, node_id, parent_id, data))
 
     # -- the loop -------------------------------------------------------------------------
@@ -195,7 +199,10 @@ class RLMRun:
             "run.started",
             question=self.question,
             context=meta,
-            models={"root": self.model.spec.public_dict(), "sub": self.rt.get_model(sub_name).spec.public_dict()},
+            models={
+                "root": self.model.spec.public_dict(),
+                "sub": self.rt.get_model(sub_name).spec.public_dict(),
+            },
             sandbox={"kind": self.cfg.sandbox, "isolation": None},
             budget=self.cfg.budget.to_dict(),
             parent_run_id=self.parent.run_id if self.parent else None,
@@ -219,7 +226,16 @@ class RLMRun:
             self.usage.finish()
             if self._own_sandbox and self._sandbox is not None:
                 await asyncio.shield(self._sandbox.close())
-            result = RunResult(self.run_id, status, answer, source, self.usage.to_dict(), self.iterations, self.depth, error)
+            result = RunResult(
+                self.run_id,
+                status,
+                answer,
+                source,
+                self.usage.to_dict(),
+                self.iterations,
+                self.depth,
+                error,
+            )
             self.emit(
                 "run.finished",
                 status=status,
@@ -240,7 +256,10 @@ class RLMRun:
         values = {n: v for n, v in self.tools.items() if not callable(v)}
         if callables or values:
             await self._sandbox.define_tools(callables, values)
-        self.emit("sandbox.started", sandbox={"kind": self._sandbox.kind, "isolation": self._sandbox.isolation})
+        self.emit(
+            "sandbox.started",
+            sandbox={"kind": self._sandbox.kind, "isolation": self._sandbox.isolation},
+        )
         return self._sandbox
 
     async def _loop(self, meta: dict[str, Any]) -> tuple[str, str | None, str | None, str | None]:
@@ -248,9 +267,16 @@ class RLMRun:
         sub_model = self.rt.get_model(self.cfg.model_for_depth(self.depth + 1))
         docs = {n: self.cfg.tool_docs.get(n, "a tool given by the user") for n in self.tools}
         self.messages = [
-            {"role": "system", "content": prompts.system_prompt(
-                meta, sub_window=sub_model.spec.context_window, output_cap=self.cfg.output_cap,
-                tools=docs, template=self.cfg.system_prompt)},
+            {
+                "role": "system",
+                "content": prompts.system_prompt(
+                    meta,
+                    sub_window=sub_model.spec.context_window,
+                    output_cap=self.cfg.output_cap,
+                    tools=docs,
+                    template=self.cfg.system_prompt,
+                ),
+            },
             {"role": "user", "content": prompts.first_user_message(self.question, meta)},
         ]
         self.history = list(self.messages)
@@ -273,7 +299,9 @@ class RLMRun:
                         try:
                             value = str(await sandbox.get_variable(value))
                         except KeyError:
-                            self._say(f"FINAL_VAR({value}) names no variable. Use SHOW_VARS() to see them.")
+                            self._say(
+                                f"FINAL_VAR({value}) names no variable. Use SHOW_VARS() to see them."
+                            )
                             continue
                     return "completed", value, "prose", None
                 if prose:
@@ -282,11 +310,13 @@ class RLMRun:
                 else:
                     self._say(prompts.NO_CODE)
                 continue
-            feedback, final, all_failed = [], None, True
+            feedback, all_failed = [], True
             for b, code in enumerate(blocks):
                 result = await self._run_cell(it_node, b, code, sandbox)
                 all_failed = all_failed and result.error is not None
-                feedback.append(prompts.cell_feedback(b, code, result, self.cfg.output_cap, parsing.cap_output))
+                feedback.append(
+                    prompts.cell_feedback(b, code, result, self.cfg.output_cap, parsing.cap_output)
+                )
                 inspected = code_ran or parsing.cell_inspects(code)
                 code_ran = True
                 if self.rt.ledger.exhausted is not None:
@@ -301,11 +331,17 @@ class RLMRun:
             errors_in_a_row = errors_in_a_row + 1 if all_failed else 0
             limit = budget.max_consecutive_errors
             if limit is not None and errors_in_a_row >= limit:
-                raise BudgetExhausted("max_errors", f"{errors_in_a_row} iterations in a row ended in errors")
+                raise BudgetExhausted(
+                    "max_errors", f"{errors_in_a_row} iterations in a row ended in errors"
+                )
             if i + 1 < budget.max_iterations:
-                feedback.append(prompts.NEXT_TURN.format(turn=i + 2, max_turns=budget.max_iterations))
+                feedback.append(
+                    prompts.NEXT_TURN.format(turn=i + 2, max_turns=budget.max_iterations)
+                )
             self._say("\n\n".join(feedback))
-        raise BudgetExhausted("max_iterations", f"no final answer after {budget.max_iterations} iterations")
+        raise BudgetExhausted(
+            "max_iterations", f"no final answer after {budget.max_iterations} iterations"
+        )
 
     def _say(self, text: str) -> None:
         msg = {"role": "user", "content": text}
@@ -315,7 +351,9 @@ class RLMRun:
     async def _root_call(self, it_node: str) -> str:
         """One root-model turn; returns the reply text (appended to the conversation)."""
         new = self.messages[self._sent :]
-        completion = await self._call_model(self.model, self.messages, it_node, role="root", record=new)
+        completion = await self._call_model(
+            self.model, list(self.messages), it_node, role="root", record=new
+        )
         self._sent = len(self.messages) + 1
         reply = {"role": "assistant", "content": completion}
         self.messages.append(reply)
@@ -345,21 +383,36 @@ class RLMRun:
         depth = self.depth if depth is None else depth
         node = new_id()
         self.emit(
-            "model_call.started", node, parent_node, role=role, model=model.name,
-            messages=messages if record is None else record, depth=depth,
+            "model_call.started",
+            node,
+            parent_node,
+            role=role,
+            model=model.name,
+            messages=messages if record is None else record,
+            depth=depth,
         )
         timeout = self.rt.ledger.remaining_seconds() if check else None
         try:
             if timeout is not None and timeout <= 0:
-                raise BudgetExhausted("max_time", f"wall-clock budget of {self.cfg.budget.max_seconds:g} s used up")
+                raise BudgetExhausted(
+                    "max_time", f"wall-clock budget of {self.cfg.budget.max_seconds:g} s used up"
+                )
             try:
                 c = await asyncio.wait_for(model.complete(messages, max_tokens=max_tokens), timeout)
             except TimeoutError:
                 raise BudgetExhausted(
-                    "max_time", f"wall-clock budget of {self.cfg.budget.max_seconds:g} s used up during a model call"
+                    "max_time",
+                    f"wall-clock budget of {self.cfg.budget.max_seconds:g} s used up during a model call",
                 ) from None
         except (ModelError, BudgetExhausted) as exc:
-            self.emit("model_call.finished", node, parent_node, role=role, model=model.name, error=str(exc))
+            self.emit(
+                "model_call.finished",
+                node,
+                parent_node,
+                role=role,
+                model=model.name,
+                error=str(exc),
+            )
             if isinstance(exc, BudgetExhausted):
                 self.rt.ledger.exhausted = self.rt.ledger.exhausted or exc
             raise
@@ -368,9 +421,18 @@ class RLMRun:
             self.rt.ledger.subcalls += 1
         self.usage.record(model.name, depth, c.input_tokens, c.output_tokens, c.cost_usd)
         self.emit(
-            "model_call.finished", node, parent_node, role=role, model=model.name, response=c.text,
-            input_tokens=c.input_tokens, output_tokens=c.output_tokens, latency_s=c.latency_s,
-            cost_usd=c.cost_usd, finish_reason=c.finish_reason, error=None,
+            "model_call.finished",
+            node,
+            parent_node,
+            role=role,
+            model=model.name,
+            response=c.text,
+            input_tokens=c.input_tokens,
+            output_tokens=c.output_tokens,
+            latency_s=c.latency_s,
+            cost_usd=c.cost_usd,
+            finish_reason=c.finish_reason,
+            error=None,
         )
         return c.text
 
@@ -387,11 +449,21 @@ class RLMRun:
         finally:
             self._cell_node = None
         self.emit(
-            "cell.finished", node, it_node, index=index, code=code, stdout=result.stdout,
-            stderr=result.stderr, error=result.error, final=result.final,
-            variables=[v.__dict__ for v in result.variables], restored=result.restored,
-            duration_s=result.duration_s, timed_out=result.timed_out,
-            kernel_restarted=result.kernel_restarted, lost_variables=result.lost_variables,
+            "cell.finished",
+            node,
+            it_node,
+            index=index,
+            code=code,
+            stdout=result.stdout,
+            stderr=result.stderr,
+            error=result.error,
+            final=result.final,
+            variables=[v.__dict__ for v in result.variables],
+            restored=result.restored,
+            duration_s=result.duration_s,
+            timed_out=result.timed_out,
+            kernel_restarted=result.kernel_restarted,
+            lost_variables=result.lost_variables,
         )
         return result
 
@@ -403,17 +475,26 @@ class RLMRun:
             return await self._llm_query(args.get("prompt"), args.get("model"), parent_node)
         if fn == "llm_query_batched":
             prompts_ = _as_list(args.get("prompts"), "prompts")
-            return await self._batched([self._llm_query(p, args.get("model"), parent_node) for p in prompts_])
+            return await self._batched(
+                [self._llm_query(p, args.get("model"), parent_node) for p in prompts_]
+            )
         if fn == "rlm_query":
-            return await self._rlm_query(args.get("prompt"), args.get("context"), args.get("model"), parent_node)
+            return await self._rlm_query(
+                args.get("prompt"), args.get("context"), args.get("model"), parent_node
+            )
         if fn == "rlm_query_batched":
             prompts_ = _as_list(args.get("prompts"), "prompts")
             contexts = args.get("contexts")
             if contexts is not None and len(_as_list(contexts, "contexts")) != len(prompts_):
-                raise CallError(f"rlm_query_batched got {len(prompts_)} prompts but {len(contexts)} contexts")
+                raise CallError(
+                    f"rlm_query_batched got {len(prompts_)} prompts but {len(contexts)} contexts"
+                )
             ctxs = contexts or [None] * len(prompts_)
             return await self._batched(
-                [self._rlm_query(p, c, args.get("model"), parent_node) for p, c in zip(prompts_, ctxs, strict=True)]
+                [
+                    self._rlm_query(p, c, args.get("model"), parent_node)
+                    for p, c in zip(prompts_, ctxs, strict=True)
+                ]
             )
         if fn == "tool":
             return await self._tool(args)
@@ -446,9 +527,13 @@ class RLMRun:
         messages = [{"role": "user", "content": prompt}]
         self._check_window(model, messages)
         try:
-            return await self._call_model(model, messages, parent_node, role="sub", depth=self.depth + 1)
+            return await self._call_model(
+                model, messages, parent_node, role="sub", depth=self.depth + 1
+            )
         except BudgetExhausted as exc:
-            raise CallError(f"budget exhausted: {exc}. The run is ending; no more sub-calls.") from None
+            raise CallError(
+                f"budget exhausted: {exc}. The run is ending; no more sub-calls."
+            ) from None
         except ModelError as exc:
             raise CallError(f"sub-call to {model.name!r} failed: {exc}") from None
 
@@ -463,7 +548,9 @@ class RLMRun:
                 "slices), or use rlm_query, whose child keeps the text in its own REPL."
             )
 
-    async def _rlm_query(self, prompt: Any, context: Any, model_name: str | None, parent_node: str | None) -> str:
+    async def _rlm_query(
+        self, prompt: Any, context: Any, model_name: str | None, parent_node: str | None
+    ) -> str:
         if not isinstance(prompt, str):
             raise CallError(f"rlm_query needs a str prompt, got {type(prompt).__name__}")
         child_depth = self.depth + 1
@@ -474,15 +561,26 @@ class RLMRun:
         try:
             self.rt.ledger.check(subcall=True)
         except BudgetExhausted as exc:
-            raise CallError(f"budget exhausted: {exc}. The run is ending; no more sub-calls.") from None
+            raise CallError(
+                f"budget exhausted: {exc}. The run is ending; no more sub-calls."
+            ) from None
         self.rt.ledger.subcalls += 1
         if context is None:
-            question = prompt if len(prompt) <= 4000 else prompt[:2000] + "\n[... the full request is in `context`]"
+            question = (
+                prompt
+                if len(prompt) <= 4000
+                else prompt[:2000] + "\n[... the full request is in `context`]"
+            )
             ctx = load_context(prompt)
         else:
             question, ctx = prompt, load_context(context)
         child = RLMRun(
-            self.rt, question, ctx, depth=child_depth, parent=self, parent_node_id=parent_node,
+            self.rt,
+            question,
+            ctx,
+            depth=child_depth,
+            parent=self,
+            parent_node_id=parent_node,
             tools=self.cfg.tools if self.cfg.sub_tools is None else self.cfg.sub_tools,
         )
         if model_name:
@@ -493,7 +591,9 @@ class RLMRun:
         result = await child.run()
         if result.answer is not None:
             return result.answer
-        raise CallError(f"child run {result.run_id} ended with status {result.status} and no answer: {result.error}")
+        raise CallError(
+            f"child run {result.run_id} ended with status {result.status} and no answer: {result.error}"
+        )
 
     async def _tool(self, args: dict[str, Any]) -> Any:
         name = args.get("name")
@@ -528,8 +628,14 @@ class RLMRun:
         ]
         try:
             text = await asyncio.wait_for(
-                self._call_model(self.model, messages, None, role="extraction", check=False,
-                                 max_tokens=EXTRACTION_MAX_TOKENS),
+                self._call_model(
+                    self.model,
+                    messages,
+                    None,
+                    role="extraction",
+                    check=False,
+                    max_tokens=EXTRACTION_MAX_TOKENS,
+                ),
                 120,
             )
         except (ModelError, TimeoutError, BudgetExhausted):
@@ -548,11 +654,17 @@ class RLMRun:
         head, middle, tail = self.messages[:2], self.messages[2:-2], self.messages[-2:]
         summary = await self._call_model(
             self.model,
-            [{"role": "system", "content": prompts.COMPACTION_SYSTEM},
-             {"role": "user", "content": _condense(middle, int(limit * 3))}],
-            it_node, role="compaction",
+            [
+                {"role": "system", "content": prompts.COMPACTION_SYSTEM},
+                {"role": "user", "content": _condense(middle, int(limit * 3))},
+            ],
+            it_node,
+            role="compaction",
         )
-        note = {"role": "user", "content": f"Summary of earlier turns (full log in the REPL variable `history`):\n{summary}"}
+        note = {
+            "role": "user",
+            "content": f"Summary of earlier turns (full log in the REPL variable `history`):\n{summary}",
+        }
         self.messages = head + [note] + tail
         self._sent = len(self.messages)
         await sandbox.set_variable("history", self.history)

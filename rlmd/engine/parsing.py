@@ -12,11 +12,23 @@ CODE_LANGUAGES = ("repl", "python", "python3", "py")
 
 _FENCE = re.compile(r"```[ \t]*([A-Za-z0-9_+-]*)[^\n]*\n(.*?)(?:```|\Z)", re.DOTALL)
 _PROSE_FINAL = re.compile(r"^\s*FINAL\((.*)\)\s*$", re.MULTILINE | re.DOTALL)
-_PROSE_FINAL_VAR = re.compile(r"^\s*FINAL_VAR\(\s*['\"]?([A-Za-z_][A-Za-z0-9_]*)['\"]?\s*\)\s*$", re.MULTILINE)
+_PROSE_FINAL_VAR = re.compile(
+    r"^\s*FINAL_VAR\(\s*['\"]?([A-Za-z_][A-Za-z0-9_]*)['\"]?\s*\)\s*$", re.MULTILINE
+)
 
 INSPECTING_NAMES = frozenset(
-    {"context", "llm_query", "llm_query_batched", "rlm_query", "rlm_query_batched", "SHOW_VARS",
-     "list_files", "read_file", "grep", "history"}
+    {
+        "context",
+        "llm_query",
+        "llm_query_batched",
+        "rlm_query",
+        "rlm_query_batched",
+        "SHOW_VARS",
+        "list_files",
+        "read_file",
+        "grep",
+        "history",
+    }
 )
 
 
@@ -90,6 +102,5 @@ def cap_output(text: str, limit: int) -> str:
         text[:head]
         + f"\n[... {cut:,} characters cut: output is capped at {limit:,} characters per cell; "
         "the full output is in the trajectory. Print smaller slices, or keep results in "
-        "variables and pass them to llm_query ...]\n"
-        + text[-tail:]
+        "variables and pass them to llm_query ...]\n" + text[-tail:]
     )

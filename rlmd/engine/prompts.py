@@ -121,12 +121,14 @@ def cell_feedback(index: int, code: str, result: CellResult, output_cap: int, ca
         parts.append(f"The REPL process died and was restarted; variables lost: {lost}.")
     if result.variables:
         shown = ", ".join(
-            f"{v.name} ({v.type}{'' if v.size is None else f', len {v.size:,}'})" for v in result.variables[:30]
+            f"{v.name} ({v.type}{'' if v.size is None else f', len {v.size:,}'})"
+            for v in result.variables[:30]
         )
         parts.append(f"Variables set: {shown}")
     if result.restored:
         parts.append(
-            "Restored reserved names you overwrote: " + ", ".join(result.restored)
+            "Restored reserved names you overwrote: "
+            + ", ".join(result.restored)
             + ". Store your values under other names."
         )
     return "\n".join(parts)

@@ -46,7 +46,9 @@ class Usage:
     started: float = field(default_factory=time.monotonic)
     finished: float | None = None
 
-    def record(self, model: str, depth: int, input_tokens: int, output_tokens: int, cost_usd: float) -> None:
+    def record(
+        self, model: str, depth: int, input_tokens: int, output_tokens: int, cost_usd: float
+    ) -> None:
         """Add one model call (tokens, USD) made at ``depth`` by ``model`` here and in every
         ancestor."""
         node: Usage | None = self

@@ -20,7 +20,16 @@ import pathspec
 DEFAULT_MAX_FILE_BYTES = 1_000_000
 """Files larger than this are skipped when loading a codebase (1 MB)."""
 
-ALWAYS_IGNORED = (".git/", ".hg/", ".svn/", "__pycache__/", ".venv/", "node_modules/", ".tox/", "*.pyc")
+ALWAYS_IGNORED = (
+    ".git/",
+    ".hg/",
+    ".svn/",
+    "__pycache__/",
+    ".venv/",
+    "node_modules/",
+    ".tox/",
+    "*.pyc",
+)
 """Ignored even without a .gitignore: VCS internals, caches, virtualenvs, dependencies."""
 
 
@@ -72,7 +81,10 @@ class Context:
             meta["source"] = self.source
         if isinstance(self.value, list | dict) and not self.is_codebase:
             meta["items"] = len(self.value)
-            lengths = [_chars(v) for v in (self.value.values() if isinstance(self.value, dict) else self.value)]
+            lengths = [
+                _chars(v)
+                for v in (self.value.values() if isinstance(self.value, dict) else self.value)
+            ]
             meta["item_chars"] = lengths[:20] + (["..."] if len(lengths) > 20 else [])
         if self.is_codebase:
             meta["files"] = len(self.value)
@@ -114,7 +126,9 @@ def summarise_tree(paths: list[str], max_lines: int = 30) -> list[str]:
         folders[parts[0] + "/"] += 1
         if len(parts) > 2:
             folders["/".join(parts[:2]) + "/"] += 1
-    lines = [f"{name} ({n} files)" for name, n in sorted(folders.items(), key=lambda kv: (-kv[1], kv[0]))]
+    lines = [
+        f"{name} ({n} files)" for name, n in sorted(folders.items(), key=lambda kv: (-kv[1], kv[0]))
+    ]
     lines += sorted(top_files)
     if len(lines) > max_lines:
         cut = len(lines) - (max_lines - 1)
@@ -142,7 +156,9 @@ def load_codebase(root: Path, *, max_file_bytes: int = DEFAULT_MAX_FILE_BYTES) -
         raise NotADirectoryError(f"not a folder: {root}")
     skipped = Counter({"ignored": 0, "binary": 0, "oversized": 0, "unreadable": 0})
     files: dict[str, str] = {}
-    specs: list[tuple[str, pathspec.GitIgnoreSpec]] = [("", pathspec.GitIgnoreSpec.from_lines(ALWAYS_IGNORED))]
+    specs: list[tuple[str, pathspec.GitIgnoreSpec]] = [
+        ("", pathspec.GitIgnoreSpec.from_lines(ALWAYS_IGNORED))
+    ]
 
     def ignored(rel: str, is_dir: bool) -> bool:
         probe = rel + "/" if is_dir else rel
@@ -179,7 +195,9 @@ def load_codebase(root: Path, *, max_file_bytes: int = DEFAULT_MAX_FILE_BYTES) -
             text = _read_text(full, max_file_bytes, skipped)
             if text is not None:
                 files[rel] = text
-    return Context(value=dict(sorted(files.items())), kind="codebase", source=str(root), skipped=dict(skipped))
+    return Context(
+        value=dict(sorted(files.items())), kind="codebase", source=str(root), skipped=dict(skipped)
+    )
 
 
 def _read_text(path: str, max_bytes: int, skipped: Counter) -> str | None:

@@ -1,0 +1,604 @@
+"""The REPL kernel: one persistent namespace, cell execution, the helpers model code sees.
+
+Standard library only, no I/O of its own: the transport is somebody else's job. The
+subprocess kernel (``main.py``) drives a :class:`Kernel` from its request loop; the
+in-process backend drives one from a worker thread. Host calls go through the ``call``
+function given to the constructor: ``call(fn, args) -> JSON value``, raising
+``RuntimeError(message)`` when the host reports an error.
+"""
+
+from __future__ import annotations
+
+import builtins
+import codecs
+import io
+import json
+import keyword
+import linecache
+import os
+import reprlib
+import sys
+import threading
+import time
+import traceback
+import types
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from typing import Any
+
+from . import protocol
+from .codebase import Codebase, helpers
+
+KERNEL_DIR = os.path.dirname(os.path.abspath(__file__))
+
+CallFn = Callable[[str, dict[str, Any]], Any]
+
+PREVIEW_CHARS = 80
+
+
+class CellInterrupted(BaseException):
+    """Raised asynchronously into a cell's thread to stop it (in-process timeouts).
+
+    A ``BaseException`` so that ``except Exception`` in model code does not swallow it.
+    """
+
+
+# --------------------------------------------------------------------------- capture
+
+
+class _ByteSink:
+    """``sys.stdout.buffer`` stand-in: decodes UTF-8 bytes into the owning capture."""
+
+    def __init__(self, owner: Capture):
+        self._owner = owner
+        self._decoder = codecs.getincrementaldecoder("utf-8")("replace")
+
+    def write(self, data: bytes | bytearray | memoryview) -> int:
+        data = bytes(data)
+        self._owner.write(self._decoder.decode(data))
+        return len(data)
+
+    def flush(self) -> None:
+        pass
+
+    def isatty(self) -> bool:
+        return False
+
+
+class Capture(io.TextIOBase):
+    """A text stream that keeps everything written to it, up to ``cap`` characters; the rest
+    is counted and reported by a marker at the end of :meth:`getvalue`."""
+
+    encoding = "utf-8"
+    errors = "strict"
+
+    def __init__(self, cap: int = protocol.DEFAULT_MAX_OUTPUT):
+        self._parts: list[str] = []
+        self._size = 0
+        self._cap = max(0, int(cap))
+        self._lock = threading.Lock()
+        self._sink: _ByteSink | None = None
+        self.dropped = 0
+
+    @property
+    def buffer(self) -> _ByteSink:  # type: ignore[override]
+        """Binary writes (``sys.stdout.buffer.write(b"...")``), decoded as UTF-8."""
+        if self._sink is None:
+            self._sink = _ByteSink(self)
+        return self._sink
+
+    def write(self, s: str) -> int:  # type: ignore[override]
+        if not isinstance(s, str):
+            raise TypeError(f"write() argument must be str, not {type(s).__name__}")
+        n = len(s)
+        with self._lock:
+            room = self._cap - self._size
+            if n <= room:
+                self._parts.append(s)
+                self._size += n
+            else:
+                if room > 0:
+                    self._parts.append(s[:room])
+                    self._size += room
+                self.dropped += n - max(room, 0)
+        return n
+
+    def writelines(self, lines: Any) -> None:  # type: ignore[override]
+        for line in lines:
+            self.write(line)
+
+    def flush(self) -> None:
+        pass
+
+    def close(self) -> None:
+        # Model code closing sys.stdout must not break the capture.
+        pass
+
+    def isatty(self) -> bool:
+        return False
+
+    def readable(self) -> bool:
+        return False
+
+    def writable(self) -> bool:
+        return True
+
+    def getvalue(self) -> str:
+        with self._lock:
+            text = "".join(self._parts)
+            if self.dropped:
+                text += (
+                    f"\n[rlmd: output truncated: {self.dropped} more characters were dropped "
+                    f"(cap: {self._cap} characters per stream per cell)]\n"
+                )
+        return text
+
+
+class _Router:
+    """Replaces ``sys.stdout``/``sys.stderr`` in a shared process: writes from a thread that
+    is running a cell go to that cell's capture, everything else to the original stream."""
+
+    def __init__(self, fallback: Any):
+        self.fallback = fallback
+        self.routes: dict[int, Capture] = {}
+
+    def _target(self) -> Any:
+        return self.routes.get(threading.get_ident(), self.fallback)
+
+    def write(self, s: str) -> int:
+        return self._target().write(s)
+
+    def writelines(self, lines: Any) -> None:
+        self._target().writelines(lines)
+
+    def flush(self) -> None:
+        self._target().flush()
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._target(), name)
+
+
+_router_lock = threading.Lock()
+
+
+@contextmanager
+def _global_capture(out: Capture, err: Capture) -> Iterator[None]:
+    old = sys.stdout, sys.stderr
+    sys.stdout, sys.stderr = out, err
+    try:
+        yield
+    finally:
+        sys.stdout, sys.stderr = old
+
+
+@contextmanager
+def _thread_capture(out: Capture, err: Capture) -> Iterator[None]:
+    ident = threading.get_ident()
+    installed: list[tuple[str, _Router]] = []
+    with _router_lock:
+        for name, cap in (("stdout", out), ("stderr", err)):
+            current = getattr(sys, name)
+            if not isinstance(current, _Router):
+                current = _Router(current)
+                setattr(sys, name, current)
+            current.routes[ident] = cap
+            installed.append((name, current))
+    try:
+        yield
+    finally:
+        with _router_lock:
+            for name, router in installed:
+                router.routes.pop(ident, None)
+                if not router.routes and getattr(sys, name) is router:
+                    setattr(sys, name, router.fallback)
+
+
+# --------------------------------------------------------------------------- helpers
+
+
+_REPR = reprlib.Repr()
+_REPR.maxstring = PREVIEW_CHARS
+_REPR.maxother = PREVIEW_CHARS
+_REPR.maxlong = 40
+_REPR.maxlevel = 3
+_REPR.maxdict = 6
+for _attr in ("maxlist", "maxtuple", "maxset", "maxfrozenset", "maxdeque", "maxarray"):
+    setattr(_REPR, _attr, 8)
+
+
+def preview(value: Any, limit: int = PREVIEW_CHARS) -> str:
+    """A short ``repr``, at most ``limit`` characters, cheap even for huge values."""
+    try:
+        if isinstance(value, (bytes, bytearray)):
+            text = repr(value[: limit + 1])
+        else:
+            text = _REPR.repr(value)
+    except Exception:
+        text = f"<{type(value).__name__} object (repr failed)>"
+    if len(text) > limit:
+        text = text[: limit - 3] + "..."
+    return text
+
+
+def size_of(value: Any) -> int | None:
+    """``len(value)`` where the type defines it (and it works), else ``None``."""
+    if isinstance(value, type) or not hasattr(type(value), "__len__"):
+        return None
+    try:
+        n = len(value)
+    except Exception:
+        return None
+    return n if isinstance(n, int) else None
+
+
+def var_info(name: str, value: Any) -> dict[str, Any]:
+    return {
+        "name": name,
+        "type": type(value).__name__,
+        "size": size_of(value),
+        "preview": preview(value),
+    }
+
+
+def _is_kernel_frame(filename: str) -> bool:
+    return filename.startswith(KERNEL_DIR + os.sep)
+
+
+def format_exception(exc: BaseException) -> str:
+    """A traceback like Python prints it, without the kernel's own frames."""
+    try:
+        te = traceback.TracebackException(type(exc), exc, exc.__traceback__, compact=True)
+        seen: set[int] = set()
+
+        def strip(t: traceback.TracebackException | None) -> None:
+            if t is None or id(t) in seen:
+                return
+            seen.add(id(t))
+            t.stack = traceback.StackSummary.from_list(
+                [f for f in t.stack if not _is_kernel_frame(f.filename)]
+            )
+            strip(t.__cause__)
+            strip(t.__context__)
+            for sub in getattr(t, "exceptions", None) or ():
+                strip(sub)
+
+        strip(te)
+        return "".join(te.format())
+    except Exception:  # pragma: no cover - formatting must never take the kernel down
+        return f"{type(exc).__name__}: {exc!r}\n"
+
+
+def _check_name(name: Any, what: str) -> str:
+    if not isinstance(name, str) or not name.isidentifier() or keyword.iskeyword(name):
+        raise ValueError(f"{what} {name!r} is not a valid Python identifier")
+    if name.startswith("__") and name.endswith("__"):
+        raise ValueError(f"{what} {name!r}: dunder names are not allowed")
+    return name
+
+
+def json_copy(value: Any, what: str) -> Any:
+    """A deep copy through JSON (the types the host would see); TypeError if impossible."""
+    try:
+        return json.loads(json.dumps(value))
+    except (TypeError, ValueError, RecursionError) as exc:
+        raise TypeError(f"{what} must be JSON-serialisable: {exc}") from None
+
+
+def _no_input(*_args: Any, **_kwargs: Any) -> str:
+    raise EOFError("input() is not available in the REPL: there is no user at a terminal")
+
+
+# --------------------------------------------------------------------------- kernel
+
+
+class Kernel:
+    """One persistent REPL namespace with the RLM helpers bound in it.
+
+    Args:
+        call: ``call(fn, args) -> value``; sends one host call and blocks for its reply.
+        capture: ``"global"`` swaps ``sys.stdout``/``sys.stderr`` for the duration of a cell
+            (a process of its own); ``"thread"`` routes only the cell thread's writes (a
+            process shared with the host).
+    """
+
+    def __init__(self, call: CallFn, *, capture: str = "global"):
+        if capture not in ("global", "thread"):
+            raise ValueError("capture must be 'global' or 'thread'")
+        self._call = call
+        self._capture = _global_capture if capture == "global" else _thread_capture
+        self.module = types.ModuleType("__main__")
+        self.ns: dict[str, Any] = self.module.__dict__
+        bi = dict(vars(builtins))
+        bi["input"] = _no_input
+        self.ns["__builtins__"] = bi
+        self._reserved: dict[str, Any] = {}
+        self._tool_names: set[str] = set()
+        self._codebase: Codebase | None = None
+        self._final: str | None = None
+        self._cell_no = 0
+        self.running = False
+        self._bind_core_helpers()
+
+    # -- namespace bookkeeping ------------------------------------------------------------
+
+    def _reserve(self, name: str, value: Any) -> None:
+        self._reserved[name] = value
+        self.ns[name] = value
+
+    def _unreserve(self, name: str) -> None:
+        self._reserved.pop(name, None)
+        self.ns.pop(name, None)
+
+    def is_user_name(self, name: str, value: Any) -> bool:
+        return (
+            not name.startswith("_")
+            and name not in self._reserved
+            and not isinstance(value, types.ModuleType)
+        )
+
+    def user_items(self) -> list[tuple[str, Any]]:
+        return [(k, v) for k, v in list(self.ns.items()) if self.is_user_name(k, v)]
+
+    def user_names(self) -> list[str]:
+        return [k for k, _ in self.user_items()]
+
+    def restore_reserved(self) -> list[str]:
+        """Put back every reserved name model code rebound or deleted; return their names."""
+        restored = []
+        ns = self.ns
+        for name, value in self._reserved.items():
+            if name not in ns or ns[name] is not value:
+                ns[name] = value
+                restored.append(name)
+        return restored
+
+    # -- the helpers model code sees -----------------------------------------------------
+
+    def _bind_core_helpers(self) -> None:
+        call = self._call
+        kernel = self
+
+        def llm_query(prompt: str, model: str | None = None) -> str:
+            """Ask a sub-model one question; returns its answer as text.
+
+            ``prompt`` can be long (whole chunks of the context). ``model`` picks a model by
+            name; ``None`` means the run's default sub-model."""
+            return call("llm_query", {"prompt": prompt, "model": model})
+
+        def llm_query_batched(prompts: list[str], model: str | None = None) -> list[str]:
+            """Like ``llm_query`` for many prompts at once, run concurrently by the host;
+            returns the answers in the same order."""
+            if isinstance(prompts, str):
+                raise TypeError("llm_query_batched(prompts): pass a list of prompts, not a str")
+            return call("llm_query_batched", {"prompts": list(prompts), "model": model})
+
+        def rlm_query(prompt: str, context: Any = None, model: str | None = None) -> str:
+            """Start a child RLM (its own REPL) on ``prompt`` with ``context`` bound as its
+            ``context``; returns its final answer as text."""
+            return call("rlm_query", {"prompt": prompt, "context": context, "model": model})
+
+        def rlm_query_batched(
+            prompts: list[str], contexts: list[Any] | None = None, model: str | None = None
+        ) -> list[str]:
+            """Like ``rlm_query`` for many prompts (and optional matching contexts) at once,
+            run concurrently by the host; returns the answers in the same order."""
+            if isinstance(prompts, str):
+                raise TypeError("rlm_query_batched(prompts): pass a list of prompts, not a str")
+            prompts = list(prompts)
+            if contexts is not None:
+                contexts = list(contexts)
+                if len(contexts) != len(prompts):
+                    raise ValueError(
+                        f"rlm_query_batched: {len(prompts)} prompts but {len(contexts)} contexts"
+                    )
+            return call(
+                "rlm_query_batched", {"prompts": prompts, "contexts": contexts, "model": model}
+            )
+
+        def SHOW_VARS() -> dict[str, str]:
+            """Print and return your variables (name -> type and size)."""
+            items = kernel.user_items()
+            shown: dict[str, str] = {}
+            lines = []
+            for name, value in items:
+                n = size_of(value)
+                desc = type(value).__name__ + (f" (len {n})" if n is not None else "")
+                shown[name] = desc
+                lines.append(f"  {name}: {desc} = {preview(value, 60)}")
+            if lines:
+                print(f"Variables ({len(lines)}):\n" + "\n".join(lines))
+            else:
+                print("No variables defined yet.")
+            return shown
+
+        def FINAL(value: Any) -> None:
+            """Finish with ``str(value)`` as the final answer."""
+            kernel._final = str(value)
+
+        def FINAL_VAR(name: str) -> None:
+            """Finish with the value of the variable called ``name`` (a string) as the final
+            answer, e.g. ``FINAL_VAR("answer")``."""
+            if not isinstance(name, str):
+                raise TypeError(
+                    "FINAL_VAR takes the variable's name as a string, e.g. FINAL_VAR('answer'); "
+                    "to finish with a value use FINAL(value)"
+                )
+            key = name.strip().strip("'\"`").strip()
+            if key not in kernel.ns:
+                existing = ", ".join(kernel.user_names()) or "(none)"
+                raise NameError(
+                    f"FINAL_VAR: no variable named {key!r}. Variables that exist: {existing}. "
+                    "Assign the answer to a variable first, or use FINAL(value)."
+                )
+            kernel._final = str(kernel.ns[key])
+
+        for fn in (
+            llm_query,
+            llm_query_batched,
+            rlm_query,
+            rlm_query_batched,
+            SHOW_VARS,
+            FINAL,
+            FINAL_VAR,
+        ):
+            self._reserve(fn.__name__, fn)
+        self._reserve("context", None)
+        self._reserve("history", None)
+
+    def _make_tool(self, name: str) -> Callable[..., Any]:
+        call = self._call
+
+        def tool(*args: Any, **kwargs: Any) -> Any:
+            return call("tool", {"name": name, "args": list(args), "kwargs": kwargs})
+
+        tool.__name__ = tool.__qualname__ = name
+        tool.__doc__ = f"Host tool {name!r}: runs on the host; arguments and result are JSON."
+        return tool
+
+    # -- operations ---------------------------------------------------------------------
+
+    def exec_cell(self, code: str, *, max_output: int = protocol.DEFAULT_MAX_OUTPUT) -> dict:
+        """Run one cell; returns the exec result (see ``protocol``)."""
+        if not isinstance(code, str):
+            raise TypeError("code must be a string")
+        self._cell_no += 1
+        filename = f"<cell-{self._cell_no}>"
+        linecache.cache[filename] = (len(code), None, code.splitlines(True), filename)
+        out, err = Capture(max_output), Capture(max_output)
+        self._final = None
+        before = dict(self.ns)
+        error = None
+        t0 = time.perf_counter()
+        with self._capture(out, err):
+            try:
+                self.running = True
+                try:
+                    compiled = compile(code, filename, "exec", dont_inherit=True)
+                    exec(compiled, self.ns)
+                finally:
+                    self.running = False
+            except SystemExit as exc:
+                error = format_exception(exc) + (
+                    "(sys.exit()/exit() does not end the session; the REPL state is kept. "
+                    "Use FINAL(...) or FINAL_VAR(...) to give the answer.)\n"
+                )
+            except BaseException as exc:
+                error = format_exception(exc)
+        duration = time.perf_counter() - t0
+        return self._cell_result(out, err, error, before, duration)
+
+    def _cell_result(
+        self, out: Capture, err: Capture, error: str | None, before: dict, duration: float
+    ) -> dict:
+        restored = self.restore_reserved()
+        variables = []
+        names = []
+        for name, value in list(self.ns.items()):
+            if not self.is_user_name(name, value):
+                continue
+            names.append(name)
+            if name not in before or before[name] is not value:
+                variables.append(var_info(name, value))
+        return {
+            "stdout": out.getvalue(),
+            "stderr": err.getvalue(),
+            "error": error,
+            "final": self._final,
+            "variables": variables,
+            "restored": restored,
+            "names": names,
+            "duration_s": duration,
+        }
+
+    def bind_context(self, value: Any, codebase: bool = False) -> dict:
+        if codebase:
+            if not isinstance(value, dict) or not all(
+                isinstance(k, str) and isinstance(v, str) for k, v in value.items()
+            ):
+                raise ValueError("a codebase context must be a {relative_path: text} dict of str")
+            cb = Codebase(value)
+            for name, fn in helpers(cb).items():
+                self._reserve(name, fn)
+            self._codebase = cb
+        else:
+            for name in protocol.CODEBASE_HELPERS:
+                self._unreserve(name)
+            self._codebase = None
+        self._reserve("context", value)
+        return {"type": type(value).__name__, "size": size_of(value)}
+
+    def define_tools(self, callables: list[str], values: dict[str, Any]) -> None:
+        callables = list(callables or [])
+        values = dict(values or {})
+        forbidden = set(protocol.RESERVED_NAMES) | set(protocol.CODEBASE_HELPERS)
+        for name in [*callables, *values]:
+            _check_name(name, "tool name")
+            if name in forbidden:
+                raise ValueError(f"tool name {name!r} is reserved by the REPL")
+        dup = set(callables) & set(values)
+        if dup or len(set(callables)) != len(callables):
+            raise ValueError(f"tool names defined twice: {sorted(dup) or callables}")
+        for name in callables:
+            self._reserve(name, self._make_tool(name))
+            self._tool_names.add(name)
+        for name, value in values.items():
+            self._reserve(name, value)
+            self._tool_names.add(name)
+
+    def set_var(self, name: str, value: Any) -> None:
+        _check_name(name, "variable name")
+        if name in self._reserved:
+            if name == "history" or (
+                name in self._tool_names and not callable(self._reserved[name])
+            ):
+                self._reserve(name, value)
+                return
+            raise ValueError(f"{name!r} is reserved by the REPL and cannot be set")
+        self.ns[name] = value
+
+    def get_var(self, name: str) -> Any:
+        if not isinstance(name, str) or name not in self.ns:
+            raise KeyError(name)
+        value = self.ns[name]
+        try:
+            return json.loads(json.dumps(value))
+        except (TypeError, ValueError, RecursionError):
+            try:
+                return repr(value)
+            except Exception as exc:
+                return f"<{type(value).__name__} object (repr failed: {exc})>"
+
+    def list_vars(self) -> list[dict]:
+        return [var_info(k, v) for k, v in self.user_items()]
+
+    def handle(self, req: dict) -> Any:
+        """Run one request (any op but ``exec``, which needs the transport's sentinel)."""
+        op = req.get("op")
+        if op == "ping":
+            return {"pid": os.getpid()}
+        if op == "bind_context":
+            return self.bind_context(req.get("value"), bool(req.get("codebase")))
+        if op == "define_tools":
+            self.define_tools(req.get("callables") or [], req.get("values") or {})
+            return None
+        if op == "set_var":
+            self.set_var(req.get("name"), req.get("value"))
+            return None
+        if op == "get_var":
+            return {"value": self.get_var(req.get("name"))}
+        if op == "list_vars":
+            return self.list_vars()
+        raise ValueError(f"unknown op {op!r}")
+
+
+__all__ = [
+    "CallFn",
+    "Capture",
+    "CellInterrupted",
+    "Kernel",
+    "format_exception",
+    "preview",
+    "size_of",
+    "json_copy",
+    "var_info",
+]

@@ -1,0 +1,144 @@
+"""The wire protocol between a sandbox backend (the host) and the REPL kernel.
+
+Standard library only: this module runs inside the sandbox.
+
+Framing
+=======
+One bidirectional channel (two pipes for the subprocess backend). Every message is a *frame*:
+a 4-byte big-endian unsigned length followed by that many bytes of UTF-8 JSON encoding one
+object. Every object has an ``"op"`` key.
+
+The kernel moves the channel off fds 0/1 at start-up (to high, close-on-exec descriptors),
+points fd 1 at fd 2 and fd 0 at ``/dev/null``: whatever model code writes at the fd level
+(``os.write(1, ...)``, child processes) lands on the process's stderr pipe, which the host
+drains and attributes to the running cell. It never touches the channel.
+
+Kernel -> host
+==============
+``{"op": "hello", "protocol": 1, "pid": int, "python": str, "token": str}``
+    Sent once when the kernel is ready. ``token`` is random; see *stderr sentinel* below.
+``{"op": "done", "id": int, "ok": true, "result": ...}``
+``{"op": "done", "id": int, "ok": false, "etype": "ValueError", "error": "message"}``
+    The answer to request ``id``. ``etype`` is the kernel-side exception class name; the host
+    re-raises ``KeyError`` / ``ValueError`` / ``TypeError`` as such and anything else as
+    ``SandboxError``.
+``{"op": "call", "call": int, "fn": str, "args": {...}}``
+    Model code called a host function (``llm_query``, ``llm_query_batched``, ``rlm_query``,
+    ``rlm_query_batched`` or ``tool``). The calling thread blocks until the matching reply.
+    Calls can come from any kernel thread and overlap; the host serves them concurrently and
+    keeps reading the channel while they run. Call ids are unique per kernel process.
+
+Host -> kernel
+==============
+Requests: ``{"op": OP, "id": int, ...}``; the kernel handles them one at a time, in order, and
+answers each with one ``done`` frame carrying the same ``id``.
+
+``ping``                                           -> ``{"pid": int}``
+``exec``      ``code: str``, ``max_output: int``   -> an exec result (below)
+``bind_context`` ``value: any``, ``codebase: bool`` -> ``{"type": str, "size": int|None}``
+    ``codebase=True`` needs a ``{relpath: text}`` dict and binds ``list_files``, ``read_file``
+    and ``grep``; ``codebase=False`` removes them.
+``define_tools`` ``callables: [str]``, ``values: {name: any}`` -> ``null``
+    Adds to the tools defined earlier (a name defined again is replaced).
+``set_var``   ``name: str``, ``value: any``        -> ``null``
+``get_var``   ``name: str``                        -> ``{"value": any}``: JSON-able values as
+    they are, anything else as its ``repr``. ``etype: "KeyError"`` if there is no such name.
+``list_vars``                                      -> ``[VarInfo, ...]`` (user variables)
+
+Replies to calls: ``{"op": "reply", "call": int, "ok": true, "value": any}`` or
+``{"op": "reply", "call": int, "ok": false, "error": "message"}``; the kernel raises the
+message as ``RuntimeError`` in the calling code.
+
+End of the channel (EOF on the kernel's input) makes the kernel exit at once, even mid-cell.
+
+Exec result
+===========
+``{"stdout": str, "stderr": str, "error": str|null, "final": str|null,
+"variables": [VarInfo, ...], "restored": [str], "names": [str], "duration_s": float,
+"sentinel": bool}`` where ``VarInfo`` is ``{"name", "type", "size", "preview"}``,
+``variables`` lists the user names the cell created or rebound, and ``names`` every user
+variable that exists after the cell (the host remembers it to report lost variables when it
+has to kill the kernel).
+
+Semantics: the cell is compiled as a module (``exec``), so the value of a trailing
+expression is *not* printed. Variables persist in one globals dict; a cell that raises keeps
+what it assigned before the error. ``SystemExit`` is reported as an error and the kernel
+keeps running.
+
+stderr sentinel
+===============
+After every cell the kernel flushes ``sys.__stdout__``/``sys.__stderr__`` and asks the
+stderr pipe how many bytes are still unread (``FIONREAD``). None: the host has already read
+everything the cell wrote at the fd level, so it sends ``done`` with ``"sentinel": false``
+and the host takes what it has collected. Otherwise it writes
+``b"\\x00rlmd:" + token + b":" + str(id) + b"\\x00"`` to fd 2 (one ``write``, so atomic on a
+pipe) and sends ``"sentinel": true``: the host waits for that marker, and the bytes before it
+belong to the cell. If fd 2 was closed or replaced by model code, ``"sentinel": false``.
+"""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+PROTOCOL_VERSION = 1
+
+HEADER_SIZE = 4
+MAX_FRAME = 2**32 - 1
+
+DEFAULT_MAX_OUTPUT = 32 * 1024 * 1024
+"""Default cap, in characters, on the text captured per stream per cell."""
+
+RESERVED_NAMES = (
+    "context",
+    "llm_query",
+    "llm_query_batched",
+    "rlm_query",
+    "rlm_query_batched",
+    "SHOW_VARS",
+    "FINAL",
+    "FINAL_VAR",
+    "history",
+)
+"""Mirror of :data:`rlmd.sandbox.base.RESERVED_NAMES` (the kernel imports nothing from the
+host package; a test keeps the two equal)."""
+
+CODEBASE_HELPERS = ("list_files", "read_file", "grep")
+"""Mirror of :data:`rlmd.sandbox.base.CODEBASE_HELPERS`."""
+
+CALL_FNS = ("llm_query", "llm_query_batched", "rlm_query", "rlm_query_batched", "tool")
+
+SENTINEL_PREFIX = b"\x00rlmd:"
+
+
+def sentinel(token: str, request_id: int) -> bytes:
+    """The bytes the kernel writes to fd 2 after request ``request_id`` (an exec)."""
+    return (
+        SENTINEL_PREFIX + token.encode("ascii") + b":" + str(request_id).encode("ascii") + b"\x00"
+    )
+
+
+def encode(obj: Any) -> bytes:
+    """One frame: header + UTF-8 JSON body.
+
+    Raises:
+        TypeError / ValueError: ``obj`` is not JSON-serialisable.
+    """
+    try:
+        body = json.dumps(obj, ensure_ascii=False, separators=(",", ":")).encode("utf-8")
+    except UnicodeEncodeError:
+        # Lone surrogates (e.g. from errors="surrogateescape") cannot be UTF-8 encoded;
+        # \\u escapes round-trip them.
+        body = json.dumps(obj, ensure_ascii=True, separators=(",", ":")).encode("ascii")
+    n = len(body)
+    if n > MAX_FRAME:
+        raise ValueError(f"message too large for one frame ({n} bytes)")
+    return n.to_bytes(HEADER_SIZE, "big") + body
+
+
+def decode(body: bytes | bytearray | memoryview) -> dict[str, Any]:
+    """Parse one frame body (without its header)."""
+    obj = json.loads(bytes(body) if isinstance(body, memoryview) else body)
+    if not isinstance(obj, dict):
+        raise ValueError("a frame must hold a JSON object")
+    return obj

@@ -1,0 +1,360 @@
+"""The in-process backend: the same kernel (:mod:`rlmd.kernel.core`) in this process.
+
+Cells run in a worker thread; host calls from that thread go back to the event loop with
+``asyncio.run_coroutine_threadsafe``. Fast and convenient for tests and trusted code, but
+**not a sandbox**: see :class:`InProcessSandbox`.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import concurrent.futures
+import contextlib
+import ctypes
+import threading
+import time
+from typing import Any
+
+from rlmd.kernel import protocol
+from rlmd.kernel.core import CellInterrupted, Kernel, json_copy
+from rlmd.sandbox._common import AFTER_RESTART, join_names, result_from_kernel, wait, with_notice
+from rlmd.sandbox.base import CallError, CallHandler, CellResult, Sandbox, SandboxError, VarInfo
+
+
+def _async_raise(thread_id: int, exc_type: type[BaseException]) -> int:
+    """Ask CPython to raise ``exc_type`` in the thread ``thread_id`` at its next bytecode."""
+    return ctypes.pythonapi.PyThreadState_SetAsyncExc(
+        ctypes.c_ulong(thread_id), ctypes.py_object(exc_type)
+    )
+
+
+class InProcessSandbox(Sandbox):
+    """The kernel in this process; each cell runs in a fresh daemon thread.
+
+    Not isolated. Model code shares the host's process, memory, file system, environment
+    variables (API keys included) and network. In particular it cannot stop:
+
+    * **runaway cells**: on timeout it raises ``CellInterrupted`` in the cell's thread
+      (``PyThreadState_SetAsyncExc``). That stops pure-Python loops, but not code blocked in
+      C (``time.sleep``, a slow regex, a C extension) or code that catches ``BaseException``.
+      If the cell does not stop within ``interrupt_grace_s``, its thread is abandoned (it
+      keeps running and holding memory in the host) and a fresh REPL replaces the old one:
+      ``kernel_restarted=True`` with the lost variables listed;
+    * ``os._exit()``, ``os.kill(os.getpid(), ...)``, segfaults: they end the host;
+    * memory exhaustion (no limit);
+    * fd-level output (``os.write(1, ...)``, child processes) goes to the host's stdout and
+      stderr; only ``sys.stdout``/``sys.stderr`` writes from the cell's own thread are
+      captured (threads started by model code print to the host's streams).
+
+    A timeout that the interrupt does stop keeps the REPL state: ``timed_out=True``,
+    ``kernel_restarted=False``.
+    """
+
+    kind = "inprocess"
+
+    def __init__(
+        self,
+        *,
+        timeout_s: float | None = 300.0,
+        max_output_chars: int = protocol.DEFAULT_MAX_OUTPUT,
+        interrupt_grace_s: float = 1.0,
+    ):
+        self.timeout_s = timeout_s
+        self.max_output_chars = int(max_output_chars)
+        self.interrupt_grace_s = interrupt_grace_s
+        self._handler: CallHandler | None = None
+        self._loop: asyncio.AbstractEventLoop | None = None
+        self._loop_thread: int | None = None
+        self._kernel: Kernel | None = None
+        self._inflight: set[concurrent.futures.Future[Any]] = set()
+        self._cell_thread: threading.Thread | None = None
+        self._lock = asyncio.Lock()
+        self._closed = False
+        self._context: tuple[Any, bool] | None = None
+        self._tool_callables: list[str] = []
+        self._tool_values: dict[str, Any] = {}
+        self._history: tuple[Any] | None = None
+        self._user_names: list[str] = []
+        self._notice: tuple[str, list[str]] | None = None
+        self._orphan: tuple[Kernel, threading.Thread, asyncio.Future[Any]] | None = None
+        self.abandoned_threads = 0
+
+    @property
+    def isolation(self) -> dict[str, Any]:
+        return {
+            "backend": "inprocess",
+            "isolated": False,
+            "process": False,
+            "network": "host",
+            "filesystem": "host",
+            "env": "host",
+            "interrupt": "async-exception",
+        }
+
+    # -- lifecycle ------------------------------------------------------------------------
+
+    async def start(self, handler: CallHandler) -> None:
+        """Start the REPL. On a started sandbox: keep the REPL and its state and serve
+        calls with ``handler`` from now on (one persistent REPL, several runs)."""
+        if self._closed:
+            raise SandboxError("the sandbox is closed")
+        if self._kernel is not None:
+            # Started already (a persistent REPL serving another run): keep the REPL, serve
+            # its calls with the new handler from now on.
+            if asyncio.get_running_loop() is not self._loop:
+                raise SandboxError("the sandbox was started on another event loop")
+            self._handler = handler
+            return
+        self._handler = handler
+        self._loop = asyncio.get_running_loop()
+        self._loop_thread = threading.get_ident()
+        self._kernel = self._new_kernel()
+
+    async def close(self) -> None:
+        self._closed = True
+        self._cancel_calls(self._inflight)
+        thread = self._cell_thread
+        kernel, self._kernel = self._kernel, None
+        if thread is not None and thread.is_alive() and kernel is not None and kernel.running:
+            _async_raise(thread.ident or 0, CellInterrupted)
+
+    # -- the bridge for host calls ----------------------------------------------------------
+
+    def _new_kernel(self) -> Kernel:
+        inflight: set[concurrent.futures.Future[Any]] = set()
+        self._inflight = inflight
+        loop = self._loop
+        loop_thread = self._loop_thread
+        assert loop is not None
+
+        async def serve(fn: str, args: dict[str, Any]) -> Any:
+            handler = self._handler
+            assert handler is not None
+            try:
+                value = await handler(fn, args)
+            except CallError as exc:
+                raise RuntimeError(str(exc)) from None
+            except asyncio.CancelledError:
+                raise
+            except Exception as exc:  # noqa: BLE001 - reported inside the cell
+                raise RuntimeError(f"{type(exc).__name__}: {exc}") from None
+            try:
+                return json_copy(value, f"the host's answer to {fn}")
+            except TypeError as exc:
+                raise RuntimeError(str(exc)) from None
+
+        def call(fn: str, args: dict[str, Any]) -> Any:
+            if threading.get_ident() == loop_thread:
+                raise RuntimeError(f"{fn} cannot be called from the event loop's thread")
+            args = json_copy(args, f"{fn} arguments")
+            try:
+                cf = asyncio.run_coroutine_threadsafe(serve(fn, args), loop)
+            except RuntimeError:
+                raise RuntimeError(f"{fn}: the host is shutting down") from None
+            inflight.add(cf)
+            try:
+                return cf.result()
+            except concurrent.futures.CancelledError:
+                raise RuntimeError(
+                    f"{fn} was cancelled (the cell timed out or the sandbox closed)"
+                ) from None
+            finally:
+                inflight.discard(cf)
+
+        return Kernel(call, capture="thread")
+
+    @staticmethod
+    def _cancel_calls(inflight: set[concurrent.futures.Future[Any]]) -> None:
+        for cf in list(inflight):
+            cf.cancel()
+
+    def _live(self) -> Kernel:
+        if self._closed:
+            raise SandboxError("the sandbox is closed")
+        if self._kernel is None:
+            raise SandboxError("the sandbox is not started")
+        return self._kernel
+
+    def _replace_kernel(self) -> None:
+        """A fresh REPL with the context, the tools and ``history`` bound again."""
+        kernel = self._new_kernel()
+        if self._context is not None:
+            kernel.bind_context(*self._context)
+        if self._tool_callables or self._tool_values:
+            kernel.define_tools(self._tool_callables, self._tool_values)
+        if self._history is not None:
+            kernel.set_var("history", self._history[0])
+        self._kernel = kernel
+        self._user_names = []
+
+    # -- operations ---------------------------------------------------------------------------
+
+    async def load_context(self, value: Any, *, codebase: bool = False) -> None:
+        async with self._lock:
+            kernel = self._live()
+            if not isinstance(value, str):
+                value = json_copy(value, "the context")
+            kernel.bind_context(value, codebase)
+            self._context = (value, codebase)
+
+    async def define_tools(self, callables: list[str], values: dict[str, Any]) -> None:
+        async with self._lock:
+            kernel = self._live()
+            callables = list(callables)
+            values = json_copy(dict(values), "tool values")
+            kernel.define_tools(callables, values)
+            for name in callables:
+                self._tool_values.pop(name, None)
+                if name not in self._tool_callables:
+                    self._tool_callables.append(name)
+            for name, value in values.items():
+                if name in self._tool_callables:
+                    self._tool_callables.remove(name)
+                self._tool_values[name] = value
+            self._user_names = [
+                n for n in self._user_names if n not in callables and n not in values
+            ]
+
+    async def set_variable(self, name: str, value: Any) -> None:
+        async with self._lock:
+            kernel = self._live()
+            value = json_copy(value, f"the value of {name!r}")
+            kernel.set_var(name, value)
+            if name == "history":
+                self._history = (value,)
+            elif name in self._tool_values:
+                self._tool_values[name] = value
+            elif name not in self._user_names:
+                self._user_names.append(name)
+
+    async def get_variable(self, name: str) -> Any:
+        async with self._lock:
+            return self._live().get_var(name)
+
+    async def list_variables(self) -> list[VarInfo]:
+        async with self._lock:
+            infos = self._live().list_vars()
+            self._user_names = [v["name"] for v in infos]
+            return [VarInfo(**v) for v in infos]
+
+    async def execute(self, code: str, *, timeout_s: float | None = None) -> CellResult:
+        timeout = self.timeout_s if timeout_s is None else timeout_s
+        async with self._lock:
+            await self._settle_orphan()
+            kernel = self._live()
+            notice, self._notice = self._notice, None
+            loop = asyncio.get_running_loop()
+            t0 = time.perf_counter()
+            fut: asyncio.Future[Any] = loop.create_future()
+            max_output = self.max_output_chars
+
+            def resolve(value: Any) -> None:
+                if not fut.done():
+                    fut.set_result(value)
+
+            def run() -> None:
+                try:
+                    res: Any = kernel.exec_cell(code, max_output=max_output)
+                except CellInterrupted:
+                    # The interrupt landed just after the cell's own code had finished.
+                    res = {
+                        "stdout": "",
+                        "stderr": "",
+                        "error": "CellInterrupted: the cell timed out\n",
+                        "final": None,
+                        "variables": [],
+                        "restored": kernel.restore_reserved(),
+                        "names": kernel.user_names(),
+                        "duration_s": 0.0,
+                    }
+                except BaseException as exc:  # noqa: BLE001 - handed to the event loop
+                    res = exc
+                with contextlib.suppress(RuntimeError):  # the loop may be closed by now
+                    loop.call_soon_threadsafe(resolve, res)
+
+            thread = threading.Thread(target=run, name="rlmd-inprocess-cell", daemon=True)
+            self._cell_thread = thread
+            thread.start()
+            try:
+                res = await wait(asyncio.shield(fut), timeout)
+            except asyncio.CancelledError:
+                # Nobody waits for this cell any more: interrupt it; the next execute makes
+                # sure it has stopped (or replaces the REPL) before running anything.
+                self._cancel_calls(self._inflight)
+                if kernel.running and thread.ident is not None:
+                    _async_raise(thread.ident, CellInterrupted)
+                self._orphan = (kernel, thread, fut)
+                raise
+            except TimeoutError:
+                return with_notice(await self._on_timeout(kernel, thread, fut, timeout, t0), notice)
+            if isinstance(res, BaseException):
+                raise SandboxError(f"the kernel failed: {res!r}") from res
+            self._user_names = list(res.get("names") or [])
+            return with_notice(result_from_kernel(res, time.perf_counter() - t0), notice)
+
+    async def _settle_orphan(self) -> None:
+        """Make sure a cell whose ``execute`` was cancelled has stopped; if it will not,
+        abandon its thread and start a fresh REPL (reported on the next result)."""
+        orphan, self._orphan = self._orphan, None
+        if orphan is None:
+            return
+        kernel, thread, fut = orphan
+        if await self._stop(kernel, thread, fut) or kernel is not self._kernel:
+            return
+        lost = list(self._user_names)
+        self.abandoned_threads += 1
+        self._replace_kernel()
+        self._notice = (
+            "[rlmd: an earlier, cancelled cell could not be interrupted; a fresh REPL was "
+            f"started; variables lost: {join_names(lost)}]\n",
+            lost,
+        )
+
+    async def _stop(
+        self, kernel: Kernel, thread: threading.Thread, fut: asyncio.Future[Any]
+    ) -> bool:
+        """Interrupt the cell running in ``thread`` until it stops or the grace time ends."""
+        self._cancel_calls(self._inflight)
+        deadline = time.perf_counter() + self.interrupt_grace_s
+        while not fut.done() and time.perf_counter() < deadline:
+            if kernel.running and thread.ident is not None:
+                _async_raise(thread.ident, CellInterrupted)
+            with contextlib.suppress(TimeoutError):
+                await wait(asyncio.shield(fut), 0.02)
+        return fut.done()
+
+    async def _on_timeout(
+        self,
+        kernel: Kernel,
+        thread: threading.Thread,
+        fut: asyncio.Future[Any],
+        timeout: float | None,
+        t0: float,
+    ) -> CellResult:
+        await self._stop(kernel, thread, fut)
+        if fut.done() and not isinstance(fut.result(), BaseException):
+            res = fut.result()
+            self._user_names = list(res.get("names") or [])
+            result = result_from_kernel(res, time.perf_counter() - t0)
+            result.timed_out = True
+            result.error = (
+                f"cell timed out after {timeout:g} s and was interrupted; the REPL state is "
+                "kept (variables assigned before the interruption included).\n"
+                + (res.get("error") or "")
+            )
+            return result
+        # The thread would not stop: abandon it and start a fresh REPL.
+        self.abandoned_threads += 1
+        lost = list(self._user_names)
+        self._replace_kernel()
+        return CellResult(
+            error=(
+                f"cell timed out after {timeout:g} s and could not be interrupted (it keeps "
+                "running in a background thread of the host); a fresh REPL was started; "
+                f"variables lost: {join_names(lost)}. {AFTER_RESTART}"
+            ),
+            timed_out=True,
+            kernel_restarted=True,
+            lost_variables=lost,
+            duration_s=time.perf_counter() - t0,
+        )

@@ -1,0 +1,188 @@
+"""The kernel's pieces, without a backend: globs, codebase helpers, capture, protocol."""
+
+from __future__ import annotations
+
+import ast
+import json
+import sys
+from pathlib import Path
+
+import pytest
+
+from rlmd.kernel import protocol
+from rlmd.kernel.codebase import Codebase, path_matcher, split_lines
+from rlmd.kernel.core import Capture, Kernel, format_exception, preview, size_of
+from rlmd.sandbox import base
+
+KERNEL_DIR = Path(protocol.__file__).parent
+
+
+def test_reserved_names_mirror_the_contract():
+    assert protocol.RESERVED_NAMES == base.RESERVED_NAMES
+    assert protocol.CODEBASE_HELPERS == base.CODEBASE_HELPERS
+
+
+def test_kernel_imports_only_the_standard_library():
+    stdlib = set(sys.stdlib_module_names)
+    for path in KERNEL_DIR.glob("*.py"):
+        tree = ast.parse(path.read_text())
+        for node in ast.walk(tree):
+            if isinstance(node, ast.Import):
+                names = [a.name for a in node.names]
+            elif isinstance(node, ast.ImportFrom) and node.level == 0:
+                names = [node.module or ""]
+            else:
+                continue
+            for name in names:
+                top = name.split(".")[0]
+                assert top in stdlib or top == "__future__", f"{path.name} imports {name}"
+
+
+@pytest.mark.parametrize(
+    ("pattern", "path", "expected"),
+    [
+        ("*.py", "a.py", True),
+        ("*.py", "deep/down/a.py", True),  # no "/": matches the file name at any depth
+        ("*.py", "a.pyc", False),
+        ("src/*.py", "src/a.py", True),
+        ("src/*.py", "src/x/a.py", False),
+        ("src/**/*.py", "src/a.py", True),
+        ("src/**/*.py", "src/x/y/a.py", True),
+        ("src/**", "src/x/y/a.txt", True),
+        ("src/", "src/x/a.txt", True),
+        ("src/", "other/src/a.txt", False),
+        ("./src/?.py", "src/a.py", True),
+        ("test_[ab].py", "t/test_a.py", True),
+        ("test_[!ab].py", "t/test_a.py", False),
+        ("test_[!ab].py", "t/test_c.py", True),
+        ("README*", "README.md", True),
+        ("[", "[", True),
+        ("a+b(c).txt", "a+b(c).txt", True),
+    ],
+)
+def test_glob(pattern, path, expected):
+    assert path_matcher(pattern)(path) is expected
+
+
+def test_split_lines():
+    assert split_lines("a\nb\n") == ["a", "b"]
+    assert split_lines("a\nb") == ["a", "b"]
+    assert split_lines("") == []
+    assert split_lines("a\x0cb\u2028c\n") == ["a\x0cb\u2028c"]  # only \n splits
+
+
+def test_read_file_width_and_range():
+    cb = Codebase({"f.txt": "".join(f"line {i}\n" for i in range(1, 10001))})
+    text = cb.read_file("f.txt", 9999)
+    assert text == " 9999| line 9999\n10000| line 10000"
+    assert cb.read_file("f.txt", 0, 1) == "   1| line 1"
+    assert cb.read_file("f.txt", 5, 4) == ""
+    with pytest.raises(ValueError, match="past the end"):
+        cb.read_file("f.txt", 20000)
+    assert Codebase({"e": ""}).read_file("e") == ""
+
+
+def test_read_file_crlf_and_suggestions():
+    cb = Codebase({"pkg/mod.py": "a\r\nb\r\n", "pkg/other.py": ""})
+    assert cb.read_file("pkg/mod.py") == "   1| a\r\n   2| b\r"
+    with pytest.raises(FileNotFoundError, match="did you mean: pkg/mod.py"):
+        cb.read_file("mod.py")
+    with pytest.raises(TypeError):
+        cb.read_file(3)  # type: ignore[arg-type]
+
+
+def test_grep_details():
+    cb = Codebase({"a.txt": "x" * 600 + "\nfoo\n", "b.txt": "foo\nbar foo\n"})
+    hits = cb.grep("x+")
+    assert hits == ["a.txt:1:" + "x" * 500 + "..."]
+    assert cb.grep("^foo$") == ["a.txt:2:foo", "b.txt:1:foo"]
+    assert cb.grep(r"\Afoo") == ["a.txt:2:foo", "b.txt:1:foo"]  # per line, no prefilter
+    assert cb.grep("foo", path_glob="b.*") == ["b.txt:1:foo", "b.txt:2:bar foo"]
+    with pytest.raises(ValueError, match="invalid regular expression"):
+        cb.grep("(")
+
+
+def test_capture_cap_and_bytes():
+    cap = Capture(10)
+    cap.write("hello ")
+    cap.write("world, and more")
+    cap.buffer.write("é".encode()[:1])
+    cap.buffer.write("é".encode()[1:])
+    assert cap.getvalue().startswith("hello worl\n[rlmd: output truncated: 12 more characters")
+    with pytest.raises(TypeError):
+        cap.write(b"bytes")  # type: ignore[arg-type]
+    assert not cap.isatty()
+
+
+def test_preview_and_size():
+    assert preview("a" * 10_000_000).startswith("'aaaa")
+    assert len(preview(list(range(1000)))) <= 80
+    assert len(preview(b"\x00" * 10_000)) <= 80
+
+    class BadRepr:
+        def __repr__(self):
+            raise RuntimeError("no")
+
+        def __len__(self):
+            raise RuntimeError("no")
+
+    assert preview(BadRepr()).startswith("<BadRepr")
+    assert size_of(BadRepr()) is None
+    assert size_of([1, 2]) == 2 and size_of(3) is None and size_of(list) is None
+
+
+def test_format_exception_hides_kernel_frames():
+    k = Kernel(lambda fn, args: (_ for _ in ()).throw(RuntimeError("host says no")))
+    res = k.exec_cell("def go():\n    return llm_query('x')\n\ngo()")
+    err = res["error"]
+    assert "line 4, in <module>" in err and "line 2, in go" in err
+    assert str(KERNEL_DIR) not in err
+    assert err.rstrip().endswith("RuntimeError: host says no")
+    try:
+        raise ValueError("outside")
+    except ValueError as exc:
+        assert "ValueError: outside" in format_exception(exc)
+
+
+def test_chained_exceptions_are_kept():
+    k = Kernel(lambda fn, args: None)
+    err = k.exec_cell("try:\n    1/0\nexcept Exception as e:\n    raise KeyError('k') from e")[
+        "error"
+    ]
+    assert "ZeroDivisionError" in err and "direct cause" in err and "KeyError: 'k'" in err
+
+
+def test_cells_do_not_inherit_future_flags():
+    # core.py uses `from __future__ import annotations`; cells must not.
+    k = Kernel(lambda fn, args: None)
+    res = k.exec_cell("def f(x: int) -> int:\n    return x\nann = f.__annotations__['x']")
+    assert res["error"] is None
+    assert k.ns["ann"] is int
+
+
+def test_thread_capture_leaves_other_threads_alone(capsys):
+    k = Kernel(lambda fn, args: None, capture="thread")
+    res = k.exec_cell("print('in cell')")
+    print("host output")
+    assert res["stdout"] == "in cell\n"
+    assert capsys.readouterr().out == "host output\n"
+
+
+def test_protocol_round_trip():
+    frame = protocol.encode({"op": "x", "text": "héllo \udcff"})
+    n = int.from_bytes(frame[:4], "big")
+    assert n == len(frame) - 4
+    assert protocol.decode(frame[4:]) == {"op": "x", "text": "héllo \udcff"}
+    with pytest.raises(TypeError):
+        protocol.encode({"op": "x", "v": {1, 2}})
+    with pytest.raises(ValueError):
+        protocol.decode(b"[1]")
+    assert json.loads(protocol.encode({"op": "y"})[4:]) == {"op": "y"}
+    assert protocol.sentinel("ab", 12) == b"\x00rlmd:ab:12\x00"
+
+
+def test_handle_unknown_op():
+    k = Kernel(lambda fn, args: None)
+    with pytest.raises(ValueError, match="unknown op"):
+        k.handle({"op": "frobnicate"})
+    assert k.handle({"op": "ping"})["pid"] > 0

@@ -1,0 +1,599 @@
+"""Behaviour every sandbox backend shares (one suite, run against each backend)."""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from typing import Any
+
+import pytest
+
+from rlmd.sandbox import BACKENDS, create_sandbox
+from rlmd.sandbox.base import CallError, CellResult, Sandbox, SandboxError
+
+
+class FakeHost:
+    """A CallHandler that records every call and answers predictably."""
+
+    def __init__(self, delay: float = 0.0):
+        self.calls: list[tuple[str, dict[str, Any]]] = []
+        self.delay = delay
+
+    async def __call__(self, fn: str, args: dict[str, Any]) -> Any:
+        self.calls.append((fn, args))
+        if self.delay:
+            await asyncio.sleep(self.delay)
+        if fn == "llm_query":
+            if args["prompt"] == "fail":
+                raise CallError("the model is down")
+            if args["prompt"] == "crash":
+                raise KeyError("oops")
+            return f"answer to {args['prompt']}" + (f" by {args['model']}" if args["model"] else "")
+        if fn == "llm_query_batched":
+            return [f"answer to {p}" for p in args["prompts"]]
+        if fn == "rlm_query":
+            return f"rlm({args['prompt']}, {args['context']!r})"
+        if fn == "rlm_query_batched":
+            contexts = args["contexts"] or [None] * len(args["prompts"])
+            return [f"rlm({p}, {c!r})" for p, c in zip(args["prompts"], contexts, strict=True)]
+        if fn == "tool":
+            if args["name"] == "broken":
+                raise CallError("tool exploded")
+            return {"tool": args["name"], "args": args["args"], "kwargs": args["kwargs"]}
+        raise CallError(f"unknown fn {fn}")
+
+
+CODEBASE = {
+    "README.md": "# demo\nA small project.\n",
+    "src/app.py": "import os\n\n\ndef main():\n    print('hello')\n    return 0\n",
+    "src/util/helpers.py": "def add(a, b):\n    return a + b\n\n\ndef TODO_later():\n    pass\n",
+    "tests/test_app.py": "from src.app import main\n\n\ndef test_main():\n    assert main() == 0\n",
+}
+
+
+@pytest.fixture(params=BACKENDS)
+async def sandbox(request) -> Sandbox:
+    host = FakeHost()
+    sb = create_sandbox(request.param, timeout_s=30)
+    await sb.start(host)
+    sb.host = host  # type: ignore[attr-defined]
+    yield sb
+    await sb.close()
+
+
+async def run(sb: Sandbox, code: str, **kw: Any) -> CellResult:
+    return await sb.execute(code, **kw)
+
+
+async def ok(sb: Sandbox, code: str, **kw: Any) -> CellResult:
+    r = await sb.execute(code, **kw)
+    assert r.error is None, r.error
+    return r
+
+
+# --------------------------------------------------------------------------- basics
+
+
+def test_create_sandbox_unknown_name():
+    with pytest.raises(ValueError, match="subprocess, inprocess"):
+        create_sandbox("docker-please")
+
+
+async def test_variables_persist(sandbox):
+    await ok(sandbox, "x = 41\ndef inc(v):\n    return v + 1")
+    r = await ok(sandbox, "y = inc(x)\nprint(y)")
+    assert r.stdout == "42\n"
+    assert await sandbox.get_variable("y") == 42
+
+
+async def test_last_expression_is_not_printed(sandbox):
+    r = await ok(sandbox, "1 + 1")
+    assert r.stdout == ""
+
+
+async def test_error_keeps_earlier_assignments(sandbox):
+    r = await run(sandbox, "a = 1\nb = [1, 2]\nc = 1 / 0\nd = 4")
+    assert r.error is not None
+    assert r.error.startswith("Traceback (most recent call last):")
+    assert "ZeroDivisionError: division by zero" in r.error
+    assert "c = 1 / 0" in r.error  # the cell's source line is shown
+    assert "rlmd/kernel" not in r.error and "exec_cell" not in r.error
+    assert {v.name for v in r.variables} == {"a", "b"}
+    r = await ok(sandbox, "print(a, b)")
+    assert r.stdout == "1 [1, 2]\n"
+    with pytest.raises(KeyError):
+        await sandbox.get_variable("d")
+
+
+async def test_traceback_through_functions(sandbox):
+    r = await run(sandbox, "def f():\n    raise ValueError('bad value')\n\nf()")
+    assert "line 4, in <module>" in r.error
+    assert "line 2, in f" in r.error
+    assert r.error.rstrip().endswith("ValueError: bad value")
+
+
+async def test_syntax_error(sandbox):
+    r = await run(sandbox, "x = (1,\n")
+    assert "SyntaxError" in r.error
+    assert "Traceback" not in r.error  # nothing but the offending line
+    assert r.variables == []
+
+
+async def test_stdout_and_stderr_captured(sandbox):
+    code = (
+        "import sys\n"
+        "print('out 1')\n"
+        "print('err 1', file=sys.stderr)\n"
+        "sys.stdout.write('out 2\\n')\n"
+        "sys.stdout.buffer.write('caf\\u00e9\\n'.encode())\n"
+    )
+    r = await ok(sandbox, code)
+    assert r.stdout == "out 1\nout 2\ncafé\n"
+    assert r.stderr == "err 1\n"
+    r = await ok(sandbox, "print('next cell')")
+    assert r.stdout == "next cell\n" and r.stderr == ""
+
+
+async def test_output_cap_marker():
+    for name in BACKENDS:
+        sb = create_sandbox(name, max_output_chars=100)
+        await sb.start(FakeHost())
+        try:
+            r = await ok(sb, "print('x' * 1000)")
+            assert r.stdout.startswith("x" * 100)
+            assert "901 more characters were dropped" in r.stdout
+        finally:
+            await sb.close()
+
+
+async def test_sys_exit_is_an_error_and_state_is_kept(sandbox):
+    await ok(sandbox, "kept = 'yes'")
+    r = await run(sandbox, "import sys\nsys.exit(3)")
+    assert "SystemExit: 3" in r.error
+    assert "does not end the session" in r.error
+    assert not r.kernel_restarted
+    r = await run(sandbox, "exit()")
+    assert "SystemExit" in r.error
+    r = await ok(sandbox, "print(kept)")
+    assert r.stdout == "yes\n"
+
+
+async def test_variables_reported_per_cell(sandbox):
+    r = await ok(sandbox, "s = 'abc' * 100\nn = 5\nimport json\n_private = 1")
+    info = {v.name: v for v in r.variables}
+    assert set(info) == {"s", "n"}  # modules and _names are not user variables
+    assert info["s"].type == "str" and info["s"].size == 300
+    assert len(info["s"].preview) <= 80 and info["s"].preview.startswith("'abcabc")
+    assert info["n"].size is None and info["n"].preview == "5"
+    r = await ok(sandbox, "n = 6\nm = s")
+    assert {v.name for v in r.variables} == {"n", "m"}  # s untouched, not reported
+    names = [v.name for v in await sandbox.list_variables()]
+    assert names == ["s", "n", "m"]
+
+
+async def test_input_is_unavailable(sandbox):
+    r = await run(sandbox, "input('? ')")
+    assert "EOFError" in r.error
+
+
+async def test_concurrent_execute_is_serialised(sandbox):
+    await ok(sandbox, "log = []")
+    cells = [f"log.append({i})\nimport time\ntime.sleep(0.01)\nlog.append({i})" for i in range(5)]
+    results = await asyncio.gather(*(sandbox.execute(c) for c in cells))
+    assert all(r.error is None for r in results)
+    log = await sandbox.get_variable("log")
+    assert log == [i for i in range(5) for _ in range(2)]  # never interleaved
+
+
+# --------------------------------------------------------------------------- reserved names
+
+
+async def test_reserved_names_restored(sandbox):
+    await sandbox.load_context("the context")
+    r = await ok(sandbox, "context = 1\ndel llm_query\nFINAL = None\nhistory = 'mine'")
+    assert set(r.restored) == {"context", "llm_query", "FINAL", "history"}
+    assert r.variables == []  # reserved names are not user variables
+    r = await ok(sandbox, "print(context)\nprint(llm_query('q'))\nFINAL('done')")
+    assert r.stdout == "the context\nanswer to q\n"
+    assert r.final == "done"
+    assert r.restored == []
+
+
+async def test_set_history(sandbox):
+    await sandbox.set_variable("history", [{"role": "user", "content": "hi"}])
+    r = await ok(sandbox, "print(history[0]['content'])\nhistory = None")
+    assert r.stdout == "hi\n" and r.restored == ["history"]
+    assert (await sandbox.get_variable("history"))[0]["content"] == "hi"
+    with pytest.raises(ValueError, match="reserved"):
+        await sandbox.set_variable("llm_query", 1)
+
+
+# --------------------------------------------------------------------------- FINAL
+
+
+async def test_final(sandbox):
+    r = await ok(sandbox, "x = 6 * 7")
+    assert r.final is None
+    r = await ok(sandbox, "FINAL(x)")
+    assert r.final == "42"
+    r = await ok(sandbox, "print('no final here')")
+    assert r.final is None
+
+
+async def test_final_var(sandbox):
+    r = await ok(sandbox, "answer = {'a': [1, 2]}\nFINAL_VAR('answer')")
+    assert r.final == "{'a': [1, 2]}"
+    r = await ok(sandbox, "FINAL_VAR(' \"answer\" ')")  # stray quotes and spaces are forgiven
+    assert r.final == "{'a': [1, 2]}"
+
+
+async def test_final_var_missing(sandbox):
+    await ok(sandbox, "alpha = 1\nbeta = 2")
+    r = await run(sandbox, "FINAL_VAR('gamma')")
+    assert r.final is None
+    assert "NameError" in r.error
+    assert "'gamma'" in r.error and "alpha, beta" in r.error
+    r = await run(sandbox, "FINAL_VAR(alpha)")
+    assert "TypeError" in r.error and "FINAL(value)" in r.error
+
+
+async def test_show_vars(sandbox):
+    r = await ok(sandbox, "nums = list(range(10))\nname = 'x'\nshown = SHOW_VARS()")
+    assert "nums: list (len 10)" in r.stdout
+    assert "name: str (len 1)" in r.stdout
+    shown = await sandbox.get_variable("shown")
+    assert shown == {"nums": "list (len 10)", "name": "str (len 1)"}
+
+
+# --------------------------------------------------------------------------- host calls
+
+
+async def test_llm_query(sandbox):
+    r = await ok(sandbox, "a = llm_query('hello')\nb = llm_query('hi', model='small')\nprint(a)")
+    assert r.stdout == "answer to hello\n"
+    assert await sandbox.get_variable("b") == "answer to hi by small"
+    assert sandbox.host.calls == [
+        ("llm_query", {"prompt": "hello", "model": None}),
+        ("llm_query", {"prompt": "hi", "model": "small"}),
+    ]
+
+
+async def test_llm_query_batched(sandbox):
+    r = await ok(sandbox, "out = llm_query_batched(['a', 'b', 'c'])\nprint(out)")
+    assert r.stdout == "['answer to a', 'answer to b', 'answer to c']\n"
+    assert sandbox.host.calls == [
+        ("llm_query_batched", {"prompts": ["a", "b", "c"], "model": None})
+    ]
+    r = await run(sandbox, "llm_query_batched('not a list')")
+    assert "TypeError" in r.error
+
+
+async def test_rlm_query(sandbox):
+    r = await ok(
+        sandbox,
+        "one = rlm_query('sum it', context=[1, 2, 3])\n"
+        "many = rlm_query_batched(['p', 'q'], contexts=['x', {'k': 1}], model='m')",
+    )
+    assert await sandbox.get_variable("one") == "rlm(sum it, [1, 2, 3])"
+    assert await sandbox.get_variable("many") == ["rlm(p, 'x')", "rlm(q, {'k': 1})"]
+    assert sandbox.host.calls == [
+        ("rlm_query", {"prompt": "sum it", "context": [1, 2, 3], "model": None}),
+        (
+            "rlm_query_batched",
+            {"prompts": ["p", "q"], "contexts": ["x", {"k": 1}], "model": "m"},
+        ),
+    ]
+    r = await run(sandbox, "rlm_query_batched(['a', 'b'], contexts=['x'])")
+    assert "2 prompts but 1 contexts" in r.error
+
+
+async def test_call_error_raises_in_cell(sandbox):
+    r = await run(sandbox, "before = 1\nllm_query('fail')\nafter = 2")
+    assert "RuntimeError: the model is down" in r.error
+    r = await ok(
+        sandbox,
+        "try:\n    llm_query('crash')\nexcept RuntimeError as e:\n    msg = str(e)\nprint(msg)",
+    )
+    assert r.stdout == "KeyError: 'oops'\n"  # a broken handler is reported, not fatal
+    assert await sandbox.get_variable("before") == 1
+    with pytest.raises(KeyError):
+        await sandbox.get_variable("after")
+
+
+async def test_non_json_call_arguments(sandbox):
+    r = await run(sandbox, "rlm_query('p', context={1, 2})")
+    assert "TypeError" in r.error and "JSON" in r.error
+    assert sandbox.host.calls == []
+
+
+async def test_calls_from_threads(sandbox):
+    code = (
+        "from concurrent.futures import ThreadPoolExecutor\n"
+        "with ThreadPoolExecutor(4) as pool:\n"
+        "    outs = list(pool.map(llm_query, [f'q{i}' for i in range(8)]))\n"
+        "print(len(outs), outs[3])"
+    )
+    r = await ok(sandbox, code)
+    assert r.stdout == "8 answer to q3\n"
+    assert sorted(a["prompt"] for _, a in sandbox.host.calls) == [f"q{i}" for i in range(8)]
+
+
+# --------------------------------------------------------------------------- codebase
+
+
+@pytest.fixture
+async def code_sandbox(sandbox) -> Sandbox:
+    await sandbox.load_context(CODEBASE, codebase=True)
+    return sandbox
+
+
+async def test_codebase_context_bound(code_sandbox):
+    r = await ok(code_sandbox, "print(sorted(context))")
+    assert r.stdout == str(sorted(CODEBASE)) + "\n"
+
+
+async def test_list_files(code_sandbox):
+    await ok(
+        code_sandbox,
+        "a = list_files()\nb = list_files('*.py')\nc = list_files('src/*.py')\n"
+        "d = list_files('src/**/*.py')\ne = list_files('tests/')\nf = list_files('*.rs')",
+    )
+    get = code_sandbox.get_variable
+    assert await get("a") == sorted(CODEBASE)
+    assert await get("b") == ["src/app.py", "src/util/helpers.py", "tests/test_app.py"]
+    assert await get("c") == ["src/app.py"]
+    assert await get("d") == ["src/app.py", "src/util/helpers.py"]
+    assert await get("e") == ["tests/test_app.py"]
+    assert await get("f") == []
+
+
+async def test_read_file(code_sandbox):
+    r = await ok(code_sandbox, "print(read_file('src/app.py'))")
+    assert r.stdout.splitlines() == [
+        "   1| import os",
+        "   2| ",
+        "   3| ",
+        "   4| def main():",
+        "   5|     print('hello')",
+        "   6|     return 0",
+    ]
+    r = await ok(code_sandbox, "print(read_file('./src/app.py', 4, 5))")
+    assert r.stdout == "   4| def main():\n   5|     print('hello')\n"
+    r = await ok(code_sandbox, "print(read_file('src/app.py', start=6, end=100))")
+    assert r.stdout == "   6|     return 0\n"
+
+
+async def test_read_file_unknown_path(code_sandbox):
+    r = await run(code_sandbox, "read_file('src/helpers.py')")
+    assert "FileNotFoundError" in r.error
+    assert "src/util/helpers.py" in r.error  # suggestion
+    r = await run(code_sandbox, "read_file('src/util')")
+    assert "is a folder" in r.error
+
+
+async def test_grep(code_sandbox):
+    r = await ok(code_sandbox, "hits = grep(r'def \\w+\\(')")
+    assert await code_sandbox.get_variable("hits") == [
+        "src/app.py:4:def main():",
+        "src/util/helpers.py:1:def add(a, b):",
+        "src/util/helpers.py:5:def TODO_later():",
+        "tests/test_app.py:4:def test_main():",
+    ]
+    await ok(code_sandbox, "hits = grep('todo', ignore_case=True)")
+    assert await code_sandbox.get_variable("hits") == ["src/util/helpers.py:5:def TODO_later():"]
+    await ok(code_sandbox, "hits = grep('def', path_glob='tests/*')")
+    assert await code_sandbox.get_variable("hits") == ["tests/test_app.py:4:def test_main():"]
+    r = await ok(code_sandbox, "hits = grep('def', max_results=2)")
+    assert len(await code_sandbox.get_variable("hits")) == 2
+    assert "max_results=2" in r.stderr
+
+
+async def test_grep_bad_regex(code_sandbox):
+    r = await run(code_sandbox, "grep('foo(')")
+    assert "ValueError: grep: invalid regular expression 'foo('" in r.error
+
+
+async def test_helpers_survive_context_rebinding(code_sandbox):
+    r = await ok(
+        code_sandbox,
+        "context = None\nprint(len(list_files()))\nprint(read_file('README.md', 1, 1))",
+    )
+    assert r.stdout == "4\n   1| # demo\n"
+    assert "context" in r.restored
+    r = await ok(code_sandbox, "del grep\ncontext = {}")
+    assert set(r.restored) == {"grep", "context"}
+    await ok(code_sandbox, "hits = grep('hello')")
+    assert await code_sandbox.get_variable("hits") == ["src/app.py:5:    print('hello')"]
+
+
+async def test_plain_context_has_no_codebase_helpers(sandbox):
+    await sandbox.load_context(CODEBASE, codebase=True)
+    await sandbox.load_context(["a", "b"])
+    r = await run(sandbox, "print(context)\nlist_files()")
+    assert r.stdout == "['a', 'b']\n"
+    assert "NameError" in r.error
+
+
+async def test_codebase_must_be_a_dict_of_text(sandbox):
+    with pytest.raises(ValueError):
+        await sandbox.load_context(["not", "a", "dict"], codebase=True)
+
+
+# --------------------------------------------------------------------------- tools & variables
+
+
+async def test_user_tools(sandbox):
+    await sandbox.define_tools(["search", "broken"], {"LIMIT": 10, "config": {"mode": "fast"}})
+    r = await ok(sandbox, "out = search('cats', 3, sort=True)\nprint(LIMIT, config['mode'])")
+    assert r.stdout == "10 fast\n"
+    assert await sandbox.get_variable("out") == {
+        "tool": "search",
+        "args": ["cats", 3],
+        "kwargs": {"sort": True},
+    }
+    assert sandbox.host.calls == [
+        ("tool", {"name": "search", "args": ["cats", 3], "kwargs": {"sort": True}})
+    ]
+    r = await run(sandbox, "broken()")
+    assert "RuntimeError: tool exploded" in r.error
+    r = await ok(sandbox, "LIMIT = 0\nsearch = None")
+    assert set(r.restored) == {"LIMIT", "search"}
+    assert await sandbox.get_variable("LIMIT") == 10
+
+
+@pytest.mark.parametrize("name", ["llm_query", "FINAL", "context", "grep", "not valid"])
+async def test_tool_with_reserved_name(sandbox, name):
+    with pytest.raises(ValueError):
+        await sandbox.define_tools([name], {})
+    with pytest.raises(ValueError):
+        await sandbox.define_tools([], {name: 1})
+
+
+async def test_set_get_list_variables(sandbox):
+    await sandbox.set_variable("data", {"k": [1, 2, 3]})
+    r = await ok(sandbox, "data['k'].append(4)\nobj = object()\nt = (1, 'a')")
+    assert await sandbox.get_variable("data") == {"k": [1, 2, 3, 4]}
+    assert (await sandbox.get_variable("obj")).startswith("<object object at")
+    assert await sandbox.get_variable("t") == [1, "a"]
+    with pytest.raises(KeyError):
+        await sandbox.get_variable("nope")
+    infos = {v.name: v for v in await sandbox.list_variables()}
+    assert set(infos) == {"data", "obj", "t"}
+    assert infos["data"].type == "dict" and infos["data"].size == 1
+    assert r.variables and {v.name for v in r.variables} == {"obj", "t"}
+    with pytest.raises(TypeError):
+        await sandbox.set_variable("bad", {1, 2})
+
+
+async def test_big_string_context(sandbox):
+    big = "abcdefghij" * 1_000_000  # 10 MB
+    t0 = time.perf_counter()
+    await sandbox.load_context(big)
+    elapsed = time.perf_counter() - t0
+    assert elapsed < 2.0, elapsed  # typically ~0.1 s for the subprocess backend
+    r = await ok(sandbox, "print(len(context), context[-3:])")
+    assert r.stdout == "10000000 hij\n"
+
+
+# --------------------------------------------------------------------------- timeouts
+
+
+async def test_timeout_subprocess_restarts_and_rebinds():
+    host = FakeHost()
+    sb = create_sandbox("subprocess", timeout_s=30)
+    await sb.start(host)
+    try:
+        await sb.load_context("still here")
+        await sb.define_tools(["search"], {"LIMIT": 3})
+        await ok(sb, "a = 1\nb = 'two'")
+        old_pid = sb.pid
+        t0 = time.perf_counter()
+        r = await run(sb, "c = 3\nwhile True:\n    pass", timeout_s=0.5)
+        assert time.perf_counter() - t0 < 10
+        assert r.timed_out and r.kernel_restarted
+        assert r.lost_variables == ["a", "b"]
+        assert "timed out after 0.5 s" in r.error
+        assert "variables lost: a, b" in r.error
+        assert sb.pid != old_pid
+        r = await ok(sb, "print(context, LIMIT, search('x')['tool'])")
+        assert r.stdout == "still here 3 search\n"
+        r = await run(sb, "print(a)")
+        assert "NameError" in r.error
+    finally:
+        await sb.close()
+
+
+async def test_timeout_inprocess_interrupts_python_loop():
+    sb = create_sandbox("inprocess", timeout_s=30)
+    await sb.start(FakeHost())
+    try:
+        await ok(sb, "a = 1")
+        r = await run(sb, "b = 2\nprint('working')\nwhile True:\n    pass", timeout_s=0.3)
+        assert r.timed_out and not r.kernel_restarted
+        assert "timed out after 0.3 s" in r.error and "CellInterrupted" in r.error
+        assert r.stdout == "working\n"
+        r = await ok(sb, "print(a, b)")
+        assert r.stdout == "1 2\n"
+    finally:
+        await sb.close()
+
+
+async def test_timeout_inprocess_blocked_thread_is_abandoned():
+    sb = create_sandbox("inprocess", timeout_s=30, interrupt_grace_s=0.2)
+    await sb.start(FakeHost())
+    try:
+        await sb.load_context("ctx")
+        await ok(sb, "a = 1")
+        r = await run(sb, "import time\ntime.sleep(3)", timeout_s=0.2)
+        assert r.timed_out and r.kernel_restarted
+        assert r.lost_variables == ["a"]
+        assert "could not be interrupted" in r.error
+        r = await ok(sb, "print(context)")
+        assert r.stdout == "ctx\n"
+    finally:
+        await sb.close()
+
+
+async def test_timeout_cancels_a_pending_host_call():
+    for name in BACKENDS:
+        sb = create_sandbox(name, timeout_s=30)
+        await sb.start(FakeHost(delay=30))
+        try:
+            t0 = time.perf_counter()
+            r = await run(sb, "x = llm_query('slow')", timeout_s=0.3)
+            assert r.timed_out, name
+            assert time.perf_counter() - t0 < 5
+            r = await ok(sb, "print('alive')")
+            assert r.stdout == "alive\n"
+        finally:
+            await sb.close()
+
+
+# --------------------------------------------------------------------------- lifecycle
+
+
+async def test_close_twice_and_use_after_close():
+    for name in BACKENDS:
+        sb = create_sandbox(name)
+        await sb.start(FakeHost())
+        await sb.close()
+        await sb.close()
+        with pytest.raises(SandboxError):
+            await sb.execute("1")
+
+
+async def test_isolation_is_reported():
+    sub = create_sandbox("subprocess")
+    inp = create_sandbox("inprocess")
+    assert sub.isolation["isolated"] is True and sub.isolation["process"] is True
+    assert sub.isolation["env"] == "clean" and sub.isolation["network"] == "host"
+    assert inp.isolation["isolated"] is False
+    assert sub.kind == "subprocess" and inp.kind == "inprocess"
+
+
+async def test_cancelled_execute_stops_the_cell(sandbox):
+    await ok(sandbox, "kept = 1")
+    task = asyncio.create_task(sandbox.execute("while True:\n    pass"))
+    await asyncio.sleep(0.3)
+    task.cancel()
+    with pytest.raises(asyncio.CancelledError):
+        await task
+    t0 = time.perf_counter()
+    r = await ok(sandbox, "print('next')", timeout_s=10)
+    assert r.stdout == "next\n"
+    assert time.perf_counter() - t0 < 5
+    if sandbox.kind == "subprocess":  # the kernel was killed: a fresh one, variables lost
+        assert r.kernel_restarted and r.lost_variables == ["kept"]
+    else:  # the loop was interrupted in its thread: state kept
+        assert not r.kernel_restarted
+        assert await sandbox.get_variable("kept") == 1
+
+
+async def test_start_again_keeps_the_repl_and_swaps_the_handler(sandbox):
+    await ok(sandbox, "memo = 'kept'")
+    second = FakeHost()
+    await sandbox.start(second)
+    r = await ok(sandbox, "print(memo, llm_query('again'))")
+    assert r.stdout == "kept answer to again\n"
+    assert second.calls == [("llm_query", {"prompt": "again", "model": None})]
+    assert sandbox.host.calls == []

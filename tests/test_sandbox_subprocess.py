@@ -1,0 +1,269 @@
+"""The subprocess backend: process hygiene, the channel, crashes, the environment."""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import signal
+import sys
+import time
+
+import pytest
+from test_sandbox import FakeHost, ok, run
+
+from rlmd.sandbox.base import SandboxError
+from rlmd.sandbox.subprocess import SubprocessSandbox, _StderrDrain
+
+
+def alive(pid: int) -> bool:
+    """Running (a zombie waiting for a slow init to reap it counts as dead)."""
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    try:
+        with open(f"/proc/{pid}/stat") as f:
+            state = f.read().rpartition(")")[2].split()[0]
+    except (FileNotFoundError, IndexError):
+        return True
+    return state not in ("Z", "X")
+
+
+async def gone(pid: int, within: float = 5.0) -> bool:
+    deadline = time.monotonic() + within
+    while time.monotonic() < deadline:
+        if not alive(pid):
+            return True
+        await asyncio.sleep(0.02)
+    return False
+
+
+@pytest.fixture
+async def sb():
+    box = SubprocessSandbox(timeout_s=30)
+    host = FakeHost()
+    await box.start(host)
+    box.host = host  # type: ignore[attr-defined]
+    yield box
+    await box.close()
+
+
+async def test_fd_level_writes_do_not_corrupt_the_channel(sb):
+    code = (
+        "import os, subprocess, sys\n"
+        "os.write(1, b'x')\n"
+        "os.write(1, b'\\x00\\x00\\x00\\x10{garbage frame}')\n"
+        "os.write(2, b'to fd 2\\n')\n"
+        "subprocess.run(['echo', 'from a child'])\n"
+        "print('python level')\n"
+        "value = 7"
+    )
+    r = await ok(sb, code)
+    assert r.stdout == "python level\n"
+    assert r.stderr.startswith("x\x00\x00\x00\x10{garbage frame}to fd 2\nfrom a child\n")
+    r = await ok(sb, "print(value)")
+    assert r.stdout == "7\n" and r.stderr == ""
+
+
+async def test_fd_output_is_attributed_to_its_cell(sb):
+    # More than a pipe buffer, so the sentinel path is exercised.
+    r = await ok(sb, "import os\nfor _ in range(50):\n    os.write(2, b'e' * 4096)")
+    assert r.stderr == "e" * 4096 * 50
+    r = await ok(sb, "print('quiet')")
+    assert r.stderr == ""
+
+
+async def test_stderr_drain_splits_at_sentinels():
+    drain = _StderrDrain("abcd", cap=1000)
+    mark = b"\x00rlmd:abcd:7\x00"
+    stream = b"one" + mark + b"two"
+    for i in range(len(stream)):  # the sentinel may arrive in pieces
+        drain.feed(stream[i : i + 1])
+    assert await drain.segment(7, 1.0) == (b"one", 0)
+    assert drain.take_now() == (b"two", 0)
+    drain.feed(b"\x00not a sentinel\x00 tail")
+    assert drain.take_now() == (b"\x00not a sentinel\x00 tail", 0)
+    small = _StderrDrain("t", cap=4)
+    small.feed(b"0123456789")
+    assert "6 more bytes were dropped" in _StderrDrain.text(small.take_now())
+
+
+async def test_os_exit_restarts_the_kernel(sb):
+    await sb.load_context({"k": "v"})
+    await ok(sb, "x = 1\ny = 2")
+    old_pid = sb.pid
+    r = await run(sb, "import os\nprint('bye')\nos._exit(3)")
+    assert r.kernel_restarted and not r.timed_out
+    assert r.lost_variables == ["x", "y"]
+    assert "exit code 3" in r.error and "variables lost: x, y" in r.error
+    assert sb.pid != old_pid and await gone(old_pid)
+    r = await ok(sb, "print(context['k'])")
+    assert r.stdout == "v\n"
+
+
+async def test_crash_by_signal(sb):
+    r = await run(sb, "import os, signal\nos.kill(os.getpid(), signal.SIGSEGV)")
+    assert r.kernel_restarted
+    assert "SIGSEGV" in r.error
+    r = await ok(sb, "print('fine')")
+    assert r.stdout == "fine\n"
+
+
+async def test_kernel_killed_between_cells(sb):
+    await ok(sb, "z = 1")
+    os.kill(sb.pid, signal.SIGKILL)
+    await asyncio.sleep(0.2)
+    r = await ok(sb, "print('after')")
+    assert r.stdout == "after\n"
+    assert r.kernel_restarted and r.lost_variables == ["z"]
+    assert "the kernel died before this cell" in r.stderr
+
+
+async def test_closing_the_channel_fd_restarts(sb):
+    # Model code that closes every fd above 2 takes the channel with it.
+    r = await run(sb, "import os\nos.closerange(3, 4096)\nx = 1")
+    assert r.kernel_restarted
+    r = await ok(sb, "print('back')")
+    assert r.stdout == "back\n"
+
+
+async def test_timeout_kills_the_process_group(sb):
+    r = await ok(
+        sb,
+        "import subprocess\nchild = subprocess.Popen(['sleep', '60'])\nchild_pid = child.pid",
+    )
+    child_pid = await sb.get_variable("child_pid")
+    assert alive(child_pid)
+    r = await run(sb, "import time\ntime.sleep(60)", timeout_s=0.3)
+    assert r.timed_out and r.kernel_restarted
+    assert "child_pid" in r.lost_variables and "child" in r.lost_variables
+    assert await gone(child_pid)
+
+
+async def test_close_leaves_no_process_behind():
+    box = SubprocessSandbox()
+    await box.start(FakeHost())
+    await ok(box, "import subprocess\nchild = subprocess.Popen(['sleep', '60'])\ncp = child.pid")
+    pid, child_pid = box.pid, await box.get_variable("cp")
+    workdir = box.isolation["workdir"]
+    assert os.path.isdir(workdir)
+    await box.close()
+    assert await gone(pid) and await gone(child_pid)
+    assert not os.path.exists(workdir)
+    await box.close()  # safe twice
+
+
+async def test_clean_environment(monkeypatch):
+    monkeypatch.setenv("SECRET_API_KEY", "sk-do-not-leak")
+    box = SubprocessSandbox()
+    await box.start(FakeHost())
+    try:
+        r = await ok(
+            box,
+            "import os, subprocess\n"
+            "print(os.environ.get('SECRET_API_KEY'))\n"
+            "print(sorted(os.environ))\n"
+            "print(os.getcwd() == os.environ['HOME'])\n"
+            "out = subprocess.run(['env'], capture_output=True, text=True).stdout",
+        )
+        lines = r.stdout.splitlines()
+        assert lines[0] == "None"
+        assert set(eval(lines[1])) <= {"PATH", "LANG", "HOME", "TMPDIR", "LC_CTYPE"}
+        assert lines[2] == "True"
+        assert "sk-do-not-leak" not in await box.get_variable("out")
+        assert os.path.realpath(box.isolation["workdir"]).startswith(
+            os.path.realpath(os.environ.get("TMPDIR", "/tmp"))
+        )
+    finally:
+        await box.close()
+
+
+async def test_kernel_modules_are_private(sb):
+    r = await ok(
+        sb,
+        "import sys\n"
+        "print('rlmd' in sys.modules, '_rlmd_kernel' in sys.modules)\n"
+        "print(__name__, sys.modules['__main__'] is sys.modules[__name__])\n"
+        "def f():\n    return 1\n"
+        "import pickle\nprint(pickle.loads(pickle.dumps(f))())",
+    )
+    assert r.stdout == "False True\n__main__ True\n1\n"
+    r = await run(sb, "import protocol")
+    assert "ModuleNotFoundError" in r.error
+
+
+async def test_calls_overlap_while_the_handler_runs():
+    """Two threads in one cell each wait on a slow host call: the calls run concurrently."""
+
+    class SlowHost(FakeHost):
+        def __init__(self):
+            super().__init__(delay=0.5)
+
+    box = SubprocessSandbox()
+    await box.start(SlowHost())
+    try:
+        t0 = time.perf_counter()
+        r = await ok(
+            box,
+            "import threading\nout = []\n"
+            "ts = [threading.Thread(target=lambda i=i: out.append(llm_query(str(i)))) "
+            "for i in range(4)]\n"
+            "[t.start() for t in ts]\n[t.join() for t in ts]\nprint(sorted(out))",
+        )
+        assert time.perf_counter() - t0 < 1.5
+        assert r.stdout == str(sorted(f"answer to {i}" for i in range(4))) + "\n"
+    finally:
+        await box.close()
+
+
+async def test_start_failure_is_a_sandbox_error(tmp_path):
+    fake_python = tmp_path / "python"
+    fake_python.write_text("#!/bin/sh\necho 'no kernel here' >&2\nexit 5\n")
+    fake_python.chmod(0o755)
+    box = SubprocessSandbox(python=str(fake_python))
+    with pytest.raises(SandboxError, match="no kernel here"):
+        await box.start(FakeHost())
+    await box.close()
+
+
+async def test_big_output(sb):
+    r = await ok(sb, "s = 'y' * 5_000_000\nprint(s)")
+    assert len(r.stdout) == 5_000_001
+
+
+async def test_unicode_and_surrogates(sb):
+    r = await ok(
+        sb, "print('héllo \\u4e16\\u754c')\nbad = b'\\xff'.decode('utf-8', 'surrogateescape')"
+    )
+    assert r.stdout == "héllo 世界\n"
+    assert await sb.get_variable("bad") == "\udcff"
+
+
+async def test_round_trip_speed(sb):
+    for _ in range(50):
+        await sb.execute("x = 1")
+    times = []
+    for _ in range(200):
+        t0 = time.perf_counter()
+        await sb.execute("x = 1")
+        times.append(time.perf_counter() - t0)
+    times.sort()
+    median = times[len(times) // 2]
+    print(f"subprocess cell round trip: median {median * 1e6:.0f} us")
+    assert median < 0.005  # ~0.3 ms on a quiet machine; generous for loaded CI
+
+
+def test_kernel_script_exits_on_eof():
+    """The kernel ends by itself when the host goes away (stdin EOF)."""
+    import subprocess
+
+    from rlmd.sandbox.subprocess import KERNEL_MAIN
+
+    proc = subprocess.run(
+        [sys.executable, "-I", KERNEL_MAIN],
+        stdin=subprocess.DEVNULL,
+        capture_output=True,
+        timeout=30,
+    )
+    assert proc.returncode == 0
+    assert proc.stdout[4:].startswith(b'{"op":"hello"')
