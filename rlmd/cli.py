@@ -25,7 +25,7 @@ from rich.console import Console
 
 from rlmd import paths
 
-err = Console(stderr=True, highlight=False)
+err = Console(stderr=True, highlight=False, soft_wrap=True)
 out = Console(highlight=False, soft_wrap=True)
 
 

@@ -86,8 +86,14 @@ async def test_variables_persist(sandbox):
     assert await sandbox.get_variable("y") == 42
 
 
-async def test_last_expression_is_not_printed(sandbox):
-    r = await ok(sandbox, "1 + 1")
+async def test_last_expression_is_echoed_like_a_repl(sandbox):
+    r = await ok(sandbox, "x = 20\nx + 1")
+    assert r.stdout == "21\n"
+    r = await ok(sandbox, "print('only print')")  # None is not echoed
+    assert r.stdout == "only print\n"
+    r = await ok(sandbox, "'abc'")
+    assert r.stdout == "'abc'\n"
+    r = await ok(sandbox, "if x:\n    x + 1")  # only a trailing top-level expression echoes
     assert r.stdout == ""
 
 
@@ -125,7 +131,7 @@ async def test_stdout_and_stderr_captured(sandbox):
         "print('out 1')\n"
         "print('err 1', file=sys.stderr)\n"
         "sys.stdout.write('out 2\\n')\n"
-        "sys.stdout.buffer.write('caf\\u00e9\\n'.encode())\n"
+        "_ = sys.stdout.buffer.write('caf\\u00e9\\n'.encode())\n"
     )
     r = await ok(sandbox, code)
     assert r.stdout == "out 1\nout 2\ncafé\n"

@@ -37,6 +37,7 @@ async def run_task(
     sinks: tuple[EventSink, ...] = (),
     make_sandbox: Callable[[], Sandbox] | None = None,
     sandbox: Sandbox | None = None,
+    run_id: str | None = None,
 ) -> RunResult:
     """Answer ``question`` about ``context`` with a recursive, code-executing loop.
 
@@ -51,6 +52,8 @@ async def run_task(
         make_sandbox: factory for each run's sandbox; defaults to ``config.sandbox``.
         sandbox: an already started-or-not sandbox to use for the root run (a workspace's
             warm REPL); it is not closed at the end. Child runs always get fresh ones.
+        run_id: the root run's id (default: a new :func:`~rlmd.engine.events.new_id`); the
+            daemon picks it up front so a queued task has its id before it starts.
 
     Returns:
         The root :class:`RunResult`; its usage covers the whole tree.
@@ -69,4 +72,4 @@ async def run_task(
 
     ctx = context if isinstance(context, Context) else load_context(context)
     rt = Runtime(config, get_model, make_sandbox, EventBus(*sinks), Ledger(config.budget))
-    return await RLMRun(rt, question, ctx, sandbox=sandbox).run()
+    return await RLMRun(rt, question, ctx, sandbox=sandbox, run_id=run_id).run()

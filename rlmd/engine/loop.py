@@ -154,6 +154,7 @@ class RLMRun:
         usage: Usage | None = None,
         tools: dict[str, Any] | None = None,
         sandbox: Sandbox | None = None,
+        run_id: str | None = None,
     ) -> None:
         self.rt = rt
         self.cfg = rt.config
@@ -162,7 +163,7 @@ class RLMRun:
         self.depth = depth
         self.parent = parent
         self.parent_node_id = parent_node_id
-        self.run_id = new_id()
+        self.run_id = run_id or new_id()
         self.root_run_id = parent.root_run_id if parent else self.run_id
         self.usage = usage or Usage(parent=parent.usage if parent else None)
         self.tools = self.cfg.tools if tools is None else tools
@@ -284,6 +285,7 @@ class RLMRun:
         code_ran = False
         refused = False
         errors_in_a_row = 0
+        previous_blocks: list[str] = []
         for i in range(budget.max_iterations):
             self.iterations = i + 1
             it_node = new_id()
@@ -317,6 +319,9 @@ class RLMRun:
                 feedback.append(
                     prompts.cell_feedback(b, code, result, self.cfg.output_cap, parsing.cap_output)
                 )
+                if self.context.is_codebase and _raised(result, "KeyError"):
+                    example = next(iter(self.context.value), "src/main.py")
+                    feedback.append(prompts.CODEBASE_KEY_HINT.format(example=example))
                 inspected = code_ran or parsing.cell_inspects(code)
                 code_ran = True
                 if self.rt.ledger.exhausted is not None:
@@ -328,6 +333,9 @@ class RLMRun:
                     refused = True
                     feedback.append(self.cfg.early_answer_message)
                     break
+            if blocks == previous_blocks:
+                feedback.append(prompts.REPEATED)
+            previous_blocks = blocks
             errors_in_a_row = errors_in_a_row + 1 if all_failed else 0
             limit = budget.max_consecutive_errors
             if limit is not None and errors_in_a_row >= limit:
@@ -669,6 +677,12 @@ class RLMRun:
         self._sent = len(self.messages)
         await sandbox.set_variable("history", self.history)
         self.emit("compaction", new_id(), it_node, summarised_messages=len(middle), summary=summary)
+
+
+def _raised(result: CellResult, name: str) -> bool:
+    """Whether the cell ended with exception ``name`` (its traceback's last line)."""
+    lines = (result.error or "").strip().splitlines()
+    return bool(lines) and lines[-1].startswith(name)
 
 
 def _as_list(value: Any, what: str) -> list:

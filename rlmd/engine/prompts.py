@@ -7,7 +7,6 @@ example, answers only through ``FINAL``. The loop design follows Zhang, Kraska, 
 
 from __future__ import annotations
 
-import json
 from typing import Any
 
 from rlmd.sandbox.base import CellResult
@@ -97,14 +96,53 @@ def system_prompt(
     )
 
 
+def describe_context(meta: dict[str, Any]) -> str:
+    """The context's metadata as plain sentences. Deliberately not a dict literal: small
+    models read ``{"files": 33}`` as keys of ``context`` and write ``context['files']``."""
+    size = f"{meta['chars']:,} characters, about {meta['tokens']:,} tokens"
+    kind = meta["kind"]
+    if kind == "codebase":
+        text = (
+            f"`context` is a dict that maps each of the {meta['files']:,} file paths of a "
+            f"codebase (like {meta.get('example_path') or 'src/main.py'!r}) to that file's text ({size} in all)."
+        )
+        skipped = ", ".join(f"{n} {why}" for why, n in (meta.get("skipped") or {}).items())
+        if skipped:
+            text += f" Files skipped while loading: {skipped}."
+        return text
+    if kind == "list":
+        lengths = ", ".join(str(x) for x in meta.get("item_chars", []))
+        return f"`context` is a list of {meta['items']:,} items ({size}); item lengths in characters: {lengths}."
+    if kind == "dict":
+        keys = ", ".join(repr(k) for k in meta.get("keys", []))
+        more = " ..." if meta["items"] > len(meta.get("keys", [])) else ""
+        return f"`context` is a dict with {meta['items']:,} keys ({size}); its keys: {keys}{more}."
+    return f"`context` is a string of {size}."
+
+
 def first_user_message(question: str, meta: dict[str, Any]) -> str:
     """The opening user turn: the question plus the context's metadata (never its content)."""
-    shown = {k: v for k, v in meta.items() if k not in ("tree",)}
-    lines = [f"Question: {question}", "", f"About `context`: {json.dumps(shown)}"]
+    lines = [f"Question: {question}", "", f"About `context`: {describe_context(meta)}"]
     if meta.get("tree"):
-        lines += ["Folders and files in `context`:", *("  " + t for t in meta["tree"])]
-    lines += ["", "Start by looking at `context` in a ```repl block."]
+        lines += ["Folders and files in it:", *("  " + t for t in meta["tree"])]
+        lines += [
+            "",
+            "Start by exploring it in a ```repl block, for example with list_files() or grep(...).",
+        ]
+    else:
+        lines += ["", "Start by looking at `context` in a ```repl block."]
     return "\n".join(lines)
+
+
+REPEATED = (
+    "You ran the same code as in your previous turn and got the same result. Do something "
+    "different: print what `context` holds, or use another helper."
+)
+
+CODEBASE_KEY_HINT = (
+    "Hint: the keys of `context` are file paths such as {example!r}; list_files() shows them "
+    "all and grep(pattern) searches every file."
+)
 
 
 def cell_feedback(index: int, code: str, result: CellResult, output_cap: int, cap) -> str:

@@ -116,7 +116,13 @@ class Codebase:
         if not isinstance(pattern, str):
             raise TypeError("list_files(pattern): pattern must be a glob string or None")
         match = path_matcher(pattern)
-        return [p for p in self.paths if match(p)]
+        found = [p for p in self.paths if match(p)]
+        if not found:
+            _note(
+                f"list_files: no path matches {pattern!r} ({len(self.paths)} files in all; "
+                "list_files() lists them)"
+            )
+        return found
 
     def resolve(self, path: str) -> str:
         if not isinstance(path, str):
@@ -207,14 +213,26 @@ class Codebase:
             if more:
                 break
         if more:
-            import sys
-
-            print(
+            _note(
                 f"grep: stopped after max_results={max_results} matches; "
-                "pass a larger max_results or a narrower pattern/path_glob to see more",
-                file=sys.stderr,
+                "pass a larger max_results or a narrower pattern/path_glob to see more"
             )
+        elif not results:
+            where = (
+                f"the {len(paths)} files matching {path_glob!r}"
+                if path_glob
+                else f"all {len(paths)} files"
+            )
+            _note(f"grep: no line matches {pattern!r} in {where}")
         return results
+
+
+def _note(message: str) -> None:
+    """Tell the model (through the cell's stderr) why a helper came back empty or cut short:
+    small models otherwise read ``[]`` as an answer."""
+    import sys
+
+    print(message, file=sys.stderr)
 
 
 def helpers(cb: Codebase) -> dict[str, Any]:

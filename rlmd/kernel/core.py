@@ -9,6 +9,7 @@ function given to the constructor: ``call(fn, args) -> JSON value``, raising
 
 from __future__ import annotations
 
+import ast
 import builtins
 import codecs
 import io
@@ -473,8 +474,7 @@ class Kernel:
             try:
                 self.running = True
                 try:
-                    compiled = compile(code, filename, "exec", dont_inherit=True)
-                    exec(compiled, self.ns)
+                    self._run_code(code, filename)
                 finally:
                     self.running = False
             except SystemExit as exc:
@@ -486,6 +486,24 @@ class Kernel:
                 error = format_exception(exc)
         duration = time.perf_counter() - t0
         return self._cell_result(out, err, error, before, duration)
+
+    def _run_code(self, code: str, filename: str) -> None:
+        """Execute a cell like an interactive REPL: statements run in order and the value of a
+        trailing expression, if not None, is printed as its repr (what ``python -i`` and
+        Jupyter do; models often end a cell with a bare expression and expect to see it)."""
+        # compile(), not ast.parse(): a SyntaxError then carries no Python frame of ours.
+        tree = compile(code, filename, "exec", ast.PyCF_ONLY_AST, dont_inherit=True)
+        last = tree.body[-1] if tree.body else None
+        if isinstance(last, ast.Expr):
+            tree.body.pop()
+            exec(compile(tree, filename, "exec", dont_inherit=True), self.ns)
+            value = eval(
+                compile(ast.Expression(last.value), filename, "eval", dont_inherit=True), self.ns
+            )
+            if value is not None:
+                print(repr(value))
+        else:
+            exec(compile(tree, filename, "exec", dont_inherit=True), self.ns)
 
     def _cell_result(
         self, out: Capture, err: Capture, error: str | None, before: dict, duration: float

@@ -86,8 +86,11 @@ class Context:
                 for v in (self.value.values() if isinstance(self.value, dict) else self.value)
             ]
             meta["item_chars"] = lengths[:20] + (["..."] if len(lengths) > 20 else [])
+            if isinstance(self.value, dict):
+                meta["keys"] = [str(k)[:80] for k in list(self.value)[:20]]
         if self.is_codebase:
             meta["files"] = len(self.value)
+            meta["example_path"] = next((p for p in self.value if not p.startswith(".")), "")
             meta["tree"] = summarise_tree(list(self.value), tree_lines)
             meta["skipped"] = {k: v for k, v in self.skipped.items() if v}
         return meta

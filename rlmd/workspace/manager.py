@@ -1,0 +1,532 @@
+"""Per-project workspaces: a warm REPL with the codebase loaded as ``context``, shared by the
+tasks and the people working on one project folder.
+
+A :class:`Workspace` owns one sandbox. Whoever uses the REPL (a task, a human cell, a
+checkpoint) first *holds* the workspace (:meth:`Workspace.hold`, a FIFO lock), so two runs
+never interleave cells in one REPL; the others wait in line. Variables stay in the REPL from
+one task to the next.
+
+Life cycle::
+
+    stopped --(first use: load the codebase, start the sandbox, restore the checkpoint)--> ready
+    ready --(idle for idle_timeout_s: checkpoint, then stop the sandbox)--> stopped
+    ready --(reset: stop without checkpoint, delete the checkpoint)--> stopped
+    any --(close)--> closed (forgotten by the manager)
+
+A checkpoint (see :mod:`rlmd.workspace.checkpoint`) is also taken after every task (unless
+``checkpoint_after_task`` is off), so a daemon killed with SIGKILL restores from the state
+after the last finished task. When the sandbox's kernel dies during a task (killed, crashed,
+or stopped by a cancel), the sandbox restarts it; afterwards the workspace binds the
+checkpoint's variables that the new kernel lacks, and the next task's model is told what was
+restored and what was lost (:meth:`Workspace.model_note`).
+
+Nothing here knows about the daemon's protocol: state changes are reported through the
+``on_change(workspace, kind, data)`` callback.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import time
+from collections.abc import AsyncIterator, Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from rlmd.sandbox import create_sandbox
+from rlmd.sandbox.base import CallError, CellResult, Sandbox, SandboxError, VarInfo
+from rlmd.workspace import checkpoint as ckpt_mod
+from rlmd.workspace.context import Context, load_codebase
+
+log = logging.getLogger("rlmd.workspace")
+
+ChangeCallback = Callable[["Workspace", str, dict[str, Any]], None]
+
+
+async def _no_calls(fn: str, args: dict[str, Any]) -> Any:
+    """Host-call handler while no task runs: model helpers are only live inside a task."""
+    raise CallError(
+        f"{fn}() is only available while a task runs in this workspace "
+        "(start one with rlmd.task.start)"
+    )
+
+
+class WarmSandbox(Sandbox):
+    """A sandbox wrapper that binds each context value once.
+
+    The engine calls ``load_context`` at the start of every run; for a workspace whose codebase
+    is already bound that would copy the whole codebase into the REPL again. Everything else
+    is passed through to the wrapped sandbox.
+    """
+
+    def __init__(self, inner: Sandbox) -> None:
+        self.inner = inner
+        self._bound: Any = None
+
+    @property
+    def kind(self) -> str:  # type: ignore[override]
+        return self.inner.kind
+
+    @property
+    def isolation(self) -> dict[str, Any]:
+        return self.inner.isolation
+
+    @property
+    def restarts(self) -> int:
+        """How many times the kernel was restarted (0 for backends that do not count)."""
+        return int(getattr(self.inner, "restarts", 0) or 0)
+
+    async def start(self, handler) -> None:
+        await self.inner.start(handler)
+
+    async def load_context(self, value: Any, *, codebase: bool = False) -> None:
+        if value is self._bound:
+            return
+        await self.inner.load_context(value, codebase=codebase)
+        self._bound = value
+
+    async def define_tools(self, callables: list[str], values: dict[str, Any]) -> None:
+        await self.inner.define_tools(callables, values)
+
+    async def execute(self, code: str, *, timeout_s: float | None = None) -> CellResult:
+        return await self.inner.execute(code, timeout_s=timeout_s)
+
+    async def set_variable(self, name: str, value: Any) -> None:
+        await self.inner.set_variable(name, value)
+
+    async def get_variable(self, name: str) -> Any:
+        return await self.inner.get_variable(name)
+
+    async def list_variables(self) -> list[VarInfo]:
+        return await self.inner.list_variables()
+
+    async def close(self) -> None:
+        await self.inner.close()
+
+
+@dataclass
+class WorkspaceSettings:
+    """How a workspace runs (from the project's ``[workspace]`` config table).
+
+    Attributes:
+        sandbox: backend name (``"subprocess"`` or ``"inprocess"``).
+        sandbox_options: keyword options for the backend.
+        idle_timeout_s: seconds without use before the sandbox is checkpointed and stopped
+            (``None``: never).
+        checkpoint_after_task: write a checkpoint after every task.
+        max_var_bytes: largest JSON text of one checkpointed variable, bytes.
+    """
+
+    sandbox: str = "subprocess"
+    sandbox_options: dict[str, Any] = field(default_factory=dict)
+    idle_timeout_s: float | None = 600.0
+    checkpoint_after_task: bool = True
+    max_var_bytes: int = ckpt_mod.DEFAULT_MAX_VAR_BYTES
+
+
+class Workspace:
+    """One project folder's warm REPL (see the module docstring).
+
+    Args:
+        folder: the project folder (absolute, resolved).
+        settings: backend, timeouts.
+        on_change: ``(workspace, kind, data)`` for ``"started"``, ``"checkpointed"``,
+            ``"stopped"``, ``"reset"``, ``"restored"``, ``"cell"``, ``"closed"``.
+    """
+
+    def __init__(
+        self, folder: Path, settings: WorkspaceSettings, on_change: ChangeCallback | None = None
+    ) -> None:
+        self.folder = str(folder)
+        self.settings = settings
+        self._on_change = on_change
+        self.state = "stopped"
+        self.sandbox: WarmSandbox | None = None
+        self.context: Context | None = None
+        self._lock = asyncio.Lock()
+        self.holder: str | None = None
+        self.waiting: list[str] = []
+        self.last_used = time.monotonic()
+        self.created_at = time.time()
+        self.pending_notes: list[str] = []
+        self.last_checkpoint: dict[str, Any] | None = None
+        self.last_restore: dict[str, Any] | None = None
+        self.kernel_restarts = 0
+        self._restarts_seen = 0
+
+    # -- holding ------------------------------------------------------------------------------
+
+    @property
+    def busy(self) -> bool:
+        """Someone holds the workspace (a task, a cell, a checkpoint)."""
+        return self._lock.locked()
+
+    def queue_position(self, holder: str) -> int | None:
+        """1 for the next in line, ... ; ``None`` when ``holder`` is not waiting."""
+        try:
+            return self.waiting.index(holder) + 1
+        except ValueError:
+            return None
+
+    @contextlib.asynccontextmanager
+    async def hold(self, holder: str) -> AsyncIterator[None]:
+        """Hold the workspace for ``holder`` (waiting in FIFO order behind the others).
+
+        Raises:
+            asyncio.CancelledError: cancelled while waiting (the place in line is given up).
+        """
+        self.waiting.append(holder)
+        try:
+            await self._lock.acquire()
+        finally:
+            self.waiting.remove(holder)
+        self.holder = holder
+        try:
+            yield
+        finally:
+            self.holder = None
+            self.last_used = time.monotonic()
+            self._lock.release()
+
+    def _emit(self, kind: str, **data: Any) -> None:
+        if self._on_change is not None:
+            try:
+                self._on_change(self, kind, data)
+            except Exception:  # a broken listener must not break the workspace
+                log.exception("workspace listener failed")
+
+    # -- the sandbox (callers hold the workspace) ----------------------------------------------
+
+    async def ensure_started(self) -> dict[str, Any] | None:
+        """Start the sandbox if it is stopped: load the codebase from disk, bind it as
+        ``context``, restore the checkpoint. Returns what happened (``None`` if it was
+        running already).
+
+        Raises:
+            SandboxError: the sandbox could not start (unknown backend included).
+            NotADirectoryError: the project folder is gone.
+        """
+        if self.sandbox is not None:
+            return None
+        self.state = "starting"
+        try:
+            ctx = await asyncio.to_thread(load_codebase, Path(self.folder))
+            try:
+                inner = create_sandbox(self.settings.sandbox, **self.settings.sandbox_options)
+            except (ValueError, TypeError) as exc:
+                raise SandboxError(f"cannot create the {self.settings.sandbox!r} sandbox: {exc}")
+            sandbox = WarmSandbox(inner)
+            try:
+                await sandbox.start(_no_calls)
+                await sandbox.load_context(ctx.value, codebase=True)
+            except BaseException:
+                await asyncio.shield(sandbox.close())
+                raise
+        except BaseException:
+            self.state = "stopped"
+            raise
+        self.sandbox, self.context = sandbox, ctx
+        self._restarts_seen = sandbox.restarts
+        info: dict[str, Any] = {
+            "files": len(ctx.value),
+            "chars": ctx.chars(),
+            "sandbox": self.settings.sandbox,
+            "restored": [],
+            "not_restored": {},
+            "checkpoint_taken_at": None,
+        }
+        saved = ckpt_mod.load(ckpt_mod.checkpoint_path(self.folder))
+        if saved is not None:
+            restored, missing = await ckpt_mod.restore(sandbox, saved)
+            info.update(
+                restored=restored, not_restored=missing, checkpoint_taken_at=saved.taken_at
+            )
+            self.last_restore = {"at": time.time(), **info}
+            if restored or missing:
+                self.pending_notes.append(_restore_note(saved.taken_at, restored, missing))
+        self.state = "ready"
+        self._emit("started", **info)
+        return info
+
+    async def checkpoint(self) -> dict[str, Any] | None:
+        """Write the REPL's saveable variables to disk. ``None`` if the sandbox is stopped.
+
+        Raises:
+            SandboxError: the sandbox failed while being read.
+            OSError: the checkpoint file cannot be written.
+        """
+        if self.sandbox is None:
+            return None
+        saved = await ckpt_mod.take(
+            self.sandbox, self.folder, max_var_bytes=self.settings.max_var_bytes
+        )
+        size = await asyncio.to_thread(
+            ckpt_mod.save, saved, ckpt_mod.checkpoint_path(self.folder)
+        )
+        self.last_checkpoint = {
+            "taken_at": saved.taken_at,
+            "variables": sorted(saved.variables),
+            "skipped": saved.skipped,
+            "bytes": size,
+        }
+        self._emit("checkpointed", **self.last_checkpoint)
+        return self.last_checkpoint
+
+    async def stop(self, *, checkpoint: bool, reason: str) -> None:
+        """Stop the sandbox (after a checkpoint if ``checkpoint``); a failed checkpoint is
+        logged and reported in the ``"stopped"`` change, and the sandbox is stopped anyway."""
+        if self.sandbox is None:
+            return
+        problem = None
+        if checkpoint:
+            try:
+                await self.checkpoint()
+            except (SandboxError, OSError, KeyError, ValueError, TypeError) as exc:
+                problem = f"checkpoint failed: {exc}"
+                log.warning("workspace %s: %s", self.folder, problem)
+        sandbox, self.sandbox, self.context = self.sandbox, None, None
+        await asyncio.shield(sandbox.close())
+        self.state = "stopped"
+        self._emit("stopped", reason=reason, checkpoint_error=problem)
+
+    async def reset(self) -> None:
+        """Stop without a checkpoint and delete the saved one: the next use starts a fresh
+        REPL with only ``context``."""
+        await self.stop(checkpoint=False, reason="reset")
+        ckpt_mod.checkpoint_path(self.folder).unlink(missing_ok=True)
+        self.pending_notes.clear()
+        self.last_checkpoint = None
+        self._emit("reset")
+
+    async def variables(self) -> list[VarInfo]:
+        """The REPL's user variables.
+
+        Raises:
+            SandboxError: the sandbox is stopped or failed.
+        """
+        if self.sandbox is None:
+            raise SandboxError("the workspace's sandbox is stopped")
+        return await self.sandbox.list_variables()
+
+    async def run_cell(self, code: str, timeout_s: float | None) -> CellResult:
+        """Run a human-written cell in the REPL (starting it first if needed); model helpers
+        such as ``llm_query`` raise inside it. Restarts are tracked like a task's.
+
+        Raises:
+            SandboxError: the sandbox could not start or failed.
+        """
+        await self.ensure_started()
+        assert self.sandbox is not None
+        result = await self.sandbox.execute(code, timeout_s=timeout_s)
+        if result.kernel_restarted:
+            await self._after_restart("a cell run by hand")
+        self._emit(
+            "cell",
+            code=code,
+            error=result.error,
+            variables=[v.name for v in result.variables],
+            kernel_restarted=result.kernel_restarted,
+        )
+        return result
+
+    async def model_note(self) -> str:
+        """What the next task's model is told about the REPL: restores and restarts since the
+        last task, and the variables left by earlier work. Clears the pending notes."""
+        assert self.sandbox is not None
+        lines = list(self.pending_notes)
+        self.pending_notes.clear()
+        infos = await self.sandbox.list_variables()
+        if infos:
+            shown = ", ".join(
+                f"{v.name} ({v.type}{'' if v.size is None else f', len {v.size:,}'})"
+                for v in infos[:40]
+            )
+            more = f" and {len(infos) - 40} more" if len(infos) > 40 else ""
+            lines.append(
+                "This REPL is a persistent workspace: variables made by earlier tasks are still "
+                f"defined and you may reuse them: {shown}{more}."
+            )
+        return "\n".join(lines)
+
+    async def finish_task(self) -> list[str]:
+        """After a task: give the REPL back to the idle handler, notice a kernel that died
+        (or was killed by a cancel) and restore the checkpoint's variables it lost, then
+        checkpoint. Returns notes for the task's status. Never raises for sandbox failures:
+        a broken sandbox is stopped and the note says so."""
+        notes: list[str] = []
+        sandbox = self.sandbox
+        if sandbox is None:
+            return notes
+        try:
+            await sandbox.start(_no_calls)
+            await sandbox.list_variables()  # a dead kernel is restarted here
+            note = await self._after_restart("the task")
+            if note:
+                notes.append(note)
+            if self.settings.checkpoint_after_task:
+                await self.checkpoint()
+        except (SandboxError, OSError, KeyError, ValueError, TypeError) as exc:
+            notes.append(f"the workspace sandbox failed after the task and was stopped: {exc}")
+            await self.stop(checkpoint=False, reason=f"sandbox failed: {exc}")
+        return notes
+
+    async def _after_restart(self, during: str) -> str | None:
+        """If the kernel restarted since we last looked, bind the checkpoint's variables it
+        lacks and queue a note for the next model. Returns the note (or ``None``)."""
+        assert self.sandbox is not None
+        now = self.sandbox.restarts
+        if now == self._restarts_seen:
+            return None
+        self.kernel_restarts += now - self._restarts_seen
+        self._restarts_seen = now
+        saved = ckpt_mod.load(ckpt_mod.checkpoint_path(self.folder))
+        if saved is None:
+            note = (
+                f"The REPL process died during {during} and was restarted with only `context`; "
+                "there was no checkpoint to restore variables from."
+            )
+        else:
+            restored, missing = await ckpt_mod.restore(self.sandbox, saved, only_missing=True)
+            self.last_restore = {"at": time.time(), "restored": restored, "not_restored": missing}
+            self._emit("restored", restored=restored, not_restored=missing, after=during)
+            note = f"The REPL process died during {during} and was restarted. " + _restore_note(
+                saved.taken_at, restored, missing
+            )
+        self.pending_notes.append(note)
+        return note
+
+    def describe(self) -> dict[str, Any]:
+        """The workspace as a JSON-able dict (see ``docs/protocol.md``, WorkspaceInfo)."""
+        return {
+            "workspace": self.folder,
+            "state": self.state,
+            "busy": self.busy,
+            "holder": self.holder,
+            "queued": list(self.waiting),
+            "sandbox": self.settings.sandbox,
+            "pid": getattr(self.sandbox.inner, "pid", None) if self.sandbox else None,
+            "files": len(self.context.value) if self.context is not None else None,
+            "idle_timeout_s": self.settings.idle_timeout_s,
+            "idle_s": round(time.monotonic() - self.last_used, 3),
+            "kernel_restarts": self.kernel_restarts,
+            "last_checkpoint": self.last_checkpoint,
+            "last_restore": self.last_restore,
+            "checkpoint_file": str(ckpt_mod.checkpoint_path(self.folder)),
+        }
+
+
+def _restore_note(taken_at: float, restored: list[str], missing: dict[str, str]) -> str:
+    when = time.strftime("%Y-%m-%d %H:%M:%S", time.localtime(taken_at))
+    parts = [f"Variables were restored from the workspace checkpoint of {when}:"]
+    parts.append(", ".join(restored) if restored else "none")
+    parts[-1] += "."
+    if missing:
+        lost = ", ".join(f"{n} ({why})" for n, why in list(missing.items())[:20])
+        parts.append(f"Not restored (re-create them if you need them): {lost}.")
+    parts.append("Imports are not restored: import modules again before using them.")
+    return " ".join(parts)
+
+
+class WorkspaceManager:
+    """The open workspaces, by resolved project folder.
+
+    Args:
+        settings_for: project folder → :class:`WorkspaceSettings` (reads its config).
+        on_change: passed to every :class:`Workspace`.
+    """
+
+    def __init__(
+        self,
+        settings_for: Callable[[Path], WorkspaceSettings],
+        on_change: ChangeCallback | None = None,
+    ) -> None:
+        self._settings_for = settings_for
+        self._on_change = on_change
+        self.workspaces: dict[str, Workspace] = {}
+
+    @staticmethod
+    def resolve(folder: str | Path) -> Path:
+        """The absolute, resolved project folder.
+
+        Raises:
+            NotADirectoryError: it does not exist or is not a folder.
+        """
+        path = Path(folder).expanduser()
+        try:
+            path = path.resolve(strict=True)
+        except (OSError, RuntimeError):
+            raise NotADirectoryError(f"no such project folder: {folder}") from None
+        if not path.is_dir():
+            raise NotADirectoryError(f"not a folder: {folder}")
+        return path
+
+    def get(self, folder: str | Path, *, create: bool = True) -> Workspace | None:
+        """The workspace of ``folder``, created (stopped) on first use if ``create``.
+
+        Raises:
+            NotADirectoryError: ``folder`` is not an existing folder.
+            ValueError: the project's config is invalid.
+        """
+        path = self.resolve(folder)
+        ws = self.workspaces.get(str(path))
+        if ws is None and create:
+            ws = Workspace(path, self._settings_for(path), self._on_change)
+            self.workspaces[str(path)] = ws
+        return ws
+
+    def find(self, folder: str | Path) -> Workspace | None:
+        """The open workspace of ``folder`` or ``None`` (no error for a missing folder)."""
+        try:
+            return self.get(folder, create=False)
+        except NotADirectoryError:
+            return self.workspaces.get(str(folder))
+
+    async def close(self, ws: Workspace, *, checkpoint: bool = True) -> None:
+        """Stop ``ws`` (checkpointing first if asked) and forget it. The caller makes sure
+        no task holds or waits for it."""
+        async with ws.hold("close"):
+            await ws.stop(checkpoint=checkpoint, reason="closed")
+        ws.state = "closed"
+        self.workspaces.pop(ws.folder, None)
+        ws._emit("closed")
+
+    async def sweep_idle(self) -> list[str]:
+        """Checkpoint and stop every running workspace idle for longer than its timeout.
+        Returns the folders stopped."""
+        stopped = []
+        now = time.monotonic()
+        for ws in list(self.workspaces.values()):
+            limit = ws.settings.idle_timeout_s
+            if ws.sandbox is None or ws.busy or ws.waiting or limit is None:
+                continue
+            if now - ws.last_used < limit:
+                continue
+            async with ws.hold("idle"):
+                if ws.sandbox is None or ws.waiting:
+                    continue
+                await ws.stop(checkpoint=True, reason="idle")
+                stopped.append(ws.folder)
+        return stopped
+
+    async def run_sweeper(self, interval_s: float) -> None:
+        """Call :meth:`sweep_idle` every ``interval_s`` seconds, forever (cancel to stop)."""
+        while True:
+            await asyncio.sleep(interval_s)
+            try:
+                await self.sweep_idle()
+            except asyncio.CancelledError:
+                raise
+            except Exception:
+                log.exception("idle sweep failed")
+
+    async def shutdown(self) -> None:
+        """Checkpoint and stop every workspace (tasks must be stopped first)."""
+        for ws in list(self.workspaces.values()):
+            try:
+                await asyncio.wait_for(self.close(ws, checkpoint=True), 30)
+            except Exception:
+                log.exception("could not close workspace %s cleanly", ws.folder)
+                if ws.sandbox is not None:
+                    await asyncio.shield(ws.sandbox.close())
