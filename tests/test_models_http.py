@@ -425,3 +425,26 @@ async def test_anthropic_missing_key(monkeypatch: pytest.MonkeyPatch) -> None:
     assert model.availability() == "set ANTHROPIC_API_KEY"
     with pytest.raises(ModelNotAvailable, match="set ANTHROPIC_API_KEY"):
         await model.complete(USER)
+
+
+def test_rlm_api_key_in_code_is_sent_but_never_stored(openai_server: FakeServer, rlmd_home) -> None:
+    """The rlms-style `api_key` in backend_kwargs reaches the server, not the trajectory."""
+    from rlmd import RLM
+
+    value = "rlmdtest" + secrets.token_hex(16)
+    openai_server.default = lambda request: openai_reply("```repl\nFINAL(len(context))\n```")
+    with RLM(
+        backend="openai",
+        backend_kwargs={
+            "model_name": "m",
+            "base_url": f"http://127.0.0.1:{openai_server.port}/v1",
+            "api_key": value,
+        },
+    ) as rlm:
+        result = rlm.completion("abcdef", root_prompt="how long?")
+    assert result.response == "6"
+    assert openai_server.requests[0]["headers"]["authorization"] == f"Bearer {value}"
+    for name in ("rlmd.db", "rlmd.db-wal"):
+        path = rlmd_home / name
+        if path.exists():
+            assert value.encode() not in path.read_bytes()

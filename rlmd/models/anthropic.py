@@ -60,10 +60,14 @@ class AnthropicModel(Model):
 
     def availability(self) -> str | None:
         """``None``, or ``"set ANTHROPIC_API_KEY"`` (the configured variable) when the key is missing."""
-        return None if os.environ.get(self.key_env) else f"set {self.key_env}"
+        return None if self._api_key() else f"set {self.key_env}"
+
+    def _api_key(self) -> str | None:
+        """A key given in code (``options["api_key"]``) wins over the environment variable."""
+        return str(self.spec.options.get("api_key") or "") or os.environ.get(self.key_env) or None
 
     def _get_client(self) -> tuple[Any, str]:
-        key = os.environ.get(self.key_env)
+        key = self._api_key()
         if not key:
             raise ModelNotAvailable(f"{self.name}: set {self.key_env}")
         if self._client is None:

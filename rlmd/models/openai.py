@@ -44,7 +44,10 @@ class OpenAIModel(Model):
         return self.spec.api_key_env or DEFAULT_KEY_ENV
 
     def _api_key(self) -> str | None:
-        """The key to send, or ``None`` when a required key is missing."""
+        """The key to send, or ``None`` when a required key is missing. A key given in code
+        (``options["api_key"]``, the Python API) wins; it is never recorded."""
+        if self.spec.options.get("api_key"):
+            return str(self.spec.options["api_key"])
         if self.spec.base_url and not self.spec.api_key_env:
             return DUMMY_KEY
         return os.environ.get(self.key_env) or None

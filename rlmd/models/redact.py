@@ -10,15 +10,16 @@
   ``ghp_...``-style GitHub tokens, ``hf_...`` Hugging Face tokens, ``AKIA...`` AWS key ids.
 
 Environment values shorter than 8 characters are not treated as secrets (``FOO_TOKEN=1`` would
-otherwise wipe every "1"). The environment is read at every call, so keys set later are
-covered too.
+otherwise wipe every "1"). The secret values found in the environment are cached and found
+again whenever ``os.environ`` changes (checked at every call by comparing it with a snapshot,
+about a microsecond) or a variable is registered, so keys set later are covered too.
 """
 
 from __future__ import annotations
 
 import os
 import re
-from collections.abc import Iterable
+from collections.abc import Iterable, Mapping
 from typing import Any
 
 REDACTED = "[REDACTED]"
@@ -41,21 +42,48 @@ _KEY_SHAPES = re.compile(
     re.VERBOSE,
 )
 _registered: set[str] = set()
+_generation = 0  # bumped by register_secret_env: invalidates the cache below
+# (generation, snapshot of the environment, its secret values sorted longest first)
+_cache: tuple[int, Mapping[Any, Any], tuple[str, ...]] | None = None
 
 
 def register_secret_env(name: str | None) -> None:
     """Treat the environment variable ``name`` as a secret even if its name does not look like one."""
-    if name:
+    global _generation
+    if name and name not in _registered:
         _registered.add(name)
+        _generation += 1
 
 
-def secret_values(extra: Iterable[str] = ()) -> frozenset[str]:
-    """The secret strings :func:`redact` currently removes (env values and ``extra``)."""
+def _environ_data() -> Mapping[Any, Any]:
+    """The environment as a cheap-to-compare mapping: ``os.environ``'s own (encoded) dict on
+    CPython and PyPy, a decoded copy elsewhere."""
+    data = getattr(os.environ, "_data", None)
+    return data if isinstance(data, dict) else dict(os.environ)
+
+
+def _env_secrets() -> tuple[str, ...]:
+    """The secret values in the environment, longest first: cached, and recomputed when
+    ``os.environ`` differs from the snapshot taken with them (a dict comparison, where
+    unchanged values compare by identity) or a variable was registered since."""
+    global _cache
+    generation, env, cache = _generation, _environ_data(), _cache
+    if cache is not None and cache[0] == generation and cache[1] == env:
+        return cache[2]
+    snapshot = dict(env)  # taken first: a change made meanwhile shows at the next call
     values = {
         v
         for k, v in os.environ.items()
         if (_SECRET_NAME.match(k) or k in _registered) and len(v) >= MIN_SECRET_LEN
     }
+    literals = tuple(sorted(values, key=len, reverse=True))
+    _cache = (generation, snapshot, literals)
+    return literals
+
+
+def secret_values(extra: Iterable[str] = ()) -> frozenset[str]:
+    """The secret strings :func:`redact` currently removes (env values and ``extra``)."""
+    values = set(_env_secrets())
     values.update(v for v in extra if v)
     return frozenset(values)
 
@@ -72,18 +100,21 @@ def redact(obj: Any, secrets: Iterable[str] = ()) -> Any:
     Returns:
         The same shape as ``obj``; strings without secrets are returned as they are.
     """
-    literals = sorted(secret_values(secrets), key=len, reverse=True)
+    literals: tuple[str, ...] = _env_secrets()
+    extra = [v for v in secrets if v]
+    if extra:
+        literals = tuple(sorted(set(literals).union(extra), key=len, reverse=True))
     return _walk(obj, literals)
 
 
-def _scrub(text: str, literals: list[str]) -> str:
+def _scrub(text: str, literals: tuple[str, ...]) -> str:
     for value in literals:
         if value in text:
             text = text.replace(value, REDACTED)
     return _KEY_SHAPES.sub(REDACTED, text)
 
 
-def _walk(obj: Any, literals: list[str]) -> Any:
+def _walk(obj: Any, literals: tuple[str, ...]) -> Any:
     if isinstance(obj, str):
         return _scrub(obj, literals)
     if isinstance(obj, dict):
