@@ -210,7 +210,7 @@ def test_registry_builtins() -> None:
     registry = Registry.load()
     for name in ("qwen2.5-coder-1.5b", "qwen2.5-coder-0.5b"):
         spec = registry.spec(name)
-        assert (spec.provider, spec.model, spec.context_window) == ("local", name, 32768)
+        assert (spec.provider, spec.model, spec.context_window) == ("local", name, 8192)
         assert (spec.max_output_tokens, spec.price_input, spec.price_output) == (1024, 0.0, 0.0)
 
 

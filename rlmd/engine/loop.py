@@ -629,7 +629,9 @@ class RLMRun:
             # A child's answer only feeds its parent's code, which is ending too: one
             # extraction at the root is enough.
             return None, None
-        transcript = _condense(self.history[1:], self.model.spec.context_window // 2 * 3)
+        # A quarter of the window (at ~3 characters per token, conservative for code) keeps
+        # the extraction call cheap: it runs after a budget is already spent.
+        transcript = _condense(self.history[1:], self.model.spec.context_window // 4 * 3)
         messages = [
             {"role": "system", "content": prompts.EXTRACTION_SYSTEM},
             {"role": "user", "content": f"Question: {self.question}\n\nWork so far:\n{transcript}"},

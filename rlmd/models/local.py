@@ -65,6 +65,8 @@ class LocalModel(Model):
         self._llm: Any = None
         self._lock = threading.Lock()  # guards self._llm: one call at a time
         self._async_locks: dict[asyncio.AbstractEventLoop, asyncio.Lock] = {}
+        # The engine sizes prompts by spec.context_window: make it the window really loaded.
+        spec.context_window = self.n_ctx
 
     @property
     def n_ctx(self) -> int:
