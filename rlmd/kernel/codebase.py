@@ -223,7 +223,12 @@ class Codebase:
                 if path_glob
                 else f"all {len(paths)} files"
             )
-            _note(f"grep: no line matches {pattern!r} in {where}")
+            hint = (
+                f"; grep({pattern!r}) without a path_glob searches all {len(self.paths)} files at once"
+                if path_glob
+                else ""
+            )
+            _note(f"grep: no line matches {pattern!r} in {where}{hint}")
         return results
 
 
