@@ -100,6 +100,20 @@ def test_grep_details():
     assert cb.grep("foo", path_glob="b.*") == ["b.txt:1:foo", "b.txt:2:bar foo"]
     with pytest.raises(ValueError, match="invalid regular expression"):
         cb.grep("(")
+    # a list of paths works as path_glob (models write grep(p, list_files()))
+    assert cb.grep("foo", path_glob=["b.txt"]) == ["b.txt:1:foo", "b.txt:2:bar foo"]
+    with pytest.raises(ValueError, match="unknown paths"):
+        cb.grep("foo", path_glob=["nope.txt"])
+
+
+def test_empty_helper_results_say_why(capsys):
+    cb = Codebase({"a.py": "x = 1\n", "b.py": "y = 2\n"})
+    assert cb.grep("zzz", path_glob="a.py") == []
+    note = capsys.readouterr().err
+    assert "no line matches 'zzz' in the 1 files given by path_glob" in note
+    assert "without a path_glob searches all 2 files" in note
+    assert cb.list_files("*.rs") == []
+    assert "no path matches '*.rs' (2 files in all" in capsys.readouterr().err
 
 
 def test_capture_cap_and_bytes():

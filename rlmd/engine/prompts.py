@@ -34,9 +34,13 @@ Rules:
 3. Do not assign to `context` or to the functions above; store results in new variables.
 4. When you know the answer, call FINAL(answer) inside a ```repl block.
 
-Example:
+Example, first a look:
 ```repl
 {example}
+```
+then, in a later turn, once the output shows the answer:
+```repl
+{example_final}
 ```
 """
 
@@ -48,11 +52,15 @@ over all files; each hit is "path:line:text".
 """
 
 EXAMPLES = {
-    "codebase": 'hits = grep(r"def main\\(")\nprint(len(hits))\nprint(hits[:10])',
-    "text": "print(len(context))\nprint(context[:500])",
-    "list": "print(len(context))\nprint(context[:3])",
-    "dict": "print(len(context))\nprint(list(context)[:20])",
+    "codebase": (
+        'hits = grep(r"def main\\(")  # one call searches every file\nprint(len(hits))\nprint(hits[:10])',
+        'FINAL(hits[0].split(":")[0])',
+    ),
+    "text": ("print(len(context))\nprint(context[:500])", "FINAL(answer)"),
+    "list": ("print(len(context))\nprint(context[:3])", "FINAL(answer)"),
+    "dict": ("print(len(context))\nprint(list(context)[:20])", "FINAL(answer)"),
 }
+"""Per context kind: a first cell that looks, and a last cell that answers."""
 
 
 def context_line(meta: dict[str, Any]) -> str:
@@ -92,7 +100,8 @@ def system_prompt(
         sub_window=sub_window,
         extra_helpers=extra,
         output_cap=output_cap,
-        example=EXAMPLES.get(meta["kind"], EXAMPLES["text"]),
+        example=EXAMPLES.get(meta["kind"], EXAMPLES["text"])[0],
+        example_final=EXAMPLES.get(meta["kind"], EXAMPLES["text"])[1],
     )
 
 

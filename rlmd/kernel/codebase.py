@@ -175,7 +175,7 @@ class Codebase:
     def grep(
         self,
         pattern: str,
-        path_glob: str | None = None,
+        path_glob: str | list[str] | None = None,
         max_results: int = 200,
         ignore_case: bool = False,
     ) -> list[str]:
@@ -193,7 +193,15 @@ class Codebase:
         # A whole-file search skips files without any match; \A and \Z mean something else
         # on a whole file than on one line, so they disable the shortcut.
         prefilter = "\\A" not in pattern and "\\Z" not in pattern
-        paths = self.list_files(path_glob) if path_glob is not None else self.paths
+        if path_glob is None:
+            paths = self.paths
+        elif isinstance(path_glob, list | tuple):  # grep(pattern, list_files(...)) reads naturally
+            paths = [_normalise(p) for p in path_glob if isinstance(p, str)]
+            unknown = [p for p in paths if p not in self.files]
+            if unknown:
+                raise ValueError(f"grep: unknown paths {unknown[:5]}; list_files() lists them")
+        else:
+            paths = self.list_files(path_glob)
         results: list[str] = []
         more = False
         for path in paths:
@@ -219,7 +227,7 @@ class Codebase:
             )
         elif not results:
             where = (
-                f"the {len(paths)} files matching {path_glob!r}"
+                f"the {len(paths)} files given by path_glob"
                 if path_glob
                 else f"all {len(paths)} files"
             )
@@ -259,12 +267,13 @@ def helpers(cb: Codebase) -> dict[str, Any]:
 
     def grep(
         pattern: str,
-        path_glob: str | None = None,
+        path_glob: str | list[str] | None = None,
         max_results: int = 200,
         ignore_case: bool = False,
     ) -> list[str]:
-        """Search every file (or those matching ``path_glob``) line by line with a Python
-        regular expression; returns ``"path:line:text"`` strings, at most ``max_results``."""
+        """Search every file (or those matching the glob ``path_glob``, or the paths in a list
+        given as ``path_glob``) line by line with a Python regular expression; returns
+        ``"path:line:text"`` strings, at most ``max_results``."""
         return cb.grep(pattern, path_glob, max_results, ignore_case)
 
     return {"list_files": list_files, "read_file": read_file, "grep": grep}
