@@ -45,16 +45,19 @@ then, in a later turn, once the output shows the answer:
 """
 
 CODEBASE_HELPERS = """\
-- `list_files(pattern=None) -> list[str]`: file paths, optionally filtered by a glob such as "*.py".
-- `read_file(path, start=1, end=None) -> str`: a file's lines with line numbers.
+- `list_files(pattern=None) -> list[str]`: file paths, optionally filtered by a glob; \
+e.g. `len(list_files("*.py"))` counts Python files.
+- `read_file(path, start=1, end=None) -> str`: a file's lines with line numbers; \
+e.g. `print(read_file("pkg/mod.py", 1, 40))`.
 - `grep(pattern, path_glob=None, max_results=200, ignore_case=False) -> list[str]`: regex search \
-over all files; each hit is "path:line:text".
+over ALL files in one call; each hit is "path:line:text"; e.g. `grep(r"class Foo\\b")` finds \
+the file that defines class Foo.
 """
 
 EXAMPLES = {
     "codebase": (
-        'hits = grep(r"def main\\(")  # one call searches every file\nprint(len(hits))\nprint(hits[:10])',
-        'FINAL(hits[0].split(":")[0])',
+        "print(len(context))\nprint(list_files()[:20])",
+        "FINAL(answer)",
     ),
     "text": ("print(len(context))\nprint(context[:500])", "FINAL(answer)"),
     "list": ("print(len(context))\nprint(context[:3])", "FINAL(answer)"),
@@ -144,8 +147,9 @@ def first_user_message(question: str, meta: dict[str, Any]) -> str:
 
 
 REPEATED = (
-    "You ran the same code as in your previous turn and got the same result. Do something "
-    "different: print what `context` holds, or use another helper."
+    "You ran the same code as in your previous turn and got the same result. If that result "
+    "answers the question, call FINAL(answer) in a ```repl block now; otherwise try something "
+    "different."
 )
 
 CODEBASE_KEY_HINT = (
@@ -191,7 +195,10 @@ EARLY_ANSWER = (
     "guess. First inspect `context` with code in a ```repl block, then call FINAL(answer)."
 )
 
-NEXT_TURN = "Turn {turn} of {max_turns}. Continue, or call FINAL(answer) in a ```repl block."
+NEXT_TURN = (
+    "Turn {turn} of {max_turns}. If the output above answers the question, call FINAL(answer) "
+    "in a ```repl block now; otherwise continue."
+)
 
 EXTRACTION_SYSTEM = (
     "A task stopped before it finished. From the work so far, give the best answer to the "
