@@ -8,6 +8,9 @@
     rlmd export RUN [--format json|jsonl] [--output FILE]
     rlmd models
     rlmd models pull NAME
+    rlmd serve [--stdio] [--idle-timeout S] [--log-file FILE]
+    rlmd attach --stdio [--no-start]
+    rlmd doctor [--json] [--no-sandboxes]
 
 Exit codes: 0 success (``run``: the run completed), 1 the run ended without completing
 (budget, failure), 2 bad usage or configuration (unknown model, model not installed).
@@ -78,6 +81,10 @@ def _parser() -> argparse.ArgumentParser:
     msub = m.add_subparsers(dest="models_command")
     pull = msub.add_parser("pull", help="install a known local model into the rlmd home")
     pull.add_argument("name")
+
+    from rlmd.server.cli_args import add_server_commands
+
+    add_server_commands(sub)
     return p
 
 
@@ -90,6 +97,9 @@ def main(argv: list[str] | None = None) -> int:
             "show": cmd_show,
             "export": cmd_export,
             "models": cmd_models,
+            "serve": cmd_server,
+            "attach": cmd_server,
+            "doctor": cmd_server,
         }[args.command](args)
     except KeyboardInterrupt:
         err.print("[yellow]interrupted[/]")
@@ -252,6 +262,12 @@ def cmd_export(args: argparse.Namespace) -> int:
     else:
         sys.stdout.write(text if text.endswith("\n") else text + "\n")
     return 0
+
+
+def cmd_server(args: argparse.Namespace) -> int:
+    from rlmd.server.cli_args import run_server_command
+
+    return run_server_command(args)
 
 
 def cmd_models(args: argparse.Namespace) -> int:

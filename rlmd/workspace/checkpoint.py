@@ -35,7 +35,7 @@ VERSION = 1
 DEFAULT_MAX_VAR_BYTES = 32 * 1024 * 1024
 """Largest JSON text of one variable that is checkpointed (32 MiB)."""
 
-_PROBE = '''\
+_PROBE = """\
 def _rlmd_checkpoint_probe(names, limit):
     import json
     g = globals()
@@ -61,7 +61,7 @@ def _rlmd_checkpoint_probe(names, limit):
     return out
 _rlmd_checkpoint = _rlmd_checkpoint_probe(NAMES, LIMIT)
 del _rlmd_checkpoint_probe
-'''
+"""
 
 
 @dataclass
@@ -100,8 +100,13 @@ def checkpoint_path(folder: str | Path) -> Path:
     return paths.home() / "workspaces" / workspace_key(folder) / "checkpoint.json"
 
 
-async def take(sandbox: Sandbox, workspace: str, *, max_var_bytes: int = DEFAULT_MAX_VAR_BYTES,
-               timeout_s: float = 60.0) -> Checkpoint:
+async def take(
+    sandbox: Sandbox,
+    workspace: str,
+    *,
+    max_var_bytes: int = DEFAULT_MAX_VAR_BYTES,
+    timeout_s: float = 60.0,
+) -> Checkpoint:
     """Read the saveable variables out of a started sandbox.
 
     Args:
@@ -125,7 +130,9 @@ async def take(sandbox: Sandbox, workspace: str, *, max_var_bytes: int = DEFAULT
     code = _PROBE.replace("NAMES", repr(names)).replace("LIMIT", str(int(max_var_bytes)))
     result = await sandbox.execute(code, timeout_s=timeout_s)
     if result.error or result.kernel_restarted:
-        reason = f"the checkpoint probe failed: {(result.error or 'kernel restarted').strip()[-200:]}"
+        reason = (
+            f"the checkpoint probe failed: {(result.error or 'kernel restarted').strip()[-200:]}"
+        )
         ckpt.skipped = dict.fromkeys(names, reason)
         return ckpt
     verdicts = await sandbox.get_variable("_rlmd_checkpoint")
@@ -147,6 +154,9 @@ async def take(sandbox: Sandbox, workspace: str, *, max_var_bytes: int = DEFAULT
 def save(ckpt: Checkpoint, path: Path) -> int:
     """Write ``ckpt`` to ``path`` atomically with mode 0600; returns the bytes written.
 
+    Not fsynced: the file survives a killed daemon (the page cache is the kernel's), not
+    necessarily a power cut, where the previous checkpoint or none may be found.
+
     Raises:
         OSError: the folder or file cannot be written.
     """
@@ -158,9 +168,7 @@ def save(ckpt: Checkpoint, path: Path) -> int:
     try:
         with os.fdopen(fd, "wb") as fh:
             fh.write(data)
-            fh.flush()
-            os.fsync(fh.fileno())
-        os.replace(tmp, path)
+        os.replace(tmp, path)  # atomic: a killed daemon leaves the old or the new file
     except BaseException:
         tmp.unlink(missing_ok=True)
         raise

@@ -53,6 +53,23 @@ async def _no_calls(fn: str, args: dict[str, Any]) -> Any:
     )
 
 
+class WorkspaceContext(Context):
+    """A codebase context whose metadata is computed once per model name.
+
+    The engine asks for the context's metadata at the start of every run; for a workspace
+    that means counting the tokens of the whole codebase again for every task, on the event
+    loop. The codebase does not change while the sandbox runs, so the answer is kept.
+    """
+
+    def metadata(self, count_tokens, *, tree_lines: int = 30) -> dict[str, Any]:
+        owner = getattr(count_tokens, "__self__", None)
+        key = (getattr(owner, "name", None) or id(count_tokens), tree_lines)
+        cache = self.__dict__.setdefault("_meta_cache", {})
+        if key not in cache:
+            cache[key] = super().metadata(count_tokens, tree_lines=tree_lines)
+        return dict(cache[key])
+
+
 class WarmSandbox(Sandbox):
     """A sandbox wrapper that binds each context value once.
 
@@ -212,11 +229,14 @@ class Workspace:
             return None
         self.state = "starting"
         try:
-            ctx = await asyncio.to_thread(load_codebase, Path(self.folder))
+            loaded = await asyncio.to_thread(load_codebase, Path(self.folder))
+            ctx = WorkspaceContext(loaded.value, loaded.kind, loaded.source, loaded.skipped)
             try:
                 inner = create_sandbox(self.settings.sandbox, **self.settings.sandbox_options)
             except (ValueError, TypeError) as exc:
-                raise SandboxError(f"cannot create the {self.settings.sandbox!r} sandbox: {exc}")
+                raise SandboxError(
+                    f"cannot create the {self.settings.sandbox!r} sandbox: {exc}"
+                ) from None
             sandbox = WarmSandbox(inner)
             try:
                 await sandbox.start(_no_calls)
@@ -240,9 +260,7 @@ class Workspace:
         saved = ckpt_mod.load(ckpt_mod.checkpoint_path(self.folder))
         if saved is not None:
             restored, missing = await ckpt_mod.restore(sandbox, saved)
-            info.update(
-                restored=restored, not_restored=missing, checkpoint_taken_at=saved.taken_at
-            )
+            info.update(restored=restored, not_restored=missing, checkpoint_taken_at=saved.taken_at)
             self.last_restore = {"at": time.time(), **info}
             if restored or missing:
                 self.pending_notes.append(_restore_note(saved.taken_at, restored, missing))
@@ -262,9 +280,7 @@ class Workspace:
         saved = await ckpt_mod.take(
             self.sandbox, self.folder, max_var_bytes=self.settings.max_var_bytes
         )
-        size = await asyncio.to_thread(
-            ckpt_mod.save, saved, ckpt_mod.checkpoint_path(self.folder)
-        )
+        size = await asyncio.to_thread(ckpt_mod.save, saved, ckpt_mod.checkpoint_path(self.folder))
         self.last_checkpoint = {
             "taken_at": saved.taken_at,
             "variables": sorted(saved.variables),

@@ -1,0 +1,345 @@
+"""Daemon load: N clients x M short scripted tasks against one ``rlmd serve`` process.
+
+Run: ``.venv/bin/python bench/daemon_load.py [--clients 10] [--tasks 50]`` (about a minute
+on 2 cores). Prints a table and writes ``bench/out/daemon_load.json``; exits non-zero if a
+task was lost, did not complete, or a client missed an event.
+
+What is measured (each client has its own project folder, so its own workspace and kernel):
+
+* **command latency**: wall time of every ``rlmd.task.start`` / ``rlmd.task.status`` /
+  ``rlmd.health`` round trip from the client, p50/p99 (nearest rank), under full load.
+* **fan-out**: every run event goes to every client (full detail); we check each client got
+  every ``rlmd/event`` seq exactly once, and report events/s delivered and the delay from the
+  engine's event timestamp to its arrival at the client (p50/p99).
+* **memory**: the daemon's RSS idle (no client), with the N workspaces open and idle, the
+  difference per workspace, and the kernels' own RSS per workspace (``/proc``).
+* **peer**: the same task run by the engine directly in this process, in a warm sandbox,
+  no daemon, no store, one at a time: the per-task floor. ``ratio`` = daemon time per task
+  (wall time of the whole load / tasks) / direct time per task; below 1 the daemon's
+  parallelism across workspaces beats one-at-a-time direct runs.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import os
+import shutil
+import signal
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT))
+
+from rlmd.server.client import Client  # noqa: E402
+from rlmd.server.core import rss_bytes  # noqa: E402
+
+MODELS = ROOT / "tests" / "scripted_models.py"
+CELLS = f"scripted:{MODELS}:cells"
+QUESTION = json.dumps({"cells": ["n = len(context)\ns = llm_query('size ' + str(n))", "FINAL(n)"]})
+
+
+def pct(values: list[float], p: float) -> float:
+    if not values:
+        return float("nan")
+    ordered = sorted(values)
+    k = max(0, min(len(ordered) - 1, int(round(p / 100 * len(ordered) + 0.5)) - 1))
+    return ordered[k]
+
+
+def children_rss(pid: int) -> list[int]:
+    out = subprocess.run(["ps", "-o", "pid=", "--ppid", str(pid)], capture_output=True, text=True)
+    return [rss_bytes(int(p)) or 0 for p in out.stdout.split()]
+
+
+PROBE = """
+import asyncio, json, sys, time
+from rlmd.server.client import Client
+
+async def main(sock, seconds):
+    c = await Client.connect(sock)
+    await c.command("rlmd.subscribe", {"events": "none", "progress": "none"})
+    lat = []
+    end = time.monotonic() + seconds
+    while time.monotonic() < end and not c.closed:
+        t0 = time.perf_counter()
+        await c.command("rlmd.task.list")
+        lat.append(time.perf_counter() - t0)
+        await asyncio.sleep(0.02)
+    print(json.dumps(lat))
+
+asyncio.run(main(sys.argv[1], float(sys.argv[2])))
+"""
+"""A separate process that only sends commands (no event stream): its latencies are the
+daemon's, not those of a client busy parsing 75,000 notifications."""
+
+
+def cpu_seconds(pid: int) -> float:
+    """User + system CPU seconds of a process so far (Linux ``/proc``)."""
+    with open(f"/proc/{pid}/stat") as fh:
+        fields = fh.read().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
+def make_project(root: Path, i: int) -> Path:
+    proj = root / f"proj{i}"
+    (proj / "src").mkdir(parents=True)
+    for j in range(20):
+        (proj / "src" / f"m{j}.py").write_text(f"def f{j}():\n    return {j}\n" * 20)
+    return proj
+
+
+async def client_load(
+    sock: Path, project: Path, tasks: int, lat: dict, arrivals: list, barrier: asyncio.Barrier
+) -> dict:
+    c = await Client.connect(sock)
+    await c.command("rlmd.subscribe", {"events": "full", "progress": "none"})
+    await barrier.wait()  # every client listens before the first task starts
+    t_recv: dict[int, float] = {}
+    orig = c._dispatch
+
+    def stamp(msg):
+        if msg.get("method") == "rlmd/event":
+            p = msg["params"]
+            t_recv[p["seq"]] = time.time()
+            arrivals.append(time.time() - p["ts"])
+        orig(msg)
+
+    c._dispatch = stamp
+    ids = []
+    for i in range(tasks):
+        t0 = time.perf_counter()
+        st = await c.command(
+            "rlmd.task.start",
+            {
+                "workspace": str(project),
+                "question": QUESTION,
+                "models": {"root": CELLS},
+            },
+        )
+        lat["task.start"].append(time.perf_counter() - t0)
+        ids.append(st["run_id"])
+        if i % 5 == 4:
+            t0 = time.perf_counter()
+            await c.command("rlmd.task.status", {"run_id": ids[-2]})
+            lat["task.status"].append(time.perf_counter() - t0)
+            t0 = time.perf_counter()
+            await c.command("rlmd.health")
+            lat["health"].append(time.perf_counter() - t0)
+    statuses = {}
+    for run_id in ids:
+        note = await c.wait_for(
+            lambda n, r=run_id: (
+                n["method"] == "rlmd/taskStatus"
+                and n["params"]["run_id"] == r
+                and n["params"]["state"] == "finished"
+            ),
+            timeout=600,
+        )
+        statuses[run_id] = note["params"]["status"]
+    return {"client": c, "ids": ids, "statuses": statuses, "seqs": t_recv}
+
+
+async def direct_peer(project: Path, n: int) -> float:
+    """Seconds per task for the engine run directly with a warm sandbox (no daemon)."""
+    from rlmd.engine import RunConfig, run_task
+    from rlmd.models.registry import Registry
+    from rlmd.sandbox import create_sandbox
+    from rlmd.workspace.context import load_codebase
+    from rlmd.workspace.manager import WarmSandbox
+
+    registry = Registry.load(None)
+    ctx = load_codebase(project)
+    box = WarmSandbox(create_sandbox("subprocess"))
+    try:
+        for _ in range(2):  # warm-up
+            await run_task(
+                QUESTION, ctx, RunConfig(root_model=CELLS), get_model=registry.get, sandbox=box
+            )
+        t0 = time.perf_counter()
+        for _ in range(n):
+            r = await run_task(
+                QUESTION, ctx, RunConfig(root_model=CELLS), get_model=registry.get, sandbox=box
+            )
+            assert r.status == "completed", r
+        return (time.perf_counter() - t0) / n
+    finally:
+        await box.close()
+        await registry.aclose()
+
+
+async def main_async(args) -> int:
+    load0 = os.getloadavg()[0]
+    work = Path(tempfile.mkdtemp(prefix="rlmd-load-"))
+    home = work / "home"
+    home.mkdir()
+    env = {**os.environ, "RLMD_HOME": str(home)}
+    log = open(work / "daemon.log", "wb")  # noqa: SIM115
+    cmd = [sys.executable, "-m", "rlmd", "serve", "--idle-timeout", "0"]
+    if args.profile:
+        cmd[1:1] = ["-m", "cProfile", "-o", args.profile]
+    proc = subprocess.Popen(cmd, env=env, stdout=log, stderr=log, stdin=subprocess.DEVNULL)
+    sock = home / "run" / "rlmd.sock"
+    try:
+        for _ in range(400):
+            if sock.exists():
+                break
+            await asyncio.sleep(0.05)
+        await asyncio.sleep(1.0)
+        idle_rss = rss_bytes(proc.pid) or 0
+        projects = [make_project(work, i) for i in range(args.clients)]
+
+        # open every workspace first, so the memory numbers have no task running
+        c = await Client.connect(sock)
+        for p in projects:
+            await c.command("rlmd.workspace.open", {"workspace": str(p)})
+        await asyncio.sleep(0.5)
+        open_rss = rss_bytes(proc.pid) or 0
+        kernels = children_rss(proc.pid)
+        await c.close()
+
+        lat = {"task.start": [], "task.status": [], "health": []}
+        arrivals: list[float] = []
+        barrier = asyncio.Barrier(args.clients)
+        cpu0 = cpu_seconds(proc.pid)
+        probe = await asyncio.create_subprocess_exec(
+            sys.executable,
+            "-c",
+            PROBE,
+            str(sock),
+            str(args.probe_seconds),
+            stdout=asyncio.subprocess.PIPE,
+            env=env,
+        )
+        bench_cpu0 = sum(os.times()[:2])
+        t0 = time.perf_counter()
+        results = await asyncio.gather(
+            *(client_load(sock, p, args.tasks, lat, arrivals, barrier) for p in projects)
+        )
+        wall = time.perf_counter() - t0
+        h = await results[0]["client"].command("rlmd.health")
+        await asyncio.sleep(0.5)  # let the last notifications arrive everywhere
+        cpu_s = cpu_seconds(proc.pid) - cpu0
+        bench_cpu = sum(os.times()[:2]) - bench_cpu0
+        probe_out, _ = await probe.communicate()
+        lat["probe task.list"] = json.loads(probe_out or b"[]")
+        loaded_rss = rss_bytes(proc.pid) or 0
+        event_seqs = [set(r["seqs"]) for r in results]
+        all_seqs = set().union(*event_seqs)
+        missed = sum(len(all_seqs - s) for s in event_seqs)
+        statuses = [s for r in results for s in r["statuses"].values()]
+        for r in results:
+            await r["client"].close()
+    finally:
+        proc.send_signal(signal.SIGTERM)
+        try:
+            proc.wait(30)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+    direct = await direct_peer(projects[0], 20)
+    shutil.rmtree(work, ignore_errors=True)
+
+    total = args.clients * args.tasks
+    completed = sum(1 for s in statuses if s == "completed")
+    all_lat = [x for k, v in lat.items() if not k.startswith("probe") for x in v]
+    per_task = wall / total
+    report = {
+        "clients": args.clients,
+        "tasks_per_client": args.tasks,
+        "tasks": total,
+        "completed": completed,
+        "lost": total - len(statuses),
+        "wall_s": round(wall, 3),
+        "tasks_per_s": round(total / wall, 1),
+        "bench_client_cpu_s": round(bench_cpu, 2),
+        "latency_ms": {
+            k: {"p50": round(pct(v, 50) * 1e3, 2), "p99": round(pct(v, 99) * 1e3, 2), "n": len(v)}
+            for k, v in {**lat, "all clients": all_lat}.items()
+        },
+        "fanout": {
+            "events": len(all_seqs),
+            "deliveries": sum(len(s) for s in event_seqs),
+            "missed": missed,
+            "deliveries_per_s": round(sum(len(s) for s in event_seqs) / wall, 0),
+            "delay_ms_p50": round(pct(arrivals, 50) * 1e3, 2),
+            "delay_ms_p99": round(pct(arrivals, 99) * 1e3, 2),
+        },
+        "memory_mib": {
+            "daemon_idle": round(idle_rss / 2**20, 1),
+            "daemon_with_workspaces": round(open_rss / 2**20, 1),
+            "daemon_per_workspace": round((open_rss - idle_rss) / args.clients / 2**20, 2),
+            "kernel_per_workspace": round(sum(kernels) / max(1, len(kernels)) / 2**20, 1),
+            "daemon_after_load": round(loaded_rss / 2**20, 1),
+        },
+        "daemon_cpu_ms_per_task": round(cpu_s / total * 1e3, 2),
+        "load_average_at_start": load0,
+        "peer_direct_s_per_task": round(direct, 4),
+        "daemon_s_per_task": round(per_task, 4),
+        "ratio_daemon_vs_direct": round(per_task / direct, 2),
+        "health_tasks": h["tasks"],
+    }
+    out = ROOT / "bench" / "out"
+    out.mkdir(exist_ok=True)
+    (out / "daemon_load.json").write_text(json.dumps(report, indent=1))
+    L = report["latency_ms"]
+    print(
+        f"daemon load: {args.clients} clients x {args.tasks} tasks = {total} tasks "
+        f"in {wall:.1f} s ({report['tasks_per_s']} tasks/s); completed {completed}, "
+        f"lost {report['lost']}"
+    )
+    print(f"{'command':<18}{'p50 ms':>10}{'p99 ms':>10}{'n':>7}")
+    for k, v in L.items():
+        print(f"{k:<18}{v['p50']:>10}{v['p99']:>10}{v['n']:>7}")
+    print(
+        "(the load clients share one process that also parses every event, "
+        f"{report['bench_client_cpu_s']} CPU s; the probe is a separate process with no events)"
+    )
+    f = report["fanout"]
+    print(
+        f"fan-out: {f['events']} events x {args.clients} clients = {f['deliveries']} deliveries "
+        f"({f['deliveries_per_s']:.0f}/s), missed {f['missed']}, engine->client delay "
+        f"p50 {f['delay_ms_p50']} ms, p99 {f['delay_ms_p99']} ms"
+    )
+    m = report["memory_mib"]
+    print(
+        f"memory: daemon idle {m['daemon_idle']} MiB; with {args.clients} workspaces "
+        f"{m['daemon_with_workspaces']} MiB ({m['daemon_per_workspace']} MiB each in the "
+        f"daemon + {m['kernel_per_workspace']} MiB kernel process each); after load "
+        f"{m['daemon_after_load']} MiB"
+    )
+    print(
+        f"daemon CPU: {report['daemon_cpu_ms_per_task']} ms per task (engine, store, fan-out, "
+        f"checkpoint); load average at start {load0:.2f} on {os.cpu_count()} cores"
+    )
+    print(
+        f"per task: daemon {per_task * 1e3:.1f} ms (under load, {args.clients} workspaces) vs "
+        f"direct engine {direct * 1e3:.1f} ms (one warm sandbox, no store): ratio "
+        f"{report['ratio_daemon_vs_direct']}"
+    )
+    ok = completed == total and f["missed"] == 0
+    if not ok:
+        print("FAILED: lost, unfinished tasks or missed events", file=sys.stderr)
+    return 0 if ok else 1
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--clients", type=int, default=10)
+    ap.add_argument("--tasks", type=int, default=50)
+    ap.add_argument(
+        "--probe-seconds",
+        type=float,
+        default=12.0,
+        help="how long the separate probe client sends commands",
+    )
+    ap.add_argument("--profile", help="write a cProfile of the daemon to this file")
+    return asyncio.run(main_async(ap.parse_args()))
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,7 @@
+"""``python -m rlmd``: the ``rlmd`` command."""
+
+import sys
+
+from rlmd.cli import main
+
+sys.exit(main())

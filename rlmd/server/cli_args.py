@@ -1,0 +1,57 @@
+"""The ``serve``, ``attach`` and ``doctor`` subcommands of ``rlmd`` (arguments and dispatch)."""
+
+from __future__ import annotations
+
+import argparse
+
+
+def add_server_commands(sub: argparse._SubParsersAction) -> None:
+    """Add ``serve``, ``attach`` and ``doctor`` to the ``rlmd`` subparsers."""
+    sv = sub.add_parser("serve", help="run the daemon (Unix socket, or one client on stdio)")
+    sv.add_argument("--stdio", action="store_true", help="serve one client on stdin/stdout")
+    sv.add_argument(
+        "--idle-timeout",
+        type=float,
+        default=600.0,
+        help="seconds before an unused workspace is checkpointed and stopped (default 600; "
+        "0 = never)",
+    )
+    sv.add_argument("--max-message-bytes", type=int, help="largest request body (default 16 MiB)")
+    sv.add_argument(
+        "--max-client-buffer",
+        type=int,
+        help="drop a client with more unread output (default 32 MiB)",
+    )
+    sv.add_argument("--log-file", help="log here instead of stderr")
+    sv.add_argument("--log-level", default="INFO")
+
+    at = sub.add_parser("attach", help="bridge stdio to the daemon (starting it if needed)")
+    at.add_argument("--stdio", action="store_true", required=True, help="speak on stdin/stdout")
+    at.add_argument("--no-start", action="store_true", help="fail instead of starting a daemon")
+    at.add_argument("--timeout", type=float, default=15.0, help="seconds to wait for a new daemon")
+
+    dr = sub.add_parser("doctor", help="check the setup and say what to fix")
+    dr.add_argument("--json", action="store_true")
+    dr.add_argument("--no-sandboxes", action="store_true", help="do not start sandboxes")
+
+
+def run_server_command(args: argparse.Namespace) -> int:
+    """Run ``serve`` / ``attach`` / ``doctor``; returns the exit code."""
+    if args.command == "serve":
+        from rlmd.server import daemon
+
+        return daemon.main(
+            stdio=args.stdio,
+            idle_timeout_s=args.idle_timeout or None,
+            max_message_bytes=args.max_message_bytes,
+            max_client_buffer_bytes=args.max_client_buffer,
+            log_file=args.log_file,
+            log_level=args.log_level,
+        )
+    if args.command == "attach":
+        from rlmd.server import attach
+
+        return attach.main(autostart=not args.no_start, timeout_s=args.timeout)
+    from rlmd.server import doctor
+
+    return doctor.main(as_json=args.json, sandboxes=not args.no_sandboxes)

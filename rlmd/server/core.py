@@ -1,0 +1,211 @@
+"""The daemon's core: store, workspaces, tasks and the notification hub, with no protocol.
+
+One :class:`DaemonCore` per daemon process. Every client connection (Unix socket or stdio)
+calls :meth:`DaemonCore.execute` with a command name and its parameter object, and
+subscribes to the :attr:`DaemonCore.hub`. The core is the only writer of the trajectory store
+in this process (one :class:`~rlmd.store.Store` connection used from the event loop).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import os
+import time
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import rlmd
+from rlmd import paths
+from rlmd.engine.events import Event
+from rlmd.models.registry import Registry
+from rlmd.server.errors import SHUTTING_DOWN, CommandError
+from rlmd.server.hub import Hub
+from rlmd.server.tasks import TaskManager
+from rlmd.store import Store
+from rlmd.workspace.manager import Workspace, WorkspaceManager, WorkspaceSettings
+
+log = logging.getLogger("rlmd.server")
+
+
+@dataclass
+class DaemonOptions:
+    """Daemon-wide settings (``rlmd serve`` flags).
+
+    Attributes:
+        idle_timeout_s: default seconds before an unused workspace is checkpointed and
+            stopped (a project's ``[workspace] idle_timeout_s`` wins); ``None``: never.
+        sweep_interval_s: how often idle workspaces are looked for, seconds.
+        max_message_bytes: largest JSON-RPC message body a client may send, bytes.
+        max_client_buffer_bytes: a client whose unread output passes this is dropped, bytes.
+        store_path: the trajectory database (default: ``paths.store_path()``).
+    """
+
+    idle_timeout_s: float | None = 600.0
+    sweep_interval_s: float | None = None
+    max_message_bytes: int = 16 * 1024 * 1024
+    max_client_buffer_bytes: int = 32 * 1024 * 1024
+    store_path: str | None = None
+
+    def sweep_every(self) -> float:
+        if self.sweep_interval_s is not None:
+            return self.sweep_interval_s
+        if self.idle_timeout_s is None:
+            return 30.0
+        return max(0.2, min(30.0, self.idle_timeout_s / 4))
+
+
+def rss_bytes(pid: int | str = "self") -> int | None:
+    """Resident memory of a process in bytes (Linux ``/proc``), ``None`` elsewhere."""
+    try:
+        with open(f"/proc/{pid}/status", encoding="ascii") as fh:
+            for line in fh:
+                if line.startswith("VmRSS:"):
+                    return int(line.split()[1]) * 1024
+    except (OSError, ValueError, IndexError):
+        return None
+    return None
+
+
+class DaemonCore:
+    """Everything the commands act on (see the module docstring)."""
+
+    def __init__(self, options: DaemonOptions | None = None, *, mode: str = "socket") -> None:
+        self.options = options or DaemonOptions()
+        self.mode = mode
+        self.started_at = time.time()
+        self.hub = Hub()
+        self.store = Store(self.options.store_path or paths.store_path())
+        self.interrupted_at_start = self.store.mark_interrupted()
+        self._registries: dict[str, tuple[tuple, Registry]] = {}
+        self.workspaces = WorkspaceManager(self._settings_for, self._workspace_changed)
+        self.tasks = TaskManager(self._record, self.hub, self.workspaces)
+        self.connections: dict[str, Any] = {}
+        self.socket_path: str | None = None
+        self.stopping = False
+        self._sweeper: asyncio.Task[None] | None = None
+        self.record_errors = 0
+
+    # -- life cycle -----------------------------------------------------------------------
+
+    def start(self) -> None:
+        """Start background work (the idle sweeper). Call from the running loop."""
+        self._sweeper = asyncio.get_running_loop().create_task(
+            self.workspaces.run_sweeper(self.options.sweep_every()), name="idle-sweeper"
+        )
+
+    async def shutdown(self) -> None:
+        """Cancel live tasks (recorded as cancelled), checkpoint and stop every workspace,
+        close the store. Safe to call twice."""
+        if self.stopping:
+            return
+        self.stopping = True
+        if self._sweeper is not None:
+            self._sweeper.cancel()
+        await self.tasks.shutdown()
+        await self.workspaces.shutdown()
+        for registry in {id(r): r for _, r in self._registries.values()}.values():
+            try:
+                await registry.aclose()
+            except Exception:
+                log.exception("closing models failed")
+        self.store.close()
+
+    def check_open(self) -> None:
+        """Raise ``SHUTTING_DOWN`` if the daemon is stopping."""
+        if self.stopping:
+            raise CommandError(SHUTTING_DOWN, "the daemon is shutting down")
+
+    # -- configuration --------------------------------------------------------------------
+
+    def registry_for(self, folder: str | Path | None) -> Registry:
+        """The model registry of a project (user + project config), reloaded when a config
+        file changes.
+
+        Raises:
+            ValueError: a config file is invalid (the message names it).
+        """
+        key = str(folder) if folder else ""
+        files = [paths.user_config_path()]
+        if folder:
+            found = paths.project_config_path(Path(folder))
+            if found:
+                files.append(found)
+        stamp = tuple((str(f), f.stat().st_mtime_ns if f.exists() else 0) for f in files)
+        cached = self._registries.get(key)
+        if cached is not None and cached[0] == stamp:
+            return cached[1]
+        registry = Registry.load(Path(folder) if folder else None)
+        self._registries[key] = (stamp, registry)
+        return registry
+
+    def _settings_for(self, folder: Path) -> WorkspaceSettings:
+        registry = self.registry_for(folder)
+        table = registry.sections.get("workspace") or {}
+        if not isinstance(table, dict):
+            raise ValueError(f"{folder}: [workspace] must be a table")
+        settings = WorkspaceSettings(idle_timeout_s=self.options.idle_timeout_s)
+        settings.sandbox = str(
+            table.get("sandbox") or registry.run_defaults.get("sandbox") or "subprocess"
+        )
+        options = table.get("sandbox_options", registry.run_defaults.get("sandbox_options", {}))
+        if not isinstance(options, dict):
+            raise ValueError(f"{folder}: [workspace] sandbox_options must be a table")
+        settings.sandbox_options = dict(options)
+        if "idle_timeout_s" in table:
+            value = table["idle_timeout_s"]
+            if isinstance(value, bool) or not isinstance(value, int | float) or value <= 0:
+                raise ValueError(f"{folder}: [workspace] idle_timeout_s must be a number > 0")
+            settings.idle_timeout_s = float(value)
+        if "checkpoint_after_task" in table:
+            settings.checkpoint_after_task = bool(table["checkpoint_after_task"])
+        if "max_var_bytes" in table:
+            settings.max_var_bytes = int(table["max_var_bytes"])
+        return settings
+
+    # -- events ---------------------------------------------------------------------------
+
+    def _record(self, event: Event) -> None:
+        try:
+            self.store.record(event)
+        except Exception:  # Store.record never raises, but a closed store might
+            self.record_errors += 1
+            log.exception("recording %s failed", event.kind)
+
+    def _workspace_changed(self, ws: Workspace, kind: str, data: dict[str, Any]) -> None:
+        self.hub.publish(
+            "rlmd/workspace",
+            {"workspace": ws.folder, "change": kind, "state": ws.state, "data": data},
+        )
+
+    # -- health ---------------------------------------------------------------------------
+
+    def health(self) -> dict[str, Any]:
+        """The daemon's state (see ``docs/protocol.md``, Health)."""
+        states: dict[str, int] = {}
+        for ws in self.workspaces.workspaces.values():
+            states[ws.state] = states.get(ws.state, 0) + 1
+        live = self.tasks.live()
+        return {
+            "ok": not self.stopping,
+            "version": rlmd.__version__,
+            "pid": os.getpid(),
+            "mode": self.mode,
+            "uptime_s": round(time.time() - self.started_at, 3),
+            "socket": self.socket_path,
+            "store": self.store.path,
+            "home": str(paths.home()),
+            "clients": len(self.connections),
+            "workspaces": {"open": len(self.workspaces.workspaces), "by_state": states},
+            "tasks": {
+                "running": sum(1 for t in live if t.state == "running"),
+                "queued": sum(1 for t in live if t.state == "queued"),
+                "started": self.tasks.started,
+                "finished": self.tasks.finished,
+            },
+            "notifications": {"seq": self.hub.seq, "delivered": self.hub.sent},
+            "memory_rss_bytes": rss_bytes(),
+            "interrupted_at_start": self.interrupted_at_start,
+            "store_errors": len(self.store.errors) + self.record_errors,
+        }

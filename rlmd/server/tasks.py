@@ -1,0 +1,346 @@
+"""Tasks: one question run by the engine in one workspace, from "queued" to "finished".
+
+A task gets its run id up front (the engine records the root run under it), waits in its
+workspace's line, runs with the workspace's warm sandbox, and ends with the run's status. Every
+engine event goes first to the store (so what a client is told is already readable) and then
+to the hub. Tasks in different workspaces run in parallel (one asyncio task each).
+
+Cancelling a task cancels its asyncio task: while queued it leaves the line; while running,
+the engine stops the whole run tree and records it as ``"cancelled"`` with the spend so far.
+A task that never reached the engine (cancelled in line, or its sandbox could not start) is
+still recorded as a run (``run.started`` + ``run.finished``) so it shows in the run list.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import os
+import time
+from collections import OrderedDict
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any
+
+from rlmd.engine import RunConfig, RunResult, run_task
+from rlmd.engine import prompts as engine_prompts
+from rlmd.engine.events import Event
+from rlmd.models.registry import Registry
+from rlmd.sandbox.base import SandboxError
+from rlmd.server.errors import not_found
+from rlmd.server.hub import Hub
+from rlmd.workspace.manager import WorkspaceManager
+
+log = logging.getLogger("rlmd.server")
+
+MAX_FINISHED_KEPT = 1000
+"""Finished tasks kept in memory for ``rlmd.task.status`` (older ones come from the store)."""
+
+
+@dataclass
+class Task:
+    """One task (see ``docs/protocol.md``, TaskStatus, for the dict form)."""
+
+    run_id: str
+    workspace: str
+    question: str
+    config: RunConfig
+    registry: Registry
+    origin: str | None = None
+    state: str = "queued"
+    phase: str = "waiting"
+    status: str | None = None
+    created_at: float = field(default_factory=time.time)
+    started_at: float | None = None
+    finished_at: float | None = None
+    answer: str | None = None
+    answer_source: str | None = None
+    error: str | None = None
+    iterations: int = 0
+    usage: dict[str, Any] = field(
+        default_factory=lambda: {
+            "input_tokens": 0,
+            "output_tokens": 0,
+            "cost_usd": 0.0,
+            "model_calls": 0,
+            "runs": 1,
+        }
+    )
+    final_usage: dict[str, Any] | None = None
+    sandbox_restarts: int = 0
+    notes: list[str] = field(default_factory=list)
+    cancel_requested: bool = False
+    handle: asyncio.Task[None] | None = None
+
+    def to_dict(self, queue_position: int | None = None) -> dict[str, Any]:
+        return {
+            "run_id": self.run_id,
+            "workspace": self.workspace,
+            "question": self.question,
+            "state": self.state,
+            "status": self.status,
+            "queue_position": queue_position,
+            "created_at": self.created_at,
+            "started_at": self.started_at,
+            "finished_at": self.finished_at,
+            "iterations": self.iterations,
+            "usage": dict(self.usage),
+            "final_usage": self.final_usage,
+            "answer": self.answer,
+            "answer_source": self.answer_source,
+            "error": self.error,
+            "sandbox_restarts": self.sandbox_restarts,
+            "notes": list(self.notes),
+            "cancel_requested": self.cancel_requested,
+            "models": {
+                "root": self.config.root_model,
+                "sub": self.config.model_for_depth(1),
+            },
+            "sandbox": self.config.sandbox,
+            "budget": self.config.budget.to_dict(),
+            "origin": self.origin,
+        }
+
+
+def with_note(template: str | None, note: str) -> str:
+    """A system-prompt template with ``note`` appended (braces escaped for ``format``)."""
+    base = template or engine_prompts.SYSTEM_PROMPT
+    safe = note.replace("{", "{{").replace("}", "}}")
+    return f"{base}\nAbout this workspace:\n{safe}\n"
+
+
+class TaskManager:
+    """Starts, tracks and cancels tasks.
+
+    Args:
+        record: the store's event sink.
+        hub: where notifications go.
+        workspaces: the workspace manager.
+    """
+
+    def __init__(
+        self, record: Callable[[Event], None], hub: Hub, workspaces: WorkspaceManager
+    ) -> None:
+        self.record = record
+        self.hub = hub
+        self.workspaces = workspaces
+        self.tasks: OrderedDict[str, Task] = OrderedDict()
+        self.listeners: list[Callable[[Task, Event | None], None]] = []
+        self.started = 0
+        self.finished = 0
+
+    # -- queries --------------------------------------------------------------------------
+
+    def get(self, run_id: str) -> Task | None:
+        return self.tasks.get(run_id)
+
+    def live(self) -> list[Task]:
+        """Tasks queued or running, oldest first."""
+        return [t for t in self.tasks.values() if t.state != "finished"]
+
+    def status(self, task: Task) -> dict[str, Any]:
+        ws = self.workspaces.workspaces.get(task.workspace)
+        pos = ws.queue_position(task.run_id) if ws is not None and task.state == "queued" else None
+        return task.to_dict(pos)
+
+    # -- commands -------------------------------------------------------------------------
+
+    def start(self, task: Task) -> dict[str, Any]:
+        """Register ``task`` and start it in the background; returns its status at once."""
+        self.tasks[task.run_id] = task
+        self.started += 1
+        task.handle = asyncio.get_running_loop().create_task(
+            self._run(task), name=f"task-{task.run_id}"
+        )
+        status = self.status(task)
+        ahead = [
+            t
+            for t in self.live()
+            if t.workspace == task.workspace and t.state == "queued" and t is not task
+        ]
+        status["queue_position"] = len(ahead) + 1
+        self._publish(task)
+        return status
+
+    def cancel(self, run_id: str) -> dict[str, Any]:
+        """Ask task ``run_id`` to stop; returns its status (``cancel_requested`` is true
+        unless it had finished already).
+
+        Raises:
+            CommandError: no live or recent task has this id.
+        """
+        task = self.tasks.get(run_id)
+        if task is None:
+            raise not_found(f"no task {run_id!r} in this daemon (finished long ago, or never)")
+        if task.state != "finished" and task.phase != "finishing" and not task.cancel_requested:
+            task.cancel_requested = True
+            if task.handle is not None:
+                task.handle.cancel()
+        return self.status(task)
+
+    async def shutdown(self, timeout_s: float = 20.0) -> None:
+        """Cancel every live task and wait (up to ``timeout_s``) for them to end."""
+        handles = []
+        for task in self.live():
+            task.cancel_requested = True
+            if task.handle is not None:
+                task.handle.cancel()
+                handles.append(task.handle)
+        if handles:
+            await asyncio.wait(handles, timeout=timeout_s)
+
+    # -- running --------------------------------------------------------------------------
+
+    async def _run(self, task: Task) -> None:
+        try:
+            ws = self.workspaces.get(task.workspace)
+            assert ws is not None
+            async with ws.hold(task.run_id):
+                task.state, task.phase, task.started_at = "running", "starting", time.time()
+                self._publish(task)
+                try:
+                    await ws.ensure_started()
+                    note = await ws.model_note()
+                except (SandboxError, OSError, KeyError, ValueError, TypeError) as exc:
+                    self._never_ran(task, "failed", f"the workspace sandbox could not start: {exc}")
+                    return
+                if note:
+                    task.config.system_prompt = with_note(task.config.system_prompt, note)
+                task.phase = "engine"
+                try:
+                    result = await run_task(
+                        task.question,
+                        ws.context,
+                        task.config,
+                        get_model=task.registry.get,
+                        sinks=(self.record, lambda ev: self._on_event(task, ev)),
+                        sandbox=ws.sandbox,
+                        run_id=task.run_id,
+                    )
+                    self._apply(task, result)
+                except asyncio.CancelledError:
+                    _uncancel()
+                    task.status = task.status or "cancelled"
+                    task.error = task.error or "the task was cancelled"
+                except Exception as exc:  # bad config caught by the engine before it started
+                    log.exception("task %s failed to start", task.run_id)
+                    if task.status is None:
+                        self._never_ran(task, "failed", f"{type(exc).__name__}: {exc}")
+                task.phase = "finishing"
+                task.notes.extend(await ws.finish_task())
+        except asyncio.CancelledError:
+            if task.phase in ("waiting", "starting"):
+                self._never_ran(task, "cancelled", "the task was cancelled before it started")
+        except Exception as exc:  # never let a task take the daemon down
+            log.exception("task %s crashed", task.run_id)
+            if task.status is None:
+                self._never_ran(task, "failed", f"internal error: {type(exc).__name__}: {exc}")
+        finally:
+            task.state, task.phase = "finished", "done"
+            task.finished_at = time.time()
+            self.finished += 1
+            self._publish(task)
+            task.handle = None  # a finished task keeps only its status
+            self._prune()
+
+    def _apply(self, task: Task, result: RunResult) -> None:
+        task.status = result.status
+        task.answer, task.answer_source = result.answer, result.answer_source
+        task.error = result.error
+        task.iterations = result.iterations
+        task.final_usage = result.usage
+
+    def _never_ran(self, task: Task, status: str, error: str) -> None:
+        """Record a run for a task that never reached the engine, and tell the clients."""
+        task.status, task.error = status, error
+        started = Event(
+            "run.started",
+            task.run_id,
+            0,
+            data={
+                "question": task.question,
+                "workspace": task.workspace,
+                "pid": os.getpid(),
+                "budget": task.config.budget.to_dict(),
+                "sandbox": {"kind": task.config.sandbox, "isolation": None},
+                "models": None,
+                "root_run_id": task.run_id,
+            },
+        )
+        finished = Event(
+            "run.finished",
+            task.run_id,
+            0,
+            data={
+                "status": status,
+                "answer": None,
+                "answer_source": None,
+                "usage": None,
+                "iterations": 0,
+                "error": error,
+            },
+        )
+        for ev in (started, finished):
+            self.record(ev)
+            self._on_event(task, ev)
+
+    def _on_event(self, task: Task, ev: Event) -> None:
+        """Engine sink: keep the task's live numbers, then publish the event."""
+        d = ev.data
+        kind = ev.kind
+        if kind == "iteration.started" and ev.run_id == task.run_id:
+            task.iterations = int(d.get("index", 0)) + 1
+        elif kind == "model_call.finished":
+            u = task.usage
+            u["input_tokens"] += int(d.get("input_tokens") or 0)
+            u["output_tokens"] += int(d.get("output_tokens") or 0)
+            u["cost_usd"] = round(u["cost_usd"] + float(d.get("cost_usd") or 0.0), 8)
+            u["model_calls"] += 1
+        elif kind == "run.started" and ev.run_id != task.run_id:
+            task.usage["runs"] += 1
+        elif kind == "cell.finished" and d.get("kernel_restarted"):
+            task.sandbox_restarts += 1
+            where = "the workspace sandbox" if ev.run_id == task.run_id else "a child run's sandbox"
+            lost = ", ".join(d.get("lost_variables") or []) or "none"
+            why = "a cell timed out" if d.get("timed_out") else "its kernel died"
+            task.notes.append(
+                f"{where} was restarted during the run ({why}); variables lost: {lost}"
+            )
+        elif kind == "run.finished" and ev.run_id == task.run_id:
+            task.status = d.get("status")
+        self.hub.publish(
+            "rlmd/event",
+            {"task_id": task.run_id, "workspace": task.workspace, **ev.to_dict()},
+            event=True,
+        )
+        for listener in list(self.listeners):
+            try:
+                listener(task, ev)
+            except Exception:
+                log.exception("task listener failed")
+        if kind in ("model_call.finished", "run.finished", "iteration.started"):
+            self._publish(task, quiet=True)
+
+    def _publish(self, task: Task, *, quiet: bool = False) -> None:
+        """Send ``rlmd/taskStatus`` (``quiet``: a usage/iteration update, not a state change)."""
+        status = self.status(task)
+        status["update"] = "progress" if quiet else "state"
+        self.hub.publish("rlmd/taskStatus", status)
+        if not quiet:
+            for listener in list(self.listeners):
+                try:
+                    listener(task, None)
+                except Exception:
+                    log.exception("task listener failed")
+
+    def _prune(self) -> None:
+        finished = [k for k, t in self.tasks.items() if t.state == "finished"]
+        for key in finished[: max(0, len(finished) - MAX_FINISHED_KEPT)]:
+            self.tasks.pop(key, None)
+
+
+def _uncancel() -> None:
+    """Consume one cancellation of the current task so it can finish its clean-up."""
+    current = asyncio.current_task()
+    if current is not None:
+        current.uncancel()
