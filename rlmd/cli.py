@@ -85,6 +85,10 @@ def _parser() -> argparse.ArgumentParser:
     from rlmd.server.cli_args import add_server_commands
 
     add_server_commands(sub)
+    t = sub.add_parser("tui", help="the terminal UI: browse, search and follow runs; launch tasks")
+    t.add_argument("--socket", help="daemon socket (default: the rlmd home's)")
+    t.add_argument("--store", help="trajectory store to browse when no daemon runs")
+    t.add_argument("--no-daemon", action="store_true", help="browse the store read-only")
     return p
 
 
@@ -100,6 +104,7 @@ def main(argv: list[str] | None = None) -> int:
             "serve": cmd_server,
             "attach": cmd_server,
             "doctor": cmd_server,
+            "tui": cmd_tui,
         }[args.command](args)
     except KeyboardInterrupt:
         err.print("[yellow]interrupted[/]")
@@ -262,6 +267,12 @@ def cmd_export(args: argparse.Namespace) -> int:
     else:
         sys.stdout.write(text if text.endswith("\n") else text + "\n")
     return 0
+
+
+def cmd_tui(args: argparse.Namespace) -> int:
+    from tui.app import run
+
+    return run(args)
 
 
 def cmd_server(args: argparse.Namespace) -> int:

@@ -1,0 +1,222 @@
+"""Where the TUI gets its data: the daemon (JSON-RPC, live) or the store (read-only).
+
+Every backend has the same async methods; they return the daemon protocol's shapes (run
+dicts, the store's ``tree()`` shape, TaskStatus objects) so the screens do not care which
+one they talk to. ``on_note`` (set by the app) receives daemon notifications
+(``{"method", "params"}``).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+from rlmd.server.client import Client
+
+
+class ReadOnlyError(RuntimeError):
+    """The action needs the daemon, and the TUI is browsing the store without one."""
+
+    def __init__(self, what: str) -> None:
+        super().__init__(f"{what} needs the daemon: start it with `rlmd serve` and reopen")
+
+
+class Backend:
+    """The interface (and the read-only defaults)."""
+
+    live = False
+    label = "?"
+    on_note: Callable[[dict[str, Any]], None] | None = None
+
+    async def list_runs(
+        self,
+        *,
+        search: str | None = None,
+        status: str | None = None,
+        workspace: str | None = None,
+        limit: int = 200,
+    ) -> list[dict[str, Any]]:
+        raise NotImplementedError
+
+    async def tree(self, run_id: str) -> dict[str, Any]:
+        raise NotImplementedError
+
+    async def workspaces(self) -> list[str]:
+        runs = await self.list_runs(limit=500)
+        return sorted({r["workspace"] for r in runs if r.get("workspace")})
+
+    async def start(self, params: dict[str, Any]) -> dict[str, Any]:
+        raise ReadOnlyError("starting a task")
+
+    async def cancel(self, run_id: str) -> dict[str, Any]:
+        raise ReadOnlyError("cancelling a task")
+
+    async def variables(self, workspace: str) -> dict[str, Any]:
+        raise ReadOnlyError("reading a workspace's variables")
+
+    async def exec(self, workspace: str, code: str) -> dict[str, Any]:
+        raise ReadOnlyError("running a cell")
+
+    async def close(self) -> None:
+        return None
+
+
+class MemoryBackend(Backend):
+    """Runs and trees held in memory (tests, benchmarks, demos): read-only."""
+
+    label = "memory"
+
+    def __init__(self, trees: list[dict[str, Any]]) -> None:
+        self.trees = {t["id"]: t for t in trees}
+
+    async def list_runs(self, *, search=None, status=None, workspace=None, limit=200):
+        out = []
+        for t in self.trees.values():
+            run = {k: v for k, v in t.items() if k not in ("nodes", "runs")}
+            if status and run.get("status") != status:
+                continue
+            if workspace and run.get("workspace") != workspace:
+                continue
+            if search and search.lower() not in json.dumps(t).lower():
+                continue
+            out.append(run)
+        out.sort(key=lambda r: (r.get("started_at") or 0, r["id"]), reverse=True)
+        return out[:limit]
+
+    async def tree(self, run_id: str) -> dict[str, Any]:
+        if run_id in self.trees:
+            return self.trees[run_id]
+        found = [t for k, t in self.trees.items() if k.startswith(run_id)]
+        if len(found) != 1:
+            raise KeyError(run_id)
+        return found[0]
+
+
+class StoreBackend(Backend):
+    """The trajectory store, read-only (no daemon): list, search and open runs."""
+
+    label = "store (read-only)"
+
+    def __init__(self, path: str | Path) -> None:
+        self.path = Path(path)
+        self._store = None
+
+    def _open(self):
+        if self._store is None:
+            from rlmd.store import Store
+
+            self._store = Store(self.path)
+        return self._store
+
+    async def list_runs(self, *, search=None, status=None, workspace=None, limit=200):
+        def go():
+            return self._open().list_runs(
+                limit=limit, search=search or None, status=status or None, workspace=workspace
+            )
+
+        return await asyncio.to_thread(go)
+
+    async def tree(self, run_id: str) -> dict[str, Any]:
+        return await asyncio.to_thread(lambda: self._open().tree(run_id))
+
+    async def changed(self) -> bool:
+        """Whether another process wrote to the store since the last call (``PRAGMA
+        data_version``: cheap, so the app polls it to stay live without a daemon)."""
+
+        def go() -> int:
+            store = self._open()
+            with store._lock:
+                return store.db.execute("PRAGMA data_version").fetchone()[0]
+
+        version = await asyncio.to_thread(go)
+        seen, self._version = getattr(self, "_version", version), version
+        return version != seen
+
+    async def close(self) -> None:
+        if self._store is not None:
+            self._store.close()
+            self._store = None
+
+
+class _NotifyingClient(Client):
+    """A :class:`Client` that hands notifications to a callback instead of keeping them."""
+
+    callback: Callable[[dict[str, Any]], None] | None = None
+
+    def _dispatch(self, msg: dict[str, Any]) -> None:
+        if "method" in msg and "id" not in msg and self.callback is not None:
+            try:
+                self.callback({"method": msg["method"], "params": msg.get("params")})
+            except Exception:  # a UI bug must not kill the read loop
+                pass
+            return
+        super()._dispatch(msg)
+
+
+class DaemonBackend(Backend):
+    """The daemon over its Unix socket: everything, live."""
+
+    live = True
+    label = "daemon"
+
+    def __init__(self, client: Client, socket: str | Path) -> None:
+        self.client = client
+        self.socket = Path(socket)
+
+    @classmethod
+    async def connect(cls, socket: str | Path, timeout: float = 2.0) -> DaemonBackend:
+        """Connect and subscribe to summary events.
+
+        Raises:
+            OSError / TimeoutError: no daemon answers at ``socket``.
+        """
+        client = await _NotifyingClient.connect(socket, timeout=timeout)
+        backend = cls(client, socket)
+        client.callback = backend._note
+        await client.command("rlmd.subscribe", {"events": "summary", "progress": "none"})
+        return backend
+
+    def _note(self, note: dict[str, Any]) -> None:
+        if self.on_note is not None:
+            self.on_note(note)
+
+    async def list_runs(self, *, search=None, status=None, workspace=None, limit=200):
+        params: dict[str, Any] = {"limit": min(limit, 500)}
+        if search:
+            params["search"] = search
+        if status:
+            params["status"] = status
+        if workspace:
+            params["workspace"] = workspace
+        return (await self.client.command("rlmd.runs.list", params))["runs"]
+
+    async def tree(self, run_id: str) -> dict[str, Any]:
+        result = await self.client.command(
+            "rlmd.runs.get", {"run_id": run_id, "tree": True}, timeout=120
+        )
+        return result["tree"]
+
+    async def workspaces(self) -> list[str]:
+        listed = await self.client.command("rlmd.workspace.list")
+        found = {w["workspace"] for w in listed["workspaces"]}
+        return sorted(found | set(await super().workspaces()))
+
+    async def start(self, params: dict[str, Any]) -> dict[str, Any]:
+        return await self.client.command("rlmd.task.start", params)
+
+    async def cancel(self, run_id: str) -> dict[str, Any]:
+        return await self.client.command("rlmd.task.cancel", {"run_id": run_id})
+
+    async def variables(self, workspace: str) -> dict[str, Any]:
+        return await self.client.command("rlmd.workspace.variables", {"workspace": workspace})
+
+    async def exec(self, workspace: str, code: str) -> dict[str, Any]:
+        return await self.client.command(
+            "rlmd.workspace.exec", {"workspace": workspace, "code": code}, timeout=3700
+        )
+
+    async def close(self) -> None:
+        await self.client.close()
