@@ -524,6 +524,27 @@ async def test_timeout_inprocess_interrupts_python_loop():
         await sb.close()
 
 
+async def test_inprocess_cells_share_one_worker_thread():
+    """One persistent worker thread runs the cells; an interrupt that times a cell out never
+    reaches the idle worker or a later cell."""
+    sb = create_sandbox("inprocess", timeout_s=30)
+    await sb.start(FakeHost())
+    try:
+        first = (await ok(sb, "import threading\nprint(threading.get_ident())")).stdout
+        assert (await ok(sb, "print(threading.get_ident())")).stdout == first
+        r = await run(sb, "n = 0\nwhile True:\n    n += 1", timeout_s=0.2)
+        assert r.timed_out and not r.kernel_restarted
+        for _ in range(50):
+            await ok(sb, "x = sum(range(2000))\ny = [i * i for i in range(200)]")
+        assert (
+            await ok(sb, "print(threading.get_ident(), x)")
+        ).stdout == f"{first.strip()} 1999000\n"
+        assert sb._worker is not None and sb._worker.interrupt() is False  # idle: no effect
+        await ok(sb, "print(llm_query('ping'))")
+    finally:
+        await sb.close()
+
+
 async def test_timeout_inprocess_blocked_thread_is_abandoned():
     sb = create_sandbox("inprocess", timeout_s=30, interrupt_grace_s=0.2)
     await sb.start(FakeHost())
@@ -536,6 +557,7 @@ async def test_timeout_inprocess_blocked_thread_is_abandoned():
         assert "could not be interrupted" in r.error
         r = await ok(sb, "print(context)")
         assert r.stdout == "ctx\n"
+        assert sb.abandoned_threads == 1  # the stuck worker was replaced by a new one
     finally:
         await sb.close()
 

@@ -267,3 +267,123 @@ def test_kernel_script_exits_on_eof():
     )
     assert proc.returncode == 0
     assert proc.stdout[4:].startswith(b'{"op":"hello"')
+
+
+# --------------------------------------------------------------------------- start-up
+
+
+async def test_kernel_starts_without_site_but_sees_site_packages(sb):
+    import site
+
+    r = await ok(
+        sb,
+        "import sys, sqlite_utils\n"
+        "print(sys.flags.no_site, 'rlmd' in sys.modules, sys.prefix == PREFIX)\n"
+        "print(callable(exit), callable(quit), [p for p in sys.path if p in SITE])".replace(
+            "PREFIX", repr(sys.prefix)
+        ).replace("SITE", repr(site.getsitepackages())),
+    )
+    assert r.stdout == f"1 False True\nTrue True {site.getsitepackages()}\n"
+    r = await run(sb, "import module_that_does_not_exist_anywhere")
+    assert "ModuleNotFoundError" in r.error
+
+
+def test_kernel_processes_pth_files_like_site(tmp_path):
+    """Folders listed in .pth files are added and import lines run, except for the files
+    the host names (rlmd's own editable install)."""
+    import subprocess
+
+    from rlmd.sandbox.subprocess import KERNEL_MAIN, OWN_EDITABLE_PTH
+
+    (tmp_path / "extra").mkdir()
+    (tmp_path / "extra" / "extra_mod.py").write_text("VALUE = 42\n")
+    (tmp_path / "a.pth").write_text(
+        "# comment\nextra\nmissing-folder\nimport os; os.environ['PTH_RAN'] = '1'\n"
+    )
+    (tmp_path / f"{OWN_EDITABLE_PTH}0.1.pth").write_text("import os; os.environ['OWN_RAN'] = '1'\n")
+    code = (
+        "import sys, runpy; sys.argv = ['k', '--site-packages', SITE, '--skip-pth', SKIP];"
+        "sys.path.insert(0, DIR); import main; main._bootstrap(sys.argv[1:]);"
+        "import os, extra_mod; print(extra_mod.VALUE, os.environ.get('PTH_RAN'), "
+        "os.environ.get('OWN_RAN'), sys.path[-2:] == [SITE, EXTRA], callable(exit))"
+    )
+    code = (
+        code.replace("SITE", repr(str(tmp_path)))
+        .replace("SKIP", repr(OWN_EDITABLE_PTH))
+        .replace("DIR", repr(os.path.dirname(KERNEL_MAIN)))
+        .replace("EXTRA", repr(str(tmp_path / "extra")))
+    )
+    out = subprocess.run(
+        [sys.executable, "-I", "-S", "-c", code], capture_output=True, text=True, timeout=30
+    )
+    assert out.stdout == "42 1 None True True\n", out.stderr
+
+
+async def test_spare_kernels(monkeypatch):
+    from rlmd.sandbox import subprocess as backend
+
+    spares = backend._Spares()
+    monkeypatch.setattr(backend, "_SPARES", spares)
+    boxes = [SubprocessSandbox(), SubprocessSandbox()]
+    for box in boxes:  # the second start of the same kind starts a spare
+        await box.start(FakeHost())
+    await ok(boxes[0], "x = 1")
+    spec = boxes[0]._spec()
+    deadline = time.monotonic() + 10
+    while spec not in spares._ready and time.monotonic() < deadline:
+        await asyncio.sleep(0.01)
+    spare = spares._ready[spec]
+    box = SubprocessSandbox()
+    await box.start(FakeHost())  # takes the spare, starts the next one
+    assert box.pid == spare.popen.pid and box.isolation["workdir"] == spare.workdir
+    r = await ok(box, "print(x if 'x' in dir() else 'fresh')")
+    assert r.stdout == "fresh\n"
+    deadline = time.monotonic() + 10
+    while spec not in spares._ready and time.monotonic() < deadline:
+        await asyncio.sleep(0.01)
+    nxt = spares._ready[spec]
+    for b in (*boxes, box):
+        await b.close()
+    assert await gone(spare.popen.pid)
+    assert alive(nxt.popen.pid)  # a spare outlives the sandboxes
+    spares.close()
+    assert await gone(nxt.popen.pid) and not os.path.exists(nxt.workdir)
+
+    off = SubprocessSandbox(spare_kernel=False)
+    await off.start(FakeHost())
+    await off.close()
+    assert spares._ready == {} and spares._starts[spec] == 3  # neither taken nor counted
+
+    spares.close(final=True)
+    assert spares.take(spec) is None and spares._launching == {}  # none after the final close
+
+
+def test_spare_kernels_do_not_outlive_the_process(tmp_path):
+    """A process that exits without closing anything leaves no kernel behind."""
+    import subprocess
+
+    script = tmp_path / "host.py"
+    script.write_text(
+        "import asyncio, time\n"
+        "from rlmd.sandbox.subprocess import SubprocessSandbox, _SPARES\n"
+        "async def handler(fn, args):\n    return None\n"
+        "async def main():\n"
+        "    for _ in range(2):\n"
+        "        box = SubprocessSandbox()\n"
+        "        await box.start(handler)\n"
+        "        print(box.pid, flush=True)\n"
+        "    while not _SPARES._ready:\n"
+        "        await asyncio.sleep(0.01)\n"
+        "    print(*(p.popen.pid for p in _SPARES._ready.values()), flush=True)\n"
+        "asyncio.run(main())\n"
+    )
+    out = subprocess.run(
+        [sys.executable, str(script)], capture_output=True, text=True, timeout=60
+    ).stdout
+    pids = [int(p) for p in out.split()]
+    assert len(pids) == 3
+    for pid in pids:
+        deadline = time.monotonic() + 5
+        while alive(pid) and time.monotonic() < deadline:
+            time.sleep(0.02)
+        assert not alive(pid)

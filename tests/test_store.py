@@ -7,6 +7,7 @@ import multiprocessing
 import os
 import sqlite3
 import sys
+import time
 import types
 from pathlib import Path
 from typing import Any
@@ -582,6 +583,83 @@ def test_export_round_trip(store: Store) -> None:
         export_run(store, ids["root"], "xml")
     with pytest.raises(KeyError):
         export_run(store, "ffffffff", "json")
+
+
+def top_level_statements(trace: list[str]) -> list[str]:
+    """The statements Python ran, from a ``set_trace_callback`` log: SQLite also reports the
+    statements run inside FTS5 (prefixed ``--``) and the outer statement again at the start of
+    each trigger it fires (collapsed here)."""
+    out: list[str] = []
+    for sql in trace:
+        if sql.startswith("--") or (out and out[-1] == sql):
+            continue
+        out.append(sql)
+    return out
+
+
+def test_recording_costs_few_statements(store: Store) -> None:
+    """The write path must not read the schema again (sqlite-utils' table methods did, ~22
+    statements per event): a handful of prepared statements per event."""
+    trace: list[str] = []
+    events = 0
+
+    def count(event: Event) -> None:
+        nonlocal events
+        events += 1
+        store.record(event)
+
+    store.db.conn.set_trace_callback(trace.append)
+    try:
+        record_three_depths_with(count)
+    finally:
+        store.db.conn.set_trace_callback(None)
+    assert store.errors == [] and events > 20
+    statements = top_level_statements(trace)
+    assert not [s for s in statements if "sqlite_master" in s or "table_info" in s.lower()]
+    assert statements.count("BEGIN IMMEDIATE") == events  # still one transaction per event
+    assert len(statements) / events <= 6, statements
+
+
+def record_three_depths_with(sink: Any) -> dict[str, str]:
+    """:func:`record_three_depths` into any sink (it only calls ``store.record``)."""
+    return record_three_depths(types.SimpleNamespace(record=sink))  # type: ignore[arg-type]
+
+
+def test_fts_reindexes_only_changed_text(store: Store) -> None:
+    e = Emitter(store.record)
+    e.start("question")
+    it = e.iteration(0)
+    trace: list[str] = []
+    store.db.conn.set_trace_callback(trace.append)
+    e.call(it, "sub", [{"role": "user", "content": "hello"}], "hi", 3, 1)
+    c = e.cell_start(it, 0, "print('walrus')")
+    del trace[:]
+    e.cell_finish(c, it, 0, "print('walrus')", stdout="narwhal\n")
+    store.db.conn.set_trace_callback(None)
+    updates = [s for s in top_level_statements(trace) if s.startswith("UPDATE [nodes]")]
+    assert len(updates) == 1 and "[code]" not in updates[0]  # unchanged text is not set again
+    assert store.search("walrus")[0]["node_id"] == c
+    assert store.search("narwhal")[0]["node_id"] == c
+    store.db.execute("INSERT INTO nodes_fts(nodes_fts) VALUES('integrity-check')")
+
+
+def test_background_checkpoints(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    import rlmd.store.db as store_db
+
+    monkeypatch.setattr(store_db, "CHECKPOINT_EVERY", 5)
+    store = Store(tmp_path / "rlmd.db")
+    checkpointer = store._checkpointer
+    assert checkpointer is not None and checkpointer._thread.is_alive()
+    ids = record_three_depths(store)
+    deadline = time.monotonic() + 10
+    while checkpointer.done == 0 and time.monotonic() < deadline:
+        time.sleep(0.01)
+    assert checkpointer.done >= 1
+    store.close()
+    assert not checkpointer._thread.is_alive()
+    with Store(tmp_path / "rlmd.db") as again:
+        assert again.get_run(ids["root"])["status"] == "completed"
+    assert Store(":memory:")._checkpointer is None  # no WAL, no thread
 
 
 # -- robustness ------------------------------------------------------------------------------

@@ -1,9 +1,21 @@
-"""Entry point of the subprocess kernel: ``python -I /path/to/rlmd/kernel/main.py``.
+"""Entry point of the subprocess kernel:
+``python -I -S /path/to/rlmd/kernel/main.py [--site-packages DIR]... [--skip-pth PREFIX]...
+[--prefix DIR] [--exec-prefix DIR]`` (or ``python -I main.py``, letting ``site`` run).
 
 Runs as a plain script (``-I`` leaves the script's folder off ``sys.path``): the sibling
 modules are loaded as a private package named ``_rlmd_kernel``, so they never shadow or
 collide with what model code imports. Imported as ``rlmd.kernel.main`` it uses the regular
 package. See ``protocol.py`` for the wire format.
+
+``-S`` skips the ``site`` module, whose most expensive part at every start-up is the
+``import`` line of the ``.pth`` file of an editable install of rlmd (its finder pulls in
+``pathlib``, ``urllib``, ...), which the kernel does not need. The host then passes its
+site-packages folders and does the rest of ``site``'s work here (:func:`_bootstrap`): the
+folders go on ``sys.path`` with their ``.pth`` files processed as ``site`` does (listed
+folders added, ``import`` lines run: other editable installs stay importable), except the
+files whose names start with a ``--skip-pth`` prefix; ``--prefix`` / ``--exec-prefix``
+restore ``sys.prefix`` / ``sys.exec_prefix`` as ``site`` sets them in a virtual environment;
+``exit``, ``quit`` and ``help`` are defined as ``site`` defines them.
 """
 
 from __future__ import annotations
@@ -40,6 +52,73 @@ def _load_siblings() -> tuple[Any, Any]:
     core = importlib.import_module(PRIVATE_PACKAGE + ".core")
     protocol = importlib.import_module(PRIVATE_PACKAGE + ".protocol")
     return core, protocol
+
+
+def _bootstrap(argv: list[str]) -> None:
+    """Do what ``site`` would have done with the folders the host passed (see the module
+    docstring); nothing when the kernel was started without them."""
+    options: dict[str, list[str]] = {
+        "--site-packages": [],
+        "--skip-pth": [],
+        "--prefix": [],
+        "--exec-prefix": [],
+    }
+    for flag, value in zip(argv[::2], argv[1::2], strict=False):
+        if flag in options:
+            options[flag].append(value)
+    for folder in options["--site-packages"]:
+        _add_site_packages(folder, tuple(options["--skip-pth"]))
+    if options["--prefix"]:
+        sys.prefix = options["--prefix"][-1]
+    if options["--exec-prefix"]:
+        sys.exec_prefix = options["--exec-prefix"][-1]
+    if sys.flags.no_site:
+        import _sitebuiltins
+        import builtins
+
+        eof = "Ctrl-Z plus Return" if os.sep == "\\" else "Ctrl-D (i.e. EOF)"
+        builtins.exit = _sitebuiltins.Quitter("exit", eof)  # type: ignore[attr-defined]
+        builtins.quit = _sitebuiltins.Quitter("quit", eof)  # type: ignore[attr-defined]
+        builtins.help = _sitebuiltins._Helper()  # type: ignore[attr-defined]
+
+
+def _add_site_packages(folder: str, skip: tuple[str, ...]) -> None:
+    """``site.addsitedir(folder)``: append ``folder`` to ``sys.path`` and process its
+    ``.pth`` files in name order (existing folders they list are appended, ``import`` lines
+    run), leaving out the files whose names start with a prefix in ``skip``."""
+    if not os.path.isdir(folder) or folder in sys.path:
+        return
+    sys.path.append(folder)
+    try:
+        names = sorted(n for n in os.listdir(folder) if n.endswith(".pth"))
+    except OSError:
+        return
+    for name in names:
+        if name.startswith(skip):
+            continue
+        try:
+            with open(os.path.join(folder, name), encoding="utf-8") as f:
+                lines = f.read().splitlines()
+        except (OSError, UnicodeDecodeError):
+            continue
+        for line in lines:
+            if line.startswith(("import ", "import\t")):
+                _run_pth_line(folder, line)
+                continue
+            if not line.strip() or line.startswith("#"):
+                continue
+            path = os.path.abspath(os.path.join(folder, line.rstrip()))
+            if path not in sys.path and os.path.exists(path):
+                sys.path.append(path)
+
+
+def _run_pth_line(sitedir: str, line: str) -> None:
+    """Run one ``.pth`` import line as ``site.addpackage`` does (some read ``sitedir`` from
+    this frame)."""
+    try:
+        exec(line)
+    except Exception as exc:  # noqa: BLE001 - site reports and goes on, so do we
+        print(f"Error processing a .pth line in {sitedir}: {exc!r}", file=sys.stderr)
 
 
 def _move_fd(fd: int) -> int:
@@ -160,6 +239,7 @@ _held: list[Any] = []
 
 def main() -> None:
     _held.append(sys.modules.get("__main__"))  # this script's module, replaced below
+    _bootstrap(sys.argv[1:])
     core, protocol = _load_siblings()
 
     # The channel moves off fds 0/1; fd 1 becomes fd 2 and fd 0 /dev/null, so nothing model

@@ -1,8 +1,8 @@
 """The in-process backend: the same kernel (:mod:`rlmd.kernel.core`) in this process.
 
-Cells run in a worker thread; host calls from that thread go back to the event loop with
-``asyncio.run_coroutine_threadsafe``. Fast and convenient for tests and trusted code, but
-**not a sandbox**: see :class:`InProcessSandbox`.
+Cells run in a persistent worker thread (:class:`_Worker`); host calls from that thread go
+back to the event loop with ``asyncio.run_coroutine_threadsafe``. Fast and convenient for
+tests and trusted code, but **not a sandbox**: see :class:`InProcessSandbox`.
 """
 
 from __future__ import annotations
@@ -11,8 +11,10 @@ import asyncio
 import concurrent.futures
 import contextlib
 import ctypes
+import queue
 import threading
 import time
+from collections.abc import Callable
 from typing import Any
 
 from rlmd.kernel import protocol
@@ -28,8 +30,63 @@ def _async_raise(thread_id: int, exc_type: type[BaseException]) -> int:
     )
 
 
+class _Worker:
+    """A daemon thread that runs cells one at a time, kept for the sandbox's life: starting
+    a thread per cell costs a thread start and hand-overs of the GIL, which can wait a whole
+    switch interval (5 ms).
+
+    :meth:`submit`, :meth:`finished` and :meth:`interrupt` are called on the event loop's
+    thread only, so whether a cell is running (between a submit and its result arriving) is
+    known there exactly, and ``CellInterrupted`` is raised into the thread only then. An
+    interrupt that lands after the cell's own code, on the way to handing its result over,
+    is absorbed by the thread; one still pending once the thread is idle is cleared before
+    the next cell is submitted, so it can never hit a later cell.
+    """
+
+    def __init__(self) -> None:
+        self._jobs: queue.SimpleQueue[Callable[[], None] | None] = queue.SimpleQueue()
+        self._running = False
+        self._stopped = False
+        self.thread = threading.Thread(target=self._serve, name="rlmd-inprocess-cell", daemon=True)
+        self.thread.start()
+
+    def _serve(self) -> None:
+        while not self._stopped:
+            try:
+                job = self._jobs.get()
+                if job is None:
+                    return
+                job()  # a job hands its result over itself
+            except CellInterrupted:
+                pass  # it came late: the cell it was meant for is over
+
+    def submit(self, job: Callable[[], None]) -> None:
+        """Run ``job`` (one cell) in the thread; it may be interrupted until
+        :meth:`finished`."""
+        if self.thread.ident is not None:  # clear a late interrupt still pending
+            ctypes.pythonapi.PyThreadState_SetAsyncExc(ctypes.c_ulong(self.thread.ident), None)
+        self._running = True
+        self._jobs.put(job)
+
+    def finished(self) -> None:
+        """The cell's result has arrived on the event loop: no interrupt after this."""
+        self._running = False
+
+    def interrupt(self) -> bool:
+        """Raise ``CellInterrupted`` in the running cell, if any; whether one was raised."""
+        if not self._running or self.thread.ident is None:
+            return False
+        _async_raise(self.thread.ident, CellInterrupted)
+        return True
+
+    def stop(self) -> None:
+        """End the thread once its current cell (if any) is over."""
+        self._stopped = True
+        self._jobs.put(None)
+
+
 class InProcessSandbox(Sandbox):
-    """The kernel in this process; each cell runs in a fresh daemon thread.
+    """The kernel in this process; cells run in a worker thread that persists between them.
 
     Not isolated. Model code shares the host's process, memory, file system, environment
     variables (API keys included) and network. In particular it cannot stop:
@@ -67,7 +124,7 @@ class InProcessSandbox(Sandbox):
         self._loop_thread: int | None = None
         self._kernel: Kernel | None = None
         self._inflight: set[concurrent.futures.Future[Any]] = set()
-        self._cell_thread: threading.Thread | None = None
+        self._worker: _Worker | None = None
         self._lock = asyncio.Lock()
         self._closed = False
         self._context: tuple[Any, bool] | None = None
@@ -76,7 +133,7 @@ class InProcessSandbox(Sandbox):
         self._history: tuple[Any] | None = None
         self._user_names: list[str] = []
         self._notice: tuple[str, list[str]] | None = None
-        self._orphan: tuple[Kernel, threading.Thread, asyncio.Future[Any]] | None = None
+        self._orphan: tuple[Kernel, _Worker, asyncio.Future[Any]] | None = None
         self.abandoned_threads = 0
 
     @property
@@ -113,10 +170,11 @@ class InProcessSandbox(Sandbox):
     async def close(self) -> None:
         self._closed = True
         self._cancel_calls(self._inflight)
-        thread = self._cell_thread
-        kernel, self._kernel = self._kernel, None
-        if thread is not None and thread.is_alive() and kernel is not None and kernel.running:
-            _async_raise(thread.ident or 0, CellInterrupted)
+        worker, self._worker = self._worker, None
+        self._kernel = None
+        if worker is not None:
+            worker.interrupt()
+            worker.stop()
 
     # -- the bridge for host calls ----------------------------------------------------------
 
@@ -248,7 +306,12 @@ class InProcessSandbox(Sandbox):
             fut: asyncio.Future[Any] = loop.create_future()
             max_output = self.max_output_chars
 
+            if self._worker is None:
+                self._worker = _Worker()
+            worker = self._worker
+
             def resolve(value: Any) -> None:
+                worker.finished()
                 if not fut.done():
                     fut.set_result(value)
 
@@ -272,21 +335,18 @@ class InProcessSandbox(Sandbox):
                 with contextlib.suppress(RuntimeError):  # the loop may be closed by now
                     loop.call_soon_threadsafe(resolve, res)
 
-            thread = threading.Thread(target=run, name="rlmd-inprocess-cell", daemon=True)
-            self._cell_thread = thread
-            thread.start()
+            worker.submit(run)
             try:
                 res = await wait(asyncio.shield(fut), timeout)
             except asyncio.CancelledError:
                 # Nobody waits for this cell any more: interrupt it; the next execute makes
                 # sure it has stopped (or replaces the REPL) before running anything.
                 self._cancel_calls(self._inflight)
-                if kernel.running and thread.ident is not None:
-                    _async_raise(thread.ident, CellInterrupted)
-                self._orphan = (kernel, thread, fut)
+                worker.interrupt()
+                self._orphan = (kernel, worker, fut)
                 raise
             except TimeoutError:
-                return with_notice(await self._on_timeout(kernel, thread, fut, timeout, t0), notice)
+                return with_notice(await self._on_timeout(worker, fut, timeout, t0), notice)
             if isinstance(res, BaseException):
                 raise SandboxError(f"the kernel failed: {res!r}") from res
             self._user_names = list(res.get("names") or [])
@@ -298,11 +358,11 @@ class InProcessSandbox(Sandbox):
         orphan, self._orphan = self._orphan, None
         if orphan is None:
             return
-        kernel, thread, fut = orphan
-        if await self._stop(kernel, thread, fut) or kernel is not self._kernel:
+        kernel, worker, fut = orphan
+        if await self._stop(worker, fut) or kernel is not self._kernel:
             return
         lost = list(self._user_names)
-        self.abandoned_threads += 1
+        self._abandon(worker)
         self._replace_kernel()
         self._notice = (
             "[rlmd: an earlier, cancelled cell could not be interrupted; a fresh REPL was "
@@ -310,28 +370,32 @@ class InProcessSandbox(Sandbox):
             lost,
         )
 
-    async def _stop(
-        self, kernel: Kernel, thread: threading.Thread, fut: asyncio.Future[Any]
-    ) -> bool:
-        """Interrupt the cell running in ``thread`` until it stops or the grace time ends."""
+    async def _stop(self, worker: _Worker, fut: asyncio.Future[Any]) -> bool:
+        """Interrupt the cell ``worker`` runs until it stops or the grace time ends."""
         self._cancel_calls(self._inflight)
         deadline = time.perf_counter() + self.interrupt_grace_s
         while not fut.done() and time.perf_counter() < deadline:
-            if kernel.running and thread.ident is not None:
-                _async_raise(thread.ident, CellInterrupted)
+            worker.interrupt()
             with contextlib.suppress(TimeoutError):
                 await wait(asyncio.shield(fut), 0.02)
         return fut.done()
 
+    def _abandon(self, worker: _Worker) -> None:
+        """Leave ``worker`` to the cell it is stuck in (it ends once that returns); the next
+        cell gets a new one."""
+        self.abandoned_threads += 1
+        worker.stop()
+        if self._worker is worker:
+            self._worker = None
+
     async def _on_timeout(
         self,
-        kernel: Kernel,
-        thread: threading.Thread,
+        worker: _Worker,
         fut: asyncio.Future[Any],
         timeout: float | None,
         t0: float,
     ) -> CellResult:
-        await self._stop(kernel, thread, fut)
+        await self._stop(worker, fut)
         if fut.done() and not isinstance(fut.result(), BaseException):
             res = fut.result()
             self._user_names = list(res.get("names") or [])
@@ -344,7 +408,7 @@ class InProcessSandbox(Sandbox):
             )
             return result
         # The thread would not stop: abandon it and start a fresh REPL.
-        self.abandoned_threads += 1
+        self._abandon(worker)
         lost = list(self._user_names)
         self._replace_kernel()
         return CellResult(

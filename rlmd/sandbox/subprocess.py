@@ -1,9 +1,19 @@
 """The default backend: the kernel in a persistent child process.
 
-One ``python -I rlmd/kernel/main.py`` per sandbox, in its own session (process group), with
-a private temporary working folder and a clean environment. The host talks to it over the
-framed channel described in :mod:`rlmd.kernel.protocol` (its stdin/stdout pipes) and drains
-its stderr pipe, which also receives whatever model code writes at the fd level.
+One ``python -I -S rlmd/kernel/main.py --site-packages ...`` per sandbox (``-I`` without
+``-S`` for an interpreter other than the host's own: see :mod:`rlmd.kernel.main`), in its
+own session (process group), with a private temporary working folder and a clean
+environment. The host talks to it over the framed channel described in
+:mod:`rlmd.kernel.protocol` (its stdin/stdout pipes) and drains its stderr pipe, which also
+receives whatever model code writes at the fd level.
+
+Starting a Python process costs tens of milliseconds, and every run and child run starts a
+kernel. So once a process has started a second kernel with the same interpreter and
+environment, it keeps one spare kernel process started ahead (:class:`_Spares`): the next
+:meth:`SubprocessSandbox.start` takes it (its start-up is then already done or under way)
+and a new spare is started in the background. Spares are killed at exit or by
+:func:`close_spare_kernels`; ``SubprocessSandbox(spare_kernel=False)`` neither takes nor
+keeps one.
 
 Isolation today is a separate process and a clean environment only: no namespaces, no
 rlimits, no seccomp, the host's network and file system (hardening comes later).
@@ -12,15 +22,21 @@ rlimits, no seccomp, the host's network and file system (hardening comes later).
 from __future__ import annotations
 
 import asyncio
+import atexit
 import contextlib
+import functools
 import logging
 import os
 import shutil
 import signal
+import subprocess
 import sys
 import tempfile
+import threading
 import time
 import weakref
+from collections import Counter
+from dataclasses import dataclass
 from typing import Any
 
 from rlmd.kernel import protocol
@@ -158,14 +174,230 @@ class _StderrDrain:
         return text
 
 
-class _Kernel(asyncio.SubprocessProtocol):
+# --------------------------------------------------------------------------- processes
+
+
+@dataclass(frozen=True)
+class _LaunchSpec:
+    """How to start a kernel process; processes started from equal specs are
+    interchangeable (the working folder aside: ``HOME`` and ``TMPDIR`` point at it)."""
+
+    argv: tuple[str, ...]
+    env: tuple[tuple[str, str], ...]  # before HOME / TMPDIR
+    extra_env: tuple[tuple[str, str], ...]  # after them (may override them)
+
+    def environ(self, workdir: str) -> dict[str, str]:
+        return {**dict(self.env), "HOME": workdir, "TMPDIR": workdir, **dict(self.extra_env)}
+
+
+OWN_EDITABLE_PTH = "__editable__.rlmd-"
+"""Name prefix of the ``.pth`` file of an editable install of rlmd (setuptools): the kernel
+leaves it out (see :mod:`rlmd.kernel.main`)."""
+
+
+@functools.cache
+def _host_site_args() -> tuple[str, ...]:
+    """What ``site`` gives this interpreter, as arguments for the kernel (see
+    :mod:`rlmd.kernel.main`): its site-packages folders (not the user's: ``-I`` never let the
+    kernel see them) and its prefixes."""
+    import site
+
+    args: list[str] = []
+    for folder in site.getsitepackages():
+        args += ["--site-packages", folder]
+    args += ["--skip-pth", OWN_EDITABLE_PTH]
+    return (*args, "--prefix", sys.prefix, "--exec-prefix", sys.exec_prefix)
+
+
+def _kernel_argv(python: str) -> tuple[str, ...]:
+    if python == sys.executable:  # the host's own site-packages are the right ones
+        return (python, "-I", "-S", KERNEL_MAIN, *_host_site_args())
+    return (python, "-I", KERNEL_MAIN)
+
+
+class _Process:
+    """A started kernel process (pipes on stdin/stdout/stderr, its own session) not yet
+    attached to an event loop."""
+
+    def __init__(self, popen: subprocess.Popen[bytes], workdir: str):
+        self.popen = popen
+        self.workdir = workdir
+
+    def discard(self) -> None:
+        """Kill its process group, reap it and remove its working folder."""
+        _killpg(self.popen.pid)
+        with contextlib.suppress(subprocess.TimeoutExpired):
+            self.popen.wait(5)
+        for pipe in (self.popen.stdin, self.popen.stdout, self.popen.stderr):
+            if pipe is not None:
+                with contextlib.suppress(OSError):
+                    pipe.close()
+        shutil.rmtree(self.workdir, ignore_errors=True)
+
+
+def _launch(spec: _LaunchSpec, workdir: str | None = None) -> _Process:
+    """Start a kernel process (returns once it is forked, ~1 ms; its start-up goes on), in
+    ``workdir``, or in a new private folder.
+
+    Raises:
+        SandboxError: the interpreter cannot be executed.
+    """
+    owned = workdir is None
+    folder = tempfile.mkdtemp(prefix="rlmd-sandbox-") if workdir is None else workdir
+    try:
+        popen = subprocess.Popen(
+            spec.argv,
+            stdin=subprocess.PIPE,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            bufsize=0,
+            cwd=folder,
+            env=spec.environ(folder),
+            start_new_session=True,
+        )
+    except OSError as exc:
+        if owned:
+            shutil.rmtree(folder, ignore_errors=True)
+        raise SandboxError(f"cannot start the kernel with {spec.argv[0]!r}: {exc}") from exc
+    return _Process(popen, folder)
+
+
+class _Spares:
+    """At most one spare kernel process, started ahead of need for the last launch spec.
+
+    :meth:`take` counts the kernels started per spec; from the second on (a process that
+    starts one kernel, such as a single run without child runs, never pays for a spare it
+    would not use) it starts a new spare from a background thread after handing out the
+    current one. Spares are killed at exit (:func:`atexit`), by :meth:`close`, and when a
+    spare is found dead. Thread-safe; not tied to any event loop.
+    """
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._ready: dict[_LaunchSpec, _Process] = {}
+        self._launching: dict[_LaunchSpec, threading.Thread] = {}
+        self._starts: Counter[_LaunchSpec] = Counter()
+        self._closed = False
+        self._pid = os.getpid()
+
+    def take(self, spec: _LaunchSpec) -> _Process | None:
+        """The spare for ``spec`` (possibly still starting up), or ``None``; starts the next
+        one in the background."""
+        with self._lock:
+            launching = self._launching.get(spec)
+        if launching is not None:
+            launching.join(5.0)  # it is only forking (~1 ms)
+        with self._lock:
+            self._starts[spec] += 1
+            spare = self._ready.pop(spec, None)
+            refill = self._starts[spec] >= 2 and not self._closed and spec not in self._launching
+            if refill:
+                thread = threading.Thread(
+                    target=self._refill, args=(spec,), name="rlmd-spare-kernel", daemon=True
+                )
+                self._launching[spec] = thread
+        if refill:
+            thread.start()
+        if spare is not None and spare.popen.poll() is not None:  # died while waiting
+            spare.discard()
+            spare = None
+        return spare
+
+    def _refill(self, spec: _LaunchSpec) -> None:
+        try:
+            spare: _Process | None = _launch(spec)
+        except SandboxError as exc:
+            log.debug("could not start a spare kernel: %s", exc)
+            spare = None
+        unused: list[_Process] = []
+        with self._lock:
+            del self._launching[spec]
+            if spare is not None and not self._closed and spec not in self._ready:
+                # One spare in all: one for another spec (PATH changed since) goes.
+                unused, self._ready = list(self._ready.values()), {spec: spare}
+            elif spare is not None:
+                unused = [spare]
+        for process in unused:
+            process.discard()
+
+    def after_fork_in_child(self) -> None:
+        """In a forked child the spares are the parent's: forget them (closing the copies of
+        their pipes) and start afresh."""
+        self._lock = threading.Lock()
+        for spare in self._ready.values():
+            for pipe in (spare.popen.stdin, spare.popen.stdout, spare.popen.stderr):
+                if pipe is not None:
+                    with contextlib.suppress(OSError):
+                        pipe.close()
+        self._ready = {}
+        self._launching = {}
+        self._starts = Counter()
+        self._pid = os.getpid()
+
+    def close(self, *, final: bool = False) -> None:
+        """Kill the spares (``final``: and start no more)."""
+        if os.getpid() != self._pid:  # a forked child: the spares are its parent's
+            return
+        with self._lock:
+            self._closed = self._closed or final
+            launching = list(self._launching.values())
+        for thread in launching:
+            thread.join(5.0)
+        with self._lock:
+            spares = list(self._ready.values())
+            self._ready.clear()
+        for spare in spares:
+            spare.discard()
+
+
+_SPARES = _Spares()
+atexit.register(functools.partial(_SPARES.close, final=True))
+if hasattr(os, "register_at_fork"):
+    os.register_at_fork(after_in_child=_SPARES.after_fork_in_child)
+
+
+def close_spare_kernels() -> None:
+    """Kill the spare kernel processes kept for the next sandboxes (also done at exit); new
+    ones are started as sandboxes start again."""
+    _SPARES.close()
+
+
+# --------------------------------------------------------------------------- the kernel
+
+
+class _Pipe(asyncio.Protocol):
+    """One of a kernel's pipes on the event loop: forwards to the :class:`_Kernel` as
+    asyncio's subprocess transport does (``fd``: 0 stdin, 1 stdout, 2 stderr)."""
+
+    def __init__(self, kernel: _Kernel, fd: int):
+        self.kernel = kernel
+        self.fd = fd
+
+    def data_received(self, data: bytes) -> None:
+        self.kernel.pipe_data_received(self.fd, data)
+
+    def eof_received(self) -> bool:
+        return False  # close the transport: connection_lost follows
+
+    def connection_lost(self, exc: Exception | None) -> None:
+        self.kernel.pipe_connection_lost(self.fd, exc)
+
+    def pause_writing(self) -> None:
+        self.kernel.pause_writing()
+
+    def resume_writing(self) -> None:
+        self.kernel.resume_writing()
+
+
+class _Kernel:
     """One kernel process: its channel, its stderr drain, its in-flight requests and calls."""
 
     def __init__(self, loop: asyncio.AbstractEventLoop, handler: CallHandler, cap: int):
         self.loop = loop
         self.handler = handler
         self.cap = cap
-        self.transport: asyncio.SubprocessTransport | None = None
+        self.popen: subprocess.Popen[bytes] | None = None
+        self.pipes: list[asyncio.BaseTransport] = []
         self.stdin: Any = None
         self.pid = 0
         self.token = ""
@@ -184,14 +416,29 @@ class _Kernel(asyncio.SubprocessProtocol):
         self._write_ok.set()
         self._finalizer: weakref.finalize | None = None
 
-    # -- asyncio.SubprocessProtocol ---------------------------------------------------------
+    # -- the process and its pipes ------------------------------------------------------------
 
-    def connection_made(self, transport: asyncio.BaseTransport) -> None:
-        assert isinstance(transport, asyncio.SubprocessTransport)
-        self.transport = transport
-        self.pid = transport.get_pid()
-        self.stdin = transport.get_pipe_transport(0)
+    async def attach(self, popen: subprocess.Popen[bytes]) -> None:
+        """Serve the started process ``popen`` on this event loop: its pipes, and its exit
+        (a thread waits for it, as asyncio's default child watcher does)."""
+        self.popen = popen
+        self.pid = popen.pid
         self._finalizer = weakref.finalize(self, _killpg, self.pid)
+        loop = self.loop
+        self.stdin, _ = await loop.connect_write_pipe(lambda: _Pipe(self, 0), popen.stdin)
+        self.pipes.append(self.stdin)
+        for fd, pipe in ((1, popen.stdout), (2, popen.stderr)):
+            transport, _ = await loop.connect_read_pipe(lambda fd=fd: _Pipe(self, fd), pipe)
+            self.pipes.append(transport)
+        threading.Thread(
+            target=self._wait_exit, name=f"rlmd-kernel-{self.pid}-waiter", daemon=True
+        ).start()
+
+    def _wait_exit(self) -> None:
+        assert self.popen is not None
+        self.popen.wait()
+        with contextlib.suppress(RuntimeError):  # the event loop is closed: nobody waits
+            self.loop.call_soon_threadsafe(self.process_exited)
 
     def pipe_data_received(self, fd: int, data: bytes) -> None:
         if fd == 1:
@@ -208,8 +455,8 @@ class _Kernel(asyncio.SubprocessProtocol):
             self.stderr_closed.set_result(None)
 
     def process_exited(self) -> None:
-        assert self.transport is not None
-        self.returncode = self.transport.get_returncode()
+        assert self.popen is not None
+        self.returncode = self.popen.returncode
         if not self.exited.done():
             self.exited.set_result(self.returncode)
         # Orphans of the kernel (forked children) may hold the channel open: end them, and
@@ -341,8 +588,8 @@ class _Kernel(asyncio.SubprocessProtocol):
         self.kill_now()
         with contextlib.suppress(TimeoutError):
             await asyncio.wait_for(asyncio.shield(self.exited), 5)
-        if self.transport is not None:
-            self.transport.close()
+        for pipe in self.pipes:
+            pipe.close()
         if self._finalizer is not None:
             self._finalizer.detach()
 
@@ -357,6 +604,9 @@ class SubprocessSandbox(Sandbox):
         python: the interpreter to run the kernel with (default: this one).
         max_output_chars: cap per stream per cell (a marker says how much was dropped).
         extra_env: variables added to the kernel's clean environment.
+        spare_kernel: take the spare kernel process kept ready for sandboxes like this one
+            and keep one for the next (see the module docstring); ``False``: start this
+            one's kernel when :meth:`start` is called and keep no spare for it.
 
     The kernel gets ``PATH`` and ``LANG`` from the host, ``HOME`` and ``TMPDIR`` set to its
     private working folder, and nothing else. On a timeout, or when the kernel dies, the whole
@@ -378,6 +628,7 @@ class SubprocessSandbox(Sandbox):
         python: str | None = None,
         max_output_chars: int = protocol.DEFAULT_MAX_OUTPUT,
         extra_env: dict[str, str] | None = None,
+        spare_kernel: bool = True,
     ):
         self.timeout_s = timeout_s
         self.op_timeout_s = op_timeout_s
@@ -385,6 +636,7 @@ class SubprocessSandbox(Sandbox):
         self.python = python or sys.executable
         self.max_output_chars = int(max_output_chars)
         self.extra_env = dict(extra_env or {})
+        self.spare_kernel = spare_kernel
         self._handler: CallHandler | None = None
         self._kernel: _Kernel | None = None
         self._lock = asyncio.Lock()
@@ -436,12 +688,16 @@ class SubprocessSandbox(Sandbox):
             self._kernel.handler = handler
             return
         self._handler = handler
-        self._workdir = tempfile.mkdtemp(prefix="rlmd-sandbox-")
-        self._workdir_finalizer = weakref.finalize(
-            self, shutil.rmtree, self._workdir, ignore_errors=True
-        )
         try:
-            self._kernel = await self._spawn()
+            spec = self._spec()
+            process = _SPARES.take(spec) if self.spare_kernel else None
+            if process is None:
+                process = _launch(spec)
+            self._workdir = process.workdir
+            self._workdir_finalizer = weakref.finalize(
+                self, shutil.rmtree, self._workdir, ignore_errors=True
+            )
+            self._kernel = await self._attach(process)
         except BaseException:
             await self.close()
             raise
@@ -570,37 +826,31 @@ class SubprocessSandbox(Sandbox):
 
     # -- internals ----------------------------------------------------------------------------
 
-    def _env(self) -> dict[str, str]:
-        assert self._workdir is not None
-        env = {
-            "PATH": os.environ.get("PATH") or os.defpath,
-            "LANG": os.environ.get("LANG") or "C.UTF-8",
-            "HOME": self._workdir,
-            "TMPDIR": self._workdir,
-        }
-        env.update(self.extra_env)
-        return env
+    def _spec(self) -> _LaunchSpec:
+        """The kernel's command line and environment (``PATH`` and ``LANG`` as they are now)."""
+        return _LaunchSpec(
+            argv=_kernel_argv(self.python),
+            env=(
+                ("PATH", os.environ.get("PATH") or os.defpath),
+                ("LANG", os.environ.get("LANG") or "C.UTF-8"),
+            ),
+            extra_env=tuple(self.extra_env.items()),
+        )
 
     async def _spawn(self) -> _Kernel:
-        assert self._handler is not None and self._workdir is not None
-        loop = asyncio.get_running_loop()
-        handler = self._handler
-        cap = self.max_output_chars
+        """A new kernel process in this sandbox's working folder (a restart)."""
+        assert self._workdir is not None
+        return await self._attach(_launch(self._spec(), self._workdir))
+
+    async def _attach(self, process: _Process) -> _Kernel:
+        """Serve ``process`` and wait for its hello (killing it if that fails)."""
+        assert self._handler is not None
+        kernel = _Kernel(asyncio.get_running_loop(), self._handler, self.max_output_chars)
         try:
-            _, kernel = await loop.subprocess_exec(
-                lambda: _Kernel(loop, handler, cap),
-                self.python,
-                "-I",
-                KERNEL_MAIN,
-                stdin=asyncio.subprocess.PIPE,
-                stdout=asyncio.subprocess.PIPE,
-                stderr=asyncio.subprocess.PIPE,
-                cwd=self._workdir,
-                env=self._env(),
-                start_new_session=True,
-            )
-        except OSError as exc:
-            raise SandboxError(f"cannot start the kernel with {self.python!r}: {exc}") from exc
+            await kernel.attach(process.popen)
+        except BaseException:
+            _killpg(process.popen.pid)
+            raise
         try:
             await asyncio.wait_for(asyncio.shield(kernel.hello), self.start_timeout_s)
         except (TimeoutError, _KernelDied) as exc:

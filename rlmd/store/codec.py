@@ -51,9 +51,12 @@ def to_jsonable(obj: Any) -> Any:
         return f"<unrepresentable {type(obj).__name__}>"
 
 
+_ENCODER = json.JSONEncoder(ensure_ascii=False, separators=(",", ":"))
+
+
 def dumps(obj: Any) -> str:
     """Compact JSON text for ``obj`` (already :func:`to_jsonable`); non-ASCII kept as is."""
-    return json.dumps(obj, ensure_ascii=False, separators=(",", ":"))
+    return _ENCODER.encode(obj)
 
 
 def loads(text: Any) -> Any:

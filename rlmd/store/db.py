@@ -18,6 +18,16 @@ Event handling (see :mod:`rlmd.engine.events` for the contract):
 Every event is one ``BEGIN IMMEDIATE`` transaction. :meth:`Store.record` never raises:
 events for unknown runs or nodes are stored anyway (a placeholder run row is created) and
 counted in :attr:`Store.anomalies`; failures are logged and kept in :attr:`Store.errors`.
+
+The write path is hot (a run records a few hundred events): it uses plain parameterised
+``INSERT`` / ``UPDATE`` statements (:meth:`Store._insert`, :meth:`Store._update`; their SQL is
+built once per column set and sqlite3 keeps them prepared), four or five statements per
+event with ``BEGIN`` and ``COMMIT``, instead of sqlite-utils' table methods, which read the
+schema again at every call. Updates set a full-text indexed column only when its value
+changes, so the index is rewritten only for new text. sqlite-utils still creates and
+migrates the schema and serves the reads. WAL checkpoints (copying the log back into the
+database, with two fsyncs) run in a background thread every :data:`CHECKPOINT_EVERY`
+events, not inside an event's commit; closing the store does the last one.
 """
 
 from __future__ import annotations
@@ -29,8 +39,9 @@ import sys
 import threading
 import time
 from collections import Counter
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
+from functools import lru_cache
 from pathlib import Path
 from typing import Any
 
@@ -38,7 +49,7 @@ import sqlite_utils
 
 from rlmd.engine.events import Event, new_id
 from rlmd.store import schema
-from rlmd.store.codec import dumps, loads, merge_text, split_text, to_jsonable
+from rlmd.store.codec import NODE_TEXT_COLUMNS, dumps, loads, merge_text, split_text, to_jsonable
 from rlmd.store.queries import Queries
 
 log = logging.getLogger("rlmd.store")
@@ -46,7 +57,18 @@ log = logging.getLogger("rlmd.store")
 NODE_KINDS = ("iteration", "model_call", "cell", "compaction")
 NODE_STATUSES = ("running", "ok", "error", "timeout")
 MAX_ERRORS_KEPT = 100
+CHECKPOINT_EVERY = 250
+"""Events recorded between two background WAL checkpoints (an event writes about 6 pages of
+4 KiB to the WAL: ~1,500 pages, 6 MB)."""
+WAL_AUTOCHECKPOINT_PAGES = 4000
+"""WAL size, in pages, at which SQLite checkpoints from inside the commit that reaches it:
+a backstop for when the log cannot start over (the background checkpoints leave it few
+pages to copy; SQLite's default is 1000)."""
+MAX_KNOWN_RUNS = 10_000
+"""Run ids remembered as existing, so that most events need not look their run up."""
 PLACEHOLDER_ERROR = "run.started was never recorded for this run"
+RUN_TEXT_COLUMNS = ("question", "answer")
+"""Run columns covered by the full-text index (``runs_fts``)."""
 
 
 class Store(Queries):
@@ -90,15 +112,22 @@ class Store(Queries):
             Path(self.path).expanduser().parent.mkdir(parents=True, exist_ok=True)
         conn = sqlite3.connect(self.path, timeout=busy_timeout_s, check_same_thread=False)
         self.db = sqlite_utils.Database(conn, execute_plugins=False)
+        self._conn = conn
         self._lock = threading.RLock()
         self.anomalies: Counter[str] = Counter()
         self.errors: list[str] = []
         self._redact: Callable[[Any], Any] | None = None
+        self._known_runs: set[str] = set()  # run rows seen committed (rows are never deleted)
+        self._checkpointer: _Checkpointer | None = None
+        self._events = 0
         try:
             self.db.execute(f"PRAGMA busy_timeout = {int(busy_timeout_s * 1000):d}")
             self._enable_wal(busy_timeout_s)
             self.db.execute("PRAGMA synchronous = NORMAL")
             schema.migrate(self.db)
+            if self.db.journal_mode == "wal":
+                self.db.execute(f"PRAGMA wal_autocheckpoint = {WAL_AUTOCHECKPOINT_PAGES:d}")
+                self._checkpointer = _Checkpointer(os.path.abspath(self.path))
         except BaseException:
             conn.close()
             raise
@@ -121,8 +150,12 @@ class Store(Queries):
 
     # -- lifecycle --------------------------------------------------------------------------
     def close(self) -> None:
-        """Close the connection (the last one to close checkpoints the WAL). Safe twice."""
+        """Stop the background checkpoints and close the connection (the last one to close
+        checkpoints the WAL). Safe twice."""
         with self._lock:
+            if self._checkpointer is not None:
+                self._checkpointer.close()
+                self._checkpointer = None
             try:
                 self.db.close()
             except sqlite3.ProgrammingError:
@@ -138,13 +171,27 @@ class Store(Queries):
     def _write(self) -> Iterator[None]:
         """One short write transaction, taking the write lock up front so a read-then-write
         never fails with a stale snapshot."""
-        self.db.execute("BEGIN IMMEDIATE")
+        self._conn.execute("BEGIN IMMEDIATE")
         try:
             yield
         except BaseException:
             self.db.rollback()
             raise
-        self.db.commit()
+        self._conn.execute("COMMIT")
+
+    def _exec(self, sql: str, params: Sequence[Any] = ()) -> sqlite3.Cursor:
+        """One statement inside :meth:`_write`'s transaction, on the connection itself
+        (``Database.execute`` adds checks for statements run outside a transaction)."""
+        return self._conn.execute(sql, params)
+
+    def _insert(self, table: str, row: dict[str, Any]) -> None:
+        """``INSERT`` one row (a plain insert: an existing id raises ``IntegrityError``)."""
+        self._exec(_insert_sql(table, tuple(row)), list(row.values()))
+
+    def _update(self, table: str, row_id: str, updates: dict[str, Any]) -> None:
+        """``UPDATE`` the columns in ``updates`` of the row with primary key ``row_id``."""
+        if updates:
+            self._exec(_update_sql(table, tuple(updates)), [*updates.values(), row_id])
 
     # -- the event sink ---------------------------------------------------------------------
     def record(self, event: Event) -> None:
@@ -164,6 +211,9 @@ class Store(Queries):
                     data = {"value": data}
                 with self._write():
                     self._dispatch(event, data)
+                self._events += 1
+                if self._checkpointer is not None and self._events % CHECKPOINT_EVERY == 0:
+                    self._checkpointer.request()
         except Exception as exc:
             self.anomalies["error"] += 1
             self.errors.append(f"{kind}: {exc!r}")
@@ -209,12 +259,19 @@ class Store(Queries):
 
     # -- runs -------------------------------------------------------------------------------
     def _run_row(self, run_id: str) -> dict[str, Any] | None:
-        row = self.db.execute(
-            "SELECT id, root_run_id, workspace, error, sandbox FROM runs WHERE id = ?", [run_id]
-        ).fetchone()
+        return self._row(
+            "SELECT id, root_run_id, workspace, error, sandbox, question, answer "
+            "FROM runs WHERE id = ?",
+            run_id,
+        )
+
+    def _row(self, sql: str, *params: Any) -> dict[str, Any] | None:
+        """The first row of a query as a dict, or ``None``."""
+        cursor = self._exec(sql, params)
+        row = cursor.fetchone()
         if row is None:
             return None
-        return dict(zip(("id", "root_run_id", "workspace", "error", "sandbox"), row, strict=True))
+        return {d[0]: value for d, value in zip(cursor.description, row, strict=True)}
 
     def _run_started(self, event: Event, data: dict[str, Any]) -> None:
         models = data.get("models") if isinstance(data.get("models"), dict) else {}
@@ -241,22 +298,30 @@ class Store(Queries):
         }
         existing = self._run_row(event.run_id)
         if existing is None:
-            self.db.table("runs").insert(
-                {"id": event.run_id, "status": "running", "started_at": event.ts, **meta}
+            self._insert(
+                "runs", {"id": event.run_id, "status": "running", "started_at": event.ts, **meta}
             )
             return
         if existing["error"] == PLACEHOLDER_ERROR:
             meta["error"] = None
         else:
             self._anomaly("duplicate_run_started", f"run {event.run_id} started twice")
-        self.db.table("runs").update(event.run_id, meta)
+        self._update("runs", event.run_id, _changed_text(meta, existing, RUN_TEXT_COLUMNS))
 
     def _ensure_run(self, event: Event) -> None:
         """Create a placeholder row for a run whose ``run.started`` never arrived."""
+        if event.run_id in self._known_runs:
+            return
         if self._run_row(event.run_id) is not None:
+            # It existed before this event's transaction (this is its first statement), so
+            # a rollback cannot undo it.
+            if len(self._known_runs) >= MAX_KNOWN_RUNS:
+                self._known_runs.clear()
+            self._known_runs.add(event.run_id)
             return
         self._anomaly("unknown_run", f"{event.kind} event for unknown run {event.run_id}")
-        self.db.table("runs").insert(
+        self._insert(
+            "runs",
             {
                 "id": event.run_id,
                 "root_run_id": event.run_id,
@@ -265,7 +330,7 @@ class Store(Queries):
                 "started_at": event.ts,
                 "pid": os.getpid(),
                 "error": PLACEHOLDER_ERROR,
-            }
+            },
         )
 
     def _sandbox_started(self, event: Event, data: dict[str, Any]) -> None:
@@ -274,10 +339,11 @@ class Store(Queries):
         merged = dict(current) if isinstance(current, dict) else {}
         sandbox = data.get("sandbox")
         merged.update(sandbox if isinstance(sandbox, dict) else data)
-        self.db.table("runs").update(event.run_id, {"sandbox": dumps(merged)})
+        self._update("runs", event.run_id, {"sandbox": dumps(merged)})
 
     def _run_finished(self, event: Event, data: dict[str, Any]) -> None:
         self._ensure_run(event)
+        existing = self._run_row(event.run_id)
         status = data.get("status") or "completed"
         updates: dict[str, Any] = {
             "status": str(status),
@@ -290,7 +356,7 @@ class Store(Queries):
         iterations = data.get("iterations")
         if isinstance(iterations, int) and not isinstance(iterations, bool):
             updates["iterations"] = iterations
-        self.db.table("runs").update(event.run_id, updates)
+        self._update("runs", event.run_id, _changed_text(updates, existing, RUN_TEXT_COLUMNS))
         node_status = "timeout" if status == "max_time" else "error"
         self._close_running(event.run_id, event.ts, node_status)
 
@@ -299,7 +365,7 @@ class Store(Queries):
     ) -> None:
         """Finish the run's nodes still running: iterations get ``iteration_status``, the
         others ``status``. (A bulk conditional update: sqlite-utils has no update-where.)"""
-        self.db.execute(
+        self._exec(
             "UPDATE nodes SET status = CASE WHEN kind = 'iteration' THEN ? ELSE ? END, "
             "finished_at = ?, latency_s = COALESCE(latency_s, ? - started_at) "
             "WHERE run_id = ? AND status = 'running'",
@@ -329,7 +395,7 @@ class Store(Queries):
                 for run_id, pid in rows:
                     if run_id not in dead:
                         continue
-                    self.db.execute(
+                    self._exec(
                         "UPDATE runs SET status = 'interrupted', finished_at = ?, "
                         "error = COALESCE(error, ?) WHERE id = ? AND status = 'running'",
                         [
@@ -343,12 +409,7 @@ class Store(Queries):
 
     # -- nodes ------------------------------------------------------------------------------
     def _node_row(self, node_id: str) -> dict[str, Any] | None:
-        rows = list(self.db.table("nodes").rows_where("id = ?", [node_id]))
-        return rows[0] if rows else None
-
-    def _next_seq(self, run_id: str) -> int:
-        row = self.db.execute("SELECT MAX(seq) FROM nodes WHERE run_id = ?", [run_id]).fetchone()
-        return 0 if row[0] is None else int(row[0]) + 1
+        return self._row("SELECT * FROM nodes WHERE id = ?", node_id)
 
     def _node_id(self, event: Event) -> str:
         if event.node_id:
@@ -358,50 +419,51 @@ class Store(Queries):
 
     def _insert_node(
         self, event: Event, node_id: str, kind: str, data: dict[str, Any], **cols: Any
-    ) -> None:
+    ) -> bool:
+        """Insert node ``node_id`` as the run's next ``seq``; ``False`` (and nothing done)
+        if a node with that id exists already."""
         rest, text = split_text(data)
-        self.db.table("nodes").insert(
-            {
-                "id": node_id,
-                "run_id": event.run_id,
-                "parent_id": event.parent_id,
-                "depth": event.depth,
-                "kind": kind,
-                "seq": self._next_seq(event.run_id),
-                "started_at": event.ts,
-                "model": _text(data.get("model")),
-                "role": _text(data.get("role")),
-                **text,
-                "data": dumps(rest),
-                **cols,
-            }
-        )
+        row = {
+            "id": node_id,
+            "run_id": event.run_id,
+            "parent_id": event.parent_id,
+            "depth": event.depth,
+            "kind": kind,
+            "started_at": event.ts,
+            "model": _text(data.get("model")),
+            "role": _text(data.get("role")),
+            **text,
+            "data": dumps(rest),
+            **cols,
+        }
+        cursor = self._exec(_insert_node_sql(tuple(row)), [*row.values(), event.run_id])
+        if cursor.rowcount == 0:
+            return False
         if kind == "iteration":
             self._bump(event.run_id, iterations=1)
         elif kind == "model_call" and data.get("role") == "sub":
             self._bump(event.run_id, subcalls=1)
+        return True
 
     def _bump(self, run_id: str, **deltas: float) -> None:
         """Add to run counters (an increment: sqlite-utils has no API for it)."""
         deltas = {k: v for k, v in deltas.items() if v}
         if deltas:
-            sets = ", ".join(f"{k} = {k} + ?" for k in deltas)
-            self.db.execute(f"UPDATE runs SET {sets} WHERE id = ?", [*deltas.values(), run_id])
+            self._exec(_bump_sql(tuple(deltas)), [*deltas.values(), run_id])
 
     def _node_started(self, event: Event, data: dict[str, Any], kind: str) -> None:
         self._ensure_run(event)
         node_id = self._node_id(event)
-        if self._node_row(node_id) is not None:
+        if not self._insert_node(event, node_id, kind, data, status="running"):
             self._anomaly("duplicate_node", f"{kind} node {node_id} started twice")
             self._merge_node(node_id, data, {})
             return
         if kind == "iteration":  # the previous iteration ends where this one starts
-            self.db.execute(
+            self._exec(
                 "UPDATE nodes SET status = 'ok', finished_at = ?, latency_s = ? - started_at "
-                "WHERE run_id = ? AND kind = 'iteration' AND status = 'running'",
-                [event.ts, event.ts, event.run_id],
+                "WHERE run_id = ? AND kind = 'iteration' AND status = 'running' AND id != ?",
+                [event.ts, event.ts, event.run_id, node_id],
             )
-        self._insert_node(event, node_id, kind, data, status="running")
 
     def _node_finished(self, event: Event, data: dict[str, Any], kind: str) -> None:
         self._ensure_run(event)
@@ -449,28 +511,77 @@ class Store(Queries):
         *,
         row: dict[str, Any] | None = None,
     ) -> None:
-        """Merge ``data`` into the node's payload (new keys win) and set ``cols``."""
+        """Merge ``data`` into the node's payload (new keys win) and set ``cols``. Text
+        columns are set only when they change (each one set re-indexes the row's text)."""
         row = row if row is not None else self._node_row(node_id)
+        assert row is not None
         merged = merge_text(loads(row["data"]), row)
         merged.update(data)
         rest, text = split_text(merged)
-        updates = {**text, "data": dumps(rest), **cols}
+        updates = {**_changed_text(text, row, NODE_TEXT_COLUMNS), "data": dumps(rest), **cols}
         if data.get("model") is not None:
             updates["model"] = _text(data["model"])
         if data.get("role") is not None:
             updates["role"] = _text(data["role"])
-        self.db.table("nodes").update(node_id, updates)
+        self._update("nodes", node_id, updates)
 
     def _node_point(self, event: Event, data: dict[str, Any], kind: str) -> None:
         """A one-shot event (``compaction``): a node that is finished when stored."""
         self._ensure_run(event)
         node_id = self._node_id(event)
-        if self._node_row(node_id) is not None:
-            self._merge_node(node_id, data, {"status": "ok", "finished_at": event.ts})
-            return
-        self._insert_node(
+        inserted = self._insert_node(
             event, node_id, kind, data, status="ok", finished_at=event.ts, latency_s=0.0
         )
+        if not inserted:
+            self._merge_node(node_id, data, {"status": "ok", "finished_at": event.ts})
+
+
+class _Checkpointer:
+    """Copies the WAL back into the database file from a background thread, so that events
+    do not pay for it: SQLite's automatic checkpoint runs inside the commit that fills the
+    WAL and costs milliseconds (two fsyncs). Its ``PASSIVE`` checkpoints use a second
+    connection, never wait for locks and let the writer go on. A write transaction that
+    begins after a complete one starts the WAL over; under writes without a pause, SQLite's
+    own checkpoint (:data:`WAL_AUTOCHECKPOINT_PAGES`) does that, with little left to copy."""
+
+    def __init__(self, path: str) -> None:
+        self._path = path
+        self._wake = threading.Event()
+        self._stop = False
+        self.done = 0  # checkpoints run
+        self._thread = threading.Thread(
+            target=self._loop, name="rlmd-store-checkpoint", daemon=True
+        )
+        self._thread.start()
+
+    def request(self) -> None:
+        """Ask for a checkpoint (returns at once)."""
+        self._wake.set()
+
+    def close(self) -> None:
+        """Stop the thread, after the checkpoint in progress if any."""
+        self._stop = True
+        self._wake.set()
+        self._thread.join()
+
+    def _loop(self) -> None:
+        conn: sqlite3.Connection | None = None
+        try:
+            while True:
+                self._wake.wait()
+                self._wake.clear()
+                if self._stop:
+                    return
+                try:
+                    if conn is None:
+                        conn = sqlite3.connect(self._path, isolation_level=None)
+                    conn.execute("PRAGMA wal_checkpoint(PASSIVE)")
+                    self.done += 1
+                except sqlite3.Error as exc:  # the writer's backstop checkpoint remains
+                    log.debug("background checkpoint of %s failed: %r", self._path, exc)
+        finally:
+            if conn is not None:
+                conn.close()
 
 
 def pid_alive(pid: Any) -> bool:
@@ -523,6 +634,46 @@ def _finish_status(data: dict[str, Any]) -> str:
 
 def _identity(obj: Any) -> Any:
     return obj
+
+
+@lru_cache(maxsize=64)
+def _insert_sql(table: str, columns: tuple[str, ...]) -> str:
+    names = ", ".join(f"[{c}]" for c in columns)
+    return f"INSERT INTO [{table}] ({names}) VALUES ({', '.join('?' * len(columns))})"
+
+
+@lru_cache(maxsize=64)
+def _insert_node_sql(columns: tuple[str, ...]) -> str:
+    """Insert a node (parameters: ``columns``' values, then the run id for ``seq``): ``seq``
+    is the run's next, and an existing id makes it a no-op (rowcount 0)."""
+    names = ", ".join(f"[{c}]" for c in columns)
+    return (
+        f"INSERT INTO [nodes] ({names}, [seq]) VALUES ({', '.join('?' * len(columns))}, "
+        "(SELECT COALESCE(MAX(seq) + 1, 0) FROM nodes WHERE run_id = ?)) "
+        "ON CONFLICT (id) DO NOTHING"
+    )
+
+
+@lru_cache(maxsize=64)
+def _bump_sql(columns: tuple[str, ...]) -> str:
+    sets = ", ".join(f"[{c}] = [{c}] + ?" for c in columns)
+    return f"UPDATE [runs] SET {sets} WHERE [id] = ?"
+
+
+@lru_cache(maxsize=64)
+def _update_sql(table: str, columns: tuple[str, ...]) -> str:
+    sets = ", ".join(f"[{c}] = ?" for c in columns)
+    return f"UPDATE [{table}] SET {sets} WHERE [id] = ?"
+
+
+def _changed_text(
+    updates: dict[str, Any], row: dict[str, Any] | None, indexed: tuple[str, ...]
+) -> dict[str, Any]:
+    """``updates`` without the full-text indexed columns whose value ``row`` already has:
+    setting one fires the index's update trigger, which re-indexes the row."""
+    if row is None:
+        return updates
+    return {k: v for k, v in updates.items() if k not in indexed or k not in row or row[k] != v}
 
 
 def _text(value: Any) -> str | None:
