@@ -6,6 +6,8 @@ from __future__ import annotations
 import ast
 import re
 
+from rlmd.sandbox.base import CODEBASE_HELPERS, RESERVED_NAMES
+
 CODE_LANGUAGES = ("repl", "python", "python3", "py")
 """Fence languages that run. Small models write ```python when asked for ```repl
 (shared/notes/local-models.md, "Lessons the engine must enforce" 1), so both are accepted."""
@@ -16,20 +18,8 @@ _PROSE_FINAL_VAR = re.compile(
     r"^\s*FINAL_VAR\(\s*['\"]?([A-Za-z_][A-Za-z0-9_]*)['\"]?\s*\)\s*$", re.MULTILINE
 )
 
-INSPECTING_NAMES = frozenset(
-    {
-        "context",
-        "llm_query",
-        "llm_query_batched",
-        "rlm_query",
-        "rlm_query_batched",
-        "SHOW_VARS",
-        "list_files",
-        "read_file",
-        "grep",
-        "history",
-    }
-)
+INSPECTING_NAMES = frozenset(RESERVED_NAMES + CODEBASE_HELPERS) - {"FINAL", "FINAL_VAR"}
+"""Names whose use in a cell means the cell looked at something (see :func:`cell_inspects`)."""
 
 
 def find_code_blocks(text: str) -> list[str]:

@@ -62,3 +62,35 @@ def with_notice(result: CellResult, notice: tuple[str, list[str]] | None) -> Cel
         result.lost_variables = list(dict.fromkeys([*lost, *result.lost_variables]))
         result.stderr = text + result.stderr
     return result
+
+
+class RebindState:
+    """What a backend re-binds after its kernel restarts: user tools and the values set from
+    the host. Mixed into the backends, which own ``_tool_callables`` (list of names),
+    ``_tool_values`` (name → value), ``_user_names`` (list) and ``_history`` (1-tuple)."""
+
+    _tool_callables: list[str]
+    _tool_values: dict[str, Any]
+    _user_names: list[str]
+    _history: tuple
+
+    def _note_tools(self, callables: list[str], values: dict[str, Any]) -> None:
+        """Record tools just defined in the kernel (a later definition replaces an earlier)."""
+        for name in callables:
+            self._tool_values.pop(name, None)
+            if name not in self._tool_callables:
+                self._tool_callables.append(name)
+        for name, value in values.items():
+            if name in self._tool_callables:
+                self._tool_callables.remove(name)
+            self._tool_values[name] = value
+        self._user_names = [n for n in self._user_names if n not in callables and n not in values]
+
+    def _note_variable(self, name: str, value: Any) -> None:
+        """Record a value just set in the kernel from the host."""
+        if name == "history":
+            self._history = (value,)
+        elif name in self._tool_values:
+            self._tool_values[name] = value
+        elif name not in self._user_names:
+            self._user_names.append(name)

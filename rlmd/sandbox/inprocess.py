@@ -19,7 +19,14 @@ from typing import Any
 
 from rlmd.kernel import protocol
 from rlmd.kernel.core import CellInterrupted, Kernel, json_copy
-from rlmd.sandbox._common import AFTER_RESTART, join_names, result_from_kernel, wait, with_notice
+from rlmd.sandbox._common import (
+    AFTER_RESTART,
+    RebindState,
+    join_names,
+    result_from_kernel,
+    wait,
+    with_notice,
+)
 from rlmd.sandbox.base import CallError, CallHandler, CellResult, Sandbox, SandboxError, VarInfo
 
 
@@ -85,7 +92,7 @@ class _Worker:
         self._jobs.put(None)
 
 
-class InProcessSandbox(Sandbox):
+class InProcessSandbox(RebindState, Sandbox):
     """The kernel in this process; cells run in a worker thread that persists between them.
 
     Not isolated. Model code shares the host's process, memory, file system, environment
@@ -261,29 +268,14 @@ class InProcessSandbox(Sandbox):
             callables = list(callables)
             values = json_copy(dict(values), "tool values")
             kernel.define_tools(callables, values)
-            for name in callables:
-                self._tool_values.pop(name, None)
-                if name not in self._tool_callables:
-                    self._tool_callables.append(name)
-            for name, value in values.items():
-                if name in self._tool_callables:
-                    self._tool_callables.remove(name)
-                self._tool_values[name] = value
-            self._user_names = [
-                n for n in self._user_names if n not in callables and n not in values
-            ]
+            self._note_tools(callables, values)
 
     async def set_variable(self, name: str, value: Any) -> None:
         async with self._lock:
             kernel = self._live()
             value = json_copy(value, f"the value of {name!r}")
             kernel.set_var(name, value)
-            if name == "history":
-                self._history = (value,)
-            elif name in self._tool_values:
-                self._tool_values[name] = value
-            elif name not in self._user_names:
-                self._user_names.append(name)
+            self._note_variable(name, value)
 
     async def get_variable(self, name: str) -> Any:
         async with self._lock:

@@ -40,7 +40,14 @@ from dataclasses import dataclass
 from typing import Any
 
 from rlmd.kernel import protocol
-from rlmd.sandbox._common import AFTER_RESTART, join_names, result_from_kernel, wait, with_notice
+from rlmd.sandbox._common import (
+    AFTER_RESTART,
+    RebindState,
+    join_names,
+    result_from_kernel,
+    wait,
+    with_notice,
+)
 from rlmd.sandbox.base import (
     CallError,
     CallHandler,
@@ -594,7 +601,7 @@ class _Kernel:
             self._finalizer.detach()
 
 
-class SubprocessSandbox(Sandbox):
+class SubprocessSandbox(RebindState, Sandbox):
     """The kernel in a persistent child process (the default backend).
 
     Args:
@@ -712,27 +719,12 @@ class SubprocessSandbox(Sandbox):
             await self._op(
                 {"op": "define_tools", "callables": list(callables), "values": dict(values)}
             )
-            for name in callables:
-                self._tool_values.pop(name, None)
-                if name not in self._tool_callables:
-                    self._tool_callables.append(name)
-            for name, value in values.items():
-                if name in self._tool_callables:
-                    self._tool_callables.remove(name)
-                self._tool_values[name] = value
-            self._user_names = [
-                n for n in self._user_names if n not in callables and n not in values
-            ]
+            self._note_tools(callables, values)
 
     async def set_variable(self, name: str, value: Any) -> None:
         async with self._lock:
             await self._op({"op": "set_var", "name": name, "value": value})
-            if name == "history":
-                self._history = (value,)
-            elif name in self._tool_values:
-                self._tool_values[name] = value
-            elif name not in self._user_names:
-                self._user_names.append(name)
+            self._note_variable(name, value)
 
     async def get_variable(self, name: str) -> Any:
         async with self._lock:
