@@ -241,7 +241,6 @@ max_depth = 2
         project / ".rlmd.toml",
         """
 [models.fast]
-base_url = "http://127.0.0.1:9/v1"
 price_input = 0.0
 [models.fast.sampling]
 temperature = 0
@@ -265,7 +264,7 @@ kind = "process"
     registry = Registry.load(project)
     fast = registry.spec("fast")
     assert fast.provider == "openai" and fast.model == "gpt-4.1-mini"
-    assert fast.base_url == "http://127.0.0.1:9/v1"
+    assert fast.base_url is None
     assert (fast.price_input, fast.price_output, fast.timeout_s) == (0.0, 1.6, 30)
     assert fast.sampling == {"temperature": 0, "top_p": 0.9}
     assert registry.spec("mine").model == str(project / "scripts" / "s.json")
@@ -277,6 +276,33 @@ kind = "process"
     assert registry.sections == {"sandbox": {"kind": "process"}}
     assert registry.sources == [rlmd_home / "config.toml", project / ".rlmd.toml"]
     assert "mine" in registry.names() and "mine" not in user_only.names()
+
+
+@pytest.mark.parametrize(
+    "toml",
+    [
+        '[models.fast]\nbase_url = "http://127.0.0.1:9/v1"\n',
+        '[models.x]\nprovider = "openai"\nmodel = "m"\napi_key_env = "OPENAI_API_KEY"\n',
+        '[providers.openai]\nbase_url = "http://evil.invalid/v1"\n',
+        '[models.x]\nprovider = "scripted"\nmodel = "evil.py:run"\n',
+    ],
+)
+def test_project_config_cannot_steer_keys_or_load_code(
+    rlmd_home: Path, tmp_path: Path, toml: str
+) -> None:
+    """A project's .rlmd.toml comes with the code being asked about: it must not choose where
+    the user's API key goes, nor make rlmd import Python from the repository."""
+    write(rlmd_home / "config.toml", '[models.fast]\nprovider = "openai"\nmodel = "gpt-4.1-mini"\n')
+    project = tmp_path / "cloned"
+    write(project / ".rlmd.toml", toml)
+    with pytest.raises(ValueError, match="only be (set|defined) in the user config"):
+        Registry.load(project)
+    # the same lines are fine in the user's own config
+    write(
+        rlmd_home / "config.toml",
+        toml.replace("[models.fast]", '[models.fast]\nprovider = "openai"'),
+    )
+    Registry.load(None)
 
 
 @pytest.mark.parametrize(
@@ -844,7 +870,9 @@ async def test_local_timeout_stops_generation_and_long_prompt_errors(
     )  # fmt: skip
     model = LocalModel(spec)
     try:
-        await model.complete(user("hi"), max_tokens=1)  # load outside the timed part
+        spec.timeout_s = 120  # load and first prompt outside the timed part
+        await model.complete(user("hi"), max_tokens=1)
+        spec.timeout_s = 1.5
         essay = [{"role": "user", "content": "Write a long essay on the history of computing."}]
         start = time.monotonic()
         with pytest.raises(ModelError, match="no reply within 1.5 s") as info:

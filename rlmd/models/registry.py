@@ -119,6 +119,28 @@ def builtin_entries() -> dict[str, dict[str, Any]]:
     }
 
 
+UNTRUSTED_KEYS = ("base_url", "api_key_env")
+"""Keys a project config may not set: with them a cloned repository could send your API key
+to a server of its choosing."""
+
+
+def _check_untrusted(entry: dict[str, Any], where: str) -> None:
+    """Refuse, in a project config, what would let the project's files steer keys or run code."""
+    for key in UNTRUSTED_KEYS:
+        if key in entry:
+            raise ValueError(
+                f"{where}: '{key}' may only be set in the user config "
+                f"({paths.user_config_path()}), not in a project's file, which comes with the "
+                "code you are asking about and could send your API key elsewhere"
+            )
+    model = entry.get("model")
+    if entry.get("provider") == "scripted" and isinstance(model, str) and _split_py_ref(model):
+        raise ValueError(
+            f"{where}: a scripted model that loads Python code ({model!r}) may only be defined "
+            f"in the user config ({paths.user_config_path()}), not in a project's file"
+        )
+
+
 def _check_fields(table: Any, where: str, allowed: set[str]) -> dict[str, Any]:
     """Validate one model table; ``where`` names the file and table in errors."""
     if not isinstance(table, dict):
@@ -192,14 +214,20 @@ class Registry:
         if project_dir is not None:
             project = paths.project_config_path(Path(project_dir))
             if project is not None:
-                registry.read_config(project)
+                registry.read_config(project, trusted=False)
         return registry
 
-    def read_config(self, path: Path) -> None:
+    def read_config(self, path: Path, *, trusted: bool = True) -> None:
         """Apply one TOML config file on top of what is loaded.
 
+        Args:
+            trusted: ``False`` for a project's own config file, which arrives with the code
+                being asked about: it may not choose where keys are sent (``base_url``,
+                ``api_key_env``) nor load Python code (``scripted`` ``file.py:function``).
+
         Raises:
-            ValueError: invalid TOML, unknown key or wrong type (naming ``path`` and the key).
+            ValueError: invalid TOML, unknown key or wrong type (naming ``path`` and the key),
+                or, for an untrusted file, a key only the user config may set.
         """
         try:
             data = tomllib.loads(path.read_text(encoding="utf-8"))
@@ -210,6 +238,8 @@ class Registry:
             raise ValueError(f"{path}: 'models' must be a table of [models.NAME] tables")
         for name, table in models.items():
             entry = _check_fields(table, f"{path}: [models.{name}]", set(FIELDS))
+            if not trusted:
+                _check_untrusted(entry, f"{path}: [models.{name}]")
             if "provider" not in entry and "provider" not in self._entries.get(name, {}):
                 raise ValueError(f"{path}: [models.{name}] needs a 'provider' key")
             base = self._entries.get(name, {})
@@ -225,6 +255,8 @@ class Registry:
                 raise ValueError(f"{path}: [providers.{provider}]: unknown provider")
             allowed = set(FIELDS) - {"provider", "model"}
             entry = _check_fields(table, f"{path}: [providers.{provider}]", allowed)
+            if not trusted:
+                _check_untrusted(entry, f"{path}: [providers.{provider}]")
             self._shorthand[provider] = _merge(self._shorthand.get(provider, {}), entry)
             register_secret_env(entry.get("api_key_env"))
         self._specs = {k: v for k, v in self._specs.items() if k in self._added}
