@@ -21,6 +21,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import json
+import signal
 import sys
 from pathlib import Path
 
@@ -157,6 +158,9 @@ def cmd_run(args: argparse.Namespace) -> int:
     sinks = () if args.quiet else (ProgressPrinter(err),)
 
     async def go():
+        # SIGTERM (timeout(1), systemd, an editor) cancels like Ctrl-C: the run is recorded
+        # as cancelled and its kernels are stopped instead of left orphaned.
+        asyncio.get_running_loop().add_signal_handler(signal.SIGTERM, asyncio.current_task().cancel)
         try:
             return await run_question(
                 args.question, context, config, registry=registry, sinks=sinks
@@ -166,6 +170,9 @@ def cmd_run(args: argparse.Namespace) -> int:
 
     try:
         result = asyncio.run(go())
+    except asyncio.CancelledError:
+        err.print("[yellow]terminated: the run is recorded as cancelled[/]")
+        return 143
     except ModelNotAvailable as exc:
         err.print(f"[red]error:[/] {exc}")
         return 2

@@ -168,3 +168,80 @@ def test_models_lists_builtin_local_models_and_usability(rlmd_home):
     assert proc.returncode == 0
     assert "qwen2.5-coder-1.5b" in proc.stdout and "qwen2.5-coder-0.5b" in proc.stdout
     assert "rlmd models pull" in proc.stdout
+
+
+def _alive(pid: int) -> bool:
+    """Running (zombies awaiting a slow reaper count as gone)."""
+    try:
+        with open(f"/proc/{pid}/status") as fh:
+            return "\nState:\tZ" not in fh.read()
+    except FileNotFoundError:
+        return False
+
+
+def _start_busy_run(home, tmp_path):
+    import time
+
+    pid_file = tmp_path / "kernel.pid"
+    script = tmp_path / "busy.json"
+    code = f"import os\nopen({str(pid_file)!r}, 'w').write(str(os.getpid()))\nwhile True:\n    pass"
+    script.write_text(json.dumps([f"```repl\n{code}\n```"]))
+    proc = subprocess.Popen(
+        [
+            sys.executable,
+            "-m",
+            "rlmd.cli",
+            "run",
+            "q",
+            "--context",
+            "-",
+            "--model",
+            f"scripted:{script}",
+            "--cell-timeout",
+            "600",
+            "--json",
+        ],
+        stdin=subprocess.PIPE,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        env={**os.environ, "RLMD_HOME": str(home)},
+    )
+    proc.stdin.write("ctx")
+    proc.stdin.close()
+    deadline = time.monotonic() + 60
+    while not (pid_file.exists() and pid_file.read_text()):
+        assert time.monotonic() < deadline, "the cell never started"
+        time.sleep(0.1)
+    return proc, int(pid_file.read_text())
+
+
+def test_sigterm_cancels_the_run_and_stops_its_kernel(rlmd_home, tmp_path):
+    import signal
+    import time
+
+    proc, kernel = _start_busy_run(rlmd_home, tmp_path)
+    proc.send_signal(signal.SIGTERM)
+    assert proc.wait(timeout=30) == 143
+    deadline = time.monotonic() + 10
+    while _alive(kernel) and time.monotonic() < deadline:
+        time.sleep(0.1)
+    assert not _alive(kernel)
+    runs = json.loads(rlmd("runs", "--json", home=rlmd_home).stdout)
+    assert runs[0]["status"] == "cancelled"
+
+
+def test_killed_host_does_not_leave_its_kernel_running(rlmd_home, tmp_path):
+    """SIGKILL cannot be handled: the kernel notices its parent is gone and exits."""
+    import signal
+    import time
+
+    proc, kernel = _start_busy_run(rlmd_home, tmp_path)
+    proc.send_signal(signal.SIGKILL)
+    proc.wait(timeout=10)
+    deadline = time.monotonic() + 15
+    while _alive(kernel) and time.monotonic() < deadline:
+        time.sleep(0.2)
+    assert not _alive(kernel)
+    runs = json.loads(rlmd("runs", "--json", home=rlmd_home).stdout)
+    assert runs[0]["status"] == "interrupted"

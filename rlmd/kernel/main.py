@@ -237,9 +237,26 @@ def _pending_bytes(fd: int) -> int:
 _held: list[Any] = []
 
 
+def _watch_parent() -> None:
+    """Exit when the host process dies (SIGKILL, crash): otherwise a kernel in the middle of
+    a long cell would run on, orphaned, until the cell ends. Polls once a second."""
+    import threading
+    import time
+
+    parent = os.getppid()
+
+    def watch() -> None:
+        while os.getppid() == parent:
+            time.sleep(1.0)
+        os._exit(70)
+
+    threading.Thread(target=watch, name="rlmd-parent-watch", daemon=True).start()
+
+
 def main() -> None:
     _held.append(sys.modules.get("__main__"))  # this script's module, replaced below
     _bootstrap(sys.argv[1:])
+    _watch_parent()
     core, protocol = _load_siblings()
 
     # The channel moves off fds 0/1; fd 1 becomes fd 2 and fd 0 /dev/null, so nothing model
