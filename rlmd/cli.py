@@ -21,6 +21,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import json
+import math
 import signal
 import sys
 from pathlib import Path
@@ -60,6 +61,11 @@ def _parser() -> argparse.ArgumentParser:
     r.add_argument("--cell-timeout", type=float, help="seconds per REPL cell (default 120)")
     r.add_argument("--threads", type=int, help="CPU threads for local models (default 1)")
     r.add_argument(
+        "--no-extraction",
+        action="store_true",
+        help="when a budget runs out, end with no answer instead of one extraction call",
+    )
+    r.add_argument(
         "--json", action="store_true", help="print one JSON object instead of the answer"
     )
     r.add_argument("--quiet", "-q", action="store_true", help="no progress on stderr")
@@ -95,6 +101,17 @@ def _parser() -> argparse.ArgumentParser:
 
 def main(argv: list[str] | None = None) -> int:
     args = _parser().parse_args(argv)
+    problem = _check_args(args)
+    if problem:
+        err.print(f"[red]error:[/] {problem}")
+        return 2
+    try:
+        paths.home()
+    except OSError as exc:
+        err.print(
+            f"[red]error:[/] cannot use the rlmd home folder: {exc}. Set RLMD_HOME to a writable folder."
+        )
+        return 2
     try:
         return {
             "run": cmd_run,
@@ -110,6 +127,23 @@ def main(argv: list[str] | None = None) -> int:
     except KeyboardInterrupt:
         err.print("[yellow]interrupted[/]")
         return 130
+
+
+def _check_args(args: argparse.Namespace) -> str | None:
+    """A message for arguments that parse but make no sense, else ``None``."""
+    if args.command != "run":
+        return None
+    if not args.question.strip():
+        return "the question is empty"
+    for name in ("max_usd", "max_seconds", "cell_timeout"):
+        value = getattr(args, name)
+        if value is not None and not (math.isfinite(value) and value > 0):
+            return f"--{name.replace('_', '-')} must be a number > 0, got {value}"
+    for name in ("max_depth", "max_iterations", "max_tokens", "max_subcalls", "threads"):
+        value = getattr(args, name)
+        if value is not None and value < 1:
+            return f"--{name.replace('_', '-')} must be >= 1, got {value}"
+    return None
 
 
 def _read_context(arg: str | None):
@@ -138,6 +172,7 @@ def cmd_run(args: argparse.Namespace) -> int:
             model=args.model,
             sub_model=args.sub_model,
             sandbox=args.sandbox,
+            extraction=not args.no_extraction,
             workspace=project.resolve(),
             budget={
                 "max_depth": args.max_depth,
@@ -224,7 +259,8 @@ def cmd_runs(args: argparse.Namespace) -> int:
     if args.json:
         print(json.dumps(runs, default=str))
     elif not runs:
-        err.print("no runs recorded yet: try rlmd run")
+        filtered = args.search or args.status or args.limit < 1
+        err.print("no runs match" if filtered else "no runs recorded yet: try rlmd run")
     else:
         out.print(runs_table(runs))
     return 0
@@ -269,7 +305,11 @@ def cmd_export(args: argparse.Namespace) -> int:
         return 2
     text = export_run(store, run["id"], fmt=args.format)
     if args.output:
-        Path(args.output).write_text(text, encoding="utf-8")
+        try:
+            Path(args.output).write_text(text, encoding="utf-8")
+        except OSError as exc:
+            err.print(f"[red]error:[/] cannot write {args.output}: {exc.strerror or exc}")
+            return 2
         err.print(f"wrote {args.output}")
     else:
         sys.stdout.write(text if text.endswith("\n") else text + "\n")

@@ -129,7 +129,7 @@ def test_bad_inputs_give_clear_errors(rlmd_home, tmp_path):
         home=rlmd_home,
         input="x",
     )
-    assert proc.returncode == 2 and "max_iterations" in proc.stderr
+    assert proc.returncode == 2 and "--max-iterations must be >= 1" in proc.stderr
 
 
 def test_budget_exhaustion_exit_code_and_marked_answer(rlmd_home, tmp_path):
@@ -245,3 +245,31 @@ def test_killed_host_does_not_leave_its_kernel_running(rlmd_home, tmp_path):
     assert not _alive(kernel)
     runs = json.loads(rlmd("runs", "--json", home=rlmd_home).stdout)
     assert runs[0]["status"] == "interrupted"
+
+
+@pytest.mark.parametrize(
+    ("args", "needle"),
+    [
+        (["run", "  "], "the question is empty"),
+        (["run", "q", "--cell-timeout", "0"], "--cell-timeout must be a number > 0"),
+        (["run", "q", "--max-usd", "nan"], "--max-usd must be a number > 0"),
+        (["run", "q", "--threads", "0"], "--threads must be >= 1"),
+    ],
+)
+def test_nonsense_arguments_are_refused_before_anything_runs(rlmd_home, args, needle):
+    proc = rlmd(*args, home=rlmd_home)
+    assert proc.returncode == 2 and needle in proc.stderr
+
+
+def test_store_and_file_errors_are_messages_not_tracebacks(rlmd_home, tmp_path, script, codebase):
+    rlmd("run", "q", "--context", str(codebase), "--model", f"scripted:{script}", home=rlmd_home)
+    proc = rlmd("runs", "--search", '"', home=rlmd_home)
+    assert proc.returncode == 0 and "Traceback" not in proc.stderr
+    proc = rlmd("runs", "--status", "bogus", home=rlmd_home)
+    assert "no runs match" in proc.stderr
+    proc = rlmd(
+        "export", "last", "--output", str(tmp_path / "no" / "such" / "dir.json"), home=rlmd_home
+    )
+    assert proc.returncode == 2 and "cannot write" in proc.stderr and "Traceback" not in proc.stderr
+    proc = rlmd("runs", home="/proc/nope")
+    assert proc.returncode == 2 and "RLMD_HOME" in proc.stderr

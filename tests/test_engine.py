@@ -480,3 +480,31 @@ async def test_history_compaction_keeps_full_history_in_repl():
     compacted = [m for m in seen if any("Summary of earlier turns" in x["content"] for x in m)]
     assert compacted, "a root call after compaction sees the summary"
     assert int(result.answer) > len(compacted[-1])  # history holds more than the compacted prompt
+
+
+async def test_final_in_the_cell_that_spent_the_budget_still_answers():
+    def root(messages):
+        return repl("r = llm_query_batched([f'q{i}' for i in range(20)])\nFINAL('forty-two')")
+
+    reg = scripted_registry(root=root, sub=lambda m: "s")
+    result = await go(reg, "q", "c", config(budget={"max_subcalls": 10}))
+    assert (result.status, result.answer, result.answer_source) == (
+        "completed",
+        "forty-two",
+        "final",
+    )
+
+
+async def test_extraction_can_be_switched_off_for_a_hard_budget():
+    calls = []
+
+    def root(messages):
+        calls.append(messages[0]["content"][:20])
+        return repl("print(len(context))")
+
+    reg = scripted_registry(root=root)
+    result = await go(
+        reg, "q", "c", config(sub_model="root", extraction=False, budget={"max_iterations": 2})
+    )
+    assert (result.status, result.answer, result.answer_source) == ("max_iterations", None, None)
+    assert len(calls) == 2  # no extraction call

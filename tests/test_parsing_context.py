@@ -133,3 +133,16 @@ def test_tree_summary_is_bounded():
     paths = [f"d{i}/f{j}.py" for i in range(50) for j in range(2)]
     lines = summarise_tree(paths, max_lines=10)
     assert len(lines) == 10 and lines[-1].startswith("... ")
+
+
+def test_special_files_are_skipped_or_refused(tmp_path):
+    import os
+
+    root = tmp_path / "proj"
+    root.mkdir()
+    (root / "a.py").write_text("x = 1\n")
+    os.mkfifo(root / "pipe.txt")
+    ctx = load_codebase(root)  # must not block on the FIFO
+    assert list(ctx.value) == ["a.py"] and ctx.skipped["special"] == 1
+    with pytest.raises(ValueError, match="not a regular file"):
+        load_context(root / "pipe.txt")

@@ -51,6 +51,10 @@ class RunConfig:
         early_answer_message: the refusal text.
         compaction: summarise older turns when the root conversation nears the window.
         compaction_threshold: fraction of (window - reply reserve) that triggers it.
+        extraction: after a budget ends the run, make one extraction call (at most
+            ``EXTRACTION_MAX_TOKENS`` output tokens over a quarter of the window) for the best
+            available answer. It is the one call allowed past a token or USD budget; set
+            ``False`` for a hard cap (the run then ends with no answer).
         max_concurrent_subcalls: parallel sub-calls / child runs per batched call.
         system_prompt: a custom system prompt template (see :mod:`rlmd.engine.prompts`).
         workspace: the project folder, recorded with the run.
@@ -70,6 +74,7 @@ class RunConfig:
     early_answer_message: str = prompts.EARLY_ANSWER
     compaction: bool = True
     compaction_threshold: float = 0.85
+    extraction: bool = True
     max_concurrent_subcalls: int = 4
     system_prompt: str | None = None
     workspace: str | None = None
@@ -324,12 +329,16 @@ class RLMRun:
                     feedback.append(prompts.CODEBASE_KEY_HINT.format(example=example))
                 inspected = code_ran or parsing.cell_inspects(code)
                 code_ran = True
+                # A FINAL given in the same cell that ran out a budget still counts: the
+                # model's own answer beats an extraction over its work.
+                if result.final is not None and (
+                    inspected or refused or not self.cfg.refuse_early_answer
+                ):
+                    source = "final_var" if "FINAL_VAR" in code else "final"
+                    return "completed", result.final, source, None
                 if self.rt.ledger.exhausted is not None:
                     raise self.rt.ledger.exhausted
                 if result.final is not None:
-                    if inspected or refused or not self.cfg.refuse_early_answer:
-                        source = "final_var" if "FINAL_VAR" in code else "final"
-                        return "completed", result.final, source, None
                     refused = True
                     feedback.append(self.cfg.early_answer_message)
                     break
@@ -625,7 +634,11 @@ class RLMRun:
         """The best answer after a budget ran out: one bounded call over the trajectory so
         far, marked ``"extraction"``. Returns ``(None, None)`` when there is nothing to go on
         or the call fails."""
-        if self.depth > 0 or not any(m["role"] == "assistant" for m in self.history):
+        if (
+            not self.cfg.extraction
+            or self.depth > 0
+            or not any(m["role"] == "assistant" for m in self.history)
+        ):
             # A child's answer only feeds its parent's code, which is ending too: one
             # extraction at the root is enough.
             return None, None

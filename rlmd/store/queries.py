@@ -152,6 +152,8 @@ class Queries:
         if workspace is not None:
             where.append("workspace = :workspace")
             params["workspace"] = str(workspace)
+        # Double quotes cannot be escaped inside an FTS5 term: search for the words around them.
+        search = search.replace('"', " ") if search is not None else None
         if search is not None and search.strip():
             params["query"] = self.db.quote_fts(search)
             matched = (

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import json
 import os
+import stat
 from collections import Counter
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -19,6 +20,9 @@ import pathspec
 
 DEFAULT_MAX_FILE_BYTES = 1_000_000
 """Files larger than this are skipped when loading a codebase (1 MB)."""
+
+MAX_CONTEXT_FILE_BYTES = 2 * 1024**3
+"""A single context file larger than this (2 GiB) is refused rather than read into memory."""
 
 ALWAYS_IGNORED = (
     ".git/",
@@ -157,7 +161,7 @@ def load_codebase(root: Path, *, max_file_bytes: int = DEFAULT_MAX_FILE_BYTES) -
     root = Path(root).resolve()
     if not root.is_dir():
         raise NotADirectoryError(f"not a folder: {root}")
-    skipped = Counter({"ignored": 0, "binary": 0, "oversized": 0, "unreadable": 0})
+    skipped = Counter({"ignored": 0, "binary": 0, "oversized": 0, "unreadable": 0, "special": 0})
     files: dict[str, str] = {}
     specs: list[tuple[str, pathspec.GitIgnoreSpec]] = [
         ("", pathspec.GitIgnoreSpec.from_lines(ALWAYS_IGNORED))
@@ -205,7 +209,11 @@ def load_codebase(root: Path, *, max_file_bytes: int = DEFAULT_MAX_FILE_BYTES) -
 
 def _read_text(path: str, max_bytes: int, skipped: Counter) -> str | None:
     try:
-        if os.path.getsize(path) > max_bytes:
+        st = os.stat(path)
+        if not stat.S_ISREG(st.st_mode):  # a FIFO or device would block or never end
+            skipped["special"] += 1
+            return None
+        if st.st_size > max_bytes:
             skipped["oversized"] += 1
             return None
         with open(path, "rb") as fh:
@@ -254,6 +262,13 @@ def _load_path(path: Path) -> Context:
         return load_codebase(path)
     if not path.exists():
         raise FileNotFoundError(f"context path does not exist: {path}")
+    if not path.is_file():
+        raise ValueError(f"context path is not a regular file or folder: {path}")
+    if path.stat().st_size > MAX_CONTEXT_FILE_BYTES:
+        raise ValueError(
+            f"context file is {path.stat().st_size:,} bytes; the limit is {MAX_CONTEXT_FILE_BYTES:,} "
+            "(split it, or load it yourself and pass the pieces as a list)"
+        )
     text = path.read_text(encoding="utf-8", errors="replace")
     if path.suffix == ".json":
         try:
