@@ -23,9 +23,10 @@ fi
 if [ ! -x .venv/bin/python ]; then
   "$PY" -m venv .venv
 fi
-.venv/bin/python -m pip install -q --upgrade pip 2>&1 | grep -v '^WARNING: Location' || true
+# Install chatter goes to stderr: stdout is for the answer (scripts/demo.sh).
+.venv/bin/python -m pip install -q --upgrade pip 2>&1 | { grep -v '^WARNING: Location' || true; } >&2
 # Two build threads for llama.cpp; native CPU flags (built here, for here).
 CMAKE_BUILD_PARALLEL_LEVEL="${CMAKE_BUILD_PARALLEL_LEVEL:-2}" \
-  .venv/bin/python -m pip install -q -e ".[${EXTRAS}]" 2>&1 | grep -v '^WARNING: Location' || true
+  .venv/bin/python -m pip install -q -e ".[${EXTRAS}]" 2>&1 | { grep -v '^WARNING: Location' || true; } >&2
 .venv/bin/rlmd --help >/dev/null
 echo "setup: rlmd installed in $(pwd)/.venv (extras: ${EXTRAS})" >&2
