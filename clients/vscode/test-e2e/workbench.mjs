@@ -145,7 +145,8 @@ try {
     await page.screenshot({ path: join(ARTIFACTS, "answer-panel.png") });
     const link = webview(0).locator("a.file-link", { hasText: "pkg/core.py:5" });
     await link.click();
-    await page.locator(".tabs-container .tab", { hasText: "core.py" }).waitFor();
+    // by resource name: the answer panel's own tab title also contains "core.py"
+    await page.locator('.tabs-container .tab[data-resource-name="core.py"]').waitFor();
     await statusItem("Ln 5").waitFor();
   });
 
@@ -204,7 +205,7 @@ try {
   });
 
   await step("Ask about the selection / this file: the question is narrowed to the open file", async () => {
-    await page.locator(".tabs-container .tab", { hasText: "core.py" }).first().click();
+    await page.locator('.tabs-container .tab[data-resource-name="core.py"]').first().click();
     await page.locator(".monaco-editor .view-lines").first().click();
     await runCommand("rlmd: Ask about the selection / this file");
     await page.locator(".quick-input-widget", { hasText: "pkg/core.py" }).waitFor();
