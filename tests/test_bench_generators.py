@@ -143,6 +143,7 @@ def test_oolong_questions_answers_match_a_recount():
         elif template == "user_most":
             per = Counter(u for u, lab in rows if lab == params["label"])
             assert int(answer) == per.most_common(1)[0][0]
+            assert int(answer) != Counter(u for u, _ in rows).most_common(1)[0][0]
     assert {"most_common", "count_label", "user_count", "compare"} <= seen
 
 

@@ -268,6 +268,9 @@ def oolong_question(
         ranked = window.user_counts(label).most_common()
         if not ranked or ranked[0][1] == 0 or (len(ranked) > 1 and ranked[1][1] == ranked[0][1]):
             return None
+        busiest = Counter(r.user for r in window.records).most_common(1)[0][0]
+        if ranked[0][0] == busiest:
+            return None  # guessable without classifying anything: the user with most lines
         q = (
             f"Which user has the most instances in the category {label}? "
             "Answer with the user id only."

@@ -22,7 +22,8 @@ SUITES: dict[str, dict[str, Any]] = {
     "smoke": {
         # Five tasks: a needle inside the 8K window and one twice beyond it; one OOLONG
         # window shared by an aggregation and a pairs question; one question over the
-        # renamed wsgiref package (13K tokens). Sized for under an hour on one core.
+        # renamed wsgiref package (10K tokens). 71 min on a 2-core machine shared with
+        # other jobs (bench/RESULTS.md), a third of it the plain baseline's two 7.9K prompts.
         "sniah": {"lengths": [2_048, 16_384], "per_length": 1},
         "oolong": {"lengths": [1_024], "windows": 1, "questions": 1},
         "pairs": {"lengths": [1_024], "windows": 1, "questions": 1},
