@@ -147,6 +147,16 @@ def plots(data: dict[str, Any], out_dir: Path) -> list[Path]:
     paths.append(p)
 
     task_ids = list(dict.fromkeys(r["task_id"] for r in results))
+    # Tokens: what the server did (evaluated prompt + generated) when every run has it: the
+    # same measure for every system, and there even when a system lost its own count.
+    server = all((r.get("extra") or {}).get("server") for r in results)
+
+    def tokens(r: dict) -> int:
+        if server:
+            srv = r["extra"]["server"]
+            return srv["prompt_tokens_evaluated"] + srv["generated_tokens"]
+        return r["input_tokens"] + r["output_tokens"]
+
     fig, (ax1, ax2) = plt.subplots(2, 1, figsize=(max(7, len(task_ids) * 0.9), 6.5), sharex=True)
     width = 0.8 / max(1, len(systems))
     for i, system in enumerate(systems):
@@ -155,16 +165,13 @@ def plots(data: dict[str, Any], out_dir: Path) -> list[Path]:
         ax1.bar(xs, [per[t]["wall_s"] if t in per else 0 for t in task_ids], width, label=system)
         ax2.bar(
             xs,
-            [
-                (per[t]["input_tokens"] + per[t]["output_tokens"]) if t in per else 0
-                for t in task_ids
-            ],
+            [tokens(per[t]) if t in per else 0 for t in task_ids],
             width,
             label=system,
         )
     ax1.set_ylabel("wall time (s)")
     ax1.set_title("Time and tokens per task")
-    ax2.set_ylabel("tokens (in + out)")
+    ax2.set_ylabel("server tokens (evaluated + generated)" if server else "tokens (in + out)")
     ax2.set_xticks(range(len(task_ids)), task_ids, rotation=30, ha="right", fontsize=8)
     ax1.legend(fontsize=8)
     fig.tight_layout()
