@@ -43,12 +43,15 @@ def build_config(
     unknown = set(budget_args) - BUDGET_KEYS
     if unknown:
         raise ValueError(f"unknown budget keys: {sorted(unknown)}; known: {sorted(BUDGET_KEYS)}")
-    root = model or defaults.pop("model", None) or DEFAULT_MODEL
-    sub = sub_model or defaults.pop("sub_model", None)
-    defaults.pop("model", None)
-    defaults.pop("sub_model", None)
-    box = sandbox or defaults.pop("sandbox", None) or "subprocess"
-    defaults.pop("sandbox", None)
+    # Pop first so the config's values never reach **merged, then let arguments win.
+    root = defaults.pop("model", None)
+    sub = defaults.pop("sub_model", None)
+    box = defaults.pop("sandbox", None)
+    root, sub, box = (
+        model or root or DEFAULT_MODEL,
+        sub_model or sub,
+        sandbox or box or "subprocess",
+    )
     by_depth = {int(k): v for k, v in defaults.pop("models_by_depth", {}).items()}
     known = {f.name for f in fields(RunConfig)}
     merged = {**defaults, **options}

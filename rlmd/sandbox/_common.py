@@ -65,14 +65,25 @@ def with_notice(result: CellResult, notice: tuple[str, list[str]] | None) -> Cel
 
 
 class RebindState:
-    """What a backend re-binds after its kernel restarts: user tools and the values set from
-    the host. Mixed into the backends, which own ``_tool_callables`` (list of names),
-    ``_tool_values`` (name → value), ``_user_names`` (list) and ``_history`` (1-tuple)."""
+    """What a backend re-binds after its kernel restarts: the context, user tools and the
+    values set from the host, plus the notice owed to the model. Mixed into the backends,
+    which call :meth:`_init_rebind_state` in their constructor."""
 
+    _context: tuple[Any, bool] | None
     _tool_callables: list[str]
     _tool_values: dict[str, Any]
     _user_names: list[str]
-    _history: tuple
+    _history: tuple[Any] | None
+    _notice: tuple[str, list[str]] | None
+
+    def _init_rebind_state(self) -> None:
+        """Nothing bound yet: no context, tools, host-set values or pending restart notice."""
+        self._context = None
+        self._tool_callables = []
+        self._tool_values = {}
+        self._history = None
+        self._user_names = []
+        self._notice = None
 
     def _note_tools(self, callables: list[str], values: dict[str, Any]) -> None:
         """Record tools just defined in the kernel (a later definition replaces an earlier)."""

@@ -134,12 +134,7 @@ class InProcessSandbox(RebindState, Sandbox):
         self._worker: _Worker | None = None
         self._lock = asyncio.Lock()
         self._closed = False
-        self._context: tuple[Any, bool] | None = None
-        self._tool_callables: list[str] = []
-        self._tool_values: dict[str, Any] = {}
-        self._history: tuple[Any] | None = None
-        self._user_names: list[str] = []
-        self._notice: tuple[str, list[str]] | None = None
+        self._init_rebind_state()
         self._orphan: tuple[Kernel, _Worker, asyncio.Future[Any]] | None = None
         self.abandoned_threads = 0
 

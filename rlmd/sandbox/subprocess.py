@@ -650,12 +650,7 @@ class SubprocessSandbox(RebindState, Sandbox):
         self._workdir: str | None = None
         self._workdir_finalizer: weakref.finalize | None = None
         self._closed = False
-        self._context: tuple[Any, bool] | None = None
-        self._tool_callables: list[str] = []
-        self._tool_values: dict[str, Any] = {}
-        self._history: tuple[Any] | None = None
-        self._user_names: list[str] = []
-        self._notice: tuple[str, list[str]] | None = None
+        self._init_rebind_state()
         self.restarts = 0
 
     # -- public -----------------------------------------------------------------------------
