@@ -13,6 +13,8 @@ from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 from typing import Any
 
+from rlmd.sandbox.limits import Limits
+
 CallHandler = Callable[[str, dict[str, Any]], Awaitable[Any]]
 """Host side of a call made from model code: ``await handler(fn, args) -> JSON value``.
 
@@ -141,3 +143,42 @@ class Sandbox(abc.ABC):
     @abc.abstractmethod
     async def close(self) -> None:
         """Stop the kernel and free everything. Safe to call twice."""
+
+    # -- the rest of the contract (issue 3). Every backend implements these; the defaults
+    # raise until it does (then they become abstract). -------------------------------------
+
+    #: the limits this sandbox enforces (see :mod:`rlmd.sandbox.limits`)
+    limits: Limits
+
+    async def interrupt(self) -> bool:
+        """Interrupt the running cell (``KeyboardInterrupt`` inside it) and keep the REPL and
+        its variables. Returns ``True`` if a cell was running. A cell that does not yield to
+        the interrupt within a few seconds (a C-level loop) gets the kernel restarted, as a
+        timeout does."""
+        raise NotImplementedError(f"{type(self).__name__}.interrupt")
+
+    async def restart(self) -> list[str]:
+        """Replace the kernel with a fresh one, binding context, tools and ``history`` again.
+        Returns the user variables that were lost."""
+        raise NotImplementedError(f"{type(self).__name__}.restart")
+
+    async def upload(self, path: str, data: bytes) -> None:
+        """Write ``data`` to ``path`` (relative: under the sandbox's working folder).
+
+        Raises:
+            ValueError: ``path`` escapes the working folder.
+        """
+        raise NotImplementedError(f"{type(self).__name__}.upload")
+
+    async def download(self, path: str) -> bytes:
+        """The bytes of ``path`` (relative to the working folder).
+
+        Raises:
+            FileNotFoundError: no such file. ValueError: ``path`` escapes the working folder.
+        """
+        raise NotImplementedError(f"{type(self).__name__}.download")
+
+    async def health(self) -> dict[str, Any]:
+        """A cheap probe: ``{"alive": bool, "pid": int|None, "restarts": int, ...}``; never
+        raises for a dead kernel (it says ``alive: False``)."""
+        raise NotImplementedError(f"{type(self).__name__}.health")

@@ -1,0 +1,108 @@
+"""One structure of resource limits for every sandbox backend.
+
+Each backend enforces what it can from *outside* the model's code (rlimits and namespaces for
+the subprocess kernel, cgroup limits for containers, the provider's quota for cloud VMs) and
+reports what it really enforced in its ``isolation`` record. When a cell exceeds a limit, the
+cell ends with a model-readable message naming it (:func:`limit_message`), never a hang.
+"""
+
+from __future__ import annotations
+
+from dataclasses import asdict, dataclass, fields
+from typing import Any
+
+MiB = 1024 * 1024
+
+
+@dataclass(frozen=True)
+class Limits:
+    """Resource limits for one sandbox. ``None`` means "no limit from rlmd".
+
+    Attributes:
+        wall_s: wall-clock seconds per cell; past it the kernel is interrupted, then killed
+            and restarted.
+        cpu_s: CPU seconds per kernel process (``RLIMIT_CPU``; the kernel is restarted when it
+            runs out, so this is a budget per kernel lifetime, not per cell).
+        memory_bytes: address space / memory of the kernel (bytes).
+        processes: processes and threads the sandbox may run at once.
+        open_files: open file descriptors per process.
+        file_size_bytes: the largest file model code may write (bytes).
+        output_bytes: stdout + stderr kept per stream per cell (bytes; the rest is dropped
+            with a marker saying how much).
+        network: ``False`` cuts the sandbox off every network (loopback only).
+    """
+
+    wall_s: float | None = 300.0
+    cpu_s: float | None = None
+    memory_bytes: int | None = 2048 * MiB
+    processes: int | None = 256
+    open_files: int | None = 1024
+    file_size_bytes: int | None = 1024 * MiB
+    output_bytes: int | None = 32 * MiB
+    network: bool = False
+
+    def __post_init__(self) -> None:
+        for f in fields(self):
+            value = getattr(self, f.name)
+            if f.name == "network":
+                if not isinstance(value, bool):
+                    raise ValueError(f"limit network must be true or false, not {value!r}")
+                continue
+            if value is None:
+                continue
+            if isinstance(value, bool) or not isinstance(value, (int, float)) or value <= 0:
+                raise ValueError(f"limit {f.name} must be a positive number or None, not {value!r}")
+
+    def to_dict(self) -> dict[str, Any]:
+        """The limits as a JSON-able dict (recorded with every run)."""
+        return asdict(self)
+
+    @classmethod
+    def from_dict(cls, data: dict[str, Any] | None) -> Limits:
+        """Limits from a dict (e.g. a TOML table); unknown keys raise ``ValueError``."""
+        data = dict(data or {})
+        known = {f.name for f in fields(cls)}
+        unknown = sorted(set(data) - known)
+        if unknown:
+            raise ValueError(
+                f"unknown sandbox limit(s): {', '.join(unknown)}; known: {', '.join(sorted(known))}"
+            )
+        return cls(**data)
+
+
+def describe_bytes(n: int) -> str:
+    """``536870912`` -> ``"512 MiB"`` (for messages to the model)."""
+    if n % MiB == 0:
+        return f"{n // MiB} MiB"
+    if n % 1024 == 0:
+        return f"{n // 1024} KiB"
+    return f"{n} bytes"
+
+
+LABELS = {
+    "wall_s": "wall-clock time",
+    "cpu_s": "CPU time",
+    "memory_bytes": "memory",
+    "processes": "process count",
+    "open_files": "open files",
+    "file_size_bytes": "file size",
+    "output_bytes": "output",
+    "network": "network",
+}
+"""How each :class:`Limits` field is named to the model."""
+
+
+def limit_message(limit: str, value: Any, *, restarted: bool, lost: list[str] | None = None) -> str:
+    """The model-readable sentence for an exceeded limit (``limit``: a :class:`Limits` field
+    name), e.g. ``limit_message("memory_bytes", 512 * MiB, restarted=True, lost=["rows"])``
+    -> ``"memory limit 512 MiB exceeded; the kernel was restarted; variables lost: rows."``."""
+    if limit.endswith("_bytes"):
+        shown = describe_bytes(int(value))
+    elif limit.endswith("_s"):
+        shown = f"{value:g} s"
+    else:
+        shown = str(value)
+    text = f"{LABELS.get(limit, limit)} limit {shown} exceeded"
+    if restarted:
+        text += "; the kernel was restarted; variables lost: " + (", ".join(lost or []) or "none")
+    return text + "."
