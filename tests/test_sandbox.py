@@ -8,7 +8,7 @@ from typing import Any
 
 import pytest
 
-from rlmd.sandbox import BACKENDS, create_sandbox
+from rlmd.sandbox import BACKENDS, create_sandbox, unavailable_reason
 from rlmd.sandbox.base import CallError, CellResult, Sandbox, SandboxError
 
 
@@ -51,8 +51,16 @@ CODEBASE = {
 }
 
 
+def available_backends() -> list[str]:
+    """The backends that can start here; the others are reported as skipped, with why."""
+    return [name for name in BACKENDS if unavailable_reason(name) is None]
+
+
 @pytest.fixture(params=BACKENDS)
 async def sandbox(request) -> Sandbox:
+    reason = unavailable_reason(request.param)
+    if reason is not None:
+        pytest.skip(f"{request.param} cannot start here: {reason}")
     host = FakeHost()
     sb = create_sandbox(request.param, timeout_s=30)
     await sb.start(host)
@@ -141,7 +149,7 @@ async def test_stdout_and_stderr_captured(sandbox):
 
 
 async def test_output_cap_marker():
-    for name in BACKENDS:
+    for name in available_backends():
         sb = create_sandbox(name, max_output_chars=100)
         await sb.start(FakeHost())
         try:
@@ -563,7 +571,7 @@ async def test_timeout_inprocess_blocked_thread_is_abandoned():
 
 
 async def test_timeout_cancels_a_pending_host_call():
-    for name in BACKENDS:
+    for name in available_backends():
         sb = create_sandbox(name, timeout_s=30)
         await sb.start(FakeHost(delay=30))
         try:
@@ -581,7 +589,7 @@ async def test_timeout_cancels_a_pending_host_call():
 
 
 async def test_close_twice_and_use_after_close():
-    for name in BACKENDS:
+    for name in available_backends():
         sb = create_sandbox(name)
         await sb.start(FakeHost())
         await sb.close()

@@ -1,7 +1,8 @@
 """Sandboxes: where model code runs (see :mod:`rlmd.sandbox.base` for the contract).
 
-``create_sandbox("subprocess")`` (the default: a persistent child-process kernel) or
-``create_sandbox("inprocess")`` (this process, not isolated).
+``create_sandbox("subprocess")`` (the default: a persistent, hardened child-process kernel),
+``"inprocess"`` (this process, trusted code only), ``"container"`` (a warm docker container per
+sandbox), ``"e2b"`` / ``"modal"`` (cloud VMs, optional extras).
 """
 
 from __future__ import annotations
@@ -19,7 +20,50 @@ from rlmd.sandbox.base import (
     VarInfo,
 )
 
-BACKENDS = ("subprocess", "inprocess")
+BACKENDS = ("subprocess", "inprocess", "container", "e2b", "modal")
+"""Every backend name; :func:`unavailable_reason` says whether one can start here."""
+
+_MODULES = {
+    "subprocess": ("rlmd.sandbox.subprocess", "SubprocessSandbox"),
+    "inprocess": ("rlmd.sandbox.inprocess", "InProcessSandbox"),
+    "container": ("rlmd.sandbox.container", "ContainerSandbox"),
+    "e2b": ("rlmd.sandbox.cloud.e2b", "E2BSandbox"),
+    "modal": ("rlmd.sandbox.cloud.modal", "ModalSandbox"),
+}
+
+
+def backend_class(name: str) -> type[Sandbox]:
+    """The :class:`Sandbox` subclass of backend ``name`` (imported on first use).
+
+    Raises:
+        ValueError: unknown backend name (the message lists the choices).
+        SandboxError: the backend's module cannot be imported (a missing optional extra; the
+            message names it).
+    """
+    if name not in _MODULES:
+        raise ValueError(f"unknown sandbox backend {name!r}; choose one of: {', '.join(BACKENDS)}")
+    import importlib
+
+    module_name, class_name = _MODULES[name]
+    try:
+        module = importlib.import_module(module_name)
+    except ImportError as exc:
+        raise SandboxError(
+            f"sandbox backend {name!r} is not installed ({exc}); "
+            f"install the extra: pip install 'rlmd[{name}]'"
+        ) from exc
+    return getattr(module, class_name)
+
+
+def unavailable_reason(name: str) -> str | None:
+    """``None`` if backend ``name`` can start on this machine, else why not (one line: no
+    docker engine, a missing extra, no credentials, ...). Never raises for a known name."""
+    try:
+        cls = backend_class(name)
+    except SandboxError as exc:
+        return str(exc)
+    probe = getattr(cls, "unavailable_reason", None)
+    return probe() if probe is not None else None
 
 
 def create_sandbox(name: str = "subprocess", **options: Any) -> Sandbox:
@@ -27,16 +71,9 @@ def create_sandbox(name: str = "subprocess", **options: Any) -> Sandbox:
 
     Raises:
         ValueError: unknown backend name (the message lists the choices).
+        SandboxError: the backend's optional extra is not installed.
     """
-    if name == "subprocess":
-        from rlmd.sandbox.subprocess import SubprocessSandbox
-
-        return SubprocessSandbox(**options)
-    if name == "inprocess":
-        from rlmd.sandbox.inprocess import InProcessSandbox
-
-        return InProcessSandbox(**options)
-    raise ValueError(f"unknown sandbox backend {name!r}; choose one of: {', '.join(BACKENDS)}")
+    return backend_class(name)(**options)
 
 
 __all__ = [
@@ -49,5 +86,7 @@ __all__ = [
     "Sandbox",
     "SandboxError",
     "VarInfo",
+    "backend_class",
     "create_sandbox",
+    "unavailable_reason",
 ]

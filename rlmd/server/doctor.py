@@ -22,7 +22,7 @@ from rlmd import paths
 
 @dataclass
 class Check:
-    """One check's outcome: ``name``, ``status`` (``ok|warn|fail``), ``detail``, ``fix``."""
+    """One check's outcome: ``name``, ``status`` (``ok|warn|fail|skip``; ``skip``: not available here, not an error), ``detail``, ``fix``."""
 
     name: str
     status: str
@@ -167,10 +167,14 @@ async def _sandbox_roundtrip(backend: str) -> str:
 
 
 def check_sandboxes() -> list[Check]:
-    from rlmd.sandbox import BACKENDS
+    from rlmd.sandbox import BACKENDS, unavailable_reason
 
     checks = []
     for backend in BACKENDS:
+        reason = unavailable_reason(backend)
+        if reason is not None:
+            checks.append(Check(f"sandbox {backend}", "skip", reason, ""))
+            continue
         try:
             detail = asyncio.run(asyncio.wait_for(_sandbox_roundtrip(backend), 30))
         except Exception as exc:
@@ -292,7 +296,7 @@ def main(*, as_json: bool = False, sandboxes: bool = True) -> int:
     from rich.console import Console
 
     console = Console(highlight=False)
-    colour = {"ok": "green", "warn": "yellow", "fail": "red"}
+    colour = {"ok": "green", "warn": "yellow", "fail": "red", "skip": "dim"}
     for c in checks:
         console.print(f"[{colour[c.status]}]{c.status:>4}[/]  [bold]{c.name}[/]: {c.detail}")
         if c.fix:
