@@ -1,6 +1,7 @@
 """Entry point of the subprocess kernel:
 ``python -I -S /path/to/rlmd/kernel/main.py [--site-packages DIR]... [--skip-pth PREFIX]...
-[--prefix DIR] [--exec-prefix DIR]`` (or ``python -I main.py``, letting ``site`` run).
+[--prefix DIR] [--exec-prefix DIR] [--framing length|lines]`` (or ``python -I main.py``,
+letting ``site`` run).
 
 Runs as a plain script (``-I`` leaves the script's folder off ``sys.path``): the sibling
 modules are loaded as a private package named ``_rlmd_kernel``, so they never shadow or
@@ -16,6 +17,9 @@ folders added, ``import`` lines run: other editable installs stay importable), e
 files whose names start with a ``--skip-pth`` prefix; ``--prefix`` / ``--exec-prefix``
 restore ``sys.prefix`` / ``sys.exec_prefix`` as ``site`` sets them in a virtual environment;
 ``exit``, ``quit`` and ``help`` are defined as ``site`` defines them.
+
+``--framing lines`` switches the channel to one JSON frame per line (the cloud backends, whose
+provider APIs carry stdin/stdout as text; see ``protocol.py``); the default is ``length``.
 """
 
 from __future__ import annotations
@@ -156,7 +160,8 @@ class Channel:
     therefore costs no thread switch. EOF (the host is gone) ends the process at once.
     """
 
-    def __init__(self, rfd: int, wfd: int, protocol: Any):
+    def __init__(self, rfd: int, wfd: int, protocol: Any, *, lines: bool = False):
+        self._lines = lines
         self._in = io.open(rfd, "rb", buffering=1 << 16)  # noqa: UP020 - fd, not a path
         self._wfd = wfd
         self._protocol = protocol
@@ -168,12 +173,17 @@ class Channel:
         self._call_ids = itertools.count(1)
 
     def send(self, obj: dict[str, Any]) -> None:
-        data = self._protocol.encode(obj)
+        data = self._protocol.encode_line(obj) if self._lines else self._protocol.encode(obj)
         with self._wlock:
             _write_all(self._wfd, data)
 
     def _read_frame(self) -> dict[str, Any]:
         try:
+            if self._lines:
+                line = self._in.readline()
+                if line.endswith(b"\n"):
+                    return self._protocol.decode(line)
+                os._exit(0)
             header = self._in.read(4)
             if len(header) == 4:
                 n = int.from_bytes(header, "big")
@@ -268,7 +278,9 @@ def main() -> None:
     os.dup2(devnull, 0)
     os.close(devnull)
 
-    channel = Channel(chan_in, chan_out, protocol)
+    argv = sys.argv[1:]
+    lines = any(a == "--framing" and b == "lines" for a, b in zip(argv, argv[1:], strict=False))
+    channel = Channel(chan_in, chan_out, protocol, lines=lines)
     kernel = core.Kernel(channel.call, capture="global")
     sys.modules["__main__"] = kernel.module  # pickle & co. find cell-defined objects
     sys.argv = [""]
@@ -296,7 +308,8 @@ def main() -> None:
                 pass
         if _fd_identity(2) != fd2:
             return False
-        if _pending_bytes(2) == 0:
+        # Over a relay (line framing) an empty pipe does not mean the host has the bytes yet.
+        if not lines and _pending_bytes(2) == 0:
             return False
         mark = protocol.sentinel(token, request_id)
         try:

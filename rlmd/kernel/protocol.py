@@ -13,6 +13,14 @@ points fd 1 at fd 2 and fd 0 at ``/dev/null``: whatever model code writes at the
 (``os.write(1, ...)``, child processes) lands on the process's stderr pipe, which the host
 drains and attributes to the running cell. It never touches the channel.
 
+Line framing
+============
+A kernel started with ``--framing lines`` (the cloud backends, whose provider APIs carry the
+process's stdin/stdout as text) sends and reads one frame per line instead: the same JSON
+object, ASCII-only (``ensure_ascii``), so it holds no raw newline, ended by ``\\n``. It then
+also writes the stderr sentinel after every cell that has one, since a relay between the
+pipes and the host may deliver stderr after the ``done`` frame.
+
 Kernel -> host
 ==============
 ``{"op": "hello", "protocol": 1, "pid": int, "python": str, "token": str}``
@@ -134,6 +142,15 @@ def encode(obj: Any) -> bytes:
     if n > MAX_FRAME:
         raise ValueError(f"message too large for one frame ({n} bytes)")
     return n.to_bytes(HEADER_SIZE, "big") + body
+
+
+def encode_line(obj: Any) -> bytes:
+    """One line-framed frame (see *Line framing*): ASCII JSON + ``\\n``.
+
+    Raises:
+        TypeError / ValueError: ``obj`` is not JSON-serialisable.
+    """
+    return json.dumps(obj, ensure_ascii=True, separators=(",", ":")).encode("ascii") + b"\n"
 
 
 def decode(body: bytes | bytearray | memoryview) -> dict[str, Any]:
