@@ -165,6 +165,49 @@ async def test_second_task_waits_in_line_and_queue_false_is_refused(daemon, proj
         await c.close()
 
 
+async def test_start_answer_comes_before_the_tasks_notifications(daemon, project):
+    c = await daemon.client()
+    try:
+        for _ in range(3):  # the race, when there was one, showed on a free workspace
+            st = await c.command("rlmd.task.start", start_params(project, "FINAL(7)"))
+            run_id = st["run_id"]
+            answer_id = max(c.answered_after)  # this client's last answered request
+            before = c.notifications[: c.answered_after[answer_id]]
+            assert not [n for n in before if (n["params"] or {}).get("run_id") == run_id]
+            # while queued or just launched, runs.get knows it (from the daemon, not the store)
+            got = await c.command("rlmd.runs.get", {"run_id": run_id})
+            assert got.get("run") is not None or got["task"]["run_id"] == run_id
+            await c.wait_for(finished(run_id))
+            states = [
+                n["params"]["state"]
+                for n in c.notifications
+                if n["method"] == "rlmd/taskStatus"
+                and n["params"]["run_id"] == run_id
+                and n["params"]["update"] == "state"
+            ]
+            assert states == ["queued", "running", "finished"]
+    finally:
+        await c.close()
+
+
+async def test_runs_get_on_a_queued_task_returns_its_status(daemon, project):
+    c = await daemon.client()
+    try:
+        first = await c.command(
+            "rlmd.task.start", start_params(project, "import time\ntime.sleep(1.0)", "FINAL(1)")
+        )
+        second = await c.command("rlmd.task.start", start_params(project, "FINAL(2)"))
+        await c.wait_for(event(first["run_id"], "cell.started"))
+        got = await c.command("rlmd.runs.get", {"run_id": second["run_id"]})
+        assert got["run"] is None
+        assert got["task"]["state"] == "queued" and got["task"]["queue_position"] == 1
+        await c.wait_for(finished(second["run_id"]))
+        got = await c.command("rlmd.runs.get", {"run_id": second["run_id"]})
+        assert got["run"]["status"] == "completed" and got["run"]["answer"] == "2"
+    finally:
+        await c.close()
+
+
 async def test_tasks_in_two_workspaces_run_in_parallel(daemon, tmp_path):
     a, b = make_project(tmp_path, "a"), make_project(tmp_path, "b")
     c = await daemon.client()

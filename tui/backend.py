@@ -197,6 +197,8 @@ class DaemonBackend(Backend):
         result = await self.client.command(
             "rlmd.runs.get", {"run_id": run_id, "tree": True}, timeout=120
         )
+        if result.get("tree") is None:  # a queued task: no run in the store yet
+            raise LookupError(f"run {run_id} has not started yet (queued)")
         return result["tree"]
 
     async def workspaces(self) -> list[str]:

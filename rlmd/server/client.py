@@ -36,6 +36,9 @@ class Client:
         self._ids = itertools.count(1)
         self.pending: dict[Any, asyncio.Future[Any]] = {}
         self.notifications: list[dict[str, Any]] = []
+        #: for each answered request id, how many notifications had arrived before its answer
+        #: (lets a caller check the order of a response and the notifications around it)
+        self.answered_after: dict[Any, int] = {}
         self._waiters: list[tuple[Callable[[dict[str, Any]], bool], asyncio.Future[Any]]] = []
         self.closed = False
         self._task = asyncio.get_running_loop().create_task(self._read_loop())
@@ -177,6 +180,7 @@ class Client:
                     except Exception as exc:
                         fut.set_exception(exc)
             return
+        self.answered_after[msg.get("id")] = len(self.notifications)
         fut = self.pending.get(msg.get("id"))
         if fut is None or fut.done():
             return

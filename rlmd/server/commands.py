@@ -319,7 +319,11 @@ async def runs_get(core: DaemonCore, p: Params, ctx: CallContext) -> dict[str, A
     try:
         run = core.store.get_run(run_id)
         if run is None:
-            raise not_found(f"no run {run_id!r}")
+            task = core.tasks.get(run_id)
+            if task is None:
+                raise not_found(f"no run {run_id!r}")
+            # Queued (or just launched): not in the store yet, but the daemon knows it.
+            return {"run": None, "task": core.tasks.status(task)}
         result: dict[str, Any] = {"run": run}
         if with_tree:
             result["tree"] = core.store.tree(run["id"])

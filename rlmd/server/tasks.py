@@ -149,9 +149,6 @@ class TaskManager:
         """Register ``task`` and start it in the background; returns its status at once."""
         self.tasks[task.run_id] = task
         self.started += 1
-        task.handle = asyncio.get_running_loop().create_task(
-            self._run(task), name=f"task-{task.run_id}"
-        )
         status = self.status(task)
         ahead = [
             t
@@ -159,8 +156,25 @@ class TaskManager:
             if t.workspace == task.workspace and t.state == "queued" and t is not task
         ]
         status["queue_position"] = len(ahead) + 1
-        self._publish(task)
+        # The response to rlmd.task.start goes out from the done-callback of the command's
+        # coroutine, scheduled when it returns. Launching two loop turns from now puts the
+        # first taskStatus (and every event) after that response on the wire.
+        loop = asyncio.get_running_loop()
+        loop.call_soon(loop.call_soon, self._launch, task)
         return status
+
+    def _launch(self, task: Task) -> None:
+        if task.cancel_requested:  # cancelled before it was launched
+            self._never_ran(task, "cancelled", "the task was cancelled before it started")
+            task.state, task.phase, task.finished_at = "finished", "done", time.time()
+            self.finished += 1
+            self._publish(task)
+            self._prune()
+            return
+        self._publish(task)
+        task.handle = asyncio.get_running_loop().create_task(
+            self._run(task), name=f"task-{task.run_id}"
+        )
 
     def cancel(self, run_id: str) -> dict[str, Any]:
         """Ask task ``run_id`` to stop; returns its status (``cancel_requested`` is true

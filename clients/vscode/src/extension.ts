@@ -289,6 +289,7 @@ class RlmdExtension {
     const cached = this.stored.get(runId);
     if (cached && cached.root && cached.root.status !== "running") return cached;
     const { tree } = await this.needApi().getRun(runId, true);
+    if (!tree) throw new Error(`run ${runId} has not started yet (queued)`);
     const t = Trajectory.fromStore(tree);
     this.stored.set(runId, t);
     return t;

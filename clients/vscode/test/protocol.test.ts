@@ -113,7 +113,7 @@ test("a task runs to the end: status, events, live trajectory, progress, store t
   assert.match(nodeLabel(cell), /^cell: print\(read_file/);
 
   const { run, tree } = await api.getRun(started.run_id, true);
-  assert.equal(run.status, "completed");
+  assert.equal(run?.status, "completed");
   const stored = Trajectory.fromStore(tree);
   assert.equal(stored.root?.nodes.length, 2);
   const scell = stored.root!.nodes[0].children.find((n) => n.kind === "cell");

@@ -197,7 +197,8 @@ export class RlmdApi implements Disposable {
     const r = await this.command<{ runs: Run[] }>("rlmd.runs.list", opts);
     return r.runs;
   }
-  getRun(runId: string, tree = false): Promise<{ run: Run; tree?: any }> {
+  /** A stored run (and its tree); `run` is null and `task` set while the task is queued. */
+  getRun(runId: string, tree = false): Promise<{ run: Run | null; tree?: any; task?: TaskStatus }> {
     return this.command("rlmd.runs.get", { run_id: runId, tree });
   }
   async models(workspace?: string): Promise<ModelInfo[]> {
