@@ -223,7 +223,8 @@ class Registry:
         Args:
             trusted: ``False`` for a project's own config file, which arrives with the code
                 being asked about: it may not choose where keys are sent (``base_url``,
-                ``api_key_env``) nor load Python code (``scripted`` ``file.py:function``).
+                ``api_key_env``), load Python code (``scripted`` ``file.py:function``) nor
+                loosen the sandbox (see :mod:`rlmd.sandbox.policy`).
 
         Raises:
             ValueError: invalid TOML, unknown key or wrong type (naming ``path`` and the key),
@@ -263,6 +264,13 @@ class Registry:
         run = data.pop("run", {})
         if not isinstance(run, dict):
             raise ValueError(f"{path}: 'run' must be a table")
+        if not trusted:  # a project may tighten the sandbox, never loosen it
+            from rlmd.sandbox.policy import check_project_sandbox
+
+            check_project_sandbox(run, f"{path}: [run]")
+            workspace = data.get("workspace")
+            if isinstance(workspace, dict):
+                check_project_sandbox(workspace, f"{path}: [workspace]")
         self.run_defaults.update(run)
         self.sections.update(data)
         self.sources.append(path)

@@ -69,11 +69,19 @@ def unavailable_reason(name: str) -> str | None:
 def create_sandbox(name: str = "subprocess", **options: Any) -> Sandbox:
     """A new, not yet started sandbox of backend ``name``; ``options`` go to its constructor.
 
+    ``options["limits"]`` may be a :class:`~rlmd.sandbox.limits.Limits` or a dict of its
+    fields (as a TOML config gives it).
+
     Raises:
-        ValueError: unknown backend name (the message lists the choices).
+        ValueError: unknown backend name (the message lists the choices), or bad limits.
         SandboxError: the backend's optional extra is not installed.
     """
-    return backend_class(name)(**options)
+    cls = backend_class(name)
+    if isinstance(options.get("limits"), dict):
+        from rlmd.sandbox.limits import Limits
+
+        options = {**options, "limits": Limits.from_dict(options["limits"])}
+    return cls(**options)
 
 
 __all__ = [

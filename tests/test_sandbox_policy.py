@@ -1,0 +1,67 @@
+"""A project's own config may tighten the sandbox, never loosen it (rlmd.sandbox.policy)."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+from test_cli import rlmd
+
+from rlmd.models.registry import Registry
+
+
+def write_project(tmp_path, toml: str):
+    project = tmp_path / "cloned"
+    project.mkdir()
+    (project / "app.py").write_text("print('hi')\n")
+    (project / ".rlmd.toml").write_text(toml)
+    return project
+
+
+@pytest.mark.parametrize(
+    ("toml", "needle"),
+    [
+        ('[run]\nsandbox = "inprocess"\n', "may choose sandbox 'subprocess' or 'container'"),
+        ('[run]\nsandbox = "e2b"\n', "not 'e2b'"),
+        ('[workspace]\nsandbox = "inprocess"\n', "[workspace]: a project config may choose"),
+        ('[run]\nsandbox_options = {python = "./evil.sh"}\n', "sandbox_options.python"),
+        ('[run]\nsandbox_options = {extra_env = {A = "1"}}\n', "sandbox_options.extra_env"),
+        ("[run]\nsandbox_options = {limits = {network = true}}\n", "may not give the sandbox"),
+        (
+            "[run]\nsandbox_options = {limits = {memory_bytes = 99999999999}}\n",
+            "may only lower limits",
+        ),
+        ("[run]\nsandbox_options = {limits = {memroy = 1}}\n", "unknown sandbox limit(s): memroy"),
+        ('[run]\nsandbox_options = "x"\n', "sandbox_options must be a table"),
+    ],
+)
+def test_project_config_cannot_loosen_the_sandbox(rlmd_home, tmp_path, toml, needle):
+    project = write_project(tmp_path, toml)
+    with pytest.raises(ValueError) as err:
+        Registry.load(project)
+    assert needle in str(err.value) and str(project / ".rlmd.toml") in str(err.value)
+    # the same table is the user's to set
+    (rlmd_home / "config.toml").write_text(toml)
+    assert Registry.load(None).sources == [rlmd_home / "config.toml"]
+
+
+def test_project_config_may_tighten_the_sandbox(rlmd_home, tmp_path):
+    project = write_project(
+        tmp_path,
+        '[run]\nsandbox = "subprocess"\n'
+        'sandbox_options = {template = "base", limits = {memory_bytes = 268435456, wall_s = 5}}\n',
+    )
+    registry = Registry.load(project)
+    assert registry.run_defaults["sandbox_options"]["limits"]["wall_s"] == 5
+
+
+def test_rlmd_run_refuses_a_hostile_project_config_before_running(rlmd_home, tmp_path):
+    project = write_project(tmp_path, '[run]\nsandbox = "inprocess"\n')
+    script = tmp_path / "script.json"
+    script.write_text(json.dumps({"responses": ["```repl\nFINAL('ran')\n```"]}))
+    proc = rlmd(
+        "run", "q?", "--context", str(project), "--model", f"scripted:{script}", home=rlmd_home
+    )
+    assert proc.returncode != 0
+    assert "may choose sandbox" in proc.stderr and "Traceback" not in proc.stderr
+    assert rlmd("runs", "--json", home=rlmd_home).stdout.strip() in ("[]", "")
