@@ -277,6 +277,13 @@ def _check_name(name: Any, what: str) -> str:
     return name
 
 
+def read_value_file(path: str, fmt: str) -> Any:
+    """A value the host wrote to a file it shares with the kernel (a large context is
+    faster that way than through the channel): ``fmt`` ``"text"`` (UTF-8) or ``"json"``."""
+    with open(path, encoding="utf-8") as f:
+        return f.read() if fmt == "text" else json.load(f)
+
+
 def json_copy(value: Any, what: str) -> Any:
     """A deep copy through JSON (the types the host would see); TypeError if impossible."""
     try:
@@ -595,7 +602,10 @@ class Kernel:
         if op == "ping":
             return {"pid": os.getpid()}
         if op == "bind_context":
-            return self.bind_context(req.get("value"), bool(req.get("codebase")))
+            value = req.get("value")
+            if req.get("path"):
+                value = read_value_file(str(req["path"]), str(req.get("format") or "json"))
+            return self.bind_context(value, bool(req.get("codebase")))
         if op == "define_tools":
             self.define_tools(req.get("callables") or [], req.get("values") or {})
             return None

@@ -44,6 +44,8 @@ answers each with one ``done`` frame carrying the same ``id``.
 ``ping``                                           -> ``{"pid": int}``
 ``exec``      ``code: str``, ``max_output: int``   -> an exec result (below)
 ``bind_context`` ``value: any``, ``codebase: bool`` -> ``{"type": str, "size": int|None}``
+    Or ``path: str``, ``format: "text"|"json"`` instead of ``value``: the value is read from
+    that file (a backend sharing a folder with the kernel passes large contexts that way).
     ``codebase=True`` needs a ``{relpath: text}`` dict and binds ``list_files``, ``read_file``
     and ``grep``; ``codebase=False`` removes them.
 ``define_tools`` ``callables: [str]``, ``values: {name: any}`` -> ``null``
