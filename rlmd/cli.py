@@ -11,6 +11,7 @@
     rlmd serve [--stdio] [--idle-timeout S] [--log-file FILE]
     rlmd attach --stdio [--no-start]
     rlmd doctor [--json] [--no-sandboxes]
+    rlmd sandbox build NAME | ls [--json] | reap
 
 Exit codes: 0 success (``run``: the run completed), 1 the run ended without completing
 (budget, failure), 2 bad usage or configuration (unknown model, model not installed).
@@ -50,7 +51,13 @@ def _parser() -> argparse.ArgumentParser:
         "--sub-model", help="model for sub-calls and child runs (default: the root model)"
     )
     r.add_argument(
-        "--sandbox", choices=["subprocess", "inprocess"], help="REPL backend (default subprocess)"
+        "--sandbox",
+        choices=["subprocess", "inprocess", "container"],
+        help="REPL backend (default subprocess)",
+    )
+    r.add_argument(
+        "--template",
+        help="container sandbox template (sandboxes/NAME); implies --sandbox container",
     )
     r.add_argument("--max-depth", type=int, help="RLM loops run at depths 0..N-1 (default 2)")
     r.add_argument("--max-iterations", type=int, help="root turns per loop (default 10)")
@@ -89,7 +96,10 @@ def _parser() -> argparse.ArgumentParser:
     pull = msub.add_parser("pull", help="install a known local model into the rlmd home")
     pull.add_argument("name")
 
+    from rlmd.sandbox.commands import add_parser as add_sandbox_command
     from rlmd.server.cli_args import add_server_commands
+
+    add_sandbox_command(sub)
 
     add_server_commands(sub)
     t = sub.add_parser("tui", help="the terminal UI: browse, search and follow runs; launch tasks")
@@ -123,6 +133,7 @@ def main(argv: list[str] | None = None) -> int:
             "attach": cmd_server,
             "doctor": cmd_server,
             "tui": cmd_tui,
+            "sandbox": cmd_sandbox,
         }[args.command](args)
     except KeyboardInterrupt:
         err.print("[yellow]interrupted[/]")
@@ -171,7 +182,7 @@ def cmd_run(args: argparse.Namespace) -> int:
             registry,
             model=args.model,
             sub_model=args.sub_model,
-            sandbox=args.sandbox,
+            sandbox=args.sandbox or ("container" if args.template else None),
             extraction=not args.no_extraction,
             workspace=project.resolve(),
             budget={
@@ -184,6 +195,8 @@ def cmd_run(args: argparse.Namespace) -> int:
                 "cell_timeout_s": args.cell_timeout,
             },
         )
+        if args.template:
+            config.sandbox_options = {**config.sandbox_options, "template": args.template}
         if args.threads:
             for name in {config.root_model, config.model_for_depth(1)}:
                 registry.spec(name).n_threads = args.threads
@@ -318,6 +331,12 @@ def cmd_export(args: argparse.Namespace) -> int:
 
 def cmd_tui(args: argparse.Namespace) -> int:
     from tui.app import run
+
+    return run(args)
+
+
+def cmd_sandbox(args: argparse.Namespace) -> int:
+    from rlmd.sandbox.commands import run
 
     return run(args)
 

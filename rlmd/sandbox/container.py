@@ -1,0 +1,852 @@
+"""The container backend: one warm docker container per sandbox with the kernel inside.
+
+The container runs ``python3 -I /opt/rlmd/kernel/main.py`` from a template image
+(:mod:`rlmd.sandbox.images`; ``rlmd/kernel`` is bind-mounted read-only, so images need only a
+``python3``) under ``docker-init``, as uid 1000, and the host speaks the kernel's framed
+channel over the container's attach socket (:mod:`rlmd.sandbox._attach`): about 0.2 ms a
+round trip. Host calls (``llm_query`` ...) come back over the same channel; the container
+never gets a network for them.
+
+Hardening, on by default: no network (``network_mode="none"`` unless ``Limits.network``),
+read-only root file system, a ``tmpfs`` ``/tmp``, a private host folder mounted at ``/work``
+(the working folder, also used by :meth:`ContainerSandbox.upload` / ``download``), all
+capabilities dropped, ``no-new-privileges``, and :class:`~rlmd.sandbox.limits.Limits`
+enforced by the engine: memory (+ swap) and pids through cgroups, open files, file size and
+CPU time as rlimits, CPU share as ``nano_cpus``.
+
+A cell past its wall-clock time is interrupted (``SIGINT``, variables kept); if it does not
+stop within ``interrupt_grace_s`` (a C-level loop, or a cell waiting on a host call), the
+container is removed and a fresh one started with the context, tools and ``history`` bound
+again. A container that dies (the OOM killer, the CPU limit, ``os._exit``) is replaced the
+same way, and the cell's error names the limit (``memory limit 512 MiB exceeded; the kernel
+was restarted; variables lost: ...``).
+
+A missing ``base`` image is built on first use when its root filesystem is already cached
+(about 5 s); any other missing image raises :class:`SandboxError` naming the command
+(``rlmd sandbox build NAME``). Containers are labelled with their owning process and orphans
+are removed when a process starts its first container (:mod:`rlmd.sandbox.docker_host`).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import atexit
+import contextlib
+import json
+import logging
+import os
+import resource
+import shutil
+import signal
+import socket
+import tempfile
+import time
+from pathlib import Path
+from typing import Any
+
+import docker.errors
+import docker.types
+import requests.exceptions
+
+from rlmd.kernel import protocol
+from rlmd.sandbox import docker_host, images
+from rlmd.sandbox._attach import KernelConnection, KernelDied, StderrDrain
+from rlmd.sandbox._common import (
+    AFTER_RESTART,
+    RebindState,
+    join_names,
+    result_from_kernel,
+    wait,
+    with_notice,
+)
+from rlmd.sandbox.base import CallHandler, CellResult, Sandbox, SandboxError, VarInfo
+from rlmd.sandbox.limits import Limits, MiB, limit_message
+
+log = logging.getLogger(__name__)
+
+KERNEL_DIR = os.path.dirname(os.path.abspath(protocol.__file__))
+CONTAINER_KERNEL = "/opt/rlmd/kernel"
+CONTAINER_WORKDIR = "/work"
+DEFAULT_USER = "1000:1000"
+FILE_CONTEXT_CHARS = 1 << 20
+"""Contexts at least this large (characters) are passed through a file, not the channel."""
+
+_MAPPED_ERRORS: dict[str, type[Exception]] = {
+    "KeyError": KeyError,
+    "ValueError": ValueError,
+    "TypeError": TypeError,
+}
+
+_LIVE: set[str] = set()
+"""Ids of containers this process started and has not removed (removed at exit)."""
+
+
+def _remove_live_at_exit() -> None:
+    if not _LIVE:
+        return
+    with contextlib.suppress(*docker_host.ENGINE_ERRORS):
+        api = docker_host.client().api
+        for cid in list(_LIVE):
+            with contextlib.suppress(*docker_host.ENGINE_ERRORS):
+                api.remove_container(cid, force=True)
+
+
+atexit.register(_remove_live_at_exit)
+
+
+class _Box:
+    """One container and the kernel connection over its attach socket."""
+
+    def __init__(self, cid: str, conn: KernelConnection):
+        self.id = cid
+        self.conn = conn
+        self.pid: int | None = None  # the kernel's pid inside the container
+        self.kill_reason: str | None = None  # set when rlmd itself stopped the container
+
+
+def _describe_state(state: dict[str, Any]) -> str:
+    code = state.get("ExitCode")
+    if isinstance(code, int) and code > 128:
+        try:
+            return f"killed by {signal.Signals(code - 128).name}"
+        except ValueError:
+            pass
+    if state.get("Running"):
+        return "its channel closed"
+    return f"exit code {code}"
+
+
+class ContainerSandbox(RebindState, Sandbox):
+    """The kernel in a warm, hardened docker container (see the module docstring).
+
+    Args:
+        template: the sandbox template (``sandboxes/<template>/Dockerfile``), run as image
+            ``rlmd/sandbox-<template>:latest``.
+        limits: a :class:`Limits` (or a dict of its fields); default ``Limits()``.
+        timeout_s: default wall-clock seconds per cell (default: ``limits.wall_s``).
+        op_timeout_s: seconds for the other operations (binding, variables).
+        start_timeout_s: seconds the container's kernel may take to say hello.
+        max_output_chars: cap per stream per cell (default: ``limits.output_bytes``).
+        cpus: CPU share (``nano_cpus``; ``None``: no cap).
+        tmp_bytes: size of the ``/tmp`` tmpfs (bytes; counted against the memory limit).
+        interrupt_grace_s: how long a timed-out or interrupted cell may take to stop after
+            ``SIGINT`` before the container is replaced.
+        user: ``uid:gid`` the kernel runs as.
+        python: the interpreter inside the image.
+
+    Raises (from :meth:`start`): :class:`SandboxError` when the engine is unreachable, the
+    image is missing and cannot be built quickly, or the kernel does not start.
+    """
+
+    kind = "container"
+
+    def __init__(
+        self,
+        *,
+        template: str = "base",
+        limits: Limits | dict[str, Any] | None = None,
+        timeout_s: float | None = None,
+        op_timeout_s: float = 120.0,
+        start_timeout_s: float = 60.0,
+        max_output_chars: int | None = None,
+        cpus: float | None = 1.0,
+        tmp_bytes: int = 256 * MiB,
+        interrupt_grace_s: float = 2.0,
+        user: str = DEFAULT_USER,
+        python: str = "python3",
+    ):
+        self.template = template
+        self.image = images.image_name(template)
+        self.limits = limits if isinstance(limits, Limits) else Limits.from_dict(limits)
+        self.timeout_s = self.limits.wall_s if timeout_s is None else timeout_s
+        self.op_timeout_s = op_timeout_s
+        self.start_timeout_s = start_timeout_s
+        cap = max_output_chars if max_output_chars is not None else self.limits.output_bytes
+        self.max_output_chars = int(cap or protocol.DEFAULT_MAX_OUTPUT)
+        self.cpus = cpus
+        self.tmp_bytes = int(tmp_bytes)
+        self.interrupt_grace_s = interrupt_grace_s
+        self.user = user
+        self.python = python
+        self.restarts = 0
+        self._handler: CallHandler | None = None
+        self._box: _Box | None = None
+        self._lock = asyncio.Lock()
+        self._closed = False
+        self._workdir: str | None = None
+        self._image_id: str | None = None
+        self._effective: dict[str, Any] = {}
+        self._running: tuple[_Box, asyncio.Future[dict[str, Any]]] | None = None
+        self._stopping: asyncio.Future[Any] | None = None
+        self._init_rebind_state()
+
+    # -- availability ---------------------------------------------------------------------
+
+    @staticmethod
+    def unavailable_reason() -> str | None:
+        """``None`` if a container sandbox can start here, else why not: no docker engine
+        answers, or the ``base`` image is not built and cannot be (no cached root file
+        system and no debootstrap / not root)."""
+        reason = docker_host.engine_unavailable_reason()
+        if reason is not None:
+            return reason
+        try:
+            engine = docker_host.client()
+            if images.find_image(engine, images.image_name("base")) is not None:
+                return None
+            if images.find_image(engine, images.ROOTFS_IMAGE) is not None:
+                return None
+        except docker_host.ENGINE_ERRORS as exc:
+            return f"the docker engine failed: {exc}"
+        missing = images.rootfs_unavailable_reason()
+        if missing is not None:
+            return f"{missing}; or build the image elsewhere: rlmd sandbox build base"
+        return None
+
+    # -- public -----------------------------------------------------------------------------
+
+    @property
+    def isolation(self) -> dict[str, Any]:
+        lim = self.limits
+        return {
+            "backend": "container",
+            "isolated": True,
+            "process": True,
+            "container": True,
+            "engine": "docker",
+            "template": self.template,
+            "image": self.image,
+            "image_id": self._image_id,
+            "container_id": self._box.id[:12] if self._box else None,
+            "network": "bridge" if lim.network else "none",
+            "filesystem": "container",
+            "read_only_root": True,
+            "env": "clean",
+            "user": self.user,
+            "cap_drop": ["ALL"],
+            "no_new_privileges": True,
+            "limits": lim.to_dict(),
+            "cpus": self.cpus,
+            "effective": dict(self._effective),
+        }
+
+    @property
+    def pid(self) -> int | None:
+        """The kernel's pid inside the current container (changes on restart)."""
+        return self._box.pid if self._box else None
+
+    @property
+    def container_id(self) -> str | None:
+        """The current container's full id (changes on restart)."""
+        return self._box.id if self._box else None
+
+    async def start(self, handler: CallHandler) -> None:
+        """Start the container and its kernel. On a started sandbox: keep the REPL and serve
+        calls with ``handler`` from now on."""
+        if self._closed:
+            raise SandboxError("the sandbox is closed")
+        if self._box is not None:
+            self._handler = handler
+            self._box.conn.handler = handler
+            return
+        self._handler = handler
+        try:
+            await asyncio.to_thread(self._prepare)
+            self._box = await self._spawn()
+        except BaseException:
+            await self.close()
+            raise
+
+    async def load_context(self, value: Any, *, codebase: bool = False) -> None:
+        async with self._lock:
+            await self._live_box()
+            request, path = await self._context_request(value, codebase)
+            try:
+                await self._op(request)
+            finally:
+                if path is not None:
+                    path.unlink(missing_ok=True)
+            self._context = (value, codebase)
+
+    async def define_tools(self, callables: list[str], values: dict[str, Any]) -> None:
+        async with self._lock:
+            await self._op(
+                {"op": "define_tools", "callables": list(callables), "values": dict(values)}
+            )
+            self._note_tools(callables, values)
+
+    async def set_variable(self, name: str, value: Any) -> None:
+        async with self._lock:
+            await self._op({"op": "set_var", "name": name, "value": value})
+            self._note_variable(name, value)
+
+    async def get_variable(self, name: str) -> Any:
+        async with self._lock:
+            return (await self._op({"op": "get_var", "name": name}))["value"]
+
+    async def list_variables(self) -> list[VarInfo]:
+        async with self._lock:
+            result = await self._op({"op": "list_vars"})
+            self._user_names = [v["name"] for v in result]
+            return [VarInfo(**v) for v in result]
+
+    async def execute(self, code: str, *, timeout_s: float | None = None) -> CellResult:
+        timeout = self.timeout_s if timeout_s is None else timeout_s
+        async with self._lock:
+            t0 = time.perf_counter()
+            box = await self._live_box()
+            notice, self._notice = self._notice, None
+            conn = box.conn
+            try:
+                rid, fut = conn.request(
+                    {"op": "exec", "code": code, "max_output": self.max_output_chars}
+                )
+            except KernelDied:
+                return with_notice(await self._died(box, t0), notice)
+            self._running = (box, fut)
+            try:
+                msg = await wait(asyncio.shield(fut), timeout)
+            except asyncio.CancelledError:
+                # Nobody waits for this cell any more: interrupt it (or replace the container);
+                # the next operation waits for that first.
+                self._stopping = asyncio.ensure_future(self._stop_cell(box, fut))
+                raise
+            except TimeoutError:
+                assert timeout is not None
+                if await self._stop_cell(box, fut):
+                    result = await self._cell_result(box, rid, fut.result(), t0)
+                    result.timed_out = True
+                    result.error = (
+                        f"cell timed out after {timeout:g} s and was interrupted; the REPL "
+                        f"and its variables were kept.\n" + (result.error or "")
+                    )
+                    return with_notice(result, notice)
+                partial = conn.stderr_now()
+                lost = list(self._user_names)
+                await self._restart()
+                return with_notice(
+                    CellResult(
+                        stderr=partial,
+                        error=(
+                            f"cell timed out after {timeout:g} s and did not stop when "
+                            f"interrupted; the kernel was restarted; variables lost: "
+                            f"{join_names(lost)}. {AFTER_RESTART}"
+                        ),
+                        timed_out=True,
+                        kernel_restarted=True,
+                        lost_variables=lost,
+                        duration_s=time.perf_counter() - t0,
+                    ),
+                    notice,
+                )
+            except KernelDied:
+                return with_notice(await self._died(box, t0), notice)
+            finally:
+                self._running = None
+            return with_notice(await self._cell_result(box, rid, msg, t0), notice)
+
+    async def interrupt(self) -> bool:
+        """``KeyboardInterrupt`` in the running cell (``SIGINT`` to the kernel); a cell that
+        does not stop within ``interrupt_grace_s``, or that waits on a host call, gets its
+        container replaced. Returns ``True`` if a cell was running."""
+        running = self._running
+        if running is None or running[1].done():
+            return False
+        await self._stop_cell(*running)
+        return True
+
+    async def restart(self) -> list[str]:
+        """A fresh container and kernel, with context, tools and ``history`` bound again.
+
+        Returns: the user variables that were lost."""
+        async with self._lock:
+            if self._closed or self._box is None:
+                raise SandboxError("the sandbox is not running")
+            lost = list(self._user_names)
+            await self._restart()
+            return lost
+
+    async def upload(self, path: str, data: bytes) -> None:
+        target = self._host_path(path)
+        await asyncio.to_thread(self._write_file, target, bytes(data))
+
+    async def download(self, path: str) -> bytes:
+        target = self._host_path(path)
+        if not target.is_file():
+            raise FileNotFoundError(f"no such file in the sandbox: {path}")
+        return await asyncio.to_thread(target.read_bytes)
+
+    async def health(self) -> dict[str, Any]:
+        box = self._box
+        info: dict[str, Any] = {
+            "alive": bool(box and not box.conn.dead),
+            "pid": box.pid if box else None,
+            "restarts": self.restarts,
+            "container_id": box.id[:12] if box else None,
+            "status": None,
+        }
+        if box is not None:
+            try:
+                attrs = await asyncio.to_thread(docker_host.client().api.inspect_container, box.id)
+                info["status"] = attrs["State"]["Status"]
+                info["alive"] = info["alive"] and bool(attrs["State"]["Running"])
+            except docker_host.ENGINE_ERRORS as exc:
+                info["status"] = f"unknown ({type(exc).__name__})"
+        return info
+
+    async def close(self) -> None:
+        self._closed = True
+        stopping, self._stopping = self._stopping, None
+        if stopping is not None:
+            with contextlib.suppress(Exception):
+                await stopping
+        box, self._box = self._box, None
+        if box is not None:
+            await self._remove(box)
+        if self._workdir is not None:
+            shutil.rmtree(self._workdir, ignore_errors=True)
+            self._workdir = None
+
+    # -- containers -------------------------------------------------------------------------
+
+    def _prepare(self) -> None:
+        """Reap orphans, make sure the image exists, make the working folder (blocking)."""
+        try:
+            docker_host.reap_orphans_once()
+            engine = docker_host.client()
+            image = images.find_image(engine, self.image)
+            if image is None:
+                image = self._build_missing(engine)
+        except docker_host.ENGINE_ERRORS as exc:
+            raise SandboxError(f"the docker engine is unreachable: {exc}") from None
+        self._image_id = image.id
+        if self._workdir is None:
+            self._workdir = tempfile.mkdtemp(prefix="rlmd-container-")
+            work = os.path.join(self._workdir, "work")
+            os.mkdir(work)
+            self._own(work)
+
+    def _build_missing(self, engine: Any) -> Any:
+        quick = self.template == "base" and (
+            images.find_image(engine, images.ROOTFS_IMAGE) is not None
+            or images.rootfs_tarball().is_file()
+        )
+        if not quick:
+            raise SandboxError(
+                f"the sandbox image {self.image} is not built; run: rlmd sandbox build "
+                f"{self.template}"
+            )
+        log.warning("building the missing sandbox image %s (a few seconds)", self.image)
+        return images.build_template(engine, self.template)
+
+    def _own(self, path: str) -> None:
+        """Give ``path`` to the container's user (we may be root; else make it writable)."""
+        uid, _, gid = self.user.partition(":")
+        try:
+            if os.geteuid() == 0 and uid.isdigit():
+                os.chown(path, int(uid), int(gid or uid))
+            else:
+                os.chmod(path, 0o777)
+        except OSError as exc:
+            log.warning("cannot hand %s to the sandbox user: %s", path, exc)
+
+    def _run_options(self) -> dict[str, Any]:
+        lim = self.limits
+        assert self._workdir is not None
+        ulimits = []
+        if lim.open_files:
+            hard = resource.getrlimit(resource.RLIMIT_NOFILE)[1]
+            n = (
+                int(lim.open_files)
+                if hard == resource.RLIM_INFINITY
+                else min(int(lim.open_files), hard)
+            )
+            ulimits.append(docker.types.Ulimit(name="nofile", soft=n, hard=n))
+        if lim.file_size_bytes:
+            n = int(lim.file_size_bytes)
+            ulimits.append(docker.types.Ulimit(name="fsize", soft=n, hard=n))
+        if lim.cpu_s:
+            n = max(1, int(lim.cpu_s))
+            ulimits.append(docker.types.Ulimit(name="cpu", soft=n, hard=n + 1))
+        host: dict[str, Any] = {
+            "init": True,  # docker-init as pid 1: forwards SIGINT, reaps zombies
+            "network_mode": "bridge" if lim.network else "none",
+            "read_only": True,
+            "tmpfs": {"/tmp": f"rw,nosuid,nodev,size={self.tmp_bytes}"},
+            "cap_drop": ["ALL"],
+            "security_opt": ["no-new-privileges"],
+            "binds": {
+                KERNEL_DIR: {"bind": CONTAINER_KERNEL, "mode": "ro"},
+                os.path.join(self._workdir, "work"): {"bind": CONTAINER_WORKDIR, "mode": "rw"},
+            },
+            "ulimits": ulimits,
+        }
+        if lim.memory_bytes:
+            host["mem_limit"] = int(lim.memory_bytes)
+            host["memswap_limit"] = int(lim.memory_bytes)  # no swap on top
+        if lim.processes:
+            host["pids_limit"] = int(lim.processes)
+        if self.cpus:
+            host["nano_cpus"] = int(self.cpus * 1e9)
+        return {
+            "stdin_open": True,
+            "tty": False,
+            "labels": {**docker_host.owner_labels(), images.LABEL_TEMPLATE: self.template},
+            "user": self.user,
+            "hostname": "rlmd-sandbox",
+            "working_dir": CONTAINER_WORKDIR,
+            "environment": {"HOME": CONTAINER_WORKDIR, "TMPDIR": "/tmp", "LANG": "C.UTF-8"},
+            "volumes": [CONTAINER_KERNEL, CONTAINER_WORKDIR],
+            "host_config": docker_host.client().api.create_host_config(**host),
+        }
+
+    def _create(self) -> tuple[str, socket.socket, dict[str, Any]]:
+        """Create the container, attach to it, start it (blocking). Attaching before the
+        start means no output can be missed."""
+        api = docker_host.client().api
+        config = api.create_container_config(
+            self.image, [self.python, "-I", f"{CONTAINER_KERNEL}/main.py"], **self._run_options()
+        )
+        # The SDK has no argument for it: the host closing the attach socket is EOF on the
+        # kernel's stdin, so an idle kernel whose host is gone exits.
+        config["StdinOnce"] = True
+        created = api.create_container_from_config(config)
+        cid = created["Id"]
+        _LIVE.add(cid)
+        try:
+            raw = api.attach_socket(cid, params={"stdin": 1, "stdout": 1, "stderr": 1, "stream": 1})
+            sock_obj = getattr(raw, "_sock", raw)
+            # A socket of our own: the SDK's response object may close its copy when
+            # garbage-collected.
+            sock = socket.socket(fileno=os.dup(sock_obj.fileno()))
+            with contextlib.suppress(OSError):
+                raw.close()
+            api.start(cid)
+            host_config = api.inspect_container(cid).get("HostConfig") or {}
+        except BaseException:
+            self._remove_sync(cid)
+            raise
+        return cid, sock, host_config
+
+    async def _spawn(self) -> _Box:
+        """A started container with a kernel that said hello."""
+        loop = asyncio.get_running_loop()
+        task = asyncio.ensure_future(asyncio.to_thread(self._create))
+        try:
+            cid, sock, host_config = await asyncio.shield(task)
+        except asyncio.CancelledError:
+            task.add_done_callback(self._discard_created)
+            raise
+        except docker_host.ENGINE_ERRORS as exc:
+            raise SandboxError(f"cannot start the sandbox container: {exc}") from None
+        self._effective = {
+            "network_mode": host_config.get("NetworkMode"),
+            "read_only": host_config.get("ReadonlyRootfs"),
+            "cap_drop": host_config.get("CapDrop"),
+            "security_opt": host_config.get("SecurityOpt"),
+            "memory_bytes": host_config.get("Memory") or None,
+            "pids_limit": host_config.get("PidsLimit"),
+            "nano_cpus": host_config.get("NanoCpus") or None,
+            "init": host_config.get("Init"),
+        }
+        assert self._handler is not None
+        conn = KernelConnection(loop, self._handler, self.max_output_chars)
+        box = _Box(cid, conn)
+        try:
+            sock.setblocking(False)
+            await loop.create_connection(lambda: conn, sock=sock)
+            hello = await asyncio.wait_for(asyncio.shield(conn.hello), self.start_timeout_s)
+        except (TimeoutError, KernelDied, OSError) as exc:
+            detail = conn.stderr_now().strip()
+            await self._remove(box)
+            what = "did not start in time" if isinstance(exc, TimeoutError) else "exited"
+            raise SandboxError(
+                f"the kernel in the container {what}" + (f":\n{detail[-4000:]}" if detail else "")
+            ) from None
+        except BaseException:
+            await self._remove(box)
+            raise
+        box.pid = hello.get("pid")
+        return box
+
+    def _discard_created(self, task: asyncio.Future[Any]) -> None:
+        if not task.cancelled() and task.exception() is None:
+            cid, sock, _ = task.result()
+            sock.close()
+            asyncio.ensure_future(asyncio.to_thread(self._remove_sync, cid))
+
+    @staticmethod
+    def _remove_sync(cid: str) -> None:
+        try:
+            docker_host.client().api.remove_container(cid, force=True)
+        except docker.errors.NotFound:
+            pass
+        except docker_host.ENGINE_ERRORS as exc:
+            log.warning("could not remove sandbox container %s: %s", cid[:12], exc)
+            return
+        _LIVE.discard(cid)
+
+    async def _remove(self, box: _Box) -> None:
+        """Drop the channel and remove the container (killing it)."""
+        box.conn.abort()
+        await asyncio.shield(asyncio.to_thread(self._remove_sync, box.id))
+
+    @staticmethod
+    def _exit_state(cid: str) -> dict[str, Any]:
+        """The container's ``State`` once it stopped (waiting up to 3 s)."""
+        api = docker_host.client().api
+        with contextlib.suppress(
+            requests.exceptions.ReadTimeout, requests.exceptions.ConnectionError
+        ):
+            api.wait(cid, timeout=3)
+        try:
+            return api.inspect_container(cid)["State"]
+        except docker_host.ENGINE_ERRORS:
+            return {}
+
+    async def _stop_cell(self, box: _Box, fut: asyncio.Future[Any]) -> bool:
+        """Stop the running cell: ``SIGINT`` first (unless it waits on a host call, where
+        the signal would end the kernel), then replace the container. Returns ``True`` if
+        the kernel survived (``fut`` then holds the cell's result)."""
+        conn = box.conn
+        if not fut.done() and not conn.calls and not conn.dead:
+            try:
+                await asyncio.to_thread(docker_host.client().api.kill, box.id, signal="SIGINT")
+            except docker_host.ENGINE_ERRORS as exc:
+                log.warning("could not interrupt container %s: %s", box.id[:12], exc)
+            with contextlib.suppress(TimeoutError, KernelDied):
+                await wait(asyncio.shield(fut), self.interrupt_grace_s)
+        if fut.done() and fut.exception() is None:
+            return True
+        box.kill_reason = "the cell did not stop when interrupted"
+        await self._remove(box)
+        return False
+
+    async def _cell_result(self, box: _Box, rid: int, msg: dict[str, Any], t0: float) -> CellResult:
+        if not msg.get("ok"):
+            raise self._error(msg)
+        res = msg["result"]
+        drain = box.conn.drain
+        assert drain is not None
+        segment = await drain.segment(rid, 5.0) if res.get("sentinel") else drain.take_now()
+        self._user_names = list(res.get("names") or [])
+        result = result_from_kernel(res, time.perf_counter() - t0, StderrDrain.text(segment))
+        if result.error and self.limits.processes and "[Errno 11]" in result.error:
+            result.error += (
+                f"\n[rlmd: the sandbox may have reached its process count limit "
+                f"({self.limits.processes} processes and threads)]\n"
+            )
+        return result
+
+    async def _death(self, box: _Box) -> tuple[str, bool]:
+        """Why ``box``'s kernel died, as ``(text, limit_exceeded)``; ``text`` is a phrase
+        ("killed by SIGKILL") or, for an exceeded limit, the limit's name and value."""
+        if box.kill_reason is not None:
+            return box.kill_reason, False
+        state = await asyncio.to_thread(self._exit_state, box.id)
+        lim = self.limits
+        if state.get("OOMKilled") and lim.memory_bytes:
+            return "memory_bytes", True
+        if lim.cpu_s and state.get("ExitCode") == 128 + signal.SIGXCPU:
+            return "cpu_s", True  # RLIMIT_CPU's soft limit (the hard one is 1 s later)
+        return _describe_state(state), False
+
+    def _limit_text(self, name: str, lost: list[str]) -> str:
+        value = getattr(self.limits, name)
+        return limit_message(name, value, restarted=True, lost=lost)
+
+    async def _died(self, box: _Box, t0: float) -> CellResult:
+        """The result of a cell whose kernel died; the kernel is restarted."""
+        if self._closed:
+            raise SandboxError("the sandbox was closed while the cell ran")
+        with contextlib.suppress(TimeoutError):
+            await asyncio.wait_for(asyncio.shield(box.conn.closed), 1.0)
+        partial = box.conn.stderr_now()
+        lost = list(self._user_names)
+        why, is_limit = await self._death(box)
+        await self._restart()
+        if is_limit:
+            error = f"{self._limit_text(why, lost)} {AFTER_RESTART}"
+        else:
+            error = (
+                f"the kernel died while running the cell ({why}); it was restarted; "
+                f"variables lost: {join_names(lost)}. {AFTER_RESTART}"
+            )
+        return CellResult(
+            stderr=partial,
+            error=error,
+            kernel_restarted=True,
+            lost_variables=lost,
+            duration_s=time.perf_counter() - t0,
+        )
+
+    async def _restart(self) -> None:
+        """Replace the container with a fresh one and bind the context, tools and history."""
+        old, self._box = self._box, None
+        if old is not None:
+            await self._remove(old)
+        if self._closed:
+            raise SandboxError("the sandbox is closed")
+        self.restarts += 1
+        self._user_names = []
+        self._box = await self._spawn()
+        try:
+            if self._context is not None:
+                request, path = await self._context_request(*self._context)
+                try:
+                    await self._op_raw(request)
+                finally:
+                    if path is not None:
+                        path.unlink(missing_ok=True)
+            if self._tool_callables or self._tool_values:
+                await self._op_raw(
+                    {
+                        "op": "define_tools",
+                        "callables": self._tool_callables,
+                        "values": self._tool_values,
+                    }
+                )
+            if self._history is not None:
+                await self._op_raw({"op": "set_var", "name": "history", "value": self._history[0]})
+        except (TimeoutError, KernelDied) as exc:
+            raise SandboxError(f"the restarted kernel failed while re-binding: {exc!r}") from None
+
+    async def _live_box(self) -> _Box:
+        """The current container, replaced first if its kernel died between operations."""
+        if self._closed:
+            raise SandboxError("the sandbox is closed")
+        stopping, self._stopping = self._stopping, None
+        if stopping is not None:
+            with contextlib.suppress(Exception):
+                await stopping
+        if self._box is None:
+            raise SandboxError("the sandbox is not started")
+        box = self._box
+        if box.conn.dead:
+            lost = list(self._user_names)
+            why, is_limit = await self._death(box)
+            log.warning("container kernel %s died between cells (%s)", box.id[:12], why)
+            await self._restart()
+            text = (
+                self._limit_text(why, lost)
+                if is_limit
+                else (
+                    f"the kernel died before this cell ({why}) and was restarted; "
+                    f"variables lost: {join_names(lost)}"
+                )
+            )
+            self._notice = (f"[rlmd: {text.rstrip('.')}]\n", lost)
+            assert self._box is not None
+            box = self._box
+        return box
+
+    async def _op(self, obj: dict[str, Any]) -> Any:
+        """One non-exec request; a timeout or a dead kernel restarts it and raises
+        :class:`SandboxError`."""
+        box = await self._live_box()
+        try:
+            return await self._op_raw(obj)
+        except (TimeoutError, KernelDied) as exc:
+            if self._closed:
+                raise SandboxError("the sandbox was closed") from None
+            lost = list(self._user_names)
+            if isinstance(exc, TimeoutError):
+                what = f"timed out after {self.op_timeout_s:g} s"
+            else:
+                why, is_limit = await self._death(box)
+                what = f"failed: {self._limit_text(why, lost) if is_limit else why}"
+            await self._restart()
+            self._notice = (
+                f"[rlmd: the kernel was restarted after {obj['op']} {what}; "
+                f"variables lost: {join_names(lost)}]\n",
+                lost,
+            )
+            raise SandboxError(f"{obj['op']} {what}; the kernel was restarted") from None
+
+    async def _op_raw(self, obj: dict[str, Any]) -> Any:
+        assert self._box is not None
+        conn = self._box.conn
+        _, fut = conn.request(obj)
+        await conn.drained()
+        msg = await wait(fut, self.op_timeout_s)
+        if not msg.get("ok"):
+            raise self._error(msg)
+        return msg.get("result")
+
+    # -- files ------------------------------------------------------------------------------
+
+    async def _context_request(
+        self, value: Any, codebase: bool
+    ) -> tuple[dict[str, Any], Path | None]:
+        """The ``bind_context`` request for ``value``: a large text or codebase goes through
+        a file in the mounted working folder (100 MB: ~0.3 s instead of ~2 s through the
+        channel), with its host path returned for removal; anything else inline."""
+        request: dict[str, Any] = {"op": "bind_context", "value": value, "codebase": codebase}
+        if isinstance(value, str):
+            fmt, size = "text", len(value)
+        elif codebase and isinstance(value, dict):
+            fmt, size = "json", sum(len(v) for v in value.values() if isinstance(v, str))
+        else:
+            return request, None
+        if size < FILE_CONTEXT_CHARS or self._workdir is None:
+            return request, None
+        name = f".rlmd-context.{fmt}"
+        path = Path(self._workdir, "work", name)
+
+        def write() -> None:
+            with open(path, "w", encoding="utf-8") as f:
+                if fmt == "text":
+                    f.write(value)
+                else:
+                    json.dump(value, f, ensure_ascii=False)
+
+        try:
+            await asyncio.to_thread(write)
+        except UnicodeEncodeError:  # lone surrogates: the channel's JSON escapes carry them
+            path.unlink(missing_ok=True)
+            return request, None
+        request = {
+            "op": "bind_context",
+            "path": f"{CONTAINER_WORKDIR}/{name}",
+            "format": fmt,
+            "codebase": codebase,
+        }
+        return request, path
+
+    def _host_path(self, path: str) -> Path:
+        """The host path of ``path`` (relative, or absolute under ``/work``) in the working
+        folder; symlinks are resolved on the host, so none can lead out.
+
+        Raises:
+            ValueError: ``path`` leads out of the working folder. SandboxError: not started.
+        """
+        if self._workdir is None:
+            raise SandboxError("the sandbox is not started")
+        root = Path(self._workdir, "work").resolve()
+        rel = path
+        if path.startswith(CONTAINER_WORKDIR + "/"):
+            rel = path[len(CONTAINER_WORKDIR) + 1 :]
+        if os.path.isabs(rel):
+            raise ValueError(f"path {path!r} is outside the sandbox's working folder")
+        target = (root / rel).resolve()
+        if target == root or root not in target.parents:
+            raise ValueError(f"path {path!r} is outside the sandbox's working folder")
+        return target
+
+    def _write_file(self, target: Path, data: bytes) -> None:
+        root = Path(self._workdir or "", "work").resolve()
+        target.parent.mkdir(parents=True, exist_ok=True)
+        target.write_bytes(data)
+        for part in [target, *target.parents]:
+            if part == root:
+                break
+            self._own(str(part))
+
+    @staticmethod
+    def _error(msg: dict[str, Any]) -> Exception:
+        etype = str(msg.get("etype") or "")
+        text = str(msg.get("error") or "")
+        cls = _MAPPED_ERRORS.get(etype)
+        if cls is not None:
+            return cls(text)
+        return SandboxError(f"kernel error: {etype}: {text}")
