@@ -36,14 +36,26 @@ def _size(n: int | None) -> str:
 
 def run(args: argparse.Namespace) -> int:
     """Run ``rlmd sandbox ...``; returns the exit code."""
+    folder = getattr(args, "dir", None)
+    saved = os.environ.get("RLMD_SANDBOXES_DIR")
+    if folder:
+        os.environ["RLMD_SANDBOXES_DIR"] = os.path.abspath(folder)
+    try:
+        return _run(args)
+    finally:
+        if folder and saved is None:
+            os.environ.pop("RLMD_SANDBOXES_DIR", None)
+        elif folder:
+            os.environ["RLMD_SANDBOXES_DIR"] = saved
+
+
+def _run(args: argparse.Namespace) -> int:
     from rich.console import Console
     from rich.table import Table
 
     from rlmd.sandbox import SandboxError, docker_host, images
 
     err = Console(stderr=True, highlight=False, soft_wrap=True)
-    if getattr(args, "dir", None):
-        os.environ["RLMD_SANDBOXES_DIR"] = os.path.abspath(args.dir)
     cmd = args.sandbox_command
     reason = docker_host.engine_unavailable_reason()
     if cmd == "ls":
