@@ -1,0 +1,224 @@
+"""E2B cloud VMs (``pip install 'rlmd[e2b]'``, an ``E2B_API_KEY`` in the environment).
+
+One Firecracker microVM per sandbox (``e2b.AsyncSandbox``). The kernel runs as a background
+command with stdin enabled: frames go in with ``commands.send_stdin`` and come back through
+the ``on_stdout`` callback of the same authenticated envd stream. See
+``docs/sandboxes-cloud.md``.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import inspect
+import os
+import shlex
+from typing import Any
+
+from rlmd.sandbox.base import SandboxError
+from rlmd.sandbox.cloud.provider import ExitSink, Provider, RemoteProcess, TextSink
+from rlmd.sandbox.cloud.remote import RemoteSandbox
+from rlmd.sandbox.limits import Limits
+
+API_KEY_ENV = "E2B_API_KEY"
+
+
+def _load_sdk() -> Any:
+    try:
+        from e2b import AsyncSandbox
+    except ImportError as exc:
+        raise SandboxError(
+            f"the e2b SDK is not installed ({exc}); install the extra: pip install 'rlmd[e2b]'"
+        ) from exc
+    return AsyncSandbox
+
+
+def _debug_mode() -> bool:
+    return os.environ.get("E2B_DEBUG", "").lower() in ("1", "true", "yes")
+
+
+def _is_not_found(exc: BaseException) -> bool:
+    # e2b.exceptions.NotFoundException (or a fake's), matched by name so a test double needs
+    # no import of the SDK.
+    return any(cls.__name__ == "NotFoundException" for cls in type(exc).__mro__)
+
+
+class _E2BProcess(RemoteProcess):
+    def __init__(self, vm: Any, handle: Any):
+        self._vm = vm
+        self._handle = handle
+
+    async def write(self, data: bytes) -> None:
+        await self._vm.commands.send_stdin(self._handle.pid, data)
+
+    async def kill(self) -> None:
+        with contextlib.suppress(Exception):
+            await self._vm.commands.kill(self._handle.pid)
+
+
+class E2BProvider(Provider):
+    """One E2B sandbox.
+
+    Args:
+        template: E2B template name or id (default: E2B's base template, which has
+            ``python3``); build one with your libraries for faster starts.
+        vm_timeout_s: how long E2B keeps the VM alive, seconds (E2B kills it after that;
+            Hobby plans cap it at 1 h, Pro at 24 h). The sandbox makes a new VM on the next
+            cell if the old one is gone, with the variables lost.
+        root: folder in the VM for rlmd's files.
+        python: interpreter in the VM.
+        sdk: the ``AsyncSandbox`` class to use (tests pass a fake); default ``e2b.AsyncSandbox``.
+    """
+
+    kind = "e2b"
+
+    def __init__(
+        self,
+        *,
+        template: str | None = None,
+        vm_timeout_s: int = 3600,
+        root: str = "/home/user/.rlmd",
+        python: str = "python3",
+        sdk: Any = None,
+    ):
+        self.template = template
+        self.vm_timeout_s = int(vm_timeout_s)
+        self.root = root
+        self.python = python
+        self._sdk = sdk
+        self._vm: Any = None
+        self._tasks: set[asyncio.Task[None]] = set()
+
+    @property
+    def sandbox_id(self) -> str | None:
+        return getattr(self._vm, "sandbox_id", None)
+
+    async def create(self, limits: Limits) -> dict[str, Any]:
+        if not os.environ.get(API_KEY_ENV) and not _debug_mode():
+            raise SandboxError(
+                f"e2b: no {API_KEY_ENV} set; create a key in the E2B dashboard and export it"
+            )
+        sdk = self._sdk or _load_sdk()
+        kwargs: dict[str, Any] = {
+            "template": self.template,
+            "timeout": self.vm_timeout_s,
+            "metadata": {"created_by": "rlmd"},
+        }
+        network = "internet"
+        # allow_internet_access arrived in e2b 1.x; older SDKs would reject the keyword.
+        if "allow_internet_access" in inspect.signature(sdk.create).parameters:
+            kwargs["allow_internet_access"] = limits.network
+            network = "internet" if limits.network else "none"
+        self._vm = await sdk.create(**kwargs)
+        return {
+            "network": network,
+            "template": self.template or "base",
+            "vm_timeout_s": self.vm_timeout_s,
+            "memory_cpu": "set by the template",
+        }
+
+    def _need_vm(self) -> Any:
+        if self._vm is None:
+            raise SandboxError("e2b: the VM is not running")
+        return self._vm
+
+    async def write_file(self, path: str, data: bytes) -> None:
+        await self._need_vm().files.write(path, data)
+
+    async def read_file(self, path: str) -> bytes:
+        try:
+            data = await self._need_vm().files.read(path, format="bytes")
+        except Exception as exc:
+            if _is_not_found(exc):
+                raise FileNotFoundError(path) from None
+            raise
+        return bytes(data)
+
+    async def spawn(
+        self,
+        argv: list[str],
+        *,
+        cwd: str,
+        env: dict[str, str],
+        on_stdout: TextSink,
+        on_stderr: TextSink,
+        on_exit: ExitSink,
+    ) -> RemoteProcess:
+        vm = self._need_vm()
+        handle = await vm.commands.run(
+            shlex.join(argv),
+            background=True,
+            stdin=True,
+            cwd=cwd,
+            envs=env,
+            on_stdout=on_stdout,
+            on_stderr=on_stderr,
+            timeout=0,  # the kernel lives as long as the VM: no limit on the stream
+        )
+        task = asyncio.get_running_loop().create_task(self._watch(handle, on_exit))
+        self._tasks.add(task)
+        task.add_done_callback(self._tasks.discard)
+        return _E2BProcess(vm, handle)
+
+    @staticmethod
+    async def _watch(handle: Any, on_exit: ExitSink) -> None:
+        code: int | None = None
+        try:
+            result = await handle.wait()
+            code = getattr(result, "exit_code", None)
+        except asyncio.CancelledError:
+            raise
+        except Exception as exc:  # noqa: BLE001 - CommandExitException carries the code
+            code = getattr(exc, "exit_code", None)
+        on_exit(code)
+
+    async def run(self, argv: list[str], *, timeout_s: float = 30.0) -> int:
+        try:
+            result = await self._need_vm().commands.run(shlex.join(argv), timeout=timeout_s)
+        except Exception as exc:
+            code = getattr(exc, "exit_code", None)
+            if code is None:
+                raise
+            return int(code)
+        return int(result.exit_code)
+
+    async def destroy(self) -> None:
+        vm, self._vm = self._vm, None
+        for task in list(self._tasks):
+            task.cancel()
+        if vm is not None:
+            with contextlib.suppress(Exception):
+                await vm.kill()
+
+
+class E2BSandbox(RemoteSandbox):
+    """The kernel in an E2B microVM. Takes :class:`E2BProvider`'s arguments (``template``,
+    ``vm_timeout_s``, ``root``, ``python``, ``sdk``) and :class:`RemoteSandbox`'s."""
+
+    kind = "e2b"
+
+    def __init__(
+        self,
+        *,
+        template: str | None = None,
+        vm_timeout_s: int = 3600,
+        root: str = "/home/user/.rlmd",
+        python: str = "python3",
+        sdk: Any = None,
+        **options: Any,
+    ):
+        provider = E2BProvider(
+            template=template, vm_timeout_s=vm_timeout_s, root=root, python=python, sdk=sdk
+        )
+        super().__init__(provider, **options)
+
+    @staticmethod
+    def unavailable_reason() -> str | None:
+        """Why no E2B sandbox can start here (the SDK or the key is missing), or ``None``."""
+        try:
+            _load_sdk()
+        except SandboxError as exc:
+            return str(exc)
+        if not os.environ.get(API_KEY_ENV) and not _debug_mode():
+            return f"no {API_KEY_ENV} set"
+        return None

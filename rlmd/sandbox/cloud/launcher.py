@@ -1,0 +1,60 @@
+"""Starts the kernel inside a cloud VM with its limits set from outside model code.
+
+``python3 -I launcher.py CONFIG_JSON MAIN_PY [kernel args...]`` with ``CONFIG_JSON`` =
+``{"dirs": [paths], "cwd": path, "rlimits": {"RLIMIT_AS": bytes, ...}, "report": path}``:
+creates ``dirs`` and enters ``cwd`` (saving the host a round trip to the VM); makes the
+process a session (and process group) leader, so the host can kill the kernel and everything
+it forks with one signal to the group; lowers the rlimits; writes ``{"applied": [names],
+"failed": {name: reason}}`` to ``report``; then replaces itself with the kernel (same pid).
+Standard library only: this file runs in the VM.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import resource
+import sys
+
+
+def apply_limits(limits: dict[str, int]) -> dict[str, object]:
+    """Set each ``RLIMIT_*`` in ``limits`` (soft = hard = value, never above the current hard
+    limit). Returns ``{"applied": [names], "failed": {name: reason}}``."""
+    applied: list[str] = []
+    failed: dict[str, str] = {}
+    for name, value in sorted(limits.items()):
+        which = getattr(resource, name, None)
+        if which is None:
+            failed[name] = "unknown on this system"
+            continue
+        _, hard = resource.getrlimit(which)
+        value = int(value)
+        if hard != resource.RLIM_INFINITY:
+            value = min(value, hard)
+        try:
+            resource.setrlimit(which, (value, value))
+            applied.append(name)
+        except (ValueError, OSError) as exc:
+            failed[name] = str(exc)
+    return {"applied": applied, "failed": failed}
+
+
+def main() -> None:
+    config, main_py = json.loads(sys.argv[1]), sys.argv[2]
+    for folder in config.get("dirs", []):
+        os.makedirs(folder, exist_ok=True)
+    if config.get("cwd"):
+        os.chdir(config["cwd"])
+    try:
+        os.setsid()
+    except OSError:
+        pass  # already a group leader
+    result = apply_limits(config.get("rlimits", {}))
+    if config.get("report"):
+        with open(config["report"], "w", encoding="utf-8") as f:
+            json.dump(result, f)
+    os.execv(sys.executable, [sys.executable, "-I", main_py, *sys.argv[3:]])
+
+
+if __name__ == "__main__":
+    main()
