@@ -10,6 +10,7 @@ import pytest
 
 from rlmd.sandbox import BACKENDS, create_sandbox, unavailable_reason
 from rlmd.sandbox.base import CallError, CellResult, Sandbox, SandboxError
+from tests.fakes.cloud import FAKE_BACKENDS
 
 
 class FakeHost:
@@ -56,13 +57,15 @@ def available_backends() -> list[str]:
     return [name for name in BACKENDS if unavailable_reason(name) is None]
 
 
-@pytest.fixture(params=BACKENDS)
-async def sandbox(request) -> Sandbox:
-    reason = unavailable_reason(request.param)
-    if reason is not None:
-        pytest.skip(f"{request.param} cannot start here: {reason}")
+@pytest.fixture(params=[*BACKENDS, *FAKE_BACKENDS])
+async def sandbox(request, tmp_path, monkeypatch) -> Sandbox:
     host = FakeHost()
-    sb = create_sandbox(request.param, timeout_s=30)
+    if request.param in FAKE_BACKENDS:  # cloud backends on local fakes of their SDKs
+        sb = FAKE_BACKENDS[request.param](tmp_path, monkeypatch, timeout_s=30)
+    elif (reason := unavailable_reason(request.param)) is not None:
+        pytest.skip(f"{request.param} cannot start here: {reason}")
+    else:
+        sb = create_sandbox(request.param, timeout_s=30)
     await sb.start(host)
     sb.host = host  # type: ignore[attr-defined]
     yield sb
