@@ -147,6 +147,13 @@ async def test_fork_bomb_hits_the_pids_limit(make):
     assert r.stdout == "alive\n"
 
 
+async def test_file_size_limit_is_named(make):
+    sb = await make(limits=Limits(file_size_bytes=4 * MiB))
+    r = await sb.execute("open('big', 'wb').write(b'0' * (8 * 1024 * 1024))")
+    assert "File too large" in r.error and "file size limit 4 MiB exceeded" in r.error
+    assert not r.kernel_restarted
+
+
 async def test_timeout_interrupts_and_keeps_variables(make):
     sb = await make()
     await ok(sb, "kept = 'yes'")
@@ -356,3 +363,21 @@ async def test_engine_run_records_the_container_isolation(engine, tmp_path):
     cells = [n for n in store.nodes(result.run_id) if n["kind"] == "cell"]
     data = cells[0]["data"] if isinstance(cells[0]["data"], dict) else json.loads(cells[0]["data"])
     assert data["stdout"] == "1000 pong\n"
+
+
+def test_run_template_flag_picks_the_container_backend(monkeypatch, capsys):
+    """``rlmd run --template NAME`` runs in the container backend with that template."""
+    import rlmd.runner
+    from rlmd.cli import main
+    from rlmd.engine import RunResult
+
+    seen = {}
+
+    async def fake_run_question(question, context, config, **kw):
+        seen["config"] = config
+        return RunResult("r1", "completed", "ok", "final", {}, 1, 0)
+
+    monkeypatch.setattr(rlmd.runner, "run_question", fake_run_question)
+    assert main(["run", "q", "--template", "data", "--json", "-q"]) == 0
+    assert seen["config"].sandbox == "container"
+    assert seen["config"].sandbox_options["template"] == "data"

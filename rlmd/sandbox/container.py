@@ -77,6 +77,13 @@ _MAPPED_ERRORS: dict[str, type[Exception]] = {
     "TypeError": TypeError,
 }
 
+_ERRNO_LIMITS = (
+    ("[Errno 27] File too large", "file_size_bytes"),
+    ("[Errno 24] Too many open files", "open_files"),
+    ("[Errno 11] Resource temporarily unavailable", "processes"),
+)
+"""Errors a cell sees when it reaches a limit enforced as an rlimit or a cgroup count."""
+
 _LIVE: set[str] = set()
 """Ids of containers this process started and has not removed (removed at exit)."""
 
@@ -480,6 +487,8 @@ class ContainerSandbox(RebindState, Sandbox):
                 os.path.join(self._workdir, "work"): {"bind": CONTAINER_WORKDIR, "mode": "rw"},
             },
             "ulimits": ulimits,
+            # The channel rides on stdout: no log driver may keep a copy of it on disk.
+            "log_config": docker.types.LogConfig(type=docker.types.LogConfig.types.NONE),
         }
         if lim.memory_bytes:
             host["mem_limit"] = int(lim.memory_bytes)
@@ -548,6 +557,7 @@ class ContainerSandbox(RebindState, Sandbox):
             "pids_limit": host_config.get("PidsLimit"),
             "nano_cpus": host_config.get("NanoCpus") or None,
             "init": host_config.get("Init"),
+            "log_driver": (host_config.get("LogConfig") or {}).get("Type"),
         }
         assert self._handler is not None
         conn = KernelConnection(loop, self._handler, self.max_output_chars)
@@ -631,12 +641,17 @@ class ContainerSandbox(RebindState, Sandbox):
         segment = await drain.segment(rid, 5.0) if res.get("sentinel") else drain.take_now()
         self._user_names = list(res.get("names") or [])
         result = result_from_kernel(res, time.perf_counter() - t0, StderrDrain.text(segment))
-        if result.error and self.limits.processes and "[Errno 11]" in result.error:
-            result.error += (
-                f"\n[rlmd: the sandbox may have reached its process count limit "
-                f"({self.limits.processes} processes and threads)]\n"
-            )
+        if result.error:
+            result.error += self._limit_hint(result.error)
         return result
+
+    def _limit_hint(self, error: str) -> str:
+        """A note naming the limit an ``OSError`` in ``error`` most likely hit, else ``""``."""
+        for errno_text, name in _ERRNO_LIMITS:
+            value = getattr(self.limits, name)
+            if value and errno_text in error:
+                return f"\n[rlmd: probably the sandbox's {limit_message(name, value, restarted=False)}]\n"
+        return ""
 
     async def _death(self, box: _Box) -> tuple[str, bool]:
         """Why ``box``'s kernel died, as ``(text, limit_exceeded)``; ``text`` is a phrase
