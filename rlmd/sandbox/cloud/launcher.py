@@ -19,7 +19,9 @@ import sys
 
 def apply_limits(limits: dict[str, int]) -> dict[str, object]:
     """Set each ``RLIMIT_*`` in ``limits`` (soft = hard = value, never above the current hard
-    limit). Returns ``{"applied": [names], "failed": {name: reason}}``."""
+    limit; for ``RLIMIT_CPU`` the hard limit is one second later, so the kernel first gets
+    ``SIGXCPU``, which the host can name, before ``SIGKILL``). Returns ``{"applied": [names],
+    "failed": {name: reason}}``."""
     applied: list[str] = []
     failed: dict[str, str] = {}
     for name, value in sorted(limits.items()):
@@ -29,10 +31,11 @@ def apply_limits(limits: dict[str, int]) -> dict[str, object]:
             continue
         _, hard = resource.getrlimit(which)
         value = int(value)
+        top = value + 1 if name == "RLIMIT_CPU" else value
         if hard != resource.RLIM_INFINITY:
-            value = min(value, hard)
+            value, top = min(value, hard), min(top, hard)
         try:
-            resource.setrlimit(which, (value, value))
+            resource.setrlimit(which, (value, top))
             applied.append(name)
         except (ValueError, OSError) as exc:
             failed[name] = str(exc)
