@@ -381,3 +381,34 @@ def test_run_template_flag_picks_the_container_backend(monkeypatch, capsys):
     assert main(["run", "q", "--template", "data", "--json", "-q"]) == 0
     assert seen["config"].sandbox == "container"
     assert seen["config"].sandbox_options["template"] == "data"
+
+
+async def test_containers_of_a_killed_process_are_reaped(engine, tmp_path):
+    """A process that dies by SIGKILL leaves its container behind; the next start (here:
+    ``reap_orphans``) removes it."""
+    from rlmd.sandbox import docker_host
+
+    script = tmp_path / "owner.py"
+    script.write_text(
+        "import asyncio, sys, time\n"
+        "from rlmd.sandbox import create_sandbox\n"
+        "async def host(fn, args):\n    return None\n"
+        "async def main():\n"
+        "    sb = create_sandbox('container')\n"
+        "    await sb.start(host)\n"
+        "    print(sb.container_id, flush=True)\n"
+        "    time.sleep(120)\n"
+        "asyncio.run(main())\n"
+    )
+    proc = subprocess.Popen(
+        [sys.executable, str(script)], stdout=subprocess.PIPE, text=True, cwd=str(ROOT)
+    )
+    try:
+        cid = proc.stdout.readline().strip()
+        assert cid, "the owner process did not start its sandbox"
+    finally:
+        proc.kill()
+        proc.wait()
+    assert cid in {c.id for c in engine.containers.list(all=True)}  # left behind
+    assert cid[:12] in docker_host.reap_orphans()
+    assert cid not in {c.id for c in engine.containers.list(all=True)}
