@@ -412,3 +412,27 @@ async def test_containers_of_a_killed_process_are_reaped(engine, tmp_path):
     assert cid in {c.id for c in engine.containers.list(all=True)}  # left behind
     assert cid[:12] in docker_host.reap_orphans()
     assert cid not in {c.id for c in engine.containers.list(all=True)}
+
+
+async def test_spare_container_is_taken_by_the_next_start(make, engine):
+    import asyncio
+
+    from rlmd.sandbox import _launch
+    from rlmd.sandbox.container import close_spare_containers
+
+    limits = Limits(memory_bytes=300 * MiB)  # a spec of this test's own
+    first = await make(limits=limits)
+    second = await make(limits=limits)  # the second start of a spec makes a spare
+    for _ in range(100):
+        spare = next((c for s, c in _launch.SPARES._ready.items() if s.limits == limits), None)
+        if spare is not None:
+            break
+        await asyncio.sleep(0.1)
+    assert spare is not None
+    third = await make(limits=limits)
+    assert third.container_id == spare.cid
+    r = await ok(third, "print('from the spare')")
+    assert r.stdout == "from the spare\n"
+    assert len({first.container_id, second.container_id, third.container_id}) == 3
+    await asyncio.to_thread(close_spare_containers)
+    assert not _launch.SPARES._ready

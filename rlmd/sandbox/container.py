@@ -25,27 +25,23 @@ A missing ``base`` image is built on first use when its root filesystem is alrea
 (about 5 s); any other missing image raises :class:`SandboxError` naming the command
 (``rlmd sandbox build NAME``). Containers are labelled with their owning process and orphans
 are removed when a process starts its first container (:mod:`rlmd.sandbox.docker_host`).
+From a process's second sandbox on, one spare container is kept started ahead, so a start
+takes milliseconds (:mod:`rlmd.sandbox._launch`; ``spare_container=False`` opts out).
 """
 
 from __future__ import annotations
 
 import asyncio
-import atexit
 import contextlib
 import json
 import logging
 import os
-import resource
 import shutil
 import signal
-import socket
-import tempfile
 import time
 from pathlib import Path
 from typing import Any
 
-import docker.errors
-import docker.types
 import requests.exceptions
 
 from rlmd.kernel import protocol
@@ -59,14 +55,23 @@ from rlmd.sandbox._common import (
     wait,
     with_notice,
 )
+from rlmd.sandbox._launch import (
+    CONTAINER_WORKDIR,
+    SPARES,
+    Created,
+    LaunchSpec,
+    close_spare_containers,
+    discard,
+    own,
+    remove_container,
+)
 from rlmd.sandbox.base import CallHandler, CellResult, Sandbox, SandboxError, VarInfo
 from rlmd.sandbox.limits import Limits, MiB, limit_message
 
 log = logging.getLogger(__name__)
 
-KERNEL_DIR = os.path.dirname(os.path.abspath(protocol.__file__))
-CONTAINER_KERNEL = "/opt/rlmd/kernel"
-CONTAINER_WORKDIR = "/work"
+__all__ = ["ContainerSandbox", "close_spare_containers"]
+
 DEFAULT_USER = "1000:1000"
 FILE_CONTEXT_CHARS = 1 << 20
 """Contexts at least this large (characters) are passed through a file, not the channel."""
@@ -83,22 +88,6 @@ _ERRNO_LIMITS = (
     ("[Errno 11] Resource temporarily unavailable", "processes"),
 )
 """Errors a cell sees when it reaches a limit enforced as an rlimit or a cgroup count."""
-
-_LIVE: set[str] = set()
-"""Ids of containers this process started and has not removed (removed at exit)."""
-
-
-def _remove_live_at_exit() -> None:
-    if not _LIVE:
-        return
-    with contextlib.suppress(*docker_host.ENGINE_ERRORS):
-        api = docker_host.client().api
-        for cid in list(_LIVE):
-            with contextlib.suppress(*docker_host.ENGINE_ERRORS):
-                api.remove_container(cid, force=True)
-
-
-atexit.register(_remove_live_at_exit)
 
 
 class _Box:
@@ -140,6 +129,8 @@ class ContainerSandbox(RebindState, Sandbox):
             ``SIGINT`` before the container is replaced.
         user: ``uid:gid`` the kernel runs as.
         python: the interpreter inside the image.
+        spare_container: take the spare container kept ready for sandboxes like this one
+            and keep one for the next (see :mod:`rlmd.sandbox._launch`).
 
     Raises (from :meth:`start`): :class:`SandboxError` when the engine is unreachable, the
     image is missing and cannot be built quickly, or the kernel does not start.
@@ -161,6 +152,7 @@ class ContainerSandbox(RebindState, Sandbox):
         interrupt_grace_s: float = 2.0,
         user: str = DEFAULT_USER,
         python: str = "python3",
+        spare_container: bool = True,
     ):
         self.template = template
         self.image = images.image_name(template)
@@ -181,6 +173,8 @@ class ContainerSandbox(RebindState, Sandbox):
         self._lock = asyncio.Lock()
         self._closed = False
         self._workdir: str | None = None
+        self._spec: LaunchSpec | None = None
+        self.spare_container = spare_container
         self._image_id: str | None = None
         self._effective: dict[str, Any] = {}
         self._running: tuple[_Box, asyncio.Future[dict[str, Any]]] | None = None
@@ -258,7 +252,7 @@ class ContainerSandbox(RebindState, Sandbox):
             return
         self._handler = handler
         try:
-            await asyncio.to_thread(self._prepare)
+            self._spec = await asyncio.to_thread(self._prepare)
             self._box = await self._spawn()
         except BaseException:
             await self.close()
@@ -416,8 +410,8 @@ class ContainerSandbox(RebindState, Sandbox):
 
     # -- containers -------------------------------------------------------------------------
 
-    def _prepare(self) -> None:
-        """Reap orphans, make sure the image exists, make the working folder (blocking)."""
+    def _prepare(self) -> LaunchSpec:
+        """Reap orphans and make sure the image exists (blocking); the launch spec."""
         try:
             docker_host.reap_orphans_once()
             engine = docker_host.client()
@@ -427,11 +421,16 @@ class ContainerSandbox(RebindState, Sandbox):
         except docker_host.ENGINE_ERRORS as exc:
             raise SandboxError(f"the docker engine is unreachable: {exc}") from None
         self._image_id = image.id
-        if self._workdir is None:
-            self._workdir = tempfile.mkdtemp(prefix="rlmd-container-")
-            work = os.path.join(self._workdir, "work")
-            os.mkdir(work)
-            self._own(work)
+        return LaunchSpec(
+            image=self.image,
+            image_id=image.id,
+            template=self.template,
+            user=self.user,
+            python=self.python,
+            limits=self.limits,
+            cpus=self.cpus,
+            tmp_bytes=self.tmp_bytes,
+        )
 
     def _build_missing(self, engine: Any) -> Any:
         quick = self.template == "base" and (
@@ -446,108 +445,29 @@ class ContainerSandbox(RebindState, Sandbox):
         log.warning("building the missing sandbox image %s (a few seconds)", self.image)
         return images.build_template(engine, self.template)
 
-    def _own(self, path: str) -> None:
-        """Give ``path`` to the container's user (we may be root; else make it writable)."""
-        uid, _, gid = self.user.partition(":")
-        try:
-            if os.geteuid() == 0 and uid.isdigit():
-                os.chown(path, int(uid), int(gid or uid))
-            else:
-                os.chmod(path, 0o777)
-        except OSError as exc:
-            log.warning("cannot hand %s to the sandbox user: %s", path, exc)
-
-    def _run_options(self) -> dict[str, Any]:
-        lim = self.limits
-        assert self._workdir is not None
-        ulimits = []
-        if lim.open_files:
-            hard = resource.getrlimit(resource.RLIMIT_NOFILE)[1]
-            n = (
-                int(lim.open_files)
-                if hard == resource.RLIM_INFINITY
-                else min(int(lim.open_files), hard)
-            )
-            ulimits.append(docker.types.Ulimit(name="nofile", soft=n, hard=n))
-        if lim.file_size_bytes:
-            n = int(lim.file_size_bytes)
-            ulimits.append(docker.types.Ulimit(name="fsize", soft=n, hard=n))
-        if lim.cpu_s:
-            n = max(1, int(lim.cpu_s))
-            ulimits.append(docker.types.Ulimit(name="cpu", soft=n, hard=n + 1))
-        host: dict[str, Any] = {
-            "init": True,  # docker-init as pid 1: forwards SIGINT, reaps zombies
-            "network_mode": "bridge" if lim.network else "none",
-            "read_only": True,
-            "tmpfs": {"/tmp": f"rw,nosuid,nodev,size={self.tmp_bytes}"},
-            "cap_drop": ["ALL"],
-            "security_opt": ["no-new-privileges"],
-            "binds": {
-                KERNEL_DIR: {"bind": CONTAINER_KERNEL, "mode": "ro"},
-                os.path.join(self._workdir, "work"): {"bind": CONTAINER_WORKDIR, "mode": "rw"},
-            },
-            "ulimits": ulimits,
-            # The channel rides on stdout: no log driver may keep a copy of it on disk.
-            "log_config": docker.types.LogConfig(type=docker.types.LogConfig.types.NONE),
-        }
-        if lim.memory_bytes:
-            host["mem_limit"] = int(lim.memory_bytes)
-            host["memswap_limit"] = int(lim.memory_bytes)  # no swap on top
-        if lim.processes:
-            host["pids_limit"] = int(lim.processes)
-        if self.cpus:
-            host["nano_cpus"] = int(self.cpus * 1e9)
-        return {
-            "stdin_open": True,
-            "tty": False,
-            "labels": {**docker_host.owner_labels(), images.LABEL_TEMPLATE: self.template},
-            "user": self.user,
-            "hostname": "rlmd-sandbox",
-            "working_dir": CONTAINER_WORKDIR,
-            "environment": {"HOME": CONTAINER_WORKDIR, "TMPDIR": "/tmp", "LANG": "C.UTF-8"},
-            "volumes": [CONTAINER_KERNEL, CONTAINER_WORKDIR],
-            "host_config": docker_host.client().api.create_host_config(**host),
-        }
-
-    def _create(self) -> tuple[str, socket.socket, dict[str, Any]]:
-        """Create the container, attach to it, start it (blocking). Attaching before the
-        start means no output can be missed."""
-        api = docker_host.client().api
-        config = api.create_container_config(
-            self.image, [self.python, "-I", f"{CONTAINER_KERNEL}/main.py"], **self._run_options()
-        )
-        # The SDK has no argument for it: the host closing the attach socket is EOF on the
-        # kernel's stdin, so an idle kernel whose host is gone exits.
-        config["StdinOnce"] = True
-        created = api.create_container_from_config(config)
-        cid = created["Id"]
-        _LIVE.add(cid)
-        try:
-            raw = api.attach_socket(cid, params={"stdin": 1, "stdout": 1, "stderr": 1, "stream": 1})
-            sock_obj = getattr(raw, "_sock", raw)
-            # A socket of our own: the SDK's response object may close its copy when
-            # garbage-collected.
-            sock = socket.socket(fileno=os.dup(sock_obj.fileno()))
-            with contextlib.suppress(OSError):
-                raw.close()
-            api.start(cid)
-            host_config = api.inspect_container(cid).get("HostConfig") or {}
-        except BaseException:
-            self._remove_sync(cid)
-            raise
-        return cid, sock, host_config
+    def _create(self) -> Created:
+        """A spare container if one is ready (first start only), else a new one on this
+        sandbox's working folder (blocking)."""
+        assert self._spec is not None
+        if self._workdir is None and self.spare_container:
+            spare = SPARES.take(self._spec)
+            if spare is not None:
+                return spare
+        return self._spec.create(self._workdir)
 
     async def _spawn(self) -> _Box:
         """A started container with a kernel that said hello."""
         loop = asyncio.get_running_loop()
         task = asyncio.ensure_future(asyncio.to_thread(self._create))
         try:
-            cid, sock, host_config = await asyncio.shield(task)
+            created = await asyncio.shield(task)
         except asyncio.CancelledError:
             task.add_done_callback(self._discard_created)
             raise
         except docker_host.ENGINE_ERRORS as exc:
             raise SandboxError(f"cannot start the sandbox container: {exc}") from None
+        self._workdir = created.workdir
+        host_config = created.host_config
         self._effective = {
             "network_mode": host_config.get("NetworkMode"),
             "read_only": host_config.get("ReadonlyRootfs"),
@@ -561,10 +481,10 @@ class ContainerSandbox(RebindState, Sandbox):
         }
         assert self._handler is not None
         conn = KernelConnection(loop, self._handler, self.max_output_chars)
-        box = _Box(cid, conn)
+        box = _Box(created.cid, conn)
         try:
-            sock.setblocking(False)
-            await loop.create_connection(lambda: conn, sock=sock)
+            created.sock.setblocking(False)
+            await loop.create_connection(lambda: conn, sock=created.sock)
             hello = await asyncio.wait_for(asyncio.shield(conn.hello), self.start_timeout_s)
         except (TimeoutError, KernelDied, OSError) as exc:
             detail = conn.stderr_now().strip()
@@ -581,25 +501,14 @@ class ContainerSandbox(RebindState, Sandbox):
 
     def _discard_created(self, task: asyncio.Future[Any]) -> None:
         if not task.cancelled() and task.exception() is None:
-            cid, sock, _ = task.result()
-            sock.close()
-            asyncio.ensure_future(asyncio.to_thread(self._remove_sync, cid))
-
-    @staticmethod
-    def _remove_sync(cid: str) -> None:
-        try:
-            docker_host.client().api.remove_container(cid, force=True)
-        except docker.errors.NotFound:
-            pass
-        except docker_host.ENGINE_ERRORS as exc:
-            log.warning("could not remove sandbox container %s: %s", cid[:12], exc)
-            return
-        _LIVE.discard(cid)
+            created = task.result()
+            keep = created.workdir == self._workdir
+            asyncio.ensure_future(asyncio.to_thread(discard, created, keep_workdir=keep))
 
     async def _remove(self, box: _Box) -> None:
         """Drop the channel and remove the container (killing it)."""
         box.conn.abort()
-        await asyncio.shield(asyncio.to_thread(self._remove_sync, box.id))
+        await asyncio.shield(asyncio.to_thread(remove_container, box.id))
 
     @staticmethod
     def _exit_state(cid: str) -> dict[str, Any]:
@@ -855,7 +764,7 @@ class ContainerSandbox(RebindState, Sandbox):
         for part in [target, *target.parents]:
             if part == root:
                 break
-            self._own(str(part))
+            own(str(part), self.user)
 
     @staticmethod
     def _error(msg: dict[str, Any]) -> Exception:
