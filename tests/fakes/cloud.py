@@ -68,9 +68,11 @@ class LocalProcess:
         *,
         cwd: str | None,
         env: dict[str, str] | None,
-        on_stdout: Callable[[str], Any] | None,
-        on_stderr: Callable[[str], Any] | None,
+        on_stdout: Callable[[Any], Any] | None,
+        on_stderr: Callable[[Any], Any] | None,
+        text: bool = True,
     ) -> LocalProcess:
+        """Start ``argv``; the sinks get text chunks (``text``) or raw bytes."""
         proc = await asyncio.create_subprocess_exec(
             *argv,
             stdin=asyncio.subprocess.PIPE,
@@ -83,18 +85,18 @@ class LocalProcess:
         self = cls(proc)
         loop = asyncio.get_running_loop()
         self._pumps = [
-            loop.create_task(self._pump(proc.stdout, on_stdout)),
-            loop.create_task(self._pump(proc.stderr, on_stderr)),
+            loop.create_task(self._pump(proc.stdout, on_stdout, text)),
+            loop.create_task(self._pump(proc.stderr, on_stderr, text)),
         ]
         return self
 
     @staticmethod
-    async def _pump(stream: Any, sink: Callable[[str], Any] | None) -> None:
+    async def _pump(stream: Any, sink: Callable[[Any], Any] | None, text: bool) -> None:
         decoder = codecs.getincrementaldecoder("utf-8")("replace")
         while chunk := await stream.read(1 << 16):
-            text = decoder.decode(chunk)
-            if text and sink is not None:
-                sink(text)
+            out = decoder.decode(chunk) if text else chunk
+            if out and sink is not None:
+                sink(out)
 
     async def write(self, data: bytes | str) -> None:
         assert self.proc.stdin is not None
@@ -107,8 +109,15 @@ class LocalProcess:
             self.proc.stdin.close()
 
     async def wait(self) -> int:
+        """The exit code once the process has ended and its output is delivered."""
         await asyncio.gather(*self._pumps, return_exceptions=True)
         return await self.proc.wait()
+
+    async def go_exit_code(self) -> int:
+        """The exit code as envd (Go's ``ProcessState.ExitCode``) reports it: -1 when a
+        signal ended the process."""
+        code = await self.wait()
+        return -1 if code < 0 else code
 
     def kill(self) -> None:
         with contextlib.suppress(ProcessLookupError, PermissionError):
@@ -187,7 +196,7 @@ class _E2BHandle:
         self.pid = process.pid
 
     async def wait(self) -> Any:
-        code = await self._process.wait()
+        code = await self._process.go_exit_code()
         if code != 0:
             raise CommandExitException(code)
         return SimpleNamespace(exit_code=0, stdout="", stderr="")

@@ -5,8 +5,13 @@
 creates ``dirs`` and enters ``cwd`` (saving the host a round trip to the VM); makes the
 process a session (and process group) leader, so the host can kill the kernel and everything
 it forks with one signal to the group; lowers the rlimits; writes ``{"applied": [names],
-"failed": {name: reason}}`` to ``report``; then replaces itself with the kernel (same pid).
-Standard library only: this file runs in the VM.
+"failed": {name: reason}}`` to ``report``; then starts the kernel as its child and waits.
+
+It exits with the kernel's exit code, or ``128 + N`` when signal ``N`` ended the kernel: the
+providers report exit codes their own ways (E2B's envd says -1 for any signal), so this
+shell convention is how the host learns that, say, the CPU limit (``SIGXCPU``) ended the
+kernel. ``SIGINT`` is ignored here: an interrupt is for the kernel only. Standard library
+only: this file runs in the VM.
 """
 
 from __future__ import annotations
@@ -14,6 +19,7 @@ from __future__ import annotations
 import json
 import os
 import resource
+import signal
 import sys
 
 
@@ -56,7 +62,15 @@ def main() -> None:
     if config.get("report"):
         with open(config["report"], "w", encoding="utf-8") as f:
             json.dump(result, f)
-    os.execv(sys.executable, [sys.executable, "-I", main_py, *sys.argv[3:]])
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
+    pid = os.fork()
+    if pid == 0:
+        # An ignored SIGINT would survive exec and stop Python raising KeyboardInterrupt.
+        signal.signal(signal.SIGINT, signal.SIG_DFL)
+        os.execv(sys.executable, [sys.executable, "-I", main_py, *sys.argv[3:]])
+    _, status = os.waitpid(pid, 0)
+    code = os.waitstatus_to_exitcode(status)
+    os._exit(128 - code if code < 0 else code)
 
 
 if __name__ == "__main__":

@@ -75,9 +75,15 @@ def rlimits_for(limits: Limits) -> dict[str, int]:
 
 
 def _signal_argv(python: str, pid: int, sig: int, *, group: bool) -> list[str]:
-    # Python rather than kill(1): every image that runs the kernel has it.
+    """A command for the VM that sends ``sig`` to ``pid`` (``group``: to its process group,
+    the launcher's session). Python rather than kill(1): every image that runs the kernel
+    has it."""
+    target = "os.getpgid(p)" if group else "p"
     fn = "killpg" if group else "kill"
-    code = f"import os,sys\ntry: os.{fn}(int(sys.argv[1]), int(sys.argv[2]))\nexcept OSError: pass"
+    code = (
+        "import os,sys\np=int(sys.argv[1])\n"
+        f"try: os.{fn}({target}, int(sys.argv[2]))\nexcept OSError: pass"
+    )
     return [python, "-I", "-c", code, str(pid), str(sig)]
 
 
@@ -250,6 +256,8 @@ class _RemoteKernel:
         code = self.returncode
         if code is None:
             return "the stream to it closed"
+        if code == -1:  # E2B's envd (Go) reports every death by a signal as -1
+            return "killed by a signal"
         number = -code if code < 0 else code - 128 if 128 < code < 160 else 0
         if number:
             with contextlib.suppress(ValueError):
