@@ -82,6 +82,8 @@ async def test_isolation_record_says_what_was_enforced(make):
     assert eff["network_mode"] == "none" and eff["read_only"] is True
     assert eff["memory_bytes"] == 256 * MiB and eff["pids_limit"] == 64
     assert eff["cap_drop"] == ["ALL"] and "no-new-privileges" in eff["security_opt"]
+    assert iso["enforced"]["memory_bytes"] == "cgroup memory, no swap"
+    assert iso["limits"] == sb.limits.to_dict()
     json.dumps(iso)  # recorded with the run
 
 
@@ -159,7 +161,7 @@ async def test_timeout_interrupts_and_keeps_variables(make):
     await ok(sb, "kept = 'yes'")
     r = await sb.execute("while True:\n    pass", timeout_s=0.5)
     assert r.timed_out and not r.kernel_restarted
-    assert "timed out after 0.5 s and was interrupted" in r.error
+    assert "wall-clock time limit 0.5 s exceeded) and was interrupted" in r.error
     assert "KeyboardInterrupt" in r.error
     r = await ok(sb, "print(kept)")
     assert r.stdout == "yes\n"

@@ -33,6 +33,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import dataclasses
 import json
 import logging
 import os
@@ -82,6 +83,8 @@ _MAPPED_ERRORS: dict[str, type[Exception]] = {
     "TypeError": TypeError,
 }
 
+_UNSET: Any = object()
+
 _ERRNO_LIMITS = (
     ("[Errno 27] File too large", "file_size_bytes"),
     ("[Errno 24] Too many open files", "open_files"),
@@ -98,6 +101,11 @@ class _Box:
         self.conn = conn
         self.pid: int | None = None  # the kernel's pid inside the container
         self.kill_reason: str | None = None  # set when rlmd itself stopped the container
+
+
+def _wall(timeout: float) -> str:
+    """``"wall-clock time limit 0.5 s exceeded"``."""
+    return limit_message("wall_s", timeout, restarted=False)[:-1]
 
 
 def _describe_state(state: dict[str, Any]) -> str:
@@ -119,10 +127,10 @@ class ContainerSandbox(RebindState, Sandbox):
         template: the sandbox template (``sandboxes/<template>/Dockerfile``), run as image
             ``rlmd/sandbox-<template>:latest``.
         limits: a :class:`Limits` (or a dict of its fields); default ``Limits()``.
-        timeout_s: default wall-clock seconds per cell (default: ``limits.wall_s``).
+        timeout_s: alias of ``limits.wall_s`` (seconds per cell; ``None``: no limit).
         op_timeout_s: seconds for the other operations (binding, variables).
         start_timeout_s: seconds the container's kernel may take to say hello.
-        max_output_chars: cap per stream per cell (default: ``limits.output_bytes``).
+        max_output_chars: alias of ``limits.output_bytes`` (cap per stream per cell).
         cpus: CPU share (``nano_cpus``; ``None``: no cap).
         tmp_bytes: size of the ``/tmp`` tmpfs (bytes; counted against the memory limit).
         interrupt_grace_s: how long a timed-out or interrupted cell may take to stop after
@@ -143,10 +151,10 @@ class ContainerSandbox(RebindState, Sandbox):
         *,
         template: str = "base",
         limits: Limits | dict[str, Any] | None = None,
-        timeout_s: float | None = None,
+        timeout_s: float | None | object = _UNSET,
         op_timeout_s: float = 120.0,
         start_timeout_s: float = 60.0,
-        max_output_chars: int | None = None,
+        max_output_chars: int | object = _UNSET,
         cpus: float | None = 1.0,
         tmp_bytes: int = 256 * MiB,
         interrupt_grace_s: float = 2.0,
@@ -156,12 +164,15 @@ class ContainerSandbox(RebindState, Sandbox):
     ):
         self.template = template
         self.image = images.image_name(template)
-        self.limits = limits if isinstance(limits, Limits) else Limits.from_dict(limits)
-        self.timeout_s = self.limits.wall_s if timeout_s is None else timeout_s
+        limits = limits if isinstance(limits, Limits) else Limits.from_dict(limits)
+        overrides: dict[str, Any] = {}
+        if timeout_s is not _UNSET:
+            overrides["wall_s"] = timeout_s
+        if max_output_chars is not _UNSET:
+            overrides["output_bytes"] = int(max_output_chars)  # type: ignore[call-overload]
+        self.limits = dataclasses.replace(limits, **overrides) if overrides else limits
         self.op_timeout_s = op_timeout_s
         self.start_timeout_s = start_timeout_s
-        cap = max_output_chars if max_output_chars is not None else self.limits.output_bytes
-        self.max_output_chars = int(cap or protocol.DEFAULT_MAX_OUTPUT)
         self.cpus = cpus
         self.tmp_bytes = int(tmp_bytes)
         self.interrupt_grace_s = interrupt_grace_s
@@ -180,6 +191,16 @@ class ContainerSandbox(RebindState, Sandbox):
         self._running: tuple[_Box, asyncio.Future[dict[str, Any]]] | None = None
         self._stopping: asyncio.Future[Any] | None = None
         self._init_rebind_state()
+
+    @property
+    def timeout_s(self) -> float | None:
+        """Default wall-clock seconds per cell (``limits.wall_s``)."""
+        return self.limits.wall_s
+
+    @property
+    def max_output_chars(self) -> int:
+        """Cap per stream per cell (``limits.output_bytes``)."""
+        return int(self.limits.output_bytes or protocol.DEFAULT_MAX_OUTPUT)
 
     # -- availability ---------------------------------------------------------------------
 
@@ -227,6 +248,16 @@ class ContainerSandbox(RebindState, Sandbox):
             "cap_drop": ["ALL"],
             "no_new_privileges": True,
             "limits": lim.to_dict(),
+            "enforced": {
+                "wall_s": "host timer, SIGINT, then a new container" if lim.wall_s else None,
+                "cpu_s": "RLIMIT_CPU" if lim.cpu_s else None,
+                "memory_bytes": "cgroup memory, no swap" if lim.memory_bytes else None,
+                "processes": "cgroup pids" if lim.processes else None,
+                "open_files": "RLIMIT_NOFILE" if lim.open_files else None,
+                "file_size_bytes": "RLIMIT_FSIZE" if lim.file_size_bytes else None,
+                "output_bytes": "host cap" if lim.output_bytes else None,
+                "network": "bridge network" if lim.network else "no network (network_mode none)",
+            },
             "cpus": self.cpus,
             "effective": dict(self._effective),
         }
@@ -318,8 +349,9 @@ class ContainerSandbox(RebindState, Sandbox):
                     result = await self._cell_result(box, rid, fut.result(), t0)
                     result.timed_out = True
                     result.error = (
-                        f"cell timed out after {timeout:g} s and was interrupted; the REPL "
-                        f"and its variables were kept.\n" + (result.error or "")
+                        f"cell timed out after {timeout:g} s ({_wall(timeout)}) and was "
+                        "interrupted; the REPL state is kept (variables assigned before the "
+                        "interruption included).\n" + (result.error or "")
                     )
                     return with_notice(result, notice)
                 partial = conn.stderr_now()
@@ -329,8 +361,8 @@ class ContainerSandbox(RebindState, Sandbox):
                     CellResult(
                         stderr=partial,
                         error=(
-                            f"cell timed out after {timeout:g} s and did not stop when "
-                            f"interrupted; the kernel was restarted; variables lost: "
+                            f"cell timed out after {timeout:g} s ({_wall(timeout)}) and did "
+                            f"not stop when interrupted; the kernel was restarted; variables lost: "
                             f"{join_names(lost)}. {AFTER_RESTART}"
                         ),
                         timed_out=True,
