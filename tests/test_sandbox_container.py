@@ -438,3 +438,12 @@ async def test_spare_container_is_taken_by_the_next_start(make, engine):
     assert len({first.container_id, second.container_id, third.container_id}) == 3
     await asyncio.to_thread(close_spare_containers)
     assert not _launch.SPARES._ready
+
+
+async def test_cpu_time_limit_restarts_with_a_clear_message(make):
+    sb = await make(limits=Limits(cpu_s=2))
+    await ok(sb, "a = 1")
+    r = await sb.execute("while True:\n    pass", timeout_s=60)
+    assert r.kernel_restarted and not r.timed_out
+    assert "CPU time limit 2 s exceeded; the kernel was restarted; variables lost: a" in r.error
+    await ok(sb, "print('back')")
