@@ -447,3 +447,17 @@ async def test_cpu_time_limit_restarts_with_a_clear_message(make):
     assert r.kernel_restarted and not r.timed_out
     assert "CPU time limit 2 s exceeded; the kernel was restarted; variables lost: a" in r.error
     await ok(sb, "print('back')")
+
+
+async def test_container_removed_from_outside_is_replaced(make, engine):
+    import asyncio
+
+    sb = await make()
+    await ok(sb, "a = 1")
+    task = asyncio.ensure_future(sb.execute("import time\ntime.sleep(30)"))
+    await asyncio.sleep(0.5)
+    await asyncio.to_thread(engine.api.remove_container, sb.container_id, force=True)
+    r = await task
+    assert r.kernel_restarted and r.lost_variables == ["a"]
+    assert "died while running the cell" in r.error
+    await ok(sb, "print('replaced')")

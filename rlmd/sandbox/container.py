@@ -43,8 +43,6 @@ import time
 from pathlib import Path
 from typing import Any
 
-import requests.exceptions
-
 from rlmd.kernel import protocol
 from rlmd.sandbox import docker_host, images
 from rlmd.sandbox._attach import KernelConnection, KernelDied, StderrDrain
@@ -109,6 +107,8 @@ def _wall(timeout: float) -> str:
 
 
 def _describe_state(state: dict[str, Any]) -> str:
+    if not state:
+        return "its container was removed"
     code = state.get("ExitCode")
     if isinstance(code, int) and code > 128:
         try:
@@ -545,12 +545,12 @@ class ContainerSandbox(RebindState, Sandbox):
     @staticmethod
     def _exit_state(cid: str) -> dict[str, Any]:
         """The container's ``State`` once it stopped (waiting up to 3 s)."""
-        api = docker_host.client().api
-        with contextlib.suppress(
-            requests.exceptions.ReadTimeout, requests.exceptions.ConnectionError
-        ):
-            api.wait(cid, timeout=3)
         try:
+            api = docker_host.client().api
+            # A hung wait raises ReadTimeout or ConnectionError (see the notes); a container
+            # removed from outside raises NotFound: both leave an empty state.
+            with contextlib.suppress(*docker_host.ENGINE_ERRORS):
+                api.wait(cid, timeout=3)
             return api.inspect_container(cid)["State"]
         except docker_host.ENGINE_ERRORS:
             return {}
