@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import dataclasses
 import json
 import secrets
@@ -56,6 +57,9 @@ class FakeServer:
                     server.release.wait(10)
                     return
                 status, body, headers = reply
+                if request["body"].get("stream") and status == 200 and "choices" in body:
+                    self.stream(request, body)
+                    return
                 data = json.dumps(body).encode()
                 self.send_response(status)
                 self.send_header("content-type", "application/json")
@@ -65,6 +69,41 @@ class FakeServer:
                 self.end_headers()
                 self.wfile.write(data)
 
+            def stream(self, request: dict[str, Any], body: dict[str, Any]) -> None:
+                """Serve a chat.completion body as server-sent chunks of 3 characters,
+                ``server.chunk_delay_s`` apart; count what got written before the client
+                went away in ``server.chunks_sent``."""
+                self.send_response(200)
+                self.send_header("content-type", "text/event-stream")
+                self.end_headers()
+                text = body["choices"][0]["message"]["content"]
+                base = {"id": "c1", "object": "chat.completion.chunk", "created": 0}
+                base["model"] = body["model"]
+                events = [
+                    {**base, "choices": [{"index": 0, "delta": {"content": text[i : i + 3]}}]}
+                    for i in range(0, len(text), 3)
+                ]
+                finish = body["choices"][0]["finish_reason"]
+                events.append(
+                    {**base, "choices": [{"index": 0, "delta": {}, "finish_reason": finish}]}
+                )
+                wants_usage = (request["body"].get("stream_options") or {}).get("include_usage")
+                if body.get("usage") and wants_usage:
+                    events.append({**base, "choices": [], "usage": body["usage"]})
+                try:
+                    for event in events:
+                        self.wfile.write(b"data: " + json.dumps(event).encode() + b"\n\n")
+                        self.wfile.flush()
+                        server.chunks_sent += 1
+                        time.sleep(server.chunk_delay_s)
+                    self.wfile.write(b"data: [DONE]\n\n")
+                    self.wfile.flush()
+                except OSError:
+                    server.disconnected.set()
+
+        self.chunks_sent = 0
+        self.chunk_delay_s = 0.0
+        self.disconnected = threading.Event()
         self.httpd = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
         self.httpd.daemon_threads = True
         self.port = self.httpd.server_address[1]
@@ -324,6 +363,63 @@ async def test_openai_missing_key(monkeypatch: pytest.MonkeyPatch) -> None:
     assert model.availability() is None
 
 
+async def test_openai_streams_to_a_local_server_and_stops_at_a_stop_string(
+    openai_server: FakeServer, key: str
+) -> None:
+    text = "```repl\nprint(1)\n```\nOutput: 1, and a long invented story. " + "x" * 300
+    openai_server.replies.append(openai_reply(text))
+    openai_server.chunk_delay_s = 0.02
+    model = OpenAIModel(openai_spec(openai_server))
+    assert model.streams and model.reports_stop
+    c = await model.complete(USER, stop=["\n```\n"])
+    await model.aclose()
+    assert (c.text, c.stop_sequence, c.finish_reason) == ("```repl\nprint(1)", "\n```\n", "stop")
+    body = openai_server.requests[0]["body"]
+    assert body["stream"] is True and body["stop"] == ["\n```\n"]
+    assert body["stream_options"] == {"include_usage": True}
+    # the client went away at the stop string: the server could not send the rest
+    assert openai_server.disconnected.wait(10)
+
+
+async def test_openai_stream_without_stop_keeps_text_and_usage(
+    openai_server: FakeServer, key: str
+) -> None:
+    openai_server.replies.append(openai_reply("```repl\nx = 1\n```\nmore"))
+    model = OpenAIModel(openai_spec(openai_server))
+    c = await model.complete(USER)
+    await model.aclose()
+    assert (c.text, c.input_tokens, c.output_tokens) == ("```repl\nx = 1\n```\nmore", 11, 7)
+    assert c.stop_sequence is None and c.finish_reason == "stop"
+
+
+async def test_openai_cancelled_stream_closes_the_connection(
+    openai_server: FakeServer, key: str
+) -> None:
+    openai_server.replies.append(openai_reply("y" * 600))
+    openai_server.chunk_delay_s = 0.05  # 200 chunks: ~10 s if read to the end
+    model = OpenAIModel(openai_spec(openai_server, timeout_s=60.0))
+    with pytest.raises(TimeoutError):
+        await asyncio.wait_for(model.complete(USER), 0.5)
+    await model.aclose()
+    assert openai_server.disconnected.wait(10)
+    assert openai_server.chunks_sent < 200
+
+
+async def test_openai_not_streamed_still_cuts_at_stop_but_cannot_report_it(
+    openai_server: FakeServer, key: str
+) -> None:
+    # a server that ignores `stop`: the text is cut on our side
+    openai_server.replies.append(openai_reply("```repl\nx\n```\nOutput: 3"))
+    spec = openai_spec(openai_server, options={"stream": False, "retry_base_delay_s": 0.01})
+    model = OpenAIModel(spec)
+    assert not model.streams and not model.reports_stop
+    c = await model.complete(USER, stop=["\n```\n"])
+    await model.aclose()
+    assert (c.text, c.stop_sequence) == ("```repl\nx", "\n```\n")
+    body = openai_server.requests[0]["body"]
+    assert "stream" not in body and body["stop"] == ["\n```\n"]
+
+
 # ----------------------------------------------------------------------------- Anthropic
 
 
@@ -373,6 +469,19 @@ async def test_anthropic_max_tokens_stop_is_length(anthropic_server: FakeServer,
     c = await model.complete(USER)
     await model.aclose()
     assert c.finish_reason == "length"
+
+
+async def test_anthropic_stop_sequences_are_sent_and_reported(
+    anthropic_server: FakeServer, key: str
+) -> None:
+    reply = anthropic_reply("```repl\nx", stop="stop_sequence")
+    reply[1]["stop_sequence"] = "\n```\n"  # type: ignore[index]
+    anthropic_server.replies.append(reply)
+    model = AnthropicModel(anthropic_spec(anthropic_server))
+    c = await model.complete(USER, stop=["\n```\n"])
+    await model.aclose()
+    assert (c.text, c.stop_sequence, c.finish_reason) == ("```repl\nx", "\n```\n", "stop")
+    assert anthropic_server.requests[0]["body"]["stop_sequences"] == ["\n```\n"]
 
 
 async def test_anthropic_overloaded_then_ok(anthropic_server: FakeServer, key: str) -> None:

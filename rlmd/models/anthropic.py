@@ -81,8 +81,11 @@ class AnthropicModel(Model):
             )
         return self._client, key
 
-    async def _complete(self, messages: list[Message], max_tokens: int) -> Completion:
+    async def _complete(
+        self, messages: list[Message], max_tokens: int, stop: list[str] | None = None
+    ) -> Completion:
         """One Messages API call; usage from the response, else counted locally.
+        ``stop`` is sent as ``stop_sequences``.
 
         Raises:
             ModelNotAvailable: the key is not set.
@@ -99,6 +102,8 @@ class AnthropicModel(Model):
         request["messages"] = chat
         if system is not None:
             request["system"] = system
+        if stop:
+            request["stop_sequences"] = list(stop)
         request.update(self.spec.sampling)
 
         start = time.monotonic()
@@ -137,6 +142,11 @@ class AnthropicModel(Model):
             cost_usd=self.spec.cost_usd(input_tokens, output_tokens),
             model=self.name,
             finish_reason=_FINISH.get(response.stop_reason or "", response.stop_reason),
+            stop_sequence=(
+                getattr(response, "stop_sequence", None)
+                if response.stop_reason == "stop_sequence"
+                else None
+            ),
         )
 
     async def aclose(self) -> None:

@@ -108,6 +108,10 @@ class Completion:
         cost_usd: from the spec's price table.
         finish_reason: the provider's reason (``"stop"``, ``"length"``), if any.
         model: the registry name of the model that answered.
+        stop_sequence: the stop string that ended the reply (it is not in ``text``), when
+            the provider reports it or :meth:`Model.complete` cut the text there; ``None``
+            when no stop string was met or the provider cannot tell (see
+            :attr:`Model.reports_stop`).
     """
 
     text: str
@@ -117,6 +121,25 @@ class Completion:
     cost_usd: float
     model: str
     finish_reason: str | None = None
+    stop_sequence: str | None = None
+
+
+def cut_at_stop(text: str, stop: list[str] | tuple[str, ...] | None) -> tuple[str, str | None]:
+    """``text`` up to the first occurrence of any string in ``stop``, and that string.
+
+    Returns:
+        ``(text, None)`` when no stop string occurs (or ``stop`` is empty), else the text
+        before the earliest occurrence and the stop string found there.
+    """
+    best: tuple[int, str] | None = None
+    for s in stop or ():
+        if s:
+            i = text.find(s)
+            if i >= 0 and (best is None or i < best[0]):
+                best = (i, s)
+    if best is None:
+        return text, None
+    return text[: best[0]], best[1]
 
 
 class Model(abc.ABC):
@@ -126,6 +149,11 @@ class Model(abc.ABC):
     entry point the engine uses, so cross-cutting behaviour lives in one place.
     """
 
+    reports_stop: bool = True
+    """Whether :attr:`Completion.stop_sequence` is reliable: ``False`` for a provider that
+    stops at a stop string server-side but cannot say whether it did (its
+    ``finish_reason`` is ``"stop"`` for both)."""
+
     def __init__(self, spec: ModelSpec) -> None:
         self.spec = spec
 
@@ -134,13 +162,20 @@ class Model(abc.ABC):
         return self.spec.name
 
     async def complete(
-        self, messages: list[Message], *, max_tokens: int | None = None
+        self,
+        messages: list[Message],
+        *,
+        max_tokens: int | None = None,
+        stop: list[str] | None = None,
     ) -> Completion:
         """Generate one reply to ``messages``.
 
         Args:
             messages: chat messages, oldest first.
             max_tokens: cap on generated tokens; defaults to ``spec.max_output_tokens``.
+            stop: strings that end the reply at their first occurrence (excluded from the
+                text). Passed to the provider (OpenAI ``stop``, Anthropic ``stop_sequences``,
+                llama.cpp ``stop``); the text is also cut here, for a server that ignores it.
 
         Returns:
             The :class:`Completion` with usage and cost.
@@ -150,10 +185,18 @@ class Model(abc.ABC):
             ModelError: the call failed after the configured retries.
             asyncio.CancelledError: the call was cancelled; the request is abandoned.
         """
-        return await self._complete(messages, max_tokens or self.spec.max_output_tokens)
+        stop = [s for s in stop or () if s] or None
+        c = await self._complete(messages, max_tokens or self.spec.max_output_tokens, stop)
+        if stop:
+            text, hit = cut_at_stop(c.text, stop)
+            if hit is not None:
+                c.text, c.stop_sequence, c.finish_reason = text, hit, "stop"
+        return c
 
     @abc.abstractmethod
-    async def _complete(self, messages: list[Message], max_tokens: int) -> Completion: ...
+    async def _complete(
+        self, messages: list[Message], max_tokens: int, stop: list[str] | None = None
+    ) -> Completion: ...
 
     def count_tokens(self, text: str) -> int:
         """Tokens ``text`` takes in this model's prompt (exact where the tokenizer is local,

@@ -15,6 +15,9 @@ call and kept until :meth:`LocalModel.aclose`.
   thread (``asyncio.to_thread``) under a lock; waiting calls hold no thread.
 * Cancellation and ``spec.timeout_s``: generation is stopped at the next token by forcing
   the end-of-sequence token; prompt processing itself cannot be interrupted.
+* Stop strings: the reply is streamed and matched here, so generation ends at the first
+  stop string and :attr:`Completion.stop_sequence` says which one (llama.cpp's own ``stop``
+  does not report it). Usage is then counted with the model's tokenizer.
 """
 
 from __future__ import annotations
@@ -26,7 +29,15 @@ import time
 from pathlib import Path
 from typing import Any
 
-from rlmd.models.base import Completion, Message, Model, ModelError, ModelNotAvailable, ModelSpec
+from rlmd.models.base import (
+    Completion,
+    Message,
+    Model,
+    ModelError,
+    ModelNotAvailable,
+    ModelSpec,
+    cut_at_stop,
+)
 from rlmd.models.pull import KNOWN_LOCAL_MODELS, local_model_path
 
 DEFAULT_SEED = 1234
@@ -51,6 +62,37 @@ class _Abort:
             scores[:] = float("-inf")
             scores[self.eos] = 0.0
         return scores
+
+
+def _stream_until(chunks: Any, stop: list[str], abort: _Abort) -> dict:
+    """Read llama-cpp-python's streamed chat chunks until a stop string; returns a response
+    dict shaped like the non-streamed one (no ``usage``) plus ``stop_sequence``."""
+    parts: list[str] = []
+    finish, hit = None, None
+    longest = max(len(s) for s in stop)
+    tail = ""
+    try:
+        for chunk in chunks:
+            choice = chunk["choices"][0]
+            delta = (choice.get("delta") or {}).get("content") or ""
+            if delta:
+                parts.append(delta)
+                tail = (tail + delta)[-(longest + len(delta)) :]
+                if any(s in tail for s in stop):
+                    text, hit = cut_at_stop("".join(parts), stop)
+                    parts, finish = [text], "stop"
+                    abort.cancelled.set()  # the remaining tokens are end-of-sequence
+                    break
+            if choice.get("finish_reason"):
+                finish = choice["finish_reason"]
+    finally:
+        close = getattr(chunks, "close", None)
+        if close is not None:
+            close()
+    return {
+        "choices": [{"message": {"content": "".join(parts)}, "finish_reason": finish}],
+        "stop_sequence": hit,
+    }
 
 
 class LocalModel(Model):
@@ -130,7 +172,9 @@ class LocalModel(Model):
                 raise ModelError(f"{self.name}: loading {path} failed: {exc}") from exc
         return self._llm
 
-    def _generate(self, messages: list[Message], max_tokens: int, abort: _Abort) -> dict:
+    def _generate(
+        self, messages: list[Message], max_tokens: int, abort: _Abort, stop: list[str] | None
+    ) -> dict:
         with self._lock:
             llm = self._load()
             import llama_cpp  # loaded by now
@@ -140,6 +184,14 @@ class LocalModel(Model):
             kwargs.update(self.spec.sampling)
             kwargs["logits_processor"] = llama_cpp.LogitsProcessorList([abort])
             try:
+                if stop:
+                    return _stream_until(
+                        llm.create_chat_completion(
+                            messages=messages, max_tokens=max_tokens, stream=True, **kwargs
+                        ),
+                        stop,
+                        abort,
+                    )
                 return llm.create_chat_completion(
                     messages=messages, max_tokens=max_tokens, **kwargs
                 )
@@ -159,7 +211,9 @@ class LocalModel(Model):
             lock = self._async_locks[loop] = asyncio.Lock()
         return lock
 
-    async def _complete(self, messages: list[Message], max_tokens: int) -> Completion:
+    async def _complete(
+        self, messages: list[Message], max_tokens: int, stop: list[str] | None = None
+    ) -> Completion:
         """Generate a reply in a worker thread (loading the model first if needed).
 
         Raises:
@@ -176,7 +230,9 @@ class LocalModel(Model):
                     f"{self.name}: no reply within {self.spec.timeout_s:g} s", retryable=True
                 )
             try:
-                response = await asyncio.to_thread(self._generate, messages, max_tokens, abort)
+                response = await asyncio.to_thread(
+                    self._generate, messages, max_tokens, abort, stop
+                )
             except asyncio.CancelledError:
                 abort.cancelled.set()  # the worker thread stops at its next token
                 raise
@@ -201,6 +257,7 @@ class LocalModel(Model):
             cost_usd=self.spec.cost_usd(input_tokens, output_tokens),
             model=self.name,
             finish_reason=choice.get("finish_reason"),
+            stop_sequence=response.get("stop_sequence"),
         )
 
     def count_tokens(self, text: str) -> int:

@@ -8,6 +8,14 @@ One code path, the official ``openai`` SDK's ``AsyncOpenAI`` on ``/v1/chat/compl
   without it a dummy key is sent, never ``$OPENAI_API_KEY`` (a local server must not
   receive the user's OpenAI key). ``max_tokens`` carries the output cap (what these
   servers understand). ``spec.options["max_tokens_param"]`` overrides either choice.
+* Streaming: requests to a ``base_url`` server are streamed (``spec.options["stream"]``
+  overrides, for either kind of endpoint). When the engine gives up on a call (its wall-clock
+  budget ran out, the task was cancelled) the connection closes and a llama.cpp server stops
+  generating at its next token; without streaming it finishes the whole reply first. Usage
+  comes from the last chunk (``stream_options.include_usage``, where the server supports it;
+  ``spec.options["stream_usage"] = False`` leaves the option out), else it is counted locally.
+* Stop strings are sent as ``stop`` (at most 4, the API's limit) and, when streaming, also
+  matched on the streamed text, so :attr:`Completion.stop_sequence` is exact.
 
 Retries, timeouts and error redaction: :mod:`rlmd.models.retry`.
 """
@@ -18,7 +26,14 @@ import os
 import time
 from typing import Any
 
-from rlmd.models.base import Completion, Message, Model, ModelNotAvailable, ModelSpec
+from rlmd.models.base import (
+    Completion,
+    Message,
+    Model,
+    ModelNotAvailable,
+    ModelSpec,
+    cut_at_stop,
+)
 from rlmd.models.redact import REDACTED
 from rlmd.models.retry import DEFAULT_BASE_DELAY_S, call_with_retries
 
@@ -37,6 +52,17 @@ class OpenAIModel(Model):
     def __init__(self, spec: ModelSpec) -> None:
         super().__init__(spec)
         self._client: Any = None
+
+    @property
+    def streams(self) -> bool:
+        """Whether requests are streamed (default: only to a ``base_url`` server)."""
+        return bool(self.spec.options.get("stream", self.spec.base_url is not None))
+
+    @property
+    def reports_stop(self) -> bool:  # type: ignore[override]
+        """Exact only when streaming: a non-streamed ``finish_reason`` of ``"stop"`` does not
+        say whether a stop string or the end of the turn ended the reply."""
+        return self.streams
 
     @property
     def key_env(self) -> str:
@@ -71,8 +97,11 @@ class OpenAIModel(Model):
             )
         return self._client
 
-    async def _complete(self, messages: list[Message], max_tokens: int) -> Completion:
-        """One chat completion; usage from the response, else counted locally.
+    async def _complete(
+        self, messages: list[Message], max_tokens: int, stop: list[str] | None = None
+    ) -> Completion:
+        """One chat completion (streamed, see the module docstring); usage from the
+        response, else counted locally.
 
         Raises:
             ModelNotAvailable: the key is not set.
@@ -86,12 +115,31 @@ class OpenAIModel(Model):
         param = self.spec.options.get(
             "max_tokens_param", "max_tokens" if self.spec.base_url else "max_completion_tokens"
         )
-        request = {"model": self.spec.model, "messages": messages, param: max_tokens}
+        request: dict[str, Any] = {
+            "model": self.spec.model,
+            "messages": messages,
+            param: max_tokens,
+        }
+        if stop:
+            request["stop"] = list(stop)[:4]
         request.update(self.spec.sampling)
+        stream = self.streams
+        if stream:
+            request["stream"] = True
+            if self.spec.options.get("stream_usage", True):
+                request["stream_options"] = {"include_usage": True}
+
+        async def attempt() -> tuple[str, str | None, Any, str | None]:
+            if not stream:
+                response = await client.chat.completions.create(**request)
+                choice = response.choices[0] if response.choices else None
+                text = (choice.message.content if choice else None) or ""
+                return text, (choice.finish_reason if choice else None), response.usage, None
+            return await _consume(await client.chat.completions.create(**request), stop)
 
         start = time.monotonic()
-        response = await call_with_retries(
-            lambda: client.chat.completions.create(**request),
+        text, finish_reason, usage, hit = await call_with_retries(
+            attempt,
             what=self.name,
             max_retries=self.spec.max_retries,
             timeout_s=self.spec.timeout_s,
@@ -100,12 +148,8 @@ class OpenAIModel(Model):
             base_delay_s=self.spec.options.get("retry_base_delay_s", DEFAULT_BASE_DELAY_S),
         )
         latency = time.monotonic() - start
-
-        choice = response.choices[0] if response.choices else None
-        text = (choice.message.content if choice else None) or ""
         for secret in secrets:
             text = text.replace(secret, REDACTED)  # a server that echoes the key back
-        usage = response.usage
         input_tokens = getattr(usage, "prompt_tokens", None)
         output_tokens = getattr(usage, "completion_tokens", None)
         if input_tokens is None:
@@ -119,7 +163,8 @@ class OpenAIModel(Model):
             latency_s=latency,
             cost_usd=self.spec.cost_usd(input_tokens, output_tokens),
             model=self.name,
-            finish_reason=choice.finish_reason if choice else None,
+            finish_reason=finish_reason,
+            stop_sequence=hit,
         )
 
     async def aclose(self) -> None:
@@ -127,3 +172,36 @@ class OpenAIModel(Model):
         if self._client is not None:
             client, self._client = self._client, None
             await client.close()
+
+
+async def _consume(stream: Any, stop: list[str] | None) -> tuple[str, str | None, Any, str | None]:
+    """Read a streamed chat completion: ``(text, finish_reason, usage, stop string hit)``.
+
+    Stops reading at the first stop string (the text before it is returned) and always
+    closes the stream, also when cancelled, so the server sees the client go.
+    """
+    parts: list[str] = []
+    finish: str | None = None
+    usage: Any = None
+    longest = max((len(s) for s in stop or ()), default=0)
+    tail = ""
+    try:
+        async for chunk in stream:
+            if getattr(chunk, "usage", None) is not None:
+                usage = chunk.usage
+            if not chunk.choices:
+                continue
+            choice = chunk.choices[0]
+            delta = getattr(choice.delta, "content", None) if choice.delta else None
+            if delta:
+                parts.append(delta)
+                if stop:
+                    tail = (tail + delta)[-(longest + len(delta)) :]
+                    if any(s in tail for s in stop):
+                        text, hit = cut_at_stop("".join(parts), stop)
+                        return text, "stop", usage, hit
+            if choice.finish_reason:
+                finish = choice.finish_reason
+    finally:
+        await stream.close()
+    return "".join(parts), finish, usage, None

@@ -200,8 +200,11 @@ class ScriptedModel(Model):
             return script.default
         raise ModelError(f"{self.name}: script exhausted after {len(script.responses)} responses")
 
-    async def _complete(self, messages: list[Message], max_tokens: int) -> Completion:
+    async def _complete(
+        self, messages: list[Message], max_tokens: int, stop: list[str] | None = None
+    ) -> Completion:
         """The scripted reply; ``max_tokens`` is not applied (the script is replayed as is).
+        ``stop`` cuts the reply (in :meth:`Model.complete`), as a server would.
 
         Raises:
             ModelNotAvailable: the script file does not exist.
