@@ -7,7 +7,18 @@ import json
 import pytest
 
 from rlmd.engine.budget import Budget, BudgetExhausted, Ledger
-from rlmd.engine.parsing import cap_output, cell_inspects, find_code_blocks, find_prose_final
+from rlmd.engine.parsing import (
+    answer_in_outputs,
+    cap_output,
+    cell_inspects,
+    close_open_fence,
+    cut_after_first_block,
+    final_is_literal,
+    final_undefined_name,
+    find_code_blocks,
+    find_prose_final,
+    is_short_answer,
+)
 from rlmd.engine.usage import Usage
 from rlmd.workspace.context import load_codebase, load_context, summarise_tree
 
@@ -36,6 +47,61 @@ def test_cell_inspects():
     assert cell_inspects("x = 1\nFINAL(x)")
     assert cell_inspects("FINAL(grep('a'))")
     assert cell_inspects("this is ( not python")
+
+
+def test_cut_after_first_block_and_close_open_fence():
+    reply = "Look:\n```python\nprint(1)\n```\nOutput: 1\n```repl\nFINAL(1)\n```"
+    assert cut_after_first_block(reply) == "Look:\n```python\nprint(1)\n```"
+    # a non-code fence before the first code block is kept, and so is text without code
+    assert cut_after_first_block("```\nout\n```\n```repl\nx\n```\nmore") == (
+        "```\nout\n```\n```repl\nx\n```"
+    )
+    assert cut_after_first_block("FINAL(3)") == "FINAL(3)"
+    assert cut_after_first_block("```repl\nprint(") == "```repl\nprint("  # still open
+    assert close_open_fence("```repl\nprint(1)\n") == "```repl\nprint(1)\n```"
+    assert close_open_fence("```repl\nprint(1)\n```") == "```repl\nprint(1)\n```"
+    assert close_open_fence("no fence") == "no fence"
+
+
+def test_final_is_literal_and_undefined_names():
+    assert final_is_literal('FINAL("3")') and final_is_literal("x = 1\nFINAL(-3)")
+    assert final_is_literal('FINAL(["a", "b"])')
+    assert not final_is_literal("FINAL(x)")
+    assert not final_is_literal("FINAL(len(context))")
+    assert not final_is_literal('FINAL_VAR("x")')
+    assert not final_is_literal("print(1)")  # no FINAL at all
+    assert not final_is_literal("FINAL(")  # does not parse
+    err = "Traceback (most recent call last):\nNameError: name 'answer' is not defined"
+    assert final_undefined_name("FINAL(answer)", err) == "answer"
+    assert final_undefined_name("FINAL(answer.strip())", err) == "answer"
+    assert final_undefined_name("print(answer)\nFINAL(1)", err) is None  # not in FINAL
+    assert final_undefined_name("FINAL(answer)", "ZeroDivisionError: x") is None
+
+
+def test_answer_in_outputs_matches_whole_tokens_only():
+    assert answer_in_outputs("7381344", ["the number is 7381344."])
+    assert answer_in_outputs("'7381344'", ["7381344"])  # quotes are not part of it
+    assert not answer_in_outputs("3", ["in the 1930s, 13 of them"])
+    assert answer_in_outputs("streams.py", ["asyncio/streams.py:12:class StreamReader"])
+    assert answer_in_outputs("Person", ["label counts: {'person': 4}"])  # case-insensitive
+    assert not answer_in_outputs("", ["anything"])
+    assert is_short_answer("42") and is_short_answer("pkg/mod.py") and is_short_answer("'x'")
+    assert (
+        not is_short_answer("two words")
+        and not is_short_answer("")
+        and not is_short_answer("x" * 101)
+    )
+
+
+def test_ledger_keeps_a_reserve_for_the_extraction():
+    led = Ledger(Budget(max_seconds=100), reserve_s=20)
+    assert 79 < led.remaining_seconds() <= 80
+    assert 99 < led.remaining_seconds(include_reserve=True) <= 100
+    led.started -= 85  # 85 s in: the loop's share is spent, the reserve is not
+    with pytest.raises(BudgetExhausted) as exc:
+        led.check()
+    assert exc.value.status == "max_time" and "20 s kept" in str(exc.value)
+    assert led.remaining_seconds() == 0 and 14 < led.remaining_seconds(include_reserve=True) <= 15
 
 
 def test_cap_output_keeps_head_and_tail_and_says_so():

@@ -71,5 +71,6 @@ async def run_task(
             return create_sandbox(config.sandbox, **config.sandbox_options)
 
     ctx = context if isinstance(context, Context) else load_context(context)
-    rt = Runtime(config, get_model, make_sandbox, EventBus(*sinks), Ledger(config.budget))
+    ledger = Ledger(config.budget, reserve_s=config.extraction_reserve_s())
+    rt = Runtime(config, get_model, make_sandbox, EventBus(*sinks), ledger)
     return await RLMRun(rt, question, ctx, sandbox=sandbox, run_id=run_id).run()

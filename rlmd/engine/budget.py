@@ -78,10 +78,18 @@ class Ledger:
 
     Token, USD and sub-call counts are updated by the engine after each call; ``exhausted``
     keeps the first limit that ran out so every run in the tree ends with the same reason.
+
+    Args:
+        budget: the limits.
+        reserve_s: seconds of ``budget.max_seconds`` held back from the loop for the one
+            fallback (extraction) call after a limit ends the run: the loop's wall clock runs
+            out at ``max_seconds - reserve_s``, the extraction may use what is left of
+            ``max_seconds``. 0 (the default) keeps nothing back.
     """
 
-    def __init__(self, budget: Budget) -> None:
+    def __init__(self, budget: Budget, reserve_s: float = 0.0) -> None:
         self.budget = budget
+        self.reserve_s = max(0.0, reserve_s)
         self.started = time.monotonic()
         self.tokens = 0
         self.usd = 0.0
@@ -92,11 +100,13 @@ class Ledger:
         """Seconds since the tree started."""
         return time.monotonic() - self.started
 
-    def remaining_seconds(self) -> float | None:
-        """Seconds left on the wall clock, ``None`` if unlimited (never negative)."""
+    def remaining_seconds(self, *, include_reserve: bool = False) -> float | None:
+        """Seconds left on the loop's wall clock (``include_reserve``: on the whole budget,
+        the extraction reserve included); ``None`` if unlimited; never negative."""
         if self.budget.max_seconds is None:
             return None
-        return max(0.0, self.budget.max_seconds - self.elapsed())
+        reserve = 0.0 if include_reserve else self.reserve_s
+        return max(0.0, self.budget.max_seconds - reserve - self.elapsed())
 
     def spend(self, tokens: int, usd: float) -> None:
         self.tokens += tokens
@@ -112,8 +122,9 @@ class Ledger:
             raise self.exhausted
         b = self.budget
         problem: tuple[str, str] | None = None
-        if b.max_seconds is not None and self.elapsed() >= b.max_seconds:
-            problem = ("max_time", f"wall-clock budget of {b.max_seconds:g} s used up")
+        if b.max_seconds is not None and self.elapsed() >= b.max_seconds - self.reserve_s:
+            kept = f" ({self.reserve_s:g} s kept for the fallback answer)" if self.reserve_s else ""
+            problem = ("max_time", f"wall-clock budget of {b.max_seconds:g} s used up{kept}")
         elif b.max_tokens is not None and self.tokens >= b.max_tokens:
             problem = (
                 "max_tokens",

@@ -22,12 +22,21 @@ from rlmd.engine import parsing, prompts
 from rlmd.engine.budget import Budget, BudgetExhausted, Ledger
 from rlmd.engine.events import Event, EventBus, new_id
 from rlmd.engine.usage import Usage
-from rlmd.models.base import Message, Model, ModelError
+from rlmd.models.base import Completion, Message, Model, ModelError
 from rlmd.sandbox.base import CODEBASE_HELPERS, RESERVED_NAMES, CallError, CellResult, Sandbox
 from rlmd.workspace.context import Context, load_context
 
 EXTRACTION_MAX_TOKENS = 512
 """Cap on the one extraction call made when a budget ends a run (the bounded overdraw)."""
+
+EXTRACTION_TIMEOUT_S = 120.0
+"""Longest wall-clock time of the extraction call, seconds (less when the run has a
+wall-clock budget: then it gets what that budget has left, see ``extraction_reserve``)."""
+
+STOP_AFTER_BLOCK = ("\n```\n",)
+"""Stop strings of a root turn: a fence line after code. The reply then ends at its first
+code block, so the model cannot write an imagined output of the cell and act on it (the
+1.5B model did, ``bench/RESULTS.md``, trajectory ``617823ceb2aa74b727aa``)."""
 
 
 @dataclass
@@ -58,6 +67,23 @@ class RunConfig:
         max_concurrent_subcalls: parallel sub-calls / child runs per batched call.
         system_prompt: a custom system prompt template (see :mod:`rlmd.engine.prompts`).
         workspace: the project folder, recorded with the run.
+        stop_after_code_block: end each root reply at the close of its first code block
+            (stop strings :data:`STOP_AFTER_BLOCK`, plus cutting the text for a server that
+            ignores them); only that block runs. When the stop string ended a fence that was
+            not a runnable block (a bare ```` ``` ```` output block), the turn is asked again
+            without stop strings, so a ``FINAL(...)`` written after it in prose survives.
+        verify_answer: refuse, once, a short answer (a number, one token, a path: see
+            :func:`rlmd.engine.parsing.is_short_answer`) that the model typed as a literal
+            (``FINAL("3")``, or ``FINAL(3)`` in prose) and that appears in no cell output of
+            the run; the model is asked to print its evidence. Computed values
+            (``FINAL(total)``, ``FINAL_VAR``) and longer answers are never questioned, nor is
+            an answer in the last iteration. Costs one turn, only when it triggers.
+        unverified_answer_message: the refusal text (``{answer}`` is filled in).
+        extraction_reserve: fraction of ``budget.max_seconds`` held back from the loop for
+            the extraction call (at most :data:`EXTRACTION_TIMEOUT_S`), so the fallback
+            answer arrives within the wall-clock budget (the first quality run's extraction
+            ran 120 s past a 150 s budget). The extraction gets what is left of the budget;
+            if the loop overran its share, at most 1 s more.
     """
 
     root_model: str
@@ -78,6 +104,18 @@ class RunConfig:
     max_concurrent_subcalls: int = 4
     system_prompt: str | None = None
     workspace: str | None = None
+    stop_after_code_block: bool = True
+    verify_answer: bool = True
+    unverified_answer_message: str = prompts.UNVERIFIED_ANSWER
+    extraction_reserve: float = 0.2
+
+    def extraction_reserve_s(self) -> float:
+        """Seconds of the wall-clock budget kept for the extraction call (0 when there is no
+        wall-clock budget or no extraction)."""
+        if not self.extraction or self.budget.max_seconds is None:
+            return 0.0
+        share = min(max(self.extraction_reserve, 0.0), 1.0) * self.budget.max_seconds
+        return min(EXTRACTION_TIMEOUT_S, share)
 
     def model_for_depth(self, depth: int) -> str:
         """The model that roots a run or answers a sub-call at ``depth``."""
@@ -178,6 +216,7 @@ class RLMRun:
         self._cell_node: str | None = None
         self._subcall_gate = asyncio.Semaphore(max(1, self.cfg.max_concurrent_subcalls))
         self.iterations = 0
+        self.outputs: list[str] = []  # every cell's stdout, stderr and error, for verify_answer
         self.messages: list[Message] = []
         self.history: list[Message] = []
         self._sent = 0  # messages already recorded in a root model_call event
@@ -289,6 +328,7 @@ class RLMRun:
         budget = self.cfg.budget
         code_ran = False
         refused = False
+        questioned = False  # verify_answer's one refusal is spent
         errors_in_a_row = 0
         previous_blocks: list[str] = []
         for i in range(budget.max_iterations):
@@ -298,6 +338,7 @@ class RLMRun:
             await self._maybe_compact(it_node, sandbox)
             reply = await self._root_call(it_node)
             blocks = parsing.find_code_blocks(reply)
+            last_turn = i + 1 >= budget.max_iterations
             if not blocks:
                 prose = parsing.find_prose_final(reply)
                 if prose and (code_ran or refused or not self.cfg.refuse_early_answer):
@@ -310,6 +351,10 @@ class RLMRun:
                                 f"FINAL_VAR({value}) names no variable. Use SHOW_VARS() to see them."
                             )
                             continue
+                    elif not questioned and not last_turn and self._unverified(value):
+                        questioned = True
+                        self._say(self.cfg.unverified_answer_message.format(answer=value))
+                        continue
                     return "completed", value, "prose", None
                 if prose:
                     refused = True
@@ -321,9 +366,13 @@ class RLMRun:
             for b, code in enumerate(blocks):
                 result = await self._run_cell(it_node, b, code, sandbox)
                 all_failed = all_failed and result.error is not None
+                self.outputs.append("\n".join((result.stdout, result.stderr, result.error or "")))
                 feedback.append(
                     prompts.cell_feedback(b, code, result, self.cfg.output_cap, parsing.cap_output)
                 )
+                missing = parsing.final_undefined_name(code, result.error)
+                if missing:
+                    feedback.append(prompts.FINAL_NAME_ERROR.format(name=missing))
                 if self.context.is_codebase and _raised(result, "KeyError"):
                     example = next(iter(self.context.value), "src/main.py")
                     feedback.append(prompts.CODEBASE_KEY_HINT.format(example=example))
@@ -334,6 +383,18 @@ class RLMRun:
                 if result.final is not None and (
                     inspected or refused or not self.cfg.refuse_early_answer
                 ):
+                    if (
+                        not questioned
+                        and not last_turn
+                        and self.rt.ledger.exhausted is None
+                        and parsing.final_is_literal(code)
+                        and self._unverified(result.final)
+                    ):
+                        questioned = True
+                        feedback.append(
+                            self.cfg.unverified_answer_message.format(answer=result.final)
+                        )
+                        break
                     source = "final_var" if "FINAL_VAR" in code else "final"
                     return "completed", result.final, source, None
                 if self.rt.ledger.exhausted is not None:
@@ -365,17 +426,40 @@ class RLMRun:
         self.messages.append(msg)
         self.history.append(msg)
 
-    async def _root_call(self, it_node: str) -> str:
-        """One root-model turn; returns the reply text (appended to the conversation)."""
-        new = self.messages[self._sent :]
-        completion = await self._call_model(
-            self.model, list(self.messages), it_node, role="root", record=new
+    def _unverified(self, answer: str) -> bool:
+        """Whether ``verify_answer`` questions ``answer``: short, and in no cell output yet."""
+        return (
+            self.cfg.verify_answer
+            and parsing.is_short_answer(answer)
+            and not parsing.answer_in_outputs(answer, self.outputs)
         )
+
+    async def _root_call(self, it_node: str) -> str:
+        """One root-model turn; returns the reply text as appended to the conversation: with
+        ``stop_after_code_block``, ended at its first code block (fence closed)."""
+        new = self.messages[self._sent :]
+        stop = list(STOP_AFTER_BLOCK) if self.cfg.stop_after_code_block else None
+        c = await self._call_model(
+            self.model, list(self.messages), it_node, role="root", record=new, stop=stop
+        )
+        text = c.text
+        if stop:
+            maybe_stopped = c.stop_sequence is not None or (
+                c.finish_reason == "stop" and not self.model.reports_stop
+            )
+            if maybe_stopped and not parsing.find_code_blocks(parsing.close_open_fence(text)):
+                # The stop string closed or opened a fence that is not code (an output
+                # block): ask again without it, so a FINAL written after it survives.
+                c = await self._call_model(
+                    self.model, list(self.messages), it_node, role="root", record=[]
+                )
+                text = c.text
+            text = parsing.close_open_fence(parsing.cut_after_first_block(text))
         self._sent = len(self.messages) + 1
-        reply = {"role": "assistant", "content": completion}
+        reply = {"role": "assistant", "content": text}
         self.messages.append(reply)
         self.history.append(reply)
-        return completion
+        return text
 
     async def _call_model(
         self,
@@ -388,8 +472,19 @@ class RLMRun:
         depth: int | None = None,
         check: bool = True,
         max_tokens: int | None = None,
-    ) -> str:
-        """Call ``model`` with budget checks, usage accounting and events; returns the text.
+        stop: list[str] | None = None,
+        timeout_s: float | None = None,
+    ) -> Completion:
+        """Call ``model`` with budget checks, usage accounting and events.
+
+        Args:
+            check: check the shared budget first and bound the call by the loop's wall
+                clock; ``False`` for the extraction call, which passes ``timeout_s``.
+            stop: stop strings for the provider (see :meth:`Model.complete`).
+            timeout_s: wall-clock bound in seconds when ``check`` is ``False``.
+
+        Returns:
+            The :class:`~rlmd.models.base.Completion`.
 
         Raises:
             BudgetExhausted: a shared limit is reached (checked before the call).
@@ -408,14 +503,18 @@ class RLMRun:
             messages=messages if record is None else record,
             depth=depth,
         )
-        timeout = self.rt.ledger.remaining_seconds() if check else None
+        timeout = self.rt.ledger.remaining_seconds() if check else timeout_s
         try:
             if timeout is not None and timeout <= 0:
                 raise BudgetExhausted(
                     "max_time", f"wall-clock budget of {self.cfg.budget.max_seconds:g} s used up"
                 )
             try:
-                c = await asyncio.wait_for(model.complete(messages, max_tokens=max_tokens), timeout)
+                # A timeout cancels the call; a streamed request then closes its connection
+                # and a llama.cpp server stops generating (rlmd.models.openai).
+                c = await asyncio.wait_for(
+                    model.complete(messages, max_tokens=max_tokens, stop=stop), timeout
+                )
             except TimeoutError:
                 raise BudgetExhausted(
                     "max_time",
@@ -449,9 +548,10 @@ class RLMRun:
             latency_s=c.latency_s,
             cost_usd=c.cost_usd,
             finish_reason=c.finish_reason,
+            stop_sequence=c.stop_sequence,
             error=None,
         )
-        return c.text
+        return c
 
     async def _run_cell(self, it_node: str, index: int, code: str, sandbox: Sandbox) -> CellResult:
         node = new_id()
@@ -544,9 +644,10 @@ class RLMRun:
         messages = [{"role": "user", "content": prompt}]
         self._check_window(model, messages)
         try:
-            return await self._call_model(
+            c = await self._call_model(
                 model, messages, parent_node, role="sub", depth=self.depth + 1
             )
+            return c.text
         except BudgetExhausted as exc:
             raise CallError(
                 f"budget exhausted: {exc}. The run is ending; no more sub-calls."
@@ -649,21 +750,28 @@ class RLMRun:
             {"role": "system", "content": prompts.EXTRACTION_SYSTEM},
             {"role": "user", "content": f"Question: {self.question}\n\nWork so far:\n{transcript}"},
         ]
-        try:
-            text = await asyncio.wait_for(
-                self._call_model(
-                    self.model,
-                    messages,
-                    None,
-                    role="extraction",
-                    check=False,
-                    max_tokens=EXTRACTION_MAX_TOKENS,
-                ),
-                120,
-            )
-        except (ModelError, TimeoutError, BudgetExhausted):
+        # Bounded by what the wall-clock budget has left (the loop kept a reserve for this);
+        # a loop that overran its share (a cell or call that ignored cancellation) still
+        # leaves the extraction up to 1 s of its reserve.
+        timeout = EXTRACTION_TIMEOUT_S
+        left = self.rt.ledger.remaining_seconds(include_reserve=True)
+        if left is not None:
+            timeout = min(timeout, max(left, min(self.rt.ledger.reserve_s, 1.0)))
+        if timeout <= 0:
             return None, None
-        return text.strip() or None, "extraction"
+        try:
+            c = await self._call_model(
+                self.model,
+                messages,
+                None,
+                role="extraction",
+                check=False,
+                max_tokens=EXTRACTION_MAX_TOKENS,
+                timeout_s=timeout,
+            )
+        except (ModelError, BudgetExhausted):
+            return None, None
+        return c.text.strip() or None, "extraction"
 
     async def _maybe_compact(self, it_node: str, sandbox: Sandbox) -> None:
         """Summarise older turns when the conversation nears the root model's window; the
@@ -675,7 +783,7 @@ class RLMRun:
         if self.model.count_messages(self.messages) < limit:
             return
         head, middle, tail = self.messages[:2], self.messages[2:-2], self.messages[-2:]
-        summary = await self._call_model(
+        compacted = await self._call_model(
             self.model,
             [
                 {"role": "system", "content": prompts.COMPACTION_SYSTEM},
@@ -684,6 +792,7 @@ class RLMRun:
             it_node,
             role="compaction",
         )
+        summary = compacted.text
         note = {
             "role": "user",
             "content": f"Summary of earlier turns (full log in the REPL variable `history`):\n{summary}",

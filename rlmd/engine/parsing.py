@@ -80,6 +80,101 @@ def cell_inspects(code: str) -> bool:
     return False
 
 
+def cut_after_first_block(text: str) -> str:
+    """``text`` up to the end of its first runnable code block (the closing fence included).
+
+    The fallback for a provider that ignored the stop sequence: what the model wrote after
+    its first block (often an invented output, ``bench/RESULTS.md``) is dropped. Text with no
+    closed runnable block is returned unchanged.
+    """
+    for m in _FENCE.finditer(text):
+        if m.group(1).lower() in CODE_LANGUAGES and m.group(2).strip():
+            return text[: m.end()] if m.group(0).endswith("```") else text
+    return text
+
+
+def close_open_fence(text: str) -> str:
+    """``text`` with its last fence closed (a ````` line appended) if it ends inside one,
+    as a reply cut by the stop sequence or by ``max_tokens`` does; else ``text``."""
+    last = None
+    for last in _FENCE.finditer(text):  # noqa: B007 (the last match is what counts)
+        pass
+    if last is not None and not last.group(0).endswith("```"):
+        return text.rstrip("\n") + "\n```"
+    return text
+
+
+def _final_calls(tree: ast.AST) -> list[ast.Call]:
+    return [
+        node
+        for node in ast.walk(tree)
+        if isinstance(node, ast.Call)
+        and isinstance(node.func, ast.Name)
+        and node.func.id in ("FINAL", "FINAL_VAR")
+    ]
+
+
+def final_is_literal(code: str) -> bool:
+    """Whether every ``FINAL(...)`` call in ``code`` hands over a literal typed by the model
+    (``FINAL("42")``, ``FINAL(-3)``, ``FINAL(["a", "b"])``) rather than a value code computed
+    (``FINAL(total)``, ``FINAL(len(hits))``, ``FINAL_VAR("total")``). False when the cell
+    has no FINAL call or does not parse."""
+    try:
+        tree = ast.parse(code)
+    except SyntaxError:
+        return False
+    calls = _final_calls(tree)
+    if not calls:
+        return False
+    for call in calls:
+        if call.func.id == "FINAL_VAR" or not call.args:  # type: ignore[union-attr]
+            return False
+        for node in ast.walk(call.args[0]):
+            if isinstance(node, ast.Name | ast.Call | ast.Attribute | ast.Subscript):
+                return False
+    return True
+
+
+def final_undefined_name(code: str, error: str | None) -> str | None:
+    """The name a ``FINAL(...)`` argument used that the cell's ``NameError`` says is not
+    defined (``FINAL(answer)`` copied from an example), else ``None``."""
+    lines = (error or "").strip().splitlines()
+    if not lines or not lines[-1].startswith("NameError"):
+        return None
+    m = re.search(r"name '([A-Za-z_][A-Za-z0-9_]*)' is not defined", lines[-1])
+    if not m:
+        return None
+    try:
+        tree = ast.parse(code)
+    except SyntaxError:
+        return None
+    for call in _final_calls(tree):
+        for arg in call.args:
+            if any(isinstance(n, ast.Name) and n.id == m.group(1) for n in ast.walk(arg)):
+                return m.group(1)
+    return None
+
+
+def answer_in_outputs(answer: str, outputs: list[str]) -> bool:
+    """Whether ``answer`` (stripped of quotes and spaces) occurs in any of ``outputs`` as a
+    whole token: case-insensitive, not inside a longer word or number (``"3"`` does not
+    occur in ``"1930s"``; ``"streams.py"`` occurs in ``"asyncio/streams.py:12"``)."""
+    value = answer.strip().strip("'\"").strip()
+    if not value:
+        return False
+    pattern = re.compile(
+        r"(?<![A-Za-z0-9_])" + re.escape(value) + r"(?![A-Za-z0-9_])", re.IGNORECASE
+    )
+    return any(pattern.search(out) for out in outputs)
+
+
+def is_short_answer(answer: str, max_chars: int = 100) -> bool:
+    """A number, a single token or a path: no whitespace inside, 1..``max_chars`` characters
+    after stripping quotes and spaces."""
+    value = answer.strip().strip("'\"").strip()
+    return 0 < len(value) <= max_chars and not any(c.isspace() for c in value)
+
+
 def cap_output(text: str, limit: int) -> str:
     """Keep the head (60 %) and tail (40 %) of ``text`` within ``limit`` characters and say
     how much was cut and where the rest is."""

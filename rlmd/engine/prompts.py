@@ -1,7 +1,9 @@
 """The prompts rlmd sends: system prompt, context metadata, per-turn feedback.
 
 Written for small local models as much as for frontier ones: short, explicit rules, one
-example, answers only through ``FINAL``. The loop design follows Zhang, Kraska, Khattab,
+example, answers only through ``FINAL``. No prompt shows a bare ``FINAL(answer)``: small
+models copy it literally and raise ``NameError`` (14 of 37 cells in the first quality run,
+``bench/RESULTS.md``); the examples hand over a value or a variable the example set. The loop design follows Zhang, Kraska, Khattab,
 *Recursive Language Models* (arXiv:2512.24601); the wording is our own.
 """
 
@@ -14,7 +16,7 @@ from rlmd.sandbox.base import CellResult
 SYSTEM_PROMPT = """\
 You answer a question about an input that is too large to read at once. The input is stored \
 in a Python REPL as the variable `context`. You never see it directly: you write Python code \
-in ```repl blocks, I run every block and show you what it printed. Work step by step.
+in a ```repl block, I run it and show you what it printed. Work step by step.
 
 The REPL gives you:
 - `context`: {context_line}
@@ -26,13 +28,14 @@ prompt gives an "Error: ..." string in its slot.
 its own REPL with `context` set to the value you pass; use it for pieces that need several steps.
 - `rlm_query_batched(prompts, contexts=None, model=None) -> list[str]`.
 - `SHOW_VARS()`: list the variables you have made.
-- `FINAL(value)`: end the task and answer with `value`. `FINAL_VAR("name")`: answer with a variable.
+- `FINAL(value)`: end the task; `value` is the answer itself, e.g. `FINAL("1932")`, or a variable your code set, e.g. `FINAL(total)`. `FINAL_VAR("total")` answers with that variable.
 {extra_helpers}
 Rules:
 1. Look at `context` with code before you answer. Never guess.
 2. Print only what you need: each block's output is cut to {output_cap:,} characters.
 3. Do not assign to `context` or to the functions above; store results in new variables.
-4. When you know the answer, call FINAL(answer) inside a ```repl block.
+4. Write ONE ```repl block per reply and stop there: my next message shows its real output. Never write the output yourself.
+5. When the output shows the answer, reply with a ```repl block that calls FINAL(...) with it.
 
 Example, first a look:
 ```repl
@@ -57,13 +60,23 @@ the file that defines class Foo.
 EXAMPLES = {
     "codebase": (
         "print(len(context))\nprint(list_files()[:20])",
-        "FINAL(answer)",
+        'FINAL("pkg/module.py")',
     ),
-    "text": ("print(len(context))\nprint(context[:500])", "FINAL(answer)"),
-    "list": ("print(len(context))\nprint(context[:3])", "FINAL(answer)"),
-    "dict": ("print(len(context))\nprint(list(context)[:20])", "FINAL(answer)"),
+    "text": (
+        "print(len(context))\n"
+        "lines = context.splitlines()\n"
+        "# search the whole text for words of the question, not just its start\n"
+        'hits = [line for line in lines if "bridge" in line.lower()]\n'
+        "print(len(hits), hits[:10])",
+        "FINAL(hits[0])",
+    ),
+    "list": ("print(len(context))\nprint(context[:3])", "FINAL(len(context))"),
+    "dict": ("print(len(context))\nprint(list(context)[:20])", "FINAL(len(context))"),
 }
-"""Per context kind: a first cell that looks, and a last cell that answers."""
+"""Per context kind: a first cell that looks, and a last cell that answers. The text example
+searches every line (the first quality run's model copied ``print(context[:500])`` and then
+answered from those 500 characters, ``bench/RESULTS.md``); no last cell is a bare
+``FINAL(answer)``."""
 
 
 def context_line(meta: dict[str, Any]) -> str:
@@ -148,8 +161,20 @@ def first_user_message(question: str, meta: dict[str, Any]) -> str:
 
 REPEATED = (
     "You ran the same code as in your previous turn and got the same result. If that result "
-    "answers the question, call FINAL(answer) in a ```repl block now; otherwise try something "
-    "different."
+    "answers the question, call FINAL(...) with the answer itself in a ```repl block now; "
+    "otherwise try something different."
+)
+
+FINAL_NAME_ERROR = (
+    "Your FINAL(...) named `{name}`, which is not defined, so nothing was answered. Put the "
+    'value itself in FINAL, e.g. FINAL("the text you found") or FINAL(42), or the name of a '
+    'variable an earlier cell set, e.g. FINAL(result) or FINAL_VAR("result").'
+)
+
+UNVERIFIED_ANSWER = (
+    "Your answer {answer!r} was not accepted yet: it appears in no output so far, so it may "
+    "be a guess. Print the evidence with code in a ```repl block (the line or value you found "
+    "in `context`), then call FINAL(...) again."
 )
 
 CODEBASE_KEY_HINT = (
@@ -187,17 +212,19 @@ def cell_feedback(index: int, code: str, result: CellResult, output_cap: int, ca
 
 NO_CODE = (
     "I found no ```repl block in your reply, so nothing ran. Write Python code in a ```repl "
-    "block to look at `context`, and call FINAL(answer) in a ```repl block when you are done."
+    "block to look at `context`, and call FINAL(...) with the answer in a ```repl block when "
+    "you are done."
 )
 
 EARLY_ANSWER = (
     "Your answer was not accepted: no code has looked at `context` yet, so it would be a "
-    "guess. First inspect `context` with code in a ```repl block, then call FINAL(answer)."
+    "guess. First inspect `context` with code in a ```repl block, then call FINAL(...) with "
+    "the answer."
 )
 
 NEXT_TURN = (
-    "Turn {turn} of {max_turns}. If the output above answers the question, call FINAL(answer) "
-    "in a ```repl block now; otherwise continue."
+    "Turn {turn} of {max_turns}. If the output above answers the question, call FINAL(...) "
+    "with the answer itself in a ```repl block now; otherwise continue."
 )
 
 EXTRACTION_SYSTEM = (
