@@ -272,6 +272,23 @@ async def test_orphans_are_reaped_on_start(make, engine):
                 pass
 
 
+def test_daemon_start_reaps_in_the_background(engine):
+    from rlmd.sandbox import docker_host
+    from rlmd.sandbox.reaper import reap_in_background
+
+    labels = {
+        docker_host.LABEL: "1",
+        docker_host.LABEL_HOST: socket.gethostname(),
+        docker_host.LABEL_PID: str(_dead_pid()),
+    }
+    orphan = engine.containers.create("rlmd/sandbox-base:latest", ["sleep", "60"], labels=labels)
+    docker_host._reaped_for = None  # as in a fresh daemon process
+    thread = reap_in_background()
+    assert thread is not None
+    thread.join(30)
+    assert orphan.id not in {c.id for c in engine.containers.list(all=True)}
+
+
 async def test_closed_sandbox_leaves_no_container(make, engine):
     sb = await make()
     cid = sb.container_id

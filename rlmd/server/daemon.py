@@ -39,6 +39,7 @@ import tempfile
 from pathlib import Path
 
 from rlmd import paths
+from rlmd.sandbox.reaper import reap_in_background
 from rlmd.server.connection import MAX_HEADER_LINE, Connection
 from rlmd.server.core import DaemonCore, DaemonOptions
 from rlmd.server.protocol import RlmdServer  # noqa: F401 - import pygls/lsprotocol up front
@@ -171,6 +172,7 @@ async def serve_socket(options: DaemonOptions, *, ready: asyncio.Event | None = 
             path.unlink()  # stale: we hold the lock, so nobody listens there
         core = DaemonCore(options, mode="socket")
         core.socket_path = str(path)
+        reap_in_background()  # containers a crashed daemon left behind
         if path.parent != run_dir():
             (run_dir() / "rlmd.sock.path").write_text(str(path))
         connections: set[Connection] = set()
