@@ -58,6 +58,84 @@ def _load_siblings() -> tuple[Any, Any]:
     return core, protocol
 
 
+def _options(argv: list[str]) -> dict[str, list[str]]:
+    """The isolation flags the host passed: ``--rlimit NAME=VALUE``, ``--cgroup-fd N`` (both
+    repeatable) and ``--reap 1``. Every flag takes one value (``_bootstrap`` reads pairs too)."""
+    out: dict[str, list[str]] = {"--rlimit": [], "--cgroup-fd": [], "--reap": []}
+    for flag, value in zip(argv[::2], argv[1::2], strict=False):
+        if flag in out:
+            out[flag].append(value)
+    return out
+
+
+def _join_cgroups(fds: list[str]) -> None:
+    """Move this process into the cgroups whose ``cgroup.procs`` the host opened for it,
+    then close the descriptors (model code never gets a writable cgroup file). Exits (71)
+    if that fails."""
+    for text in fds:
+        fd = int(text)
+        try:
+            os.write(fd, b"0")
+        except OSError as exc:
+            # The host records this limit as enforced: better no kernel than a false record.
+            print(f"rlmd kernel: could not join its cgroup: {exc}", file=sys.stderr)
+            os._exit(71)
+        finally:
+            os.close(fd)
+
+
+def _set_rlimits(specs: list[str]) -> None:
+    """``setrlimit`` soft and hard to each ``NAME=VALUE`` (hard limits can only go down, so
+    model code cannot raise them again)."""
+    if not specs:
+        return
+    import resource
+
+    for spec in specs:
+        name, _, value = spec.partition("=")
+        which = getattr(resource, "RLIMIT_" + name, None)
+        if which is None:
+            continue
+        limit = int(value)
+        _, hard = resource.getrlimit(which)
+        if hard != resource.RLIM_INFINITY:
+            limit = min(limit, hard)
+        try:
+            resource.setrlimit(which, (limit, limit))
+        except (OSError, ValueError) as exc:
+            print(f"rlmd kernel: could not set RLIMIT_{name}: {exc}", file=sys.stderr)
+
+
+def _reap_others() -> None:
+    """As PID 1 of a PID namespace: kill every other process in it (what the cell left
+    running) and collect the exits. Repeats while processes remain: one forking at the
+    moment of a ``kill(-1)`` can leave a new child behind. Costs one failing ``kill`` when
+    there is nothing to do; gives up after about two seconds (the host's limits take over)."""
+    import signal
+    import time
+
+    deadline = None
+    while True:
+        while True:  # collect the dead first: a zombie still counts for kill(-1)
+            try:
+                pid, _ = os.waitpid(-1, os.WNOHANG)
+            except ChildProcessError:
+                break
+            if pid == 0:
+                break
+        try:
+            os.kill(-1, signal.SIGKILL)
+        except ProcessLookupError:
+            return
+        except OSError:
+            return
+        now = time.monotonic()
+        deadline = deadline or now + 2.0
+        if now > deadline:
+            return
+        time.sleep(0.001)
+
+
 def _bootstrap(argv: list[str]) -> None:
     """Do what ``site`` would have done with the folders the host passed (see the module
     docstring); nothing when the kernel was started without them."""
@@ -171,13 +249,39 @@ class Channel:
         self._replies: dict[int, dict[str, Any]] = {}
         self._requests: collections.deque[dict[str, Any]] = collections.deque()
         self._call_ids = itertools.count(1)
+        self._owner = os.getpid()
+        self.main_reading = False  # the main thread is inside a frame read or write
+        self.interrupt_pending = False
+
+    def forked(self) -> None:
+        """In a child forked by model code: drop the channel, so the child can neither
+        answer requests nor steal them. The child exits where it would use it."""
+        for fd in (self._in.fileno(), self._wfd):
+            try:
+                os.close(fd)
+            except OSError:
+                pass
+
+    def _check_owner(self) -> None:
+        if os.getpid() != self._owner:
+            os._exit(0)
 
     def send(self, obj: dict[str, Any]) -> None:
+        self._check_owner()
         data = self._protocol.encode_line(obj) if self._lines else self._protocol.encode(obj)
+        main = threading.current_thread() is threading.main_thread()
         with self._wlock:
-            _write_all(self._wfd, data)
+            # A frame half written would desynchronise the channel: hold SIGINT meanwhile.
+            if main:
+                self.main_reading = True
+            try:
+                _write_all(self._wfd, data)
+            finally:
+                if main:
+                    self.main_reading = False
 
     def _read_frame(self) -> dict[str, Any]:
+        self._check_owner()
         try:
             if self._lines:
                 line = self._in.readline()
@@ -202,10 +306,15 @@ class Channel:
                 cond.wait()
                 continue
             self._reading = True
+            main = threading.current_thread() is threading.main_thread()
             cond.release()
             try:
+                # A SIGINT that arrives now must not break a frame in half: the handler
+                # only flags it (see _install_sigint) and it is raised once the frame is in.
+                self.main_reading = main
                 msg = self._read_frame()
             finally:
+                self.main_reading = False
                 cond.acquire()
                 self._reading = False
             if msg.get("op") == "reply":
@@ -213,6 +322,9 @@ class Channel:
             else:
                 self._requests.append(msg)
             cond.notify_all()
+            if main and self.interrupt_pending and msg.get("op") == "reply":
+                self.interrupt_pending = False
+                raise KeyboardInterrupt
 
     def next_request(self) -> dict[str, Any]:
         with self._cond:
@@ -220,6 +332,8 @@ class Channel:
             return self._requests.popleft()
 
     def call(self, fn: str, args: dict[str, Any]) -> Any:
+        if os.getpid() != self._owner:
+            raise RuntimeError(f"{fn} is not available in a process forked by model code")
         call_id = next(self._call_ids)
         try:
             self.send({"op": "call", "call": call_id, "fn": fn, "args": args})
@@ -247,26 +361,68 @@ def _pending_bytes(fd: int) -> int:
 _held: list[Any] = []
 
 
-def _watch_parent() -> None:
-    """Exit when the host process dies (SIGKILL, crash): otherwise a kernel in the middle of
-    a long cell would run on, orphaned, until the cell ends. Polls once a second."""
-    import threading
-    import time
-
-    parent = os.getppid()
+def _watch_channel(fd: int) -> None:
+    """Exit when the host goes away (its end of the channel closes: SIGKILL, crash) or the
+    channel descriptor is closed under us: otherwise a kernel in the middle of a long cell
+    would run on, orphaned, until the cell ends. A thread blocks in ``poll`` (no events
+    asked: only hang-up and invalid-descriptor are reported), so it costs nothing while the
+    host lives. Works in a PID namespace, where ``getppid()`` says nothing about the host."""
+    import select
 
     def watch() -> None:
-        while os.getppid() == parent:
-            time.sleep(1.0)
-        os._exit(70)
+        poller = select.poll()
+        poller.register(fd, 0)
+        while True:
+            try:
+                events = poller.poll()
+            except InterruptedError:
+                continue
+            if any(ev & (select.POLLHUP | select.POLLERR | select.POLLNVAL) for _, ev in events):
+                os._exit(70)
 
-    threading.Thread(target=watch, name="rlmd-parent-watch", daemon=True).start()
+    threading.Thread(target=watch, name="rlmd-channel-watch", daemon=True).start()
+
+
+def _install_sigint(kernel: Any, channel: Channel) -> None:
+    """SIGINT (the host's interrupt) raises ``KeyboardInterrupt`` in a running cell only:
+    between cells it is ignored, and while the main thread reads a frame it is held until
+    the frame is complete (see :meth:`Channel._pump`)."""
+    import signal
+
+    def on_sigint(signum: int, frame: Any) -> None:
+        if not kernel.running:
+            return
+        if channel.main_reading:
+            channel.interrupt_pending = True
+            return
+        raise KeyboardInterrupt
+
+    signal.signal(signal.SIGINT, on_sigint)
+
+
+def _bind_context_file(kernel: Any, req: dict[str, Any]) -> Any:
+    """Bind ``context`` to the text of the file the host wrote (UTF-8, lone surrogates
+    passed through), then delete the file: a 100 MB string costs a file read, not a JSON
+    round trip."""
+    path = str(req.get("path"))
+    try:
+        with open(path, "rb") as f:
+            data = f.read()
+    finally:
+        try:
+            os.unlink(path)
+        except OSError:
+            pass
+    text = data.decode("utf-8", "surrogatepass")
+    del data
+    return kernel.bind_context(text, False)
 
 
 def main() -> None:
     _held.append(sys.modules.get("__main__"))  # this script's module, replaced below
+    options = _options(sys.argv[1:])
+    _join_cgroups(options["--cgroup-fd"])
     _bootstrap(sys.argv[1:])
-    _watch_parent()
     core, protocol = _load_siblings()
 
     # The channel moves off fds 0/1; fd 1 becomes fd 2 and fd 0 /dev/null, so nothing model
@@ -280,8 +436,14 @@ def main() -> None:
 
     argv = sys.argv[1:]
     lines = any(a == "--framing" and b == "lines" for a, b in zip(argv, argv[1:], strict=False))
+    _set_rlimits(options["--rlimit"])  # after the channel moved up: NOFILE may be low
+    reap = bool(options["--reap"])
+    _watch_channel(chan_in)
     channel = Channel(chan_in, chan_out, protocol, lines=lines)
+    if hasattr(os, "register_at_fork"):
+        os.register_at_fork(after_in_child=channel.forked)
     kernel = core.Kernel(channel.call, capture="global")
+    _install_sigint(kernel, channel)
     sys.modules["__main__"] = kernel.module  # pickle & co. find cell-defined objects
     sys.argv = [""]
     token = os.urandom(8).hex()
@@ -324,7 +486,12 @@ def main() -> None:
             if req.get("op") == "exec":
                 max_output = int(req.get("max_output") or protocol.DEFAULT_MAX_OUTPUT)
                 result = kernel.exec_cell(req.get("code"), max_output=max_output)
+                channel.interrupt_pending = False
+                if reap:
+                    _reap_others()
                 result["sentinel"] = end_of_cell(rid)
+            elif req.get("op") == "bind_context_file":
+                result = _bind_context_file(kernel, req)
             else:
                 result = kernel.handle(req)
             resp = {"op": "done", "id": rid, "ok": True, "result": result}

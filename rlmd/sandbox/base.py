@@ -144,41 +144,54 @@ class Sandbox(abc.ABC):
     async def close(self) -> None:
         """Stop the kernel and free everything. Safe to call twice."""
 
-    # -- the rest of the contract (issue 3). Every backend implements these; the defaults
-    # raise until it does (then they become abstract). -------------------------------------
+    # -- control, files and health (issue 3) -------------------------------------------------
 
-    #: the limits this sandbox enforces (see :mod:`rlmd.sandbox.limits`)
+    #: the limits this sandbox enforces (see :mod:`rlmd.sandbox.limits`; what each backend
+    #: really enforces is in ``isolation["enforced"]``)
     limits: Limits
 
+    #: hostile-code cases this backend documents it cannot contain, by the case names of
+    #: ``tests/test_sandbox_hostile.py`` (``"memory_bomb"``, ``"os_exit"``, ``"kill_parent"``,
+    #: ...); the hostile suite skips those, naming them. A backend may compute it per
+    #: instance from the isolation it really got.
+    uncontained: frozenset[str] = frozenset()
+
+    @abc.abstractmethod
     async def interrupt(self) -> bool:
         """Interrupt the running cell (``KeyboardInterrupt`` inside it) and keep the REPL and
         its variables. Returns ``True`` if a cell was running. A cell that does not yield to
         the interrupt within a few seconds (a C-level loop) gets the kernel restarted, as a
-        timeout does."""
-        raise NotImplementedError(f"{type(self).__name__}.interrupt")
+        timeout does; the interrupted :meth:`execute` then reports ``kernel_restarted``."""
 
+    @abc.abstractmethod
     async def restart(self) -> list[str]:
         """Replace the kernel with a fresh one, binding context, tools and ``history`` again.
-        Returns the user variables that were lost."""
-        raise NotImplementedError(f"{type(self).__name__}.restart")
-
-    async def upload(self, path: str, data: bytes) -> None:
-        """Write ``data`` to ``path`` (relative: under the sandbox's working folder).
+        Returns the user variables that were lost.
 
         Raises:
-            ValueError: ``path`` escapes the working folder.
+            SandboxError: not started, closed, or the new kernel failed to start.
         """
-        raise NotImplementedError(f"{type(self).__name__}.upload")
 
+    @abc.abstractmethod
+    async def upload(self, path: str, data: bytes) -> None:
+        """Write ``data`` to ``path`` (relative: under the sandbox's working folder; parent
+        folders are made).
+
+        Raises:
+            ValueError: ``path`` is absolute or escapes the working folder.
+            SandboxError: the sandbox is not started.
+        """
+
+    @abc.abstractmethod
     async def download(self, path: str) -> bytes:
         """The bytes of ``path`` (relative to the working folder).
 
         Raises:
-            FileNotFoundError: no such file. ValueError: ``path`` escapes the working folder.
+            FileNotFoundError: no such file. ValueError: ``path`` is absolute or escapes the
+            working folder. SandboxError: the sandbox is not started.
         """
-        raise NotImplementedError(f"{type(self).__name__}.download")
 
+    @abc.abstractmethod
     async def health(self) -> dict[str, Any]:
         """A cheap probe: ``{"alive": bool, "pid": int|None, "restarts": int, ...}``; never
         raises for a dead kernel (it says ``alive: False``)."""
-        raise NotImplementedError(f"{type(self).__name__}.health")

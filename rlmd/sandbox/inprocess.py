@@ -11,7 +11,11 @@ import asyncio
 import concurrent.futures
 import contextlib
 import ctypes
+import dataclasses
+import os
 import queue
+import shutil
+import tempfile
 import threading
 import time
 from collections.abc import Callable
@@ -28,6 +32,32 @@ from rlmd.sandbox._common import (
     with_notice,
 )
 from rlmd.sandbox.base import CallError, CallHandler, CellResult, Sandbox, SandboxError, VarInfo
+from rlmd.sandbox.limits import Limits, limit_message
+
+_UNSET: Any = object()
+_GIVEN_UP: Any = object()  # a cell's future resolved by the host: its thread was abandoned
+
+UNCONTAINED = frozenset(
+    {
+        "c_level_loop",
+        "memory_bomb",
+        "fork_bomb",
+        "huge_file",
+        "os_exit",
+        "kill_parent",
+        "network",
+        "env_keys",
+        "proc_environ",
+        "read_home",
+        "ctypes",
+        "close_channel",
+        "background_process",
+        "fd_output_flood",
+        "write_outside",
+    }
+)
+"""Hostile-code cases (names as in ``tests/test_sandbox_hostile.py``) the in-process
+backend cannot contain: they would hurt or read the host process itself."""
 
 
 def _async_raise(thread_id: int, exc_type: type[BaseException]) -> int:
@@ -108,24 +138,46 @@ class InProcessSandbox(RebindState, Sandbox):
     * memory exhaustion (no limit);
     * fd-level output (``os.write(1, ...)``, child processes) goes to the host's stdout and
       stderr; only ``sys.stdout``/``sys.stderr`` writes from the cell's own thread are
-      captured (threads started by model code print to the host's streams).
+      captured (threads started by model code print to the host's streams);
+    * any :class:`Limits` but ``wall_s`` and ``output_bytes`` (memory, CPU, processes, files,
+      network): they are recorded as not enforced. :data:`UNCONTAINED` lists the hostile
+      cases this backend cannot contain.
 
     A timeout that the interrupt does stop keeps the REPL state: ``timed_out=True``,
-    ``kernel_restarted=False``.
+    ``kernel_restarted=False``. :meth:`upload` / :meth:`download` use a private temporary
+    folder (:attr:`workdir`), but cells run in the host's current directory.
+
+    Args:
+        limits: only ``wall_s`` and ``output_bytes`` are enforced.
+        timeout_s / max_output_chars: aliases of ``limits.wall_s`` / ``limits.output_bytes``.
+        interrupt_grace_s: seconds an interrupted cell has to stop before its thread is
+            abandoned and a fresh REPL started.
     """
 
     kind = "inprocess"
 
+    uncontained = UNCONTAINED
+
     def __init__(
         self,
         *,
-        timeout_s: float | None = 300.0,
-        max_output_chars: int = protocol.DEFAULT_MAX_OUTPUT,
+        limits: Limits | None = None,
+        timeout_s: float | None = _UNSET,
+        max_output_chars: int = _UNSET,
         interrupt_grace_s: float = 1.0,
     ):
-        self.timeout_s = timeout_s
-        self.max_output_chars = int(max_output_chars)
+        limits = limits or Limits()
+        overrides: dict[str, Any] = {}
+        if timeout_s is not _UNSET:
+            overrides["wall_s"] = timeout_s
+        if max_output_chars is not _UNSET:
+            overrides["output_bytes"] = int(max_output_chars)
+        self.limits = dataclasses.replace(limits, **overrides) if overrides else limits
         self.interrupt_grace_s = interrupt_grace_s
+        self.workdir: str | None = None
+        self.restarts = 0
+        self._running: tuple[Kernel, _Worker, asyncio.Future[Any]] | None = None
+        self._interrupted = False
         self._handler: CallHandler | None = None
         self._loop: asyncio.AbstractEventLoop | None = None
         self._loop_thread: int | None = None
@@ -139,7 +191,18 @@ class InProcessSandbox(RebindState, Sandbox):
         self.abandoned_threads = 0
 
     @property
+    def timeout_s(self) -> float | None:
+        """Default wall-clock seconds per cell (``limits.wall_s``)."""
+        return self.limits.wall_s
+
+    @property
+    def max_output_chars(self) -> int:
+        """Cap per stream per cell (``limits.output_bytes``)."""
+        return int(self.limits.output_bytes or protocol.DEFAULT_MAX_OUTPUT)
+
+    @property
     def isolation(self) -> dict[str, Any]:
+        lim = self.limits
         return {
             "backend": "inprocess",
             "isolated": False,
@@ -147,7 +210,23 @@ class InProcessSandbox(RebindState, Sandbox):
             "network": "host",
             "filesystem": "host",
             "env": "host",
+            "namespaces": [],
+            "rlimits": {},
+            "cgroup": None,
+            "seccomp": False,
             "interrupt": "async-exception",
+            "limits": lim.to_dict(),
+            "enforced": {
+                "wall_s": "async exception (pure Python only)" if lim.wall_s else None,
+                "cpu_s": None,
+                "memory_bytes": None,
+                "processes": None,
+                "open_files": None,
+                "file_size_bytes": None,
+                "output_bytes": "capture cap" if lim.output_bytes else None,
+                "network": None,
+            },
+            "uncontained": sorted(UNCONTAINED),
         }
 
     # -- lifecycle ------------------------------------------------------------------------
@@ -168,6 +247,7 @@ class InProcessSandbox(RebindState, Sandbox):
         self._loop = asyncio.get_running_loop()
         self._loop_thread = threading.get_ident()
         self._kernel = self._new_kernel()
+        self.workdir = tempfile.mkdtemp(prefix="rlmd-inprocess-")
 
     async def close(self) -> None:
         self._closed = True
@@ -177,6 +257,73 @@ class InProcessSandbox(RebindState, Sandbox):
         if worker is not None:
             worker.interrupt()
             worker.stop()
+        if self.workdir is not None:
+            shutil.rmtree(self.workdir, ignore_errors=True)
+
+    async def interrupt(self) -> bool:
+        """Raise ``CellInterrupted`` in the running cell (variables kept); if it has not
+        stopped after ``interrupt_grace_s`` (blocked in C), its thread is abandoned and a
+        fresh REPL started, and the running :meth:`execute` returns with
+        ``kernel_restarted``. Returns whether a cell was running."""
+        running = self._running
+        if running is None:
+            return False
+        kernel, worker, fut = running
+        self._interrupted = True
+        self._cancel_calls(self._inflight)
+        worker.interrupt()
+
+        def escalate() -> None:
+            if not fut.done() and self._running is running:
+                fut.set_result(_GIVEN_UP)
+
+        asyncio.get_running_loop().call_later(self.interrupt_grace_s, escalate)
+        return True
+
+    async def restart(self) -> list[str]:
+        """A fresh REPL with the context, tools and ``history`` bound again (waits for a
+        running cell: :meth:`interrupt` it first). Returns the user variables lost.
+
+        Raises:
+            SandboxError: not started or closed.
+        """
+        async with self._lock:
+            await self._settle_orphan()
+            self._live()
+            lost = list(self._user_names)
+            self._replace_kernel()
+            return lost
+
+    def _inside(self, path: str) -> str:
+        if self.workdir is None:
+            raise SandboxError("the sandbox is not started")
+        if not isinstance(path, str) or not path or "\x00" in path or os.path.isabs(path):
+            raise ValueError(f"path {path!r} must be relative to the working folder")
+        root = os.path.realpath(self.workdir)
+        full = os.path.realpath(os.path.join(root, path))
+        if not full.startswith(root + os.sep):
+            raise ValueError(f"path {path!r} escapes the working folder")
+        return full
+
+    async def upload(self, path: str, data: bytes) -> None:
+        full = self._inside(path)
+        os.makedirs(os.path.dirname(full), exist_ok=True)
+        with open(full, "wb") as f:
+            f.write(bytes(data))
+
+    async def download(self, path: str) -> bytes:
+        with open(self._inside(path), "rb") as f:
+            return f.read()
+
+    async def health(self) -> dict[str, Any]:
+        return {
+            "backend": "inprocess",
+            "alive": self._kernel is not None and not self._closed,
+            "pid": os.getpid(),
+            "running": self._running is not None,
+            "restarts": self.restarts,
+            "abandoned_threads": self.abandoned_threads,
+        }
 
     # -- the bridge for host calls ----------------------------------------------------------
 
@@ -246,6 +393,7 @@ class InProcessSandbox(RebindState, Sandbox):
             kernel.set_var("history", self._history[0])
         self._kernel = kernel
         self._user_names = []
+        self.restarts += 1
 
     # -- operations ---------------------------------------------------------------------------
 
@@ -323,6 +471,7 @@ class InProcessSandbox(RebindState, Sandbox):
                     loop.call_soon_threadsafe(resolve, res)
 
             worker.submit(run)
+            self._running, self._interrupted = (kernel, worker, fut), False
             try:
                 res = await wait(asyncio.shield(fut), timeout)
             except asyncio.CancelledError:
@@ -334,10 +483,35 @@ class InProcessSandbox(RebindState, Sandbox):
                 raise
             except TimeoutError:
                 return with_notice(await self._on_timeout(worker, fut, timeout, t0), notice)
+            finally:
+                self._running = None
+            if res is _GIVEN_UP:  # interrupt() escalated: the thread would not stop
+                self._abandon(worker)
+                lost = list(self._user_names)
+                self._replace_kernel()
+                return with_notice(
+                    CellResult(
+                        error=(
+                            f"the cell did not stop within {self.interrupt_grace_s:g} s of an "
+                            "interrupt (it keeps running in a background thread of the host); "
+                            f"a fresh REPL was started; variables lost: {join_names(lost)}. "
+                            f"{AFTER_RESTART}"
+                        ),
+                        kernel_restarted=True,
+                        lost_variables=lost,
+                        duration_s=time.perf_counter() - t0,
+                    ),
+                    notice,
+                )
             if isinstance(res, BaseException):
                 raise SandboxError(f"the kernel failed: {res!r}") from res
             self._user_names = list(res.get("names") or [])
-            return with_notice(result_from_kernel(res, time.perf_counter() - t0), notice)
+            result = result_from_kernel(res, time.perf_counter() - t0)
+            if self._interrupted:
+                result.error = "the cell was interrupted; the REPL state is kept.\n" + (
+                    result.error or ""
+                )
+            return with_notice(result, notice)
 
     async def _settle_orphan(self) -> None:
         """Make sure a cell whose ``execute`` was cancelled has stopped; if it will not,
@@ -389,9 +563,10 @@ class InProcessSandbox(RebindState, Sandbox):
             result = result_from_kernel(res, time.perf_counter() - t0)
             result.timed_out = True
             result.error = (
-                f"cell timed out after {timeout:g} s and was interrupted; the REPL state is "
-                "kept (variables assigned before the interruption included).\n"
-                + (res.get("error") or "")
+                f"cell timed out after {timeout:g} s "
+                f"({limit_message('wall_s', timeout, restarted=False)[:-1]}) and was "
+                "interrupted; the REPL state is kept (variables assigned before the "
+                "interruption included).\n" + (res.get("error") or "")
             )
             return result
         # The thread would not stop: abandon it and start a fresh REPL.

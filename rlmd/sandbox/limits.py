@@ -106,3 +106,35 @@ def limit_message(limit: str, value: Any, *, restarted: bool, lost: list[str] | 
     if restarted:
         text += "; the kernel was restarted; variables lost: " + (", ".join(lost or []) or "none")
     return text + "."
+
+
+_HINTS: tuple[tuple[str, tuple[str, ...], tuple[str, ...]], ...] = (
+    # (limit, one of these on the error's last line, and one of these anywhere, if any)
+    ("memory_bytes", ("MemoryError",), ()),
+    ("file_size_bytes", ("[Errno 27]", "File too large"), ()),
+    ("open_files", ("[Errno 24]", "Too many open files"), ()),
+    (
+        "processes",
+        ("[Errno 11]", "can't start new thread"),
+        ("fork", "Popen", "spawn", "thread", "Process"),
+    ),
+)
+
+
+def limit_hint(error: str | None, limits: Limits) -> str | None:
+    """If the formatted exception ``error`` of a cell is what hitting one of ``limits`` looks
+    like from inside (``MemoryError`` under a memory limit, ``EFBIG`` under a file-size limit,
+    ``EMFILE``, ``EAGAIN`` from ``fork``), the model-readable sentence naming that limit (the
+    kernel survived, so nothing was restarted); else ``None``."""
+    if not error:
+        return None
+    lines = error.rstrip().splitlines()
+    last = lines[-1] if lines else ""
+    for name, marks, context in _HINTS:
+        value = getattr(limits, name)
+        if value is None or not any(m in last for m in marks):
+            continue
+        if context and not any(c in error for c in context):
+            continue
+        return limit_message(name, value, restarted=False)[:-1] + "; the REPL state is kept."
+    return None

@@ -15,8 +15,17 @@ and a new spare is started in the background. Spares are killed at exit or by
 :func:`close_spare_kernels`; ``SubprocessSandbox(spare_kernel=False)`` neither takes nor
 keeps one.
 
-Isolation today is a separate process and a clean environment only: no namespaces, no
-rlimits, no seccomp, the host's network and file system (hardening comes later).
+Isolation (see :mod:`rlmd.sandbox.isolate`): by default the kernel runs under ``bwrap``
+(else ``unshare``) as PID 1 of its own PID namespace with a fresh ``/proc``, no network
+(unless ``limits.network``), the host file system read-only with the user's home hidden,
+no capabilities and a seccomp filter; rlimits and, where this process may create them,
+cgroup-v1 memory and pids groups enforce :class:`~rlmd.sandbox.limits.Limits` from outside
+model code. :attr:`SubprocessSandbox.isolation` records what a kernel really got.
+
+Wall time: a cell past ``limits.wall_s`` gets SIGINT (``KeyboardInterrupt`` in the cell; the
+REPL and its variables stay); if it does not stop within ``interrupt_grace_s`` (a C-level
+loop, code that swallows the interrupt) the kernel is killed and restarted. A cancelled
+``execute`` (a daemon task cancel) is interrupted the same way.
 """
 
 from __future__ import annotations
@@ -24,6 +33,7 @@ from __future__ import annotations
 import asyncio
 import atexit
 import contextlib
+import dataclasses
 import functools
 import logging
 import os
@@ -40,6 +50,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from rlmd.kernel import protocol
+from rlmd.sandbox import isolate
 from rlmd.sandbox._common import (
     AFTER_RESTART,
     RebindState,
@@ -56,6 +67,7 @@ from rlmd.sandbox.base import (
     SandboxError,
     VarInfo,
 )
+from rlmd.sandbox.limits import Limits, limit_hint, limit_message
 
 log = logging.getLogger(__name__)
 
@@ -73,11 +85,41 @@ class _KernelDied(Exception):
 
 
 def _killpg(pid: int) -> None:
+    """SIGKILL the process group of ``pid`` and, when ``pid`` is a namespace wrapper, its
+    children: the kernel runs in a session of its own there (``bwrap --new-session``), and
+    killing it, PID 1 of its namespace, ends everything in the namespace."""
+    for child in _children(pid):
+        with contextlib.suppress(ProcessLookupError, PermissionError):
+            os.kill(child, signal.SIGKILL)
     with contextlib.suppress(ProcessLookupError, PermissionError):
         os.killpg(pid, signal.SIGKILL)
 
 
-def _describe_exit(returncode: int | None) -> str:
+def _children(pid: int) -> list[int]:
+    """Process ids of ``pid``'s children (empty if it is gone or has none)."""
+    try:
+        with open(f"/proc/{pid}/task/{pid}/children") as f:
+            return [int(c) for c in f.read().split()]
+    except (OSError, ValueError):
+        return []
+
+
+def _signal_of(returncode: int | None, wrapped: bool) -> int | None:
+    """The signal that killed the kernel, if any. A wrapper (bwrap, unshare) exits with
+    128 + the kernel's signal; a negative code then means the wrapper itself was killed."""
+    if returncode is None:
+        return None
+    if wrapped:
+        return returncode - 128 if 128 < returncode < 160 else None
+    return -returncode if returncode < 0 else None
+
+
+def _describe_exit(returncode: int | None, wrapped: bool = False) -> str:
+    if wrapped and returncode is not None and returncode < 0:
+        return "the sandbox wrapper was " + _describe_exit(returncode)
+    sig = _signal_of(returncode, wrapped)
+    if sig is not None:
+        returncode = -sig
     if returncode is None:
         return "the kernel closed its channel"
     if returncode < 0:
@@ -192,6 +234,7 @@ class _LaunchSpec:
     argv: tuple[str, ...]
     env: tuple[tuple[str, str], ...]  # before HOME / TMPDIR
     extra_env: tuple[tuple[str, str], ...]  # after them (may override them)
+    isolation: isolate.IsolationConfig | None = None
 
     def environ(self, workdir: str) -> dict[str, str]:
         return {**dict(self.env), "HOME": workdir, "TMPDIR": workdir, **dict(self.extra_env)}
@@ -222,13 +265,20 @@ def _kernel_argv(python: str) -> tuple[str, ...]:
     return (python, "-I", KERNEL_MAIN)
 
 
+@functools.cache
+def _isolation(config: isolate.IsolationConfig) -> isolate.Isolation:
+    """The (cached) isolation builder of ``config``: detection runs once per process."""
+    return isolate.Isolation(config)
+
+
 class _Process:
     """A started kernel process (pipes on stdin/stdout/stderr, its own session) not yet
-    attached to an event loop."""
+    attached to an event loop, with its isolation (``launch``: cgroups to read and remove)."""
 
-    def __init__(self, popen: subprocess.Popen[bytes], workdir: str):
+    def __init__(self, popen: subprocess.Popen[bytes], workdir: str, launch: isolate.Launch):
         self.popen = popen
         self.workdir = workdir
+        self.launch = launch
 
     def discard(self) -> None:
         """Kill its process group, reap it and remove its working folder."""
@@ -239,6 +289,7 @@ class _Process:
             if pipe is not None:
                 with contextlib.suppress(OSError):
                     pipe.close()
+        self.launch.remove_cgroups()
         shutil.rmtree(self.workdir, ignore_errors=True)
 
 
@@ -251,9 +302,15 @@ def _launch(spec: _LaunchSpec, workdir: str | None = None) -> _Process:
     """
     owned = workdir is None
     folder = tempfile.mkdtemp(prefix="rlmd-sandbox-") if workdir is None else workdir
+    launch: isolate.Launch | None = None
     try:
+        if spec.isolation is not None:
+            iso = _isolation(spec.isolation)
+            launch = iso.launch([*spec.argv, *iso.kernel_args()], folder)
+        else:
+            launch = isolate.Launch(argv=list(spec.argv))
         popen = subprocess.Popen(
-            spec.argv,
+            launch.argv,
             stdin=subprocess.PIPE,
             stdout=subprocess.PIPE,
             stderr=subprocess.PIPE,
@@ -261,12 +318,17 @@ def _launch(spec: _LaunchSpec, workdir: str | None = None) -> _Process:
             cwd=folder,
             env=spec.environ(folder),
             start_new_session=True,
+            pass_fds=launch.pass_fds,
         )
-    except OSError as exc:
+    except (OSError, ValueError) as exc:
+        if launch is not None:
+            launch.close_fds()
+            launch.remove_cgroups()
         if owned:
             shutil.rmtree(folder, ignore_errors=True)
         raise SandboxError(f"cannot start the kernel with {spec.argv[0]!r}: {exc}") from exc
-    return _Process(popen, folder)
+    launch.close_fds()
+    return _Process(popen, folder, launch)
 
 
 class _Spares:
@@ -422,6 +484,9 @@ class _Kernel:
         self._write_ok = asyncio.Event()
         self._write_ok.set()
         self._finalizer: weakref.finalize | None = None
+        self.launch = isolate.Launch(argv=[])
+        self.killed_by_host: str | None = None  # why the host killed it, if it did
+        self._host_pid: int | None = None
 
     # -- the process and its pipes ------------------------------------------------------------
 
@@ -467,7 +532,8 @@ class _Kernel:
         if not self.exited.done():
             self.exited.set_result(self.returncode)
         # Orphans of the kernel (forked children) may hold the channel open: end them, and
-        # do not wait for EOF for long.
+        # do not wait for EOF for long. A killed wrapper takes its kernel along.
+        self._kill_kernel()
         _killpg(self.pid)
         self.loop.call_later(0.5, self._mark_dead)
 
@@ -523,6 +589,18 @@ class _Kernel:
             value = await self.handler(str(msg.get("fn")), msg.get("args") or {})
             data = protocol.encode({"op": "reply", "call": call_id, "ok": True, "value": value})
         except asyncio.CancelledError:
+            # An interrupted cell: the call fails inside it (the kernel then raises the
+            # pending KeyboardInterrupt). A dead kernel gets nothing (send is a no-op).
+            self.send(
+                protocol.encode(
+                    {
+                        "op": "reply",
+                        "call": call_id,
+                        "ok": False,
+                        "error": f"{msg.get('fn')} was cancelled: the cell was interrupted",
+                    }
+                )
+            )
             raise
         except CallError as exc:
             data = protocol.encode({"op": "reply", "call": call_id, "ok": False, "error": str(exc)})
@@ -562,6 +640,8 @@ class _Kernel:
         rid = self.ids
         data = protocol.encode({**obj, "id": rid})
         fut = self.loop.create_future()
+        # Nobody may await it any more (a cell given up on): retrieve its exception.
+        fut.add_done_callback(lambda f: f.cancelled() or f.exception())
         self.pending[rid] = fut
         self.send(data)
         return rid, fut
@@ -585,10 +665,51 @@ class _Kernel:
             return b"".join(self._early_stderr).decode("utf-8", "replace")
         return _StderrDrain.text(self.drain.take_now())
 
-    def kill_now(self) -> None:
+    def kill_now(self, reason: str = "host") -> None:
+        """Kill the process group now; ``reason`` is kept for the message to the model."""
+        if self.killed_by_host is None and not self.dead:
+            self.killed_by_host = reason
+        self._kill_kernel()
         if self.pid:
             _killpg(self.pid)
         self._mark_dead()
+
+    def _kill_kernel(self) -> None:
+        """SIGKILL the kernel itself when it runs under a wrapper (its pid was looked up at
+        hello), even if the wrapper is already gone."""
+        if self._host_pid is not None and self._host_pid != self.pid:
+            with contextlib.suppress(ProcessLookupError, PermissionError):
+                os.kill(self._host_pid, signal.SIGKILL)
+
+    def kernel_pid(self) -> int | None:
+        """The kernel's process id as the host sees it: the wrapper's child when wrapped
+        (``bwrap --as-pid-1`` and ``unshare --fork`` start it directly), else ``pid``."""
+        if self._host_pid is None and self.pid:
+            pid = self.pid
+            if self.launch.wrapper is not None:
+                children = _children(pid)
+                if not children:
+                    return None
+                pid = children[0]
+            self._host_pid = pid
+        return self._host_pid
+
+    def interrupt(self) -> bool:
+        """SIGINT to the kernel (``KeyboardInterrupt`` in a running cell) and fail the host
+        calls it waits for; whether the signal was sent."""
+        self.cancel_calls()
+        pid = self.kernel_pid()
+        if pid is None or self.dead:
+            return False
+        try:
+            os.kill(pid, signal.SIGINT)
+        except (ProcessLookupError, PermissionError):
+            return False
+        return True
+
+    def cancel_calls(self) -> None:
+        for task in list(self.calls):
+            task.cancel()
 
     async def kill(self) -> None:
         """Kill the process group and wait until the kernel is reaped."""
@@ -601,24 +722,45 @@ class _Kernel:
             self._finalizer.detach()
 
 
+_UNSET: Any = object()
+
+FILE_CONTEXT_CHARS = 1 << 20
+"""A string context this long or longer goes to the kernel through a file in the working
+folder, not through a JSON frame (see :meth:`SubprocessSandbox.load_context`)."""
+
+
 class SubprocessSandbox(RebindState, Sandbox):
     """The kernel in a persistent child process (the default backend).
 
     Args:
-        timeout_s: default wall-clock limit per cell (``None``: no limit).
+        limits: resource limits (default :class:`Limits`); how each is enforced here is in
+            ``isolation["enforced"]``.
+        timeout_s: alias of ``limits.wall_s`` (seconds per cell; ``None``: no limit).
+        max_output_chars: alias of ``limits.output_bytes`` (cap per stream per cell; a
+            marker says how much was dropped).
+        isolation: ``"auto"`` (bwrap, else unshare, else none, recorded as such),
+            ``"bwrap"``, ``"unshare"`` (raise ``ValueError`` if that cannot work here) or
+            ``"none"`` (no namespaces; rlimits and cgroups still apply).
+        project_dir: a folder bound read-only into the sandbox at its own path.
+        seccomp: load the seccomp filter (with bwrap on x86-64).
+        interrupt_grace_s: seconds a cell has to stop after SIGINT before the kernel is
+            killed and restarted.
         op_timeout_s: limit for the other operations (binding, variables).
         start_timeout_s: how long the kernel may take to start.
         python: the interpreter to run the kernel with (default: this one).
-        max_output_chars: cap per stream per cell (a marker says how much was dropped).
         extra_env: variables added to the kernel's clean environment.
         spare_kernel: take the spare kernel process kept ready for sandboxes like this one
             and keep one for the next (see the module docstring); ``False``: start this
             one's kernel when :meth:`start` is called and keep no spare for it.
 
+    Raises:
+        ValueError: bad limits, or an ``isolation`` mode that cannot work here.
+
     The kernel gets ``PATH`` and ``LANG`` from the host, ``HOME`` and ``TMPDIR`` set to its
-    private working folder, and nothing else. On a timeout, or when the kernel dies, the whole
-    process group is killed and a fresh kernel started with the context, the tools and
-    ``history`` bound again; other variables are lost and listed in the result.
+    private working folder, and nothing else. When the kernel dies (a limit, ``os._exit``, a
+    crash) or a cell will not stop, the whole process group is killed and a fresh kernel
+    started with the context, the tools and ``history`` bound again; other variables are
+    lost and listed in the result, with the limit named when one was hit.
 
     The :data:`CallHandler` must not call back into this sandbox (that would deadlock on the
     sandbox's lock while the cell waits for the handler).
@@ -629,21 +771,42 @@ class SubprocessSandbox(RebindState, Sandbox):
     def __init__(
         self,
         *,
-        timeout_s: float | None = 300.0,
+        limits: Limits | None = None,
+        timeout_s: float | None = _UNSET,
+        max_output_chars: int = _UNSET,
+        isolation: str = "auto",
+        project_dir: str | None = None,
+        seccomp: bool = True,
+        interrupt_grace_s: float = 1.0,
         op_timeout_s: float = 120.0,
         start_timeout_s: float = 30.0,
         python: str | None = None,
-        max_output_chars: int = protocol.DEFAULT_MAX_OUTPUT,
         extra_env: dict[str, str] | None = None,
         spare_kernel: bool = True,
     ):
-        self.timeout_s = timeout_s
+        limits = limits or Limits()
+        overrides: dict[str, Any] = {}
+        if timeout_s is not _UNSET:
+            overrides["wall_s"] = timeout_s
+        if max_output_chars is not _UNSET:
+            overrides["output_bytes"] = int(max_output_chars)
+        if overrides:
+            limits = dataclasses.replace(limits, **overrides)
+        self.limits = limits
         self.op_timeout_s = op_timeout_s
         self.start_timeout_s = start_timeout_s
+        self.interrupt_grace_s = interrupt_grace_s
         self.python = python or sys.executable
-        self.max_output_chars = int(max_output_chars)
         self.extra_env = dict(extra_env or {})
         self.spare_kernel = spare_kernel
+        self._config: isolate.IsolationConfig | None = isolate.IsolationConfig(
+            limits=limits,
+            mode=isolation,
+            keep=isolate.keep_paths(self.python, _site_args(self.python)),
+            project_dir=os.path.abspath(project_dir) if project_dir else None,
+            seccomp=seccomp,
+        )
+        _isolation(self._config)  # detect now: a mode that cannot work raises here
         self._handler: CallHandler | None = None
         self._kernel: _Kernel | None = None
         self._lock = asyncio.Lock()
@@ -651,30 +814,66 @@ class SubprocessSandbox(RebindState, Sandbox):
         self._workdir_finalizer: weakref.finalize | None = None
         self._closed = False
         self._init_rebind_state()
+        self._running: tuple[_Kernel, asyncio.Future[dict[str, Any]]] | None = None
+        self._interrupted = False
+        self._orphan: tuple[_Kernel, int, asyncio.Future[dict[str, Any]]] | None = None
+        self._context_files = 0
         self.restarts = 0
 
     # -- public -----------------------------------------------------------------------------
 
     @property
+    def timeout_s(self) -> float | None:
+        """Default wall-clock seconds per cell (``limits.wall_s``)."""
+        return self.limits.wall_s
+
+    @property
+    def max_output_chars(self) -> int:
+        """Cap per stream per cell (``limits.output_bytes``)."""
+        return int(self.limits.output_bytes or protocol.DEFAULT_MAX_OUTPUT)
+
+    @property
     def isolation(self) -> dict[str, Any]:
-        return {
+        record: dict[str, Any] = {
             "backend": "subprocess",
             "isolated": True,
             "process": True,
-            "network": "host",
-            "filesystem": "host",
             "env": "clean",
-            "namespaces": False,
-            "rlimits": False,
-            "seccomp": False,
             "workdir": self._workdir,
             "python": self.python,
+            "limits": self.limits.to_dict(),
         }
+        assert self._config is not None
+        record.update(_isolation(self._config).record())
+        return record
+
+    @property
+    def uncontained(self) -> frozenset[str]:
+        """Hostile-code cases this sandbox cannot contain with the isolation it got here
+        (case names as in ``tests/test_sandbox_hostile.py``)."""
+        assert self._config is not None
+        iso = _isolation(self._config)
+        out = set()
+        if not iso.pid_namespace:
+            out |= {"kill_parent", "proc_environ", "background_process"}
+        if iso.wrapper != "bwrap":
+            out.add("read_home")
+        if "pids" not in iso.controllers:
+            out.add("fork_bomb")
+        if self.limits.network or not iso.pid_namespace:
+            out.add("network")
+        return frozenset(out)
 
     @property
     def pid(self) -> int | None:
-        """The current kernel's process id (changes on restart)."""
+        """The current kernel's process id as the kernel sees it (1 in its own PID
+        namespace; changes on restart)."""
         return self._kernel.pid if self._kernel is not None else None
+
+    @property
+    def workdir(self) -> str | None:
+        """The private working folder (the kernel's current directory), once started."""
+        return self._workdir
 
     async def start(self, handler: CallHandler) -> None:
         """Start the kernel. On a started sandbox: keep the REPL and its state and serve
@@ -705,8 +904,12 @@ class SubprocessSandbox(RebindState, Sandbox):
             raise
 
     async def load_context(self, value: Any, *, codebase: bool = False) -> None:
+        """Bind ``context``. A long string (``FILE_CONTEXT_CHARS`` or more) is written to a
+        file in the working folder that the kernel reads and deletes: no JSON escaping and
+        framing of 100 MB."""
         async with self._lock:
-            await self._op({"op": "bind_context", "value": value, "codebase": codebase})
+            await self._live_kernel()
+            await self._op_with(self._context_request(value, codebase))
             self._context = (value, codebase)
 
     async def define_tools(self, callables: list[str], values: dict[str, Any]) -> None:
@@ -738,76 +941,105 @@ class SubprocessSandbox(RebindState, Sandbox):
             t0 = time.perf_counter()
             kernel = await self._live_kernel()
             notice, self._notice = self._notice, None
+            rid, fut = kernel.request(
+                {"op": "exec", "code": code, "max_output": self.max_output_chars}
+            )
+            self._running, self._interrupted = (kernel, fut), False
+            timed_out = False
             try:
-                rid, fut = kernel.request(
-                    {"op": "exec", "code": code, "max_output": self.max_output_chars}
-                )
-                msg = await wait(fut, timeout)
+                try:
+                    msg = await wait(asyncio.shield(fut), timeout)
+                except TimeoutError:
+                    # Past the wall-clock limit: interrupt, then kill if it will not stop.
+                    timed_out = True
+                    kernel.interrupt()
+                    try:
+                        msg = await wait(asyncio.shield(fut), self.interrupt_grace_s)
+                    except TimeoutError:
+                        kernel.kill_now("timeout")
+                        raise _KernelDied() from None
             except asyncio.CancelledError:
-                # Nobody waits for this cell any more: stop it. The next operation finds the
-                # kernel dead and restarts it (reporting the lost variables).
-                kernel.kill_now()
+                # Nobody waits for this cell any more (a cancelled task): interrupt it and
+                # let the next operation collect it, or restart the kernel if it will not
+                # stop (see _settle_orphan).
+                self._orphan_cell(kernel, rid, fut)
                 raise
-            except TimeoutError:
-                partial = kernel.stderr_now()
-                lost = list(self._user_names)
-                await self._restart()
-                return with_notice(
-                    CellResult(
-                        stderr=partial,
-                        error=(
-                            f"cell timed out after {timeout:g} s; the kernel was restarted; "
-                            f"variables lost: {join_names(lost)}. {AFTER_RESTART}"
-                        ),
-                        timed_out=True,
-                        kernel_restarted=True,
-                        lost_variables=lost,
-                        duration_s=time.perf_counter() - t0,
-                    ),
-                    notice,
-                )
             except _KernelDied:
-                if self._closed:
-                    raise SandboxError("the sandbox was closed while the cell ran") from None
-                with contextlib.suppress(TimeoutError):
-                    await asyncio.wait_for(asyncio.shield(kernel.exited), 2)
-                with contextlib.suppress(TimeoutError):
-                    await asyncio.wait_for(asyncio.shield(kernel.stderr_closed), 0.5)
-                partial = kernel.stderr_now()
-                lost = list(self._user_names)
-                how = _describe_exit(kernel.returncode)
-                await self._restart()
-                return with_notice(
-                    CellResult(
-                        stderr=partial,
-                        error=(
-                            f"the kernel process died while running the cell ({how}); it was "
-                            f"restarted; variables lost: {join_names(lost)}. {AFTER_RESTART}"
-                        ),
-                        kernel_restarted=True,
-                        lost_variables=lost,
-                        duration_s=time.perf_counter() - t0,
-                    ),
-                    notice,
-                )
+                return with_notice(await self._died(kernel, t0, timeout, timed_out), notice)
+            finally:
+                self._running = None
             if not msg.get("ok"):
                 raise self._error(msg)
-            res = msg["result"]
-            assert kernel.drain is not None
-            if res.get("sentinel"):
-                segment = await kernel.drain.segment(rid, 5.0)
-            else:
-                segment = kernel.drain.take_now()
-            fd_text = _StderrDrain.text(segment)
-            self._user_names = list(res.get("names") or [])
-            result = result_from_kernel(res, time.perf_counter() - t0, fd_text)
+            result = await self._result(kernel, rid, msg["result"], t0)
+            if timed_out:
+                result.timed_out = True
+                result.error = (
+                    f"cell timed out after {timeout:g} s "
+                    f"({limit_message('wall_s', timeout, restarted=False)[:-1]}) and was "
+                    "interrupted; the REPL state is kept (variables assigned before the "
+                    "interruption included).\n" + (result.error or "")
+                )
+            elif self._interrupted:
+                result.error = "the cell was interrupted; the REPL state is kept.\n" + (
+                    result.error or ""
+                )
             return with_notice(result, notice)
+
+    async def interrupt(self) -> bool:
+        """SIGINT to the running cell (``KeyboardInterrupt`` in it; variables kept); if it
+        has not stopped after ``interrupt_grace_s`` the kernel is killed, and the running
+        :meth:`execute` returns with ``kernel_restarted``. Returns whether a cell was
+        running."""
+        running = self._running
+        if running is None:
+            return False
+        kernel, fut = running
+        self._interrupted = True
+        kernel.interrupt()
+        self._escalate(kernel, fut)
+        return True
+
+    async def restart(self) -> list[str]:
+        """Kill the kernel and start a fresh one with the context, tools and ``history``
+        bound again (waits for a running cell: :meth:`interrupt` it first). Returns the
+        user variables lost.
+
+        Raises:
+            SandboxError: not started, closed, or the new kernel failed.
+        """
+        async with self._lock:
+            await self._live_kernel()
+            lost = list(self._user_names)
+            await self._restart()
+            return lost
+
+    async def upload(self, path: str, data: bytes) -> None:
+        full = self._inside(path)
+        await asyncio.to_thread(_write_file, full, bytes(data))
+
+    async def download(self, path: str) -> bytes:
+        full = self._inside(path)
+        return await asyncio.to_thread(_read_file, full)
+
+    async def health(self) -> dict[str, Any]:
+        kernel = self._kernel
+        alive = kernel is not None and not kernel.dead and not self._closed
+        return {
+            "backend": "subprocess",
+            "alive": alive,
+            "pid": kernel.pid if kernel is not None else None,
+            "host_pid": kernel.kernel_pid() if alive and kernel is not None else None,
+            "running": self._running is not None,
+            "restarts": self.restarts,
+            "memory_bytes": kernel.launch.memory_usage() if kernel is not None else None,
+        }
 
     async def close(self) -> None:
         self._closed = True
         kernel, self._kernel = self._kernel, None
         if kernel is not None:
             await kernel.kill()
+            await _drop_cgroups(kernel.launch)
         if self._workdir_finalizer is not None:
             self._workdir_finalizer()  # removes the working folder (once)
 
@@ -822,7 +1054,161 @@ class SubprocessSandbox(RebindState, Sandbox):
                 ("LANG", os.environ.get("LANG") or "C.UTF-8"),
             ),
             extra_env=tuple(self.extra_env.items()),
+            isolation=self._config,
         )
+
+    def _inside(self, path: str) -> str:
+        """``path`` resolved under the working folder (symlinks followed on the host).
+
+        Raises:
+            ValueError: absolute, empty, or escaping the working folder.
+            SandboxError: not started.
+        """
+        if self._workdir is None:
+            raise SandboxError("the sandbox is not started")
+        if not isinstance(path, str) or not path or "\x00" in path or os.path.isabs(path):
+            raise ValueError(f"path {path!r} must be relative to the working folder")
+        root = os.path.realpath(self._workdir)
+        full = os.path.realpath(os.path.join(root, path))
+        if not full.startswith(root + os.sep):
+            raise ValueError(f"path {path!r} escapes the working folder")
+        return full
+
+    def _context_request(self, value: Any, codebase: bool) -> dict[str, Any]:
+        if (
+            isinstance(value, str)
+            and not codebase
+            and len(value) >= FILE_CONTEXT_CHARS
+            and self._workdir is not None
+        ):
+            self._context_files += 1
+            path = os.path.join(self._workdir, f".rlmd-context-{self._context_files}")
+            return {"op": "bind_context_file", "path": path, "text": value}
+        return {"op": "bind_context", "value": value, "codebase": codebase}
+
+    async def _op_with(self, obj: dict[str, Any], *, raw: bool = False) -> Any:
+        """Send ``obj``, first writing a context file's text if it carries one."""
+        text = obj.pop("text", None)
+        if text is None:
+            return await (self._op_raw(obj, self.op_timeout_s) if raw else self._op(obj))
+        path = obj["path"]
+        await asyncio.to_thread(_write_file, path, text.encode("utf-8", "surrogatepass"))
+        try:
+            return await (self._op_raw(obj, self.op_timeout_s) if raw else self._op(obj))
+        finally:
+            with contextlib.suppress(OSError):  # the kernel deletes it; unless it died
+                os.unlink(path)
+
+    async def _result(
+        self, kernel: _Kernel, rid: int, res: dict[str, Any], t0: float
+    ) -> CellResult:
+        assert kernel.drain is not None
+        if res.get("sentinel"):
+            segment = await kernel.drain.segment(rid, 5.0)
+        else:
+            segment = kernel.drain.take_now()
+        fd_text = _StderrDrain.text(segment)
+        self._user_names = list(res.get("names") or [])
+        result = result_from_kernel(res, time.perf_counter() - t0, fd_text)
+        hint = limit_hint(result.error, self.limits)
+        if hint:
+            result.error = (result.error or "") + hint + "\n"
+        return result
+
+    def _death_limit(self, kernel: _Kernel) -> tuple[str, Any] | None:
+        """The limit whose enforcement killed ``kernel``, if one did."""
+        lim = self.limits
+        sig = _signal_of(kernel.returncode, kernel.launch.wrapper is not None)
+        if kernel.killed_by_host is not None:
+            return None
+        if lim.memory_bytes and kernel.launch.memory_oom_kills() > 0:
+            return "memory_bytes", lim.memory_bytes
+        if lim.cpu_s and sig in (signal.SIGXCPU, signal.SIGKILL):
+            return "cpu_s", lim.cpu_s  # RLIMIT_CPU: SIGXCPU, or SIGKILL at the hard limit
+        if lim.file_size_bytes and sig == signal.SIGXFSZ:
+            return "file_size_bytes", lim.file_size_bytes
+        return None
+
+    async def _died(
+        self, kernel: _Kernel, t0: float, timeout: float | None, timed_out: bool
+    ) -> CellResult:
+        """The result of a cell whose kernel died (or was killed); restarts the kernel."""
+        if self._closed:
+            raise SandboxError("the sandbox was closed while the cell ran")
+        with contextlib.suppress(TimeoutError):
+            await asyncio.wait_for(asyncio.shield(kernel.exited), 2)
+        with contextlib.suppress(TimeoutError):
+            await asyncio.wait_for(asyncio.shield(kernel.stderr_closed), 0.5)
+        partial = kernel.stderr_now()
+        lost = list(self._user_names)
+        limit = self._death_limit(kernel)
+        await self._restart()
+        if kernel.killed_by_host == "timeout" or timed_out:
+            error = (
+                f"cell timed out after {timeout:g} s "
+                f"({limit_message('wall_s', timeout, restarted=False)[:-1]}) and did not stop "
+                f"when interrupted; the kernel was restarted; variables lost: "
+                f"{join_names(lost)}. {AFTER_RESTART}"
+            )
+        elif kernel.killed_by_host == "interrupt":
+            error = (
+                f"the cell did not stop within {self.interrupt_grace_s:g} s of an interrupt; "
+                f"the kernel was restarted; variables lost: {join_names(lost)}. {AFTER_RESTART}"
+            )
+        elif limit is not None:
+            error = limit_message(limit[0], limit[1], restarted=True, lost=lost)
+            error += " " + AFTER_RESTART
+        else:
+            how = _describe_exit(kernel.returncode, kernel.launch.wrapper is not None)
+            error = (
+                f"the kernel process died while running the cell ({how}); it was "
+                f"restarted; variables lost: {join_names(lost)}. {AFTER_RESTART}"
+            )
+        return CellResult(
+            stderr=partial,
+            error=error,
+            timed_out=timed_out or kernel.killed_by_host == "timeout",
+            kernel_restarted=True,
+            lost_variables=lost,
+            duration_s=time.perf_counter() - t0,
+        )
+
+    def _escalate(self, kernel: _Kernel, fut: asyncio.Future[Any]) -> None:
+        """Kill ``kernel`` if ``fut`` (its running cell) is not done after the grace time."""
+
+        def check() -> None:
+            if not fut.done():
+                kernel.kill_now("interrupt")
+
+        kernel.loop.call_later(self.interrupt_grace_s, check)
+
+    def _orphan_cell(self, kernel: _Kernel, rid: int, fut: asyncio.Future[Any]) -> None:
+        if kernel.dead:
+            return
+        kernel.interrupt()
+        self._escalate(kernel, fut)
+        self._orphan = (kernel, rid, fut)
+
+    async def _settle_orphan(self) -> None:
+        """Collect the cell whose ``execute`` was cancelled: its result and its stderr are
+        dropped; if it never stopped, the kernel was killed and the caller restarts it."""
+        orphan, self._orphan = self._orphan, None
+        if orphan is None:
+            return
+        kernel, rid, fut = orphan
+        try:
+            msg = await wait(asyncio.shield(fut), self.interrupt_grace_s + 1.0)
+        except TimeoutError:
+            kernel.kill_now("interrupt")
+            return
+        except _KernelDied:
+            return
+        if msg.get("ok") and msg["result"].get("sentinel") and kernel.drain is not None:
+            await kernel.drain.segment(rid, 5.0)
+        elif kernel.drain is not None:
+            kernel.drain.take_now()
+        if msg.get("ok"):
+            self._user_names = list(msg["result"].get("names") or [])
 
     async def _spawn(self) -> _Kernel:
         """A new kernel process in this sandbox's working folder (a restart)."""
@@ -833,10 +1219,12 @@ class SubprocessSandbox(RebindState, Sandbox):
         """Serve ``process`` and wait for its hello (killing it if that fails)."""
         assert self._handler is not None
         kernel = _Kernel(asyncio.get_running_loop(), self._handler, self.max_output_chars)
+        kernel.launch = process.launch
         try:
             await kernel.attach(process.popen)
         except BaseException:
             _killpg(process.popen.pid)
+            process.launch.remove_cgroups()
             raise
         try:
             await asyncio.wait_for(asyncio.shield(kernel.hello), self.start_timeout_s)
@@ -847,6 +1235,7 @@ class SubprocessSandbox(RebindState, Sandbox):
                 await asyncio.wait_for(asyncio.shield(kernel.stderr_closed), 0.5)
             detail = kernel.stderr_now().strip()
             await kernel.kill()
+            process.launch.remove_cgroups()
             what = (
                 "did not start in time"
                 if isinstance(exc, TimeoutError)
@@ -855,6 +1244,7 @@ class SubprocessSandbox(RebindState, Sandbox):
             raise SandboxError(
                 f"the kernel {what}" + (f":\n{detail[-4000:]}" if detail else "")
             ) from None
+        kernel.kernel_pid()  # known from now on, even if the wrapper dies
         return kernel
 
     async def _restart(self) -> None:
@@ -862,6 +1252,7 @@ class SubprocessSandbox(RebindState, Sandbox):
         old, self._kernel = self._kernel, None
         if old is not None:
             await old.kill()
+            await _drop_cgroups(old.launch)
         if self._closed:
             raise SandboxError("the sandbox is closed")
         self.restarts += 1
@@ -870,10 +1261,7 @@ class SubprocessSandbox(RebindState, Sandbox):
         try:
             if self._context is not None:
                 value, codebase = self._context
-                await self._op_raw(
-                    {"op": "bind_context", "value": value, "codebase": codebase},
-                    self.op_timeout_s,
-                )
+                await self._op_with(self._context_request(value, codebase), raw=True)
             if self._tool_callables or self._tool_values:
                 await self._op_raw(
                     {
@@ -892,19 +1280,25 @@ class SubprocessSandbox(RebindState, Sandbox):
             raise SandboxError(f"the restarted kernel failed while re-binding: {exc!r}") from None
 
     async def _live_kernel(self) -> _Kernel:
-        """The current kernel, restarted first if it died between operations."""
+        """The current kernel, restarted first if it died between operations (or a
+        cancelled cell would not stop)."""
         if self._closed:
             raise SandboxError("the sandbox is closed")
         if self._kernel is None:
             raise SandboxError("the sandbox is not started")
+        await self._settle_orphan()
         kernel = self._kernel
         if kernel.dead:
             lost = list(self._user_names)
-            how = _describe_exit(kernel.returncode)
-            log.warning("kernel %s died between cells (%s); restarting", kernel.pid, how)
+            if kernel.killed_by_host == "interrupt":
+                how = "an earlier, cancelled cell did not stop when interrupted"
+            else:
+                wrapped = kernel.launch.wrapper is not None
+                how = f"it died: {_describe_exit(kernel.returncode, wrapped)}"
+            log.warning("kernel %s is gone (%s); restarting", kernel.pid, how)
             await self._restart()
             self._notice = (
-                f"[rlmd: the kernel died before this cell ({how}) and was restarted; "
+                f"[rlmd: the kernel was restarted before this cell ({how}); "
                 f"variables lost: {join_names(lost)}]\n",
                 lost,
             )
@@ -922,11 +1316,14 @@ class SubprocessSandbox(RebindState, Sandbox):
             if self._closed:
                 raise SandboxError("the sandbox was closed") from None
             lost = list(self._user_names)
-            what = (
-                f"timed out after {self.op_timeout_s:g} s"
-                if isinstance(exc, TimeoutError)
-                else f"failed: the kernel died ({_describe_exit(kernel.returncode)})"
-            )
+            limit = self._death_limit(kernel) if isinstance(exc, _KernelDied) else None
+            if isinstance(exc, TimeoutError):
+                what = f"timed out after {self.op_timeout_s:g} s"
+            elif limit is not None:
+                what = "failed: " + limit_message(limit[0], limit[1], restarted=False)[:-1]
+            else:
+                how = _describe_exit(kernel.returncode, kernel.launch.wrapper is not None)
+                what = f"failed: the kernel died ({how})"
             await self._restart()
             self._notice = (
                 f"[rlmd: the kernel was restarted after {obj['op']} {what}; "
@@ -952,4 +1349,34 @@ class SubprocessSandbox(RebindState, Sandbox):
         cls = _MAPPED_ERRORS.get(etype)
         if cls is not None:
             return cls(text)
+        if etype == "MemoryError":
+            return SandboxError(f"kernel error: MemoryError: {text} (the memory limit is too low)")
         return SandboxError(f"kernel error: {etype}: {text}")
+
+
+async def _drop_cgroups(launch: isolate.Launch) -> None:
+    """Remove a dead kernel's cgroups, waiting up to 0.5 s for its processes to be reaped
+    (then the removal is deferred to a later launch)."""
+    for _ in range(50):
+        if launch.remove_cgroups(defer=False):
+            return
+        await asyncio.sleep(0.01)
+    launch.remove_cgroups()
+
+
+def _site_args(python: str) -> tuple[str, ...]:
+    return _host_site_args() if python == sys.executable else ()
+
+
+def _write_file(path: str, data: bytes) -> None:
+    """Write ``data`` to ``path`` (parents made), never through a symlink at ``path``."""
+    os.makedirs(os.path.dirname(path), exist_ok=True)
+    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_NOFOLLOW | os.O_CLOEXEC, 0o600)
+    with os.fdopen(fd, "wb") as f:
+        f.write(data)
+
+
+def _read_file(path: str) -> bytes:
+    fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_CLOEXEC)
+    with os.fdopen(fd, "rb") as f:
+        return f.read()

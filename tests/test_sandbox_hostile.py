@@ -1,0 +1,416 @@
+"""Hostile model code, run against every sandbox backend that can start here.
+
+Each case must end with this process (the host) alive and untouched, a clear message to the
+model, and the sandbox usable for the next cell. A backend that documents it cannot contain
+a case lists it in ``Sandbox.uncontained`` (the in-process backend: most of them; the
+subprocess backend: those its isolation could not cover on this machine); the case is then
+skipped with the reason printed, never silently passed. New backends in
+``rlmd.sandbox.BACKENDS`` are picked up automatically.
+
+Limits are small (256 MiB, 2 s, 64 processes) so the suite stays fast on a shared machine.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import secrets
+import subprocess
+import time
+from typing import Any
+
+import pytest
+from conftest import repl, scripted_registry, turn_of
+from test_sandbox import FakeHost
+
+from rlmd.sandbox import BACKENDS, create_sandbox, unavailable_reason
+from rlmd.sandbox.base import CellResult, Sandbox
+from rlmd.sandbox.limits import Limits, MiB
+
+LIMITS = Limits(
+    wall_s=2.0,
+    memory_bytes=256 * MiB,
+    processes=64,
+    open_files=256,
+    file_size_bytes=8 * MiB,
+    output_bytes=1 * MiB,
+    network=False,
+)
+
+KEY_ENV = "RLMD_HOSTILE_FAKE_API_KEY"
+
+
+def make(name: str) -> Sandbox:
+    """A sandbox of backend ``name`` with the suite's limits (a short interrupt grace where
+    the backend takes one)."""
+    try:
+        return create_sandbox(name, limits=LIMITS, interrupt_grace_s=0.5)
+    except TypeError:
+        return create_sandbox(name, limits=LIMITS)
+
+
+@pytest.fixture(params=BACKENDS)
+async def sb(request, monkeypatch):
+    reason = unavailable_reason(request.param)
+    if reason is not None:
+        pytest.skip(f"{request.param} cannot start here: {reason}")
+    # A key-shaped secret in the host's environment, made at run time.
+    monkeypatch.setenv(KEY_ENV, "sk-" + secrets.token_hex(16))
+    box = make(request.param)
+    await box.start(FakeHost())
+    yield box
+    await box.close()
+
+
+def contained_or_skip(box: Sandbox, case: str) -> None:
+    if case in box.uncontained:
+        pytest.skip(f"{box.kind} documents that it cannot contain {case!r}")
+
+
+async def usable(box: Sandbox) -> None:
+    """The host is alive (we are running) and the sandbox runs the next cell."""
+    r = await box.execute("print('still usable', 6 * 7)", timeout_s=30)
+    assert r.error is None, r.error
+    assert r.stdout == "still usable 42\n"
+
+
+async def cell(box: Sandbox, code: str) -> CellResult:
+    return await box.execute(code)
+
+
+# --------------------------------------------------------------------------- runaway code
+
+
+async def test_infinite_loop(sb):
+    contained_or_skip(sb, "infinite_loop")
+    await sb.execute("kept = 'yes'")
+    r = await cell(sb, "while True:\n    pass")
+    assert r.timed_out
+    assert "wall-clock time limit 2 s exceeded" in r.error
+    await usable(sb)
+
+
+async def test_huge_integer_power(sb):
+    contained_or_skip(sb, "c_level_loop")
+    # CPython checks for signals inside long multiplication, so this one can be interrupted
+    # (state kept) on backends that interrupt; others restart. Either way it ends.
+    r = await cell(sb, "x = 10 ** 10 ** 8")
+    assert r.timed_out
+    assert "wall-clock time limit 2 s exceeded" in r.error
+    await usable(sb)
+
+
+async def test_c_level_loop_that_never_yields(sb):
+    contained_or_skip(sb, "c_level_loop")
+    await sb.execute("lost_one = 1")
+    r = await cell(sb, "sum(range(10 ** 14))")  # no signal check until it returns
+    assert r.timed_out and r.kernel_restarted
+    assert "wall-clock time limit 2 s exceeded" in r.error
+    assert "restarted" in r.error and "lost_one" in r.lost_variables
+    await usable(sb)
+
+
+async def test_memory_bomb(sb):
+    contained_or_skip(sb, "memory_bomb")
+    r = await cell(sb, "blocks = []\nwhile True:\n    blocks.append(bytearray(16 * 2**20))")
+    assert "memory limit 256 MiB exceeded" in r.error
+    await usable(sb)
+
+
+async def test_fork_bomb(sb):
+    contained_or_skip(sb, "fork_bomb")
+    r = await cell(sb, "import os\nwhile True:\n    os.fork()")
+    assert r.error is not None
+    assert "process count limit 64 exceeded" in r.error or r.timed_out
+    await usable(sb)
+    r = await sb.execute(
+        "import os\nprint(sum(1 for p in os.listdir('/proc') if p.isdigit()))", timeout_s=30
+    )
+    assert int(r.stdout) < 8  # the bomb's processes are gone
+
+
+async def test_output_flood(sb):
+    contained_or_skip(sb, "output_flood")
+    r = await cell(sb, "for _ in range(300):\n    print('x' * 2**20)")  # 300 MB
+    assert len(r.stdout) < 2 * MiB
+    assert "output truncated" in r.stdout
+    await usable(sb)
+
+
+async def test_fd_level_output_flood(sb):
+    contained_or_skip(sb, "fd_output_flood")
+    r = await cell(sb, "import os\nfor _ in range(200):\n    os.write(1, b'y' * 2**20)")
+    assert len(r.stdout) + len(r.stderr) < 4 * MiB
+    assert "truncated" in r.stdout + r.stderr
+    await usable(sb)
+
+
+async def test_huge_file(sb):
+    contained_or_skip(sb, "huge_file")
+    r = await cell(
+        sb,
+        "with open('huge.bin', 'wb') as f:\n    for _ in range(64):\n        f.write(b'z' * 2**20)",
+    )
+    assert "file size limit 8 MiB exceeded" in r.error
+    await usable(sb)
+    assert len(await sb.download("huge.bin")) <= 8 * MiB
+
+
+# --------------------------------------------------------------------------- exits and kills
+
+
+async def test_sys_exit(sb):
+    contained_or_skip(sb, "sys_exit")
+    await sb.execute("kept = 1")
+    r = await cell(sb, "import sys\nsys.exit(1)")
+    assert "SystemExit" in r.error and "does not end the session" in r.error
+    assert not r.kernel_restarted
+    await usable(sb)
+
+
+async def test_os_exit(sb):
+    contained_or_skip(sb, "os_exit")
+    await sb.execute("lost_one = 1")
+    r = await cell(sb, "import os\nos._exit(1)")
+    assert r.kernel_restarted and "restarted" in r.error
+    assert "lost_one" in r.lost_variables
+    await usable(sb)
+
+
+async def test_kill_the_parent(sb):
+    contained_or_skip(sb, "kill_parent")
+    r = await cell(sb, "import os, signal\nos.kill(os.getppid(), signal.SIGKILL)\nprint('done')")
+    assert os.getpid()  # we are still here
+    await usable(sb)
+    assert r.error is None or "restarted" in r.error
+
+
+async def test_segfault_through_ctypes(sb):
+    contained_or_skip(sb, "ctypes")
+    r = await cell(sb, "import ctypes\nctypes.string_at(0)")
+    assert r.kernel_restarted and "restarted" in r.error
+    await usable(sb)
+
+
+async def test_privileged_calls_through_ctypes_fail(sb):
+    contained_or_skip(sb, "ctypes")
+    r = await cell(
+        sb,
+        "import ctypes, os\nlibc = ctypes.CDLL(None, use_errno=True)\n"
+        "print(libc.unshare(0x20000), libc.mount(b'none', b'/mnt', b'tmpfs', 0, None))",
+    )
+    assert r.error is None, r.error
+    assert r.stdout == "-1 -1\n"
+    await usable(sb)
+
+
+# --------------------------------------------------------------------------- escapes
+
+
+async def test_network_connection(sb):
+    contained_or_skip(sb, "network")
+    r = await cell(
+        sb, "import socket\nsocket.create_connection(('1.1.1.1', 80), timeout=1).close()"
+    )
+    assert r.error is not None
+    assert "OSError" in r.error or "timed out" in r.error or "gaierror" in r.error
+    await usable(sb)
+
+
+async def test_environment_has_no_keys(sb):
+    contained_or_skip(sb, "env_keys")
+    secret = os.environ[KEY_ENV]
+    r = await cell(sb, "import os\nprint(sorted(os.environ))\nprint(dict(os.environ))")
+    assert r.error is None, r.error
+    assert secret not in r.stdout and KEY_ENV not in r.stdout
+    await usable(sb)
+
+
+async def test_proc_environ_of_host_processes(sb):
+    contained_or_skip(sb, "proc_environ")
+    # A host process whose environment block really holds the key (putenv in this process
+    # does not change its /proc/PID/environ).
+    holder = subprocess.Popen(["sleep", "60"], env=dict(os.environ))
+    try:
+        deadline = time.monotonic() + 5
+        while time.monotonic() < deadline:  # until sleep has been exec'd
+            with open(f"/proc/{holder.pid}/environ", "rb") as f:
+                if f"{KEY_ENV}=".encode() in f.read():
+                    break
+            time.sleep(0.01)
+        else:
+            pytest.fail("the holder process never showed the key in its environ")
+        code = (
+            "import glob\nhits = []\n"
+            f"for path in glob.glob('/proc/*/environ') + ['/proc/{holder.pid}/environ']:\n"
+            "    try:\n"
+            "        data = open(path, 'rb').read()\n"
+            "    except OSError:\n"
+            "        continue\n"
+            f"    if b'{KEY_ENV}=' in data:\n"
+            "        hits.append(path)\n"
+            "print(hits)"
+        )
+        r = await cell(sb, code)
+    finally:
+        holder.kill()
+        holder.wait()
+    assert r.error is None, r.error
+    assert r.stdout == "[]\n"
+    await usable(sb)
+
+
+@pytest.fixture
+def home_marker():
+    """A file with a random name and content in the user's home, removed afterwards."""
+    home = os.path.expanduser("~")
+    path = os.path.join(home, f".rlmd-hostile-{secrets.token_hex(6)}")
+    content = secrets.token_hex(16)
+    try:
+        with open(path, "w") as f:
+            f.write(content)
+    except OSError as exc:
+        pytest.skip(f"cannot write a marker in the home folder: {exc}")
+    yield path, content
+    os.unlink(path)
+
+
+async def test_home_folder_is_hidden(sb, home_marker):
+    contained_or_skip(sb, "read_home")
+    path, content = home_marker
+    code = (
+        f"import os\nhome = {os.path.dirname(path)!r}\n"
+        "try:\n    print(sorted(os.listdir(home)))\nexcept OSError as e:\n    print('no home', e)\n"
+        f"try:\n    print(open({path!r}).read())\nexcept OSError as e:\n    print('unreadable', type(e).__name__)"
+    )
+    r = await cell(sb, code)
+    assert r.error is None, r.error
+    assert content not in r.stdout and os.path.basename(path) not in r.stdout
+    await usable(sb)
+
+
+async def test_writing_outside_the_working_folder(sb):
+    contained_or_skip(sb, "write_outside")
+    target = f"/usr/rlmd-hostile-{secrets.token_hex(6)}"
+    r = await cell(sb, f"open({target!r}, 'w').write('pwned')")
+    assert r.error is not None and "OSError" in r.error
+    assert not os.path.exists(target)
+    await usable(sb)
+
+
+# --------------------------------------------------------------------------- the REPL itself
+
+
+async def test_overwriting_the_helpers(sb):
+    contained_or_skip(sb, "overwrite_helpers")
+    r = await cell(
+        sb,
+        "llm_query = lambda *a, **k: 'evil'\nFINAL = print\nFINAL_VAR = 1\ndel SHOW_VARS",
+    )
+    assert r.error is None, r.error
+    assert {"llm_query", "FINAL", "FINAL_VAR", "SHOW_VARS"} <= set(r.restored)
+    r = await sb.execute("print(llm_query('q'))\nFINAL('done')")
+    assert r.stdout == "answer to q\n" and r.final == "done"
+
+
+async def test_closing_the_channel(sb):
+    contained_or_skip(sb, "close_channel")
+    await sb.execute("lost_one = 1")
+    r = await cell(
+        sb,
+        "import os\nfor fd in range(3, 1024):\n    try:\n        os.close(fd)\n"
+        "    except OSError:\n        pass\nimport time\ntime.sleep(0.5)",
+    )
+    assert r.kernel_restarted and "restarted" in r.error
+    await usable(sb)
+
+
+async def test_corrupting_the_channel(sb):
+    contained_or_skip(sb, "close_channel")
+    r = await cell(
+        sb,
+        "import os\nfor fd in range(0, 1024):\n    try:\n"
+        "        os.write(fd, b'\\x00\\x00\\x00\\x05garbage{not json')\n"
+        "    except OSError:\n        pass\nprint('wrote')",
+    )
+    # Either the garbage never reached the channel (the cell just ends), or the host saw a
+    # malformed frame and replaced the kernel; both leave a working sandbox.
+    assert r.error is None or "restarted" in r.error
+    await usable(sb)
+
+
+async def test_background_process_does_not_outlive_the_cell(sb):
+    contained_or_skip(sb, "background_process")
+    r = await cell(
+        sb,
+        "import os, subprocess, sys\n"
+        "p = subprocess.Popen(['sleep', '300'])\n"
+        "if os.fork() == 0:\n"
+        "    os.setsid()\n"
+        "    if os.fork() == 0:\n"
+        "        import time\n"
+        "        while True:\n"
+        "            time.sleep(0.1)\n"
+        "    os._exit(0)\n"
+        "print(p.pid)",
+    )
+    assert r.error is None, r.error
+    pid = int(r.stdout)
+    r = await sb.execute(
+        "import os\n"
+        "others = [p for p in os.listdir('/proc') if p.isdigit() and int(p) != os.getpid()]\n"
+        f"print(os.path.exists('/proc/{pid}'), others)",
+        timeout_s=30,
+    )
+    assert r.stdout.startswith("False"), r.stdout
+    await usable(sb)
+
+
+# --------------------------------------------------------------------------- a real run
+
+
+async def test_a_real_run_survives_hostile_cells_and_records_the_isolation(tmp_path):
+    """Through the engine: hostile cells, then an answer; the SQLite trajectory is whole and
+    records the isolation the run really got."""
+    from rlmd.engine import Budget, RunConfig, run_task
+    from rlmd.store import Store
+
+    cells = [
+        "blocks = []\nwhile True:\n    blocks.append(bytearray(16 * 2**20))",
+        "import os\nos._exit(3)",
+        "while True:\n    pass",
+        "FINAL(len(context))",
+    ]
+
+    def root(messages: list[dict[str, Any]]) -> str:
+        return repl(cells[min(turn_of(messages), len(cells) - 1)])
+
+    store = Store(tmp_path / "db.sqlite")
+    registry = scripted_registry(root=root, sub=root)
+    cfg = RunConfig(
+        root_model="root",
+        sub_model="sub",
+        budget=Budget(cell_timeout_s=2.0),
+        sandbox="subprocess",
+        sandbox_options={"limits": LIMITS, "interrupt_grace_s": 0.5},
+    )
+    try:
+        result = await run_task(
+            "how long?", "abcde", cfg, get_model=registry.get, sinks=(store.record,)
+        )
+    finally:
+        await registry.aclose()
+    assert result.status == "completed" and result.answer == "5"
+    run = store.get_run(result.run_id)
+    sandbox = run["sandbox"] if isinstance(run["sandbox"], dict) else json.loads(run["sandbox"])
+    iso = sandbox["isolation"]
+    assert iso["backend"] == "subprocess"
+    assert iso["limits"]["memory_bytes"] == 256 * MiB
+    assert set(iso) >= {"network", "namespaces", "rlimits", "cgroup", "seccomp", "enforced"}
+    cells_done = [n for n in store.nodes(result.run_id) if n["kind"] == "cell"]
+    data = [c["data"] if isinstance(c["data"], dict) else json.loads(c["data"]) for c in cells_done]
+    assert len(data) == 4
+    assert "memory limit 256 MiB exceeded" in data[0]["error"]
+    assert data[1]["kernel_restarted"] and "restarted" in data[1]["error"]
+    assert data[2]["timed_out"]
+    assert data[3]["final"] == "5"
