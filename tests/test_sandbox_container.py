@@ -478,3 +478,47 @@ async def test_container_removed_from_outside_is_replaced(make, engine):
     assert r.kernel_restarted and r.lost_variables == ["a"]
     assert "died while running the cell" in r.error
     await ok(sb, "print('replaced')")
+
+
+# --------------------------------------------------------------------------- no engine needed
+
+
+def test_stderr_drain_cuts_cells_at_sentinels_split_across_chunks():
+    from rlmd.kernel import protocol
+    from rlmd.sandbox._attach import StderrDrain
+
+    drain = StderrDrain("ab12", cap=10)
+    data = b"one\x00two" + protocol.sentinel("ab12", 1) + b"x" * 25 + protocol.sentinel("ab12", 2)
+    for i in range(len(data)):  # one byte at a time: every split point
+        drain.feed(data[i : i + 1])
+    assert drain._done[1] == (b"one\x00two", 0)
+    assert drain._done[2] == (b"x" * 10, 15)  # capped, the rest counted
+    drain.feed(b"tail\x00rl")
+    assert StderrDrain.text(drain.take_now()) == "tail\x00rl"
+
+
+def test_attach_stream_is_demultiplexed():
+    import asyncio
+
+    from rlmd.kernel import protocol
+    from rlmd.sandbox._attach import KernelConnection
+
+    loop = asyncio.new_event_loop()
+    try:
+        conn = KernelConnection(loop, host, cap=100)
+
+        def frame(stream: int, payload: bytes) -> bytes:
+            return bytes([stream, 0, 0, 0]) + len(payload).to_bytes(4, "big") + payload
+
+        hello = protocol.encode({"op": "hello", "token": "t0", "pid": 7})
+        done = protocol.encode({"op": "done", "id": 1, "ok": True, "result": 5})
+        fut = conn.pending[1] = loop.create_future()
+        stream = frame(2, b"early ") + frame(1, hello[:3]) + frame(1, hello[3:] + done[:6])
+        stream += frame(2, b"err") + frame(1, done[6:])
+        for i in range(0, len(stream), 5):
+            conn.data_received(stream[i : i + 5])
+        assert conn.hello.result()["pid"] == 7
+        assert fut.result()["result"] == 5 and conn.pending == {}
+        assert conn.stderr_now() == "early err"
+    finally:
+        loop.close()
