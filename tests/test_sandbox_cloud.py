@@ -30,7 +30,7 @@ from tests.fakes.cloud import (
 from tests.test_sandbox import FakeHost, ok, run
 
 
-@pytest.fixture(params=sorted(FAKE_BACKENDS))
+@pytest.fixture(params=["e2b-fake", "modal-fake"])
 async def make(request, tmp_path, monkeypatch):
     """``make(**options)``: a not yet started fake-backed cloud sandbox (closed at the end)."""
     made = []
@@ -489,3 +489,68 @@ async def test_modal_calls_exist_in_the_real_sdk(tmp_path, monkeypatch):
     assert hasattr(modal.container_process.ContainerProcess, "wait")
     assert hasattr(modal.Sandbox, "filesystem") and hasattr(modal.Image, "debian_slim")
     assert hasattr(modal.exception, "SandboxFilesystemNotFoundError")
+
+
+# --------------------------------------------------------------------------- real e2b SDK
+
+
+@pytest.fixture
+async def real_e2b(tmp_path, monkeypatch):
+    """An :class:`E2BSandbox` on the real e2b SDK against the fake envd, started."""
+    sb = FAKE_BACKENDS["e2b-envd"](tmp_path, monkeypatch, timeout_s=30, interrupt_grace_s=1)
+    from tests.fakes.envd import shared_envd
+
+    sb.envd = shared_envd()
+    sb.host = FakeHost()
+    await sb.start(sb.host)
+    yield sb
+    await sb.close()
+
+
+async def test_real_e2b_sdk_runs_the_kernel_through_envd(real_e2b):
+    sb = real_e2b
+    r = await ok(sb, "import sys\nx = llm_query('via envd')\nprint(x)\nprint('e', file=sys.stderr)")
+    assert (r.stdout, r.stderr) == ("answer to via envd\n", "e\n")
+    service = sb.envd.service
+    kernel_argv = next(a for a in reversed(service.started) if "--framing" in a[-1])
+    assert kernel_argv[:3] == ["/bin/bash", "-l", "-c"]  # what the SDK really sends envd
+    # Neither the environment of any process nor the command lines carry a credential.
+    sent = repr(service.started) + repr(service.envs)
+    for secret in FAKE_CREDENTIALS.values():
+        assert secret not in sent
+    await sb.upload("in.txt", b"payload")
+    r = await ok(sb, "print(open('in.txt').read())\nopen('out.bin', 'wb').write(b'\\x00\\xff')")
+    assert r.stdout.startswith("payload\n")
+    assert await sb.download("out.bin") == b"\x00\xff"
+    with pytest.raises(FileNotFoundError):
+        await sb.download("missing")
+
+
+async def test_real_e2b_sdk_restart_interrupt_and_close(real_e2b):
+    sb = real_e2b
+    await sb.load_context("ctx")
+    await ok(sb, "a = 1")
+    r = await run(sb, "import os\nos.kill(os.getpid(), 9)")
+    assert r.kernel_restarted and "killed by SIGKILL" in r.error and r.lost_variables == ["a"]
+    await ok(sb, "b = 2")
+    cell = asyncio.create_task(
+        sb.execute("open('started', 'w').close()\nimport time\nwhile True:\n    time.sleep(0.01)")
+    )
+    await wait_for(lambda: _cell_started(sb), "the cell is running")
+    assert await sb.interrupt() is True
+    r = await cell
+    assert "KeyboardInterrupt" in r.error and not r.kernel_restarted
+    assert (await ok(sb, "print(context, b)")).stdout == "ctx 2\n"
+    pid = sb.pid
+    await sb.close()
+    await wait_for(lambda: _gone(pid), "the kernel ends when the sandbox closes")
+
+
+async def test_real_e2b_sdk_without_a_key_is_refused_before_any_request(tmp_path, monkeypatch):
+    pytest.importorskip("e2b", reason="the e2b extra is not installed")
+    for name in ("E2B_API_KEY", "E2B_DEBUG"):
+        monkeypatch.delenv(name, raising=False)
+    monkeypatch.setenv("E2B_API_URL", "http://127.0.0.1:9")  # would fail loudly if used
+    sb = E2BSandbox(root=str(tmp_path / "vm"))
+    with pytest.raises(SandboxError, match="no E2B_API_KEY set"):
+        await sb.start(FakeHost())

@@ -532,9 +532,28 @@ def modal_fake_sandbox(root: Path, monkeypatch: Any, **options: Any) -> Any:
     return sb
 
 
+def e2b_envd_sandbox(root: Path, monkeypatch: Any, **options: Any) -> Any:
+    """An :class:`E2BSandbox` on the *real* e2b SDK, in debug mode, talking to the shared
+    fake envd (:mod:`tests.fakes.envd`); skips when the SDK or uvicorn is not installed."""
+    import pytest
+
+    pytest.importorskip("e2b", reason="the e2b extra is not installed")
+    pytest.importorskip("uvicorn", reason="uvicorn (to serve the fake envd) is not installed")
+    from rlmd.sandbox.cloud.e2b import E2BSandbox
+    from tests.fakes.envd import shared_envd
+
+    for name, value in FAKE_CREDENTIALS.items():
+        monkeypatch.setenv(name, value)
+    monkeypatch.setenv("E2B_DEBUG", "true")  # AsyncSandbox.create skips E2B's API
+    monkeypatch.setenv("E2B_SANDBOX_URL", shared_envd().url)
+    monkeypatch.setenv("E2B_HTTP_VERSION", "1.1")
+    return E2BSandbox(root=str(root / "envd-vm"), python=sys.executable, **options)
+
+
 FAKE_BACKENDS: dict[str, Callable[..., Any]] = {
     "e2b-fake": e2b_fake_sandbox,
     "modal-fake": modal_fake_sandbox,
+    "e2b-envd": e2b_envd_sandbox,
 }
 """Backend name -> ``factory(tmp_path, monkeypatch, **options)`` for the shared conformance
 suite."""

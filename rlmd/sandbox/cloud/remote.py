@@ -169,8 +169,10 @@ class _RemoteKernel:
         elif op == "hello":
             self.pid = int(msg.get("pid") or 0)
             self.drain = _StderrDrain(str(msg.get("token", "")), self.cap)
-            for chunk in self._early_stderr:
-                self.drain.feed(chunk)
+            # What came before the hello is the VM's login noise (a shell's profile), not
+            # any cell's output.
+            if self._early_stderr:
+                log.debug("remote kernel start-up stderr: %r", b"".join(self._early_stderr))
             self._early_stderr.clear()
             if not self.hello.done():
                 self.hello.set_result(msg)
@@ -528,9 +530,9 @@ class RemoteSandbox(RebindState, Sandbox):
         for task in list(self._background):
             task.cancel()
         if kernel is not None:
-            kernel.mark_dead()
-            if kernel.process is not None:
-                await kernel.process.kill()
+            # The VM's end takes the kernel with it, but the kill may fail or (E2B's debug
+            # mode) do nothing: end the kernel's process group first.
+            await self._kill(kernel)
         await self.provider.destroy()
 
     # -- internals ----------------------------------------------------------------------------
@@ -635,7 +637,7 @@ class RemoteSandbox(RebindState, Sandbox):
         if kernel.pid:
             argv = _signal_argv(self.provider.python, kernel.pid, signal.SIGKILL, group=True)
             with contextlib.suppress(Exception):
-                await asyncio.wait_for(self.provider.run(argv), 15)
+                await asyncio.wait_for(self.provider.run(argv), 10)
         if kernel.process is not None:
             await kernel.process.kill()
 
