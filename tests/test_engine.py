@@ -710,3 +710,42 @@ def test_extraction_reserve_is_a_share_of_the_wall_clock_budget():
     assert config(budget={"max_seconds": 3000}).extraction_reserve_s() == 120  # capped
     assert config().extraction_reserve_s() == 0  # no wall-clock budget
     assert config(budget={"max_seconds": 100}, extraction=False).extraction_reserve_s() == 0
+
+
+def test_example_searches_for_the_questions_distinctive_word():
+    from rlmd.engine import prompts
+
+    assert prompts.search_term("Where is `Foo.bar` used?") == "Foo.bar"
+    assert prompts.search_term("What is the code for blue-heron? Answer only.") == "blue-heron"
+    assert prompts.search_term("Which module defines StreamReader?") == "StreamReader"
+    assert prompts.search_term("When did the treaty happen?") == "treaty"
+    assert prompts.search_term("Is it so?") is None
+    meta = {"kind": "text", "chars": 10, "tokens": 3}
+    text = prompts.system_prompt(
+        meta, sub_window=8192, output_cap=4000, tools={}, question="Value of blue-heron?"
+    )
+    assert "'blue-heron' in line.lower()" in text
+    code = prompts.system_prompt(
+        {**meta, "kind": "codebase", "files": 2},
+        sub_window=8192,
+        output_cap=4000,
+        tools={},
+        question="Where is class `Engine` defined?",
+    )
+    assert "grep(r'Engine')" in code
+    # without a usable word the example only looks
+    plain = prompts.system_prompt(meta, sub_window=8192, output_cap=4000, tools={}, question="?")
+    assert "print(context[:500])" in plain
+
+
+async def test_the_root_prompt_example_uses_the_runs_question():
+    seen = []
+
+    def root(messages):
+        seen.append(messages)
+        return (
+            repl("print(len(context))") if turn_of(messages) == 0 else repl("FINAL(len(context))")
+        )
+
+    await go(scripted_registry(root=root, sub=root), "the code of red-fox?", "abc", config())
+    assert "'red-fox' in line.lower()" in seen[0][0]["content"]

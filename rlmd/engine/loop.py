@@ -320,6 +320,7 @@ class RLMRun:
                     output_cap=self.cfg.output_cap,
                     tools=docs,
                     template=self.cfg.system_prompt,
+                    question=self.question,
                 ),
             },
             {"role": "user", "content": prompts.first_user_message(self.question, meta)},

@@ -9,6 +9,7 @@ models copy it literally and raise ``NameError`` (14 of 37 cells in the first qu
 
 from __future__ import annotations
 
+import re
 from typing import Any
 
 from rlmd.sandbox.base import CellResult
@@ -60,23 +61,58 @@ the file that defines class Foo.
 EXAMPLES = {
     "codebase": (
         "print(len(context))\nprint(list_files()[:20])",
-        'FINAL("pkg/module.py")',
+        'FINAL("the/path/you/found.py")',
     ),
-    "text": (
+    "codebase_search": (
+        "print(len(context))\nprint(list_files()[:20])\nprint(grep(r{term!r})[:20])",
+        'FINAL("the/path/you/found.py")',
+    ),
+    "text": ("print(len(context))\nprint(context[:500])", "FINAL(result)"),
+    "text_search": (
         "print(len(context))\n"
         "lines = context.splitlines()\n"
-        "# search the whole text for words of the question, not just its start\n"
-        'hits = [line for line in lines if "bridge" in line.lower()]\n'
+        "print(len(lines), lines[:2])\n"
+        "# search ALL lines for a word of the question, not just the start\n"
+        "hits = [line for line in lines if {term!r} in line.lower()]\n"
         "print(len(hits), hits[:10])",
         "FINAL(hits[0])",
     ),
     "list": ("print(len(context))\nprint(context[:3])", "FINAL(len(context))"),
     "dict": ("print(len(context))\nprint(list(context)[:20])", "FINAL(len(context))"),
 }
-"""Per context kind: a first cell that looks, and a last cell that answers. The text example
-searches every line (the first quality run's model copied ``print(context[:500])`` and then
-answered from those 500 characters, ``bench/RESULTS.md``); no last cell is a bare
-``FINAL(answer)``."""
+"""Per context kind: a first cell that looks, and a last cell that answers. The ``*_search``
+forms, used when the question has a distinctive word (:func:`search_term`), search the whole
+input for it: the first quality run's model copied the example cell every time, and with
+``print(context[:500])`` it answered from those 500 characters (``bench/RESULTS.md``); with
+a fixed search word it searched for that word (trajectory ``61798a7c0344c30f49a7``). No
+last cell is a bare ``FINAL(answer)``."""
+
+_STOPWORDS = frozenset(
+    "about above after again against also answer because been before being below between "
+    "both could does doing down during each file files from further give have having here "
+    "into itself just more most much only other over please same should some such than that "
+    "their them then there these they this those through under until very what when where "
+    "which while whom whose will with would your codebase context text input question".split()
+)
+
+
+def search_term(question: str) -> str | None:
+    """The most distinctive word of ``question`` to search the input for, or ``None``.
+
+    First a backquoted name (```StreamReader```); else the longest word that looks like an
+    identifier or key (has ``_``, ``-``, a digit or an inner capital); else the longest word
+    of 5+ letters that is not a common English or question word. Generic: it reads only
+    the question's form, never the task.
+    """
+    quoted = re.findall(r"`([A-Za-z_][\w.-]{2,})`", question)
+    if quoted:
+        return quoted[0]
+    words = re.findall(r"[A-Za-z_][\w-]*\w", question)
+    marked = [w for w in words if re.search(r"[_\-0-9]|[a-z][A-Z]", w)]
+    if marked:
+        return max(marked, key=len)
+    plain = [w for w in words if len(w) >= 5 and w.lower() not in _STOPWORDS]
+    return max(plain, key=len) if plain else None
 
 
 def context_line(meta: dict[str, Any]) -> str:
@@ -91,6 +127,16 @@ def context_line(meta: dict[str, Any]) -> str:
     return f"a string ({size})."
 
 
+def example_cells(kind: str, question: str | None = None) -> tuple[str, str]:
+    """The example's first (looking) and last (answering) cell for a context ``kind``; for
+    text and codebases, a search for :func:`search_term` of ``question`` when it has one."""
+    term = search_term(question) if question else None
+    if term and kind in ("text", "codebase"):
+        first, last = EXAMPLES[f"{kind}_search"]
+        return first.format(term=term.lower() if kind == "text" else term), last
+    return EXAMPLES.get(kind, EXAMPLES["text"])
+
+
 def system_prompt(
     meta: dict[str, Any],
     *,
@@ -98,6 +144,7 @@ def system_prompt(
     output_cap: int,
     tools: dict[str, str],
     template: str | None = None,
+    question: str | None = None,
 ) -> str:
     """The root model's system prompt.
 
@@ -107,17 +154,19 @@ def system_prompt(
         output_cap: characters of each cell's output the model is shown.
         tools: user tool names → one-line descriptions.
         template: a custom template with the same ``{placeholders}``.
+        question: the run's question; its :func:`search_term` goes into the example.
     """
     extra = CODEBASE_HELPERS if meta["kind"] == "codebase" else ""
     for name, doc in tools.items():
         extra += f"- `{name}`: {doc}\n"
+    example, example_final = example_cells(meta["kind"], question)
     return (template or SYSTEM_PROMPT).format(
         context_line=context_line(meta),
         sub_window=sub_window,
         extra_helpers=extra,
         output_cap=output_cap,
-        example=EXAMPLES.get(meta["kind"], EXAMPLES["text"])[0],
-        example_final=EXAMPLES.get(meta["kind"], EXAMPLES["text"])[1],
+        example=example,
+        example_final=example_final,
     )
 
 
