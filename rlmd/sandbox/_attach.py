@@ -217,6 +217,18 @@ class KernelConnection(asyncio.Protocol):
             value = await self.handler(str(msg.get("fn")), msg.get("args") or {})
             reply = {"op": "reply", "call": call_id, "ok": True, "value": value}
         except asyncio.CancelledError:
+            # An interrupted cell: the call fails inside it (the kernel then raises the
+            # pending KeyboardInterrupt). A dead channel gets nothing (send is a no-op).
+            self.send(
+                protocol.encode(
+                    {
+                        "op": "reply",
+                        "call": call_id,
+                        "ok": False,
+                        "error": f"{msg.get('fn')} was cancelled: the cell was interrupted",
+                    }
+                )
+            )
             raise
         except CallError as exc:
             reply = {"op": "reply", "call": call_id, "ok": False, "error": str(exc)}
@@ -264,6 +276,11 @@ class KernelConnection(asyncio.Protocol):
         self.pending[rid] = fut
         self.send(data)
         return rid, fut
+
+    def cancel_calls(self) -> None:
+        """Fail the host calls in flight (each replies "cancelled" to the kernel)."""
+        for task in list(self.calls):
+            task.cancel()
 
     def stderr_now(self) -> str:
         if self.drain is None:

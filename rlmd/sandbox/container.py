@@ -14,8 +14,8 @@ capabilities dropped, ``no-new-privileges``, and :class:`~rlmd.sandbox.limits.Li
 enforced by the engine: memory (+ swap) and pids through cgroups, open files, file size and
 CPU time as rlimits, CPU share as ``nano_cpus``.
 
-A cell past its wall-clock time is interrupted (``SIGINT``, variables kept); if it does not
-stop within ``interrupt_grace_s`` (a C-level loop, or a cell waiting on a host call), the
+A cell past its wall-clock time is interrupted (its host calls fail, then ``SIGINT``;
+variables kept); if it does not stop within ``interrupt_grace_s`` (a C-level loop), the
 container is removed and a fresh one started with the context, tools and ``history`` bound
 again. A container that dies (the OOM killer, the CPU limit, ``os._exit``) is replaced the
 same way, and the cell's error names the limit (``memory limit 512 MiB exceeded; the kernel
@@ -189,6 +189,7 @@ class ContainerSandbox(RebindState, Sandbox):
         self._image_id: str | None = None
         self._effective: dict[str, Any] = {}
         self._running: tuple[_Box, asyncio.Future[dict[str, Any]]] | None = None
+        self._interrupted = False  # interrupt() was called on the running cell
         self._stopping: asyncio.Future[Any] | None = None
         self._init_rebind_state()
 
@@ -336,6 +337,7 @@ class ContainerSandbox(RebindState, Sandbox):
             except KernelDied:
                 return with_notice(await self._died(box, t0), notice)
             self._running = (box, fut)
+            self._interrupted = False
             try:
                 msg = await wait(asyncio.shield(fut), timeout)
             except asyncio.CancelledError:
@@ -376,15 +378,21 @@ class ContainerSandbox(RebindState, Sandbox):
                 return with_notice(await self._died(box, t0), notice)
             finally:
                 self._running = None
-            return with_notice(await self._cell_result(box, rid, msg, t0), notice)
+            result = await self._cell_result(box, rid, msg, t0)
+            if self._interrupted:
+                result.error = "the cell was interrupted; the REPL state is kept.\n" + (
+                    result.error or ""
+                )
+            return with_notice(result, notice)
 
     async def interrupt(self) -> bool:
-        """``KeyboardInterrupt`` in the running cell (``SIGINT`` to the kernel); a cell that
-        does not stop within ``interrupt_grace_s``, or that waits on a host call, gets its
-        container replaced. Returns ``True`` if a cell was running."""
+        """``KeyboardInterrupt`` in the running cell (``SIGINT`` to the kernel; host calls it
+        waits on fail first); a cell that does not stop within ``interrupt_grace_s`` gets
+        its container replaced. Returns ``True`` if a cell was running."""
         running = self._running
         if running is None or running[1].done():
             return False
+        self._interrupted = True
         await self._stop_cell(*running)
         return True
 
@@ -412,8 +420,10 @@ class ContainerSandbox(RebindState, Sandbox):
     async def health(self) -> dict[str, Any]:
         box = self._box
         info: dict[str, Any] = {
-            "alive": bool(box and not box.conn.dead),
+            "backend": "container",
+            "alive": bool(box and not box.conn.dead and not self._closed),
             "pid": box.pid if box else None,
+            "running": self._running is not None,
             "restarts": self.restarts,
             "container_id": box.id[:12] if box else None,
             "status": None,
@@ -556,11 +566,14 @@ class ContainerSandbox(RebindState, Sandbox):
             return {}
 
     async def _stop_cell(self, box: _Box, fut: asyncio.Future[Any]) -> bool:
-        """Stop the running cell: ``SIGINT`` first (unless it waits on a host call, where
-        the signal would end the kernel), then replace the container. Returns ``True`` if
-        the kernel survived (``fut`` then holds the cell's result)."""
+        """Stop the running cell: fail its host calls and send ``SIGINT`` (the kernel raises
+        ``KeyboardInterrupt`` in a running cell only, and holds it while a frame is being
+        read), then replace the container if the cell has not ended after
+        ``interrupt_grace_s``. Returns ``True`` if the kernel survived (``fut`` then holds
+        the cell's result)."""
         conn = box.conn
-        if not fut.done() and not conn.calls and not conn.dead:
+        if not fut.done() and not conn.dead:
+            conn.cancel_calls()
             try:
                 await asyncio.to_thread(docker_host.client().api.kill, box.id, signal="SIGINT")
             except docker_host.ENGINE_ERRORS as exc:
