@@ -194,14 +194,28 @@ async def test_restart_returns_lost_variables(make):
 # --------------------------------------------------------------------------- time
 
 
-async def test_timeout_kills_restarts_and_reports(make):
+async def test_timeout_interrupts_and_keeps_the_repl(make):
     sb = await started(make)
+    try:
+        await ok(sb, "a = 1")
+        r = await run(sb, "b = 2\nprint('working')\nwhile True:\n    pass", timeout_s=0.5)
+        assert r.timed_out and not r.kernel_restarted
+        assert "wall-clock time limit 0.5 s exceeded" in r.error and "KeyboardInterrupt" in r.error
+        assert r.stdout == "working\n"
+        assert (await ok(sb, "print(a, b)")).stdout == "1 2\n"
+    finally:
+        await sb.close()
+
+
+async def test_timeout_of_a_cell_that_ignores_interrupts_restarts(make):
+    sb = await started(make, interrupt_grace_s=0.5)
     try:
         await sb.load_context("ctx")
         await ok(sb, "a = 1")
-        r = await run(sb, "while True:\n    pass", timeout_s=0.5)
+        stubborn = "while True:\n    try:\n        while True:\n            pass\n    except BaseException:\n        pass"
+        r = await run(sb, stubborn, timeout_s=0.5)
         assert r.timed_out and r.kernel_restarted and r.lost_variables == ["a"]
-        assert "timed out after 0.5 s" in r.error
+        assert "timed out after 0.5 s" in r.error and "did not stop when interrupted" in r.error
         assert (await ok(sb, "print(context)")).stdout == "ctx\n"
     finally:
         await sb.close()

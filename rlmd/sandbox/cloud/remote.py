@@ -28,6 +28,7 @@ import time
 from typing import Any
 
 from rlmd.kernel import protocol
+from rlmd.sandbox._attach import StderrDrain
 from rlmd.sandbox._common import (
     AFTER_RESTART,
     RebindState,
@@ -38,8 +39,7 @@ from rlmd.sandbox._common import (
 )
 from rlmd.sandbox.base import CallError, CallHandler, CellResult, Sandbox, SandboxError, VarInfo
 from rlmd.sandbox.cloud.provider import Provider, RemoteProcess
-from rlmd.sandbox.limits import Limits, limit_message
-from rlmd.sandbox.subprocess import _StderrDrain  # the same stderr sentinel cutting
+from rlmd.sandbox.limits import Limits, limit_hint, limit_message
 
 log = logging.getLogger(__name__)
 
@@ -100,7 +100,7 @@ class _RemoteKernel:
         self.cap = cap
         self.process: RemoteProcess | None = None
         self.pid = 0  # inside the VM, from the hello frame
-        self.drain: _StderrDrain | None = None
+        self.drain: StderrDrain | None = None
         self._early_stderr: list[bytes] = []
         self._parts: list[str] = []
         self.pending: dict[int, asyncio.Future[dict[str, Any]]] = {}
@@ -168,7 +168,7 @@ class _RemoteKernel:
             task.add_done_callback(self.calls.discard)
         elif op == "hello":
             self.pid = int(msg.get("pid") or 0)
-            self.drain = _StderrDrain(str(msg.get("token", "")), self.cap)
+            self.drain = StderrDrain(str(msg.get("token", "")), self.cap)
             # What came before the hello is the VM's login noise (a shell's profile), not
             # any cell's output.
             if self._early_stderr:
@@ -252,7 +252,7 @@ class _RemoteKernel:
     def stderr_now(self) -> str:
         if self.drain is None:
             return b"".join(self._early_stderr).decode("utf-8", "replace")
-        return _StderrDrain.text(self.drain.take_now())
+        return StderrDrain.text(self.drain.take_now())
 
     def describe_exit(self) -> str:
         code = self.returncode
@@ -313,6 +313,7 @@ class RemoteSandbox(RebindState, Sandbox):
         self._lock = asyncio.Lock()
         self._closed = False
         self._running: tuple[_RemoteKernel, int] | None = None
+        self._interrupted = False
         self._applied: dict[str, Any] = {}
         self._rlimits: dict[str, Any] = {}
         self._background: set[asyncio.Task[None]] = set()
@@ -424,40 +425,74 @@ class RemoteSandbox(RebindState, Sandbox):
             t0 = time.perf_counter()
             kernel = await self._live_kernel()
             notice, self._notice = self._notice, None
+            timed_out = False
             try:
                 rid, fut = kernel.request(
                     {"op": "exec", "code": code, "max_output": self.max_output_chars}
                 )
-                self._running = (kernel, rid)
-                msg = await wait(fut, timeout)
+                self._running, self._interrupted = (kernel, rid), False
+                try:
+                    msg = await wait(asyncio.shield(fut), timeout)
+                except TimeoutError:
+                    # Past the wall-clock limit: interrupt, then kill if it will not stop.
+                    timed_out = True
+                    await self._stop_cell(kernel)
+                    msg = await fut  # answered by now (requests are served in order) or dead
             except asyncio.CancelledError:
                 # Nobody waits for this cell any more: interrupt it (killing the kernel if it
                 # does not stop); the next operation finds out which happened.
                 self._in_background(self._stop_cell(kernel))
                 raise
-            except TimeoutError:
-                what = f"cell timed out after {timeout:g} s"
-                return with_notice(await self._after_death(kernel, t0, what, True), notice)
             except _KernelDied:
                 if self._closed:
                     raise SandboxError("the sandbox was closed while the cell ran") from None
                 with contextlib.suppress(TimeoutError):
                     await asyncio.wait_for(asyncio.shield(kernel.exited), 2)
-                what = self._death_message(kernel)
-                return with_notice(await self._after_death(kernel, t0, what, False), notice)
+                what = (
+                    f"cell timed out after {timeout:g} s ({self._wall(timeout)}) and did not "
+                    "stop when interrupted"
+                    if timed_out
+                    else self._death_message(kernel)
+                )
+                return with_notice(await self._after_death(kernel, t0, what, timed_out), notice)
             finally:
                 self._running = None
             if not msg.get("ok"):
                 raise self._error(msg)
-            res = msg["result"]
-            assert kernel.drain is not None
-            if res.get("sentinel"):
-                segment = await kernel.drain.segment(rid, 10.0)
-            else:
-                segment = kernel.drain.take_now()
-            self._user_names = list(res.get("names") or [])
-            result = result_from_kernel(res, time.perf_counter() - t0, _StderrDrain.text(segment))
+            result = await self._result(kernel, rid, msg["result"], t0)
+            if timed_out:
+                result.timed_out = True
+                result.error = (
+                    f"cell timed out after {timeout:g} s ({self._wall(timeout)}) and was "
+                    "interrupted; the REPL state is kept (variables assigned before the "
+                    "interruption included).\n" + (result.error or "")
+                )
+            elif self._interrupted:
+                result.error = "the cell was interrupted; the REPL state is kept.\n" + (
+                    result.error or ""
+                )
             return with_notice(result, notice)
+
+    @staticmethod
+    def _wall(timeout: float) -> str:
+        return limit_message("wall_s", timeout, restarted=False)[:-1]
+
+    async def _result(
+        self, kernel: _RemoteKernel, rid: int, res: dict[str, Any], t0: float
+    ) -> CellResult:
+        """A finished cell's result, with its fd-level stderr and a hint naming the limit
+        an error shows was hit (``MemoryError`` under the memory limit, ...)."""
+        assert kernel.drain is not None
+        if res.get("sentinel"):
+            segment = await kernel.drain.segment(rid, 10.0)
+        else:
+            segment = kernel.drain.take_now()
+        self._user_names = list(res.get("names") or [])
+        result = result_from_kernel(res, time.perf_counter() - t0, StderrDrain.text(segment))
+        hint = limit_hint(result.error, self.limits)
+        if hint:
+            result.error = (result.error or "") + hint + "\n"
+        return result
 
     async def interrupt(self) -> bool:
         """Send ``SIGINT`` to the kernel (``KeyboardInterrupt`` in the running cell, state
@@ -467,6 +502,7 @@ class RemoteSandbox(RebindState, Sandbox):
         running = self._running
         if running is None or running[0].dead:
             return False
+        self._interrupted = True
         await self._stop_cell(running[0])
         return True
 
@@ -642,7 +678,8 @@ class RemoteSandbox(RebindState, Sandbox):
             await kernel.process.kill()
 
     async def _stop_cell(self, kernel: _RemoteKernel) -> None:
-        """Interrupt the running cell; kill the kernel if it is still busy after the grace."""
+        """Interrupt the running cell (SIGINT to the kernel); kill the kernel if it is still
+        busy ``interrupt_grace_s`` later."""
         if kernel.dead or not kernel.pid:
             return
         argv = _signal_argv(self.provider.python, kernel.pid, signal.SIGINT, group=False)
