@@ -393,6 +393,10 @@ async def test_limits_go_to_the_provider_and_the_launcher(make):
             assert create["allow_internet_access"] is False
         assert sb.isolation["network"] == "none"
         assert "RLIMIT_NOFILE" in sb.isolation["rlimits"]["applied"]
+        enforced = sb.isolation["enforced"]
+        assert enforced["open_files"] == "RLIMIT_NOFILE" and enforced["network"]
+        assert enforced["cpu_s"] is None  # no CPU limit was asked for
+        assert sb.isolation["limits"] == limits.to_dict()
         r = await ok(sb, "import resource\nprint(resource.getrlimit(resource.RLIMIT_NOFILE))")
         assert r.stdout == "(64, 64)\n"
         r = await run(sb, "big = bytearray(1024 * 1024 * 1024)")

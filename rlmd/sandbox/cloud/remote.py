@@ -357,8 +357,27 @@ class RemoteSandbox(RebindState, Sandbox):
             "host_channel": "provider API stream (authenticated), no open port",
             "workdir": self.workdir,
             "sandbox_id": self.provider.sandbox_id,
+            "limits": self.limits.to_dict(),
+            "enforced": self._enforced(),
             **self._applied,
         }
+
+    def _enforced(self) -> dict[str, str | None]:
+        """How each limit is really enforced (``None``: it is not), from what the provider
+        accepted and the launcher's report (all ``None`` but the host's own before start)."""
+        lim = self.limits
+        applied = set((self._rlimits or {}).get("applied", []))
+        out: dict[str, str | None] = {
+            "wall_s": "host timer, SIGINT, then a kernel restart" if lim.wall_s else None
+        }
+        for field, name in _RLIMITS.items():
+            out[field] = name if getattr(lim, field) is not None and name in applied else None
+        if out["memory_bytes"] and "memory_mib" in self._applied:
+            out["memory_bytes"] += f" + {self.kind} memory {self._applied['memory_mib']} MiB"
+        out["output_bytes"] = "host cap" if lim.output_bytes else None
+        blocked = self._applied.get("network") == "none"
+        out["network"] = f"{self.kind}: no internet access" if blocked else None
+        return out
 
     @property
     def pid(self) -> int | None:
