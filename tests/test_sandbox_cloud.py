@@ -506,6 +506,7 @@ async def test_modal_calls_exist_in_the_real_sdk(tmp_path, monkeypatch):
         assert hasattr(modal.io_streams.StreamWriter, attr)
     assert hasattr(modal.container_process.ContainerProcess, "wait")
     assert hasattr(modal.Sandbox, "filesystem") and hasattr(modal.Image, "debian_slim")
+    inspect.signature(modal.Image.from_registry).bind("python:3.12-slim")
     assert hasattr(modal.exception, "SandboxFilesystemNotFoundError")
 
 
@@ -572,3 +573,21 @@ async def test_real_e2b_sdk_without_a_key_is_refused_before_any_request(tmp_path
     sb = E2BSandbox(root=str(tmp_path / "vm"))
     with pytest.raises(SandboxError, match="no E2B_API_KEY set"):
         await sb.start(FakeHost())
+
+
+def test_limits_from_a_config_table():
+    sb = create_sandbox("modal", limits={"memory_bytes": 256 * MiB, "network": True})
+    assert sb.limits == Limits(memory_bytes=256 * MiB, network=True)
+    with pytest.raises(ValueError, match="unknown sandbox limit"):
+        create_sandbox("e2b", limits={"gpus": 1})
+
+
+async def test_modal_template_is_a_registry_image(tmp_path, monkeypatch):
+    sb = FAKE_BACKENDS["modal-fake"](tmp_path, monkeypatch, template="python:3.12-slim")
+    await sb.start(FakeHost())
+    try:
+        create = next(kw for name, _, kw in sb.sdk.calls if name == "Sandbox.create")
+        assert create["image"] == "registry:python:3.12-slim"
+        assert sb.isolation["template"] == "python:3.12-slim"
+    finally:
+        await sb.close()

@@ -477,7 +477,10 @@ class FakeModal:
         self.sandboxes: list[FakeModalSandbox] = []
         self.apps: list[str] = []
         self.App = SimpleNamespace(lookup=_aio(self._lookup))
-        self.Image = SimpleNamespace(debian_slim=lambda python_version=None: "debian_slim")
+        self.Image = SimpleNamespace(
+            debian_slim=lambda python_version=None: "debian_slim",
+            from_registry=lambda tag, **kw: f"registry:{tag}",
+        )
         self.Sandbox = SimpleNamespace(create=_aio(self._create))
 
     def _log(self) -> list[Call]:

@@ -71,6 +71,8 @@ class ModalProvider(Provider):
     Args:
         app_name: the Modal app the sandboxes are grouped under (created if missing).
         image: a ``modal.Image`` with ``python3`` (default ``modal.Image.debian_slim()``).
+        template: instead of ``image``, a registry image name with ``python3`` (``rlmd run
+            --template``), used as ``modal.Image.from_registry(template)``.
         vm_timeout_s: the sandbox's maximum lifetime, seconds (Modal allows up to 24 h).
         cpu: physical cores to reserve (``None``: Modal's default).
         root: folder in the VM for rlmd's files.
@@ -85,6 +87,7 @@ class ModalProvider(Provider):
         *,
         app_name: str = "rlmd-sandboxes",
         image: Any = None,
+        template: str | None = None,
         vm_timeout_s: int = 3600,
         cpu: float | None = None,
         root: str = "/tmp/rlmd",
@@ -93,6 +96,7 @@ class ModalProvider(Provider):
     ):
         self.app_name = app_name
         self.image = image
+        self.template = template
         self.vm_timeout_s = int(vm_timeout_s)
         self.cpu = cpu
         self.root = root
@@ -111,9 +115,15 @@ class ModalProvider(Provider):
             raise SandboxError(f"modal: {missing}")
         modal = self._sdk or _load_sdk()
         app = await modal.App.lookup.aio(self.app_name, create_if_missing=True)
+        if self.image is not None:
+            image = self.image
+        elif self.template:
+            image = modal.Image.from_registry(self.template)
+        else:
+            image = modal.Image.debian_slim()
         kwargs: dict[str, Any] = {
             "app": app,
-            "image": self.image if self.image is not None else modal.Image.debian_slim(),
+            "image": image,
             "timeout": self.vm_timeout_s,
             "block_network": not limits.network,
         }
@@ -121,6 +131,7 @@ class ModalProvider(Provider):
             "network": "internet" if limits.network else "none",
             "vm_timeout_s": self.vm_timeout_s,
             "runtime": "gVisor",
+            "template": self.template or ("custom image" if self.image else "debian_slim"),
         }
         if limits.memory_bytes is not None:
             kwargs["memory"] = math.ceil(limits.memory_bytes / MiB)  # Modal takes MiB
@@ -201,7 +212,7 @@ class ModalProvider(Provider):
 
 class ModalSandbox(RemoteSandbox):
     """The kernel in a Modal sandbox. Takes :class:`ModalProvider`'s arguments (``app_name``,
-    ``image``, ``vm_timeout_s``, ``cpu``, ``root``, ``python``, ``sdk``) and
+    ``image``, ``template``, ``vm_timeout_s``, ``cpu``, ``root``, ``python``, ``sdk``) and
     :class:`RemoteSandbox`'s."""
 
     kind = "modal"
@@ -211,6 +222,7 @@ class ModalSandbox(RemoteSandbox):
         *,
         app_name: str = "rlmd-sandboxes",
         image: Any = None,
+        template: str | None = None,
         vm_timeout_s: int = 3600,
         cpu: float | None = None,
         root: str = "/tmp/rlmd",
@@ -221,6 +233,7 @@ class ModalSandbox(RemoteSandbox):
         provider = ModalProvider(
             app_name=app_name,
             image=image,
+            template=template,
             vm_timeout_s=vm_timeout_s,
             cpu=cpu,
             root=root,

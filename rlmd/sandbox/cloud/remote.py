@@ -272,7 +272,11 @@ class RemoteSandbox(RebindState, Sandbox):
 
     Args:
         provider: the VM adapter (:class:`~rlmd.sandbox.cloud.provider.Provider`).
-        limits: resource limits (default :class:`Limits()`); see the module docstring.
+        limits: resource limits, a :class:`Limits` or its dict form (default
+            :class:`Limits()`); see the module docstring.
+
+    Raises:
+        ValueError: an unknown or invalid limit.
         timeout_s: default wall-clock limit per cell in seconds (default ``limits.wall_s``;
             ``None``: no limit).
         op_timeout_s: limit for the other operations (binding, variables), seconds.
@@ -291,7 +295,7 @@ class RemoteSandbox(RebindState, Sandbox):
         self,
         provider: Provider,
         *,
-        limits: Limits | None = None,
+        limits: Limits | dict[str, Any] | None = None,
         timeout_s: float | None | object = _DEFAULT,
         op_timeout_s: float = 120.0,
         start_timeout_s: float = 180.0,
@@ -299,7 +303,8 @@ class RemoteSandbox(RebindState, Sandbox):
         interrupt_grace_s: float = 3.0,
     ):
         self.provider = provider
-        self.limits = limits or Limits()
+        # A dict is a config file's [sandbox_options.limits] table.
+        self.limits = limits if isinstance(limits, Limits) else Limits.from_dict(limits)
         self.timeout_s: float | None = (
             self.limits.wall_s if timeout_s is _DEFAULT else timeout_s  # type: ignore[assignment]
         )
