@@ -388,6 +388,27 @@ def test_report_markdown_tables():
     assert md.count("| t1 |") == 3
 
 
+def test_compare_table_pairs_runs_by_task_and_system(tmp_path, capsys):
+    before = fake_results()
+    after = fake_results()
+    for r in after["results"]:
+        if r["system"] == "rlmd-d1":
+            r["score"], r["trajectory"] = 1.0, "new"
+    after["results"] = [r for r in after["results"] if r["system"] == "rlmd-d1"]
+    md = report.compare(before, after)
+    assert "| rlmd-d1 | 3 | 0.75 | **1.00** | 3/3 | 3/3 | 12 | 12 |" in md
+    assert (
+        "| t2 | rlmd-d1 | 1.00 → **1.00** | completed → completed | a\\|b | 12 → 12 | abc | new |"
+        in md
+    )
+    assert "| plain |" not in md  # only what the after-run has
+    for name, data in (("b", before), ("a", after)):
+        (tmp_path / name).mkdir()
+        (tmp_path / name / "results.json").write_text(json.dumps(data))
+    assert cli.main(["compare", str(tmp_path / "b"), str(tmp_path / "a")]) == 0
+    assert "| t0 | rlmd-d1 | 0.50 → **1.00** |" in capsys.readouterr().out
+
+
 def test_report_plots_are_pngs(tmp_path):
     pytest.importorskip("matplotlib")
     paths = report.plots(fake_results(), tmp_path)

@@ -6,6 +6,7 @@
     python -m bench.quality generate --suite smoke --out DIR --model qwen2.5-coder-1.5b
     python -m bench.quality score OUT/tasks answers.jsonl      # {"id": ..., "answer": ...} lines
     python -m bench.quality report OUT                         # tables and plots again
+    python -m bench.quality compare BEFORE_OUT AFTER_OUT       # before/after table
 
 ``run`` writes ``OUT/tasks/`` (the task set), ``OUT/results.json`` (after every run, so
 an interrupted suite keeps what it did), ``OUT/results.md`` and ``OUT/plots/*.png``.
@@ -302,6 +303,13 @@ def cmd_report(args: argparse.Namespace) -> int:
     return 0
 
 
+def cmd_compare(args: argparse.Namespace) -> int:
+    before = json.loads((Path(args.before) / "results.json").read_text())
+    after = json.loads((Path(args.after) / "results.json").read_text())
+    print(report.compare(before, after, (args.label_before, args.label_after)))
+    return 0
+
+
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(
         prog="python -m bench.quality",
@@ -350,6 +358,13 @@ def main(argv: list[str] | None = None) -> int:
     p = sub.add_parser("report", help="tables and plots from OUT/results.json")
     p.add_argument("out")
     p.set_defaults(fn=cmd_report)
+
+    c = sub.add_parser("compare", help="before/after table of two runs over the same tasks")
+    c.add_argument("before")
+    c.add_argument("after")
+    c.add_argument("--label-before", default="before")
+    c.add_argument("--label-after", default="after")
+    c.set_defaults(fn=cmd_compare)
 
     args = ap.parse_args(argv)
     return args.fn(args)

@@ -98,6 +98,63 @@ def markdown(data: dict[str, Any]) -> str:
     return "\n".join(out) + "\n"
 
 
+def compare(before: dict[str, Any], after: dict[str, Any], labels=("before", "after")) -> str:
+    """A before/after table of two runs over the same tasks: per system, the mean score and
+    how many runs finished; per task and system, score, status, time and trajectory of each.
+
+    Args:
+        before / after: ``results.json`` contents; only (task, system) pairs present in
+            ``after`` are compared (an after-run of some systems only is fine).
+        labels: the two column-group names.
+
+    Returns:
+        Markdown text.
+    """
+    b_label, a_label = labels
+    old = {(r["task_id"], r["system"]): r for r in before["results"]}
+    new = {(r["task_id"], r["system"]): r for r in after["results"]}
+    systems = _systems(after["results"])
+    out = [
+        f"| system | tasks | mean score {b_label} | mean score {a_label} "
+        f"| finished {b_label} | finished {a_label} | mean time {b_label} (s) | mean time {a_label} (s) |",
+        "|---|---:|---:|---:|---:|---:|---:|---:|",
+    ]
+    for system in systems:
+        keys = [k for k in new if k[1] == system and k in old]
+        if not keys:
+            continue
+        b = [old[k] for k in keys]
+        a = [new[k] for k in keys]
+        out.append(
+            f"| {system} | {len(keys)} | {mean(r['score'] for r in b):.2f} "
+            f"| **{mean(r['score'] for r in a):.2f}** "
+            f"| {sum(r['status'] == 'completed' for r in b)}/{len(b)} "
+            f"| {sum(r['status'] == 'completed' for r in a)}/{len(a)} "
+            f"| {mean(r['wall_s'] for r in b):.0f} | {mean(r['wall_s'] for r in a):.0f} |"
+        )
+    out += [
+        "",
+        f"| task | system | score {b_label} → {a_label} | status {b_label} → {a_label} "
+        f"| answer {a_label} | time (s) | trajectory {b_label} | trajectory {a_label} |",
+        "|---|---|---|---|---|---|---|---|",
+    ]
+    for key, a in new.items():
+        b = old.get(key)
+        if b is None:
+            continue
+
+        def status(r: dict) -> str:
+            src = r.get("answer_source")
+            return r["status"] + (f" ({src})" if src == "extraction" else "")
+
+        out.append(
+            f"| {key[0]} | {key[1]} | {b['score']:.2f} → **{a['score']:.2f}** "
+            f"| {status(b)} → {status(a)} | {_short(a['answer'], 40)} "
+            f"| {b['wall_s']:.0f} → {a['wall_s']:.0f} | {b['trajectory'] or ''} | {a['trajectory'] or ''} |"
+        )
+    return "\n".join(out) + "\n"
+
+
 def plots(data: dict[str, Any], out_dir: Path) -> list[Path]:
     """``accuracy_vs_length.png`` and ``cost_time.png`` in ``out_dir``; [] without matplotlib."""
     try:

@@ -29,6 +29,13 @@ SUITES: dict[str, dict[str, Any]] = {
         "pairs": {"lengths": [1_024], "windows": 1, "questions": 1},
         "codeqa": {"package": "wsgiref", "questions": 0, "renamed_questions": 1},
     },
+    "long": {
+        # Past the 8K window, so the plain baseline must cut its input: needles at 32K and
+        # 64K tokens (4x and 8x the window) and two questions over the renamed `email`
+        # package. Sized for the local 1.5B model on one thread (bench/RESULTS.md).
+        "sniah": {"lengths": [32_768, 65_536], "per_length": 1},
+        "codeqa": {"package": "email", "questions": 0, "renamed_questions": 2},
+    },
     "small": {
         "sniah": {"lengths": [8_192, 32_768, 131_072], "per_length": 5},
         "oolong": {"lengths": [8_192, 32_768], "windows": 2, "questions": 5},
