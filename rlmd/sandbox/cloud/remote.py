@@ -43,7 +43,6 @@ from rlmd.sandbox.limits import Limits, limit_hint, limit_message
 
 log = logging.getLogger(__name__)
 
-KERNEL_FILES = ("__init__.py", "codebase.py", "core.py", "main.py", "protocol.py")
 _KERNEL_SRC = os.path.dirname(os.path.abspath(protocol.__file__))
 _LAUNCHER = os.path.join(os.path.dirname(os.path.abspath(__file__)), "launcher.py")
 _WRITE_CHUNK = 1 << 20  # provider APIs cap one message; 1 MiB stays well under their caps
@@ -612,7 +611,9 @@ class RemoteSandbox(RebindState, Sandbox):
         """Create the VM and upload the kernel files."""
         try:
             self._applied = dict(await self.provider.create(self.limits))
-            files = {name: os.path.join(_KERNEL_SRC, name) for name in KERNEL_FILES}
+            # Every module of the stdlib-only kernel package, whatever it grows to hold.
+            names = sorted(n for n in os.listdir(_KERNEL_SRC) if n.endswith(".py"))
+            files = {name: os.path.join(_KERNEL_SRC, name) for name in names}
             files["launcher.py"] = _LAUNCHER
             blobs = {}
             for name, local in files.items():
