@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import os
 import time
 from typing import Any
 
@@ -654,3 +655,121 @@ async def test_start_again_keeps_the_repl_and_swaps_the_handler(sandbox):
     assert r.stdout == "kept answer to again\n"
     assert second.calls == [("llm_query", {"prompt": "again", "model": None})]
     assert sandbox.host.calls == []
+
+
+# --------------------------------------------------------------------------- control and files
+
+
+async def test_interrupt_keeps_the_state(sandbox):
+    await ok(sandbox, "kept = 'yes'")
+    assert await sandbox.interrupt() is False  # nothing running
+    task = asyncio.create_task(sandbox.execute("n = 0\nwhile True:\n    n += 1"))
+    await asyncio.sleep(0.3)
+    assert await sandbox.interrupt() is True
+    r = await asyncio.wait_for(task, 10)
+    assert not r.kernel_restarted
+    assert "KeyboardInterrupt" in r.error or "interrupted" in r.error
+    r = await ok(sandbox, "print(kept, n > 0)")
+    assert r.stdout == "yes True\n"
+
+
+async def test_interrupt_escalates_to_a_restart():
+    for name in ("subprocess",):  # inprocess: covered by its blocked-thread test
+        sb = create_sandbox(name, timeout_s=30, interrupt_grace_s=0.3)
+        await sb.start(FakeHost())
+        try:
+            await sb.load_context("ctx")
+            await ok(sb, "lost_one = 1")
+            task = asyncio.create_task(sb.execute("sum(range(10 ** 14))"))
+            await asyncio.sleep(0.3)
+            assert await sb.interrupt() is True
+            r = await asyncio.wait_for(task, 10)
+            assert r.kernel_restarted and r.lost_variables == ["lost_one"]
+            assert "did not stop" in r.error
+            assert (await ok(sb, "print(context)")).stdout == "ctx\n"
+        finally:
+            await sb.close()
+
+
+async def test_interrupt_fails_a_pending_host_call(sandbox):
+    sandbox.host.delay = 30
+    task = asyncio.create_task(sandbox.execute("x = llm_query('slow')"))
+    await asyncio.sleep(0.3)
+    assert await sandbox.interrupt() is True
+    r = await asyncio.wait_for(task, 10)
+    assert r.error is not None
+    if sandbox.kind in ("subprocess", "inprocess"):  # the call fails; the REPL stays
+        assert not r.kernel_restarted
+    sandbox.host.delay = 0
+    assert (await ok(sandbox, "print(llm_query('fast'))")).stdout == "answer to fast\n"
+
+
+async def test_restart_rebinds_and_reports_lost_variables(sandbox):
+    await sandbox.load_context("ctx")
+    await sandbox.define_tools([], {"LIMIT": 3})
+    await ok(sandbox, "a = 1\nb = 2")
+    before = (await sandbox.health())["restarts"]
+    assert await sandbox.restart() == ["a", "b"]
+    assert (await sandbox.health())["restarts"] == before + 1
+    r = await ok(sandbox, "print(context, LIMIT, 'a' in dir())")
+    assert r.stdout == "ctx 3 False\n"
+
+
+async def test_upload_and_download(sandbox):
+    await sandbox.upload("data/in.txt", b"hello\x00bytes")
+    assert await sandbox.download("data/in.txt") == b"hello\x00bytes"
+    if sandbox.kind != "inprocess":  # the in-process REPL runs in the host's folder
+        r = await ok(sandbox, "print(open('data/in.txt', 'rb').read())")
+        assert r.stdout == "b'hello\\x00bytes'\n"
+        await ok(sandbox, "open('out.bin', 'wb').write(b'made inside')")
+        assert await sandbox.download("out.bin") == b"made inside"
+    for bad in ("../escape", "/etc/passwd", "a/../../b", ""):
+        with pytest.raises(ValueError):
+            await sandbox.upload(bad, b"x")
+        with pytest.raises(ValueError):
+            await sandbox.download(bad)
+    with pytest.raises(FileNotFoundError):
+        await sandbox.download("missing.txt")
+
+
+async def test_a_symlink_planted_inside_cannot_leak_host_files(sandbox):
+    if sandbox.kind not in ("subprocess", "container"):
+        pytest.skip(f"{sandbox.kind}: its working folder is not on the host")
+    await ok(sandbox, "import os\nos.symlink('/etc/hostname', 'link')")
+    with pytest.raises(ValueError):
+        await sandbox.download("link")
+
+
+async def test_health(sandbox):
+    health = await sandbox.health()
+    assert health["alive"] is True
+    assert isinstance(health["restarts"], int)
+    await sandbox.close()
+    assert (await sandbox.health())["alive"] is False
+
+
+async def test_limits_and_their_aliases():
+    from rlmd.sandbox.limits import Limits
+
+    for name in ("subprocess", "inprocess"):
+        sb = create_sandbox(name, limits=Limits(wall_s=5, output_bytes=100), timeout_s=7)
+        assert sb.limits.wall_s == 7 and sb.limits.output_bytes == 100
+        assert sb.isolation["limits"]["wall_s"] == 7
+        assert create_sandbox(name).limits == Limits()
+
+
+async def test_a_100_mb_context_loads_through_a_file():
+    big = "0123456789" * 10_000_000
+    for name in ("subprocess", "inprocess"):
+        sb = create_sandbox(name)
+        await sb.start(FakeHost())
+        try:
+            await sb.load_context(big)
+            r = await ok(sb, "print(len(context), context[-3:])")
+            assert r.stdout == "100000000 789\n"
+            if name == "subprocess":
+                assert not [f for f in os.listdir(sb.workdir) if f.startswith(".rlmd-context")]
+                await sb.restart()  # re-bound after a restart
+                assert (await ok(sb, "print(len(context))")).stdout == "100000000\n"
+        finally:
+            await sb.close()

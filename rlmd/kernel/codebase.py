@@ -16,7 +16,10 @@ from __future__ import annotations
 
 import re
 from collections.abc import Callable
-from typing import Any
+
+TYPE_CHECKING = False
+if TYPE_CHECKING:  # importing typing costs milliseconds at every kernel start
+    from typing import Any
 
 MAX_GREP_LINE = 500
 """Longer matching lines are cut to this many characters in ``grep`` results."""

@@ -25,14 +25,18 @@ import traceback
 import types
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
-from typing import Any
 
 from . import protocol
 from .codebase import Codebase, helpers
 
+TYPE_CHECKING = False
+if TYPE_CHECKING:  # importing typing costs milliseconds at every kernel start
+    from typing import Any
+
 KERNEL_DIR = os.path.dirname(os.path.abspath(__file__))
 
-CallFn = Callable[[str, dict[str, Any]], Any]
+if TYPE_CHECKING:
+    CallFn = Callable[[str, dict[str, Any]], Any]
 
 PREVIEW_CHARS = 80
 
@@ -620,7 +624,6 @@ class Kernel:
 
 
 __all__ = [
-    "CallFn",
     "Capture",
     "CellInterrupted",
     "Kernel",

@@ -26,13 +26,15 @@ from __future__ import annotations
 
 import collections
 import importlib
-import importlib.util
 import io
 import itertools
 import os
 import sys
 import threading
-from typing import Any
+
+TYPE_CHECKING = False
+if TYPE_CHECKING:  # importing typing costs milliseconds at every kernel start
+    from typing import Any
 
 PRIVATE_PACKAGE = "_rlmd_kernel"
 
@@ -43,14 +45,18 @@ def _load_siblings() -> tuple[Any, Any]:
 
         return core, protocol
     if PRIVATE_PACKAGE not in sys.modules:
+        # importlib.util's two functions, from the frozen modules importlib already loaded:
+        # importing importlib.util costs milliseconds at every kernel start.
+        from importlib import _bootstrap, _bootstrap_external
+
         here = os.path.dirname(os.path.abspath(__file__))
-        spec = importlib.util.spec_from_file_location(
+        spec = _bootstrap_external.spec_from_file_location(
             PRIVATE_PACKAGE,
             os.path.join(here, "__init__.py"),
             submodule_search_locations=[here],
         )
         assert spec is not None and spec.loader is not None
-        pkg = importlib.util.module_from_spec(spec)
+        pkg = _bootstrap.module_from_spec(spec)
         sys.modules[PRIVATE_PACKAGE] = pkg
         spec.loader.exec_module(pkg)
     core = importlib.import_module(PRIVATE_PACKAGE + ".core")

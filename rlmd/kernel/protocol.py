@@ -89,7 +89,10 @@ belong to the cell. If fd 2 was closed or replaced by model code, ``"sentinel": 
 from __future__ import annotations
 
 import json
-from typing import Any
+
+TYPE_CHECKING = False
+if TYPE_CHECKING:  # importing typing costs milliseconds at every kernel start
+    from typing import Any
 
 PROTOCOL_VERSION = 1
 
