@@ -122,6 +122,29 @@ class WarmSandbox(Sandbox):
     async def close(self) -> None:
         await self.inner.close()
 
+    @property
+    def limits(self):  # type: ignore[override]
+        return self.inner.limits
+
+    @property
+    def uncontained(self) -> frozenset[str]:  # type: ignore[override]
+        return self.inner.uncontained
+
+    async def interrupt(self) -> bool:
+        return await self.inner.interrupt()
+
+    async def restart(self) -> list[str]:
+        return await self.inner.restart()
+
+    async def upload(self, path: str, data: bytes) -> None:
+        await self.inner.upload(path, data)
+
+    async def download(self, path: str) -> bytes:
+        return await self.inner.download(path)
+
+    async def health(self) -> dict[str, Any]:
+        return await self.inner.health()
+
 
 @dataclass
 class WorkspaceSettings:
