@@ -122,7 +122,10 @@ class LaunchSpec:
         """``create_container_config`` keyword arguments for a container on ``workdir``."""
         lim = self.limits
         host: dict[str, Any] = {
-            "init": True,  # docker-init as pid 1: forwards SIGINT, reaps zombies
+            # No docker-init: the kernel is PID 1, so nothing model code starts can kill it
+            # (the kernel namespace's init gets no signal it has no handler for) while its
+            # --reap kill(-1) after each cell reaches every other process.
+            "init": False,
             "network_mode": "bridge" if lim.network else "none",
             "read_only": True,
             "tmpfs": {"/tmp": f"rw,nosuid,nodev,size={self.tmp_bytes}"},
@@ -171,7 +174,8 @@ class LaunchSpec:
         try:
             config = api.create_container_config(
                 self.image_id,
-                [self.python, "-I", f"{CONTAINER_KERNEL}/main.py"],
+                # --reap: after each cell the kernel (PID 1) kills what the cell left running.
+                [self.python, "-I", f"{CONTAINER_KERNEL}/main.py", "--reap", "1"],
                 **self.options(workdir),
             )
             # The SDK has no argument for it: the host closing the attach socket is EOF on

@@ -1,8 +1,8 @@
 """The container backend: one warm docker container per sandbox with the kernel inside.
 
-The container runs ``python3 -I /opt/rlmd/kernel/main.py`` from a template image
+The container runs ``python3 -I /opt/rlmd/kernel/main.py --reap 1`` from a template image
 (:mod:`rlmd.sandbox.images`; ``rlmd/kernel`` is bind-mounted read-only, so images need only a
-``python3``) under ``docker-init``, as uid 1000, and the host speaks the kernel's framed
+``python3``) as its PID 1 (whatever a cell leaves running is killed after it), as uid 1000, and the host speaks the kernel's framed
 channel over the container's attach socket (:mod:`rlmd.sandbox._attach`): about 0.2 ms a
 round trip. Host calls (``llm_query`` ...) come back over the same channel; the container
 never gets a network for them.
@@ -249,6 +249,7 @@ class ContainerSandbox(RebindState, Sandbox):
             "cap_drop": ["ALL"],
             "no_new_privileges": True,
             "limits": lim.to_dict(),
+            "background_processes": "killed after each cell",
             "enforced": {
                 "wall_s": "host timer, SIGINT, then a new container" if lim.wall_s else None,
                 "cpu_s": "RLIMIT_CPU" if lim.cpu_s else None,
@@ -616,8 +617,12 @@ class ContainerSandbox(RebindState, Sandbox):
         lim = self.limits
         if state.get("OOMKilled") and lim.memory_bytes:
             return "memory_bytes", True
-        if lim.cpu_s and state.get("ExitCode") == 128 + signal.SIGXCPU:
-            return "cpu_s", True  # RLIMIT_CPU's soft limit (the hard one is 1 s later)
+        if lim.cpu_s and state.get("ExitCode") in (128 + signal.SIGXCPU, 128 + signal.SIGKILL):
+            # RLIMIT_CPU: SIGXCPU at the soft limit, which the kernel as PID 1 does not get,
+            # then SIGKILL at the hard one, 1 s later. rlmd's own kills are told apart by
+            # kill_reason and the OOM killer by OOMKilled; only a kill from outside rlmd
+            # could be mistaken for this.
+            return "cpu_s", True
         return _describe_state(state), False
 
     def _limit_text(self, name: str, lost: list[str]) -> str:
