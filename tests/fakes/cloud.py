@@ -111,7 +111,9 @@ class LocalProcess:
     async def wait(self) -> int:
         """The exit code once the process has ended and its output is delivered."""
         await asyncio.gather(*self._pumps, return_exceptions=True)
-        return await self.proc.wait()
+        code = await self.proc.wait()
+        self.close_stdin()  # lets asyncio close the transport (not left to the GC)
+        return code
 
     async def go_exit_code(self) -> int:
         """The exit code as envd (Go's ``ProcessState.ExitCode``) reports it: -1 when a
