@@ -8,10 +8,10 @@ import time
 from typing import Any
 
 import pytest
+from fakes.cloud import FAKE_BACKENDS
 
 from rlmd.sandbox import BACKENDS, create_sandbox, unavailable_reason
 from rlmd.sandbox.base import CallError, CellResult, Sandbox, SandboxError
-from tests.fakes.cloud import FAKE_BACKENDS
 
 
 class FakeHost:

@@ -15,19 +15,19 @@ import signal
 from typing import Any
 
 import pytest
+from fakes.cloud import (
+    FAKE_BACKENDS,
+    FAKE_CREDENTIALS,
+    FakeModal,
+    fake_e2b,
+)
+from test_sandbox import FakeHost, ok, run
 
 from rlmd.sandbox import create_sandbox, unavailable_reason
 from rlmd.sandbox.base import SandboxError
 from rlmd.sandbox.cloud.e2b import E2BSandbox
 from rlmd.sandbox.cloud.modal import ModalSandbox
 from rlmd.sandbox.limits import Limits, MiB
-from tests.fakes.cloud import (
-    FAKE_BACKENDS,
-    FAKE_CREDENTIALS,
-    FakeModal,
-    fake_e2b,
-)
-from tests.test_sandbox import FakeHost, ok, run
 
 
 @pytest.fixture(params=["e2b-fake", "modal-fake"])
@@ -517,7 +517,7 @@ async def test_modal_calls_exist_in_the_real_sdk(tmp_path, monkeypatch):
 async def real_e2b(tmp_path, monkeypatch):
     """An :class:`E2BSandbox` on the real e2b SDK against the fake envd, started."""
     sb = FAKE_BACKENDS["e2b-envd"](tmp_path, monkeypatch, timeout_s=30, interrupt_grace_s=1)
-    from tests.fakes.envd import shared_envd
+    from fakes.envd import shared_envd
 
     sb.envd = shared_envd()
     sb.host = FakeHost()

@@ -545,7 +545,8 @@ def e2b_envd_sandbox(root: Path, monkeypatch: Any, **options: Any) -> Any:
     pytest.importorskip("e2b", reason="the e2b extra is not installed")
     pytest.importorskip("uvicorn", reason="uvicorn (to serve the fake envd) is not installed")
     from rlmd.sandbox.cloud.e2b import E2BSandbox
-    from tests.fakes.envd import shared_envd
+
+    from .envd import shared_envd
 
     for name, value in FAKE_CREDENTIALS.items():
         monkeypatch.setenv(name, value)

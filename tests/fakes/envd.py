@@ -28,7 +28,7 @@ from connectrpc.errors import ConnectError
 from e2b.envd.process import process_connect, process_pb
 from protobuf import Oneof
 
-from tests.fakes.cloud import LocalProcess
+from .cloud import LocalProcess
 
 _SIGNALS = {9: signal.SIGKILL, 15: signal.SIGTERM}
 
