@@ -8,8 +8,9 @@ Rows (bench/README.md, "Sandbox speed", says what each number means):
   started sandbox, for ``inprocess``, ``subprocess`` hardened (the default: bwrap namespaces,
   rlimits, cgroups, seccomp), ``subprocess`` plain (``isolation="none"``, no limits) and
   ``container`` when :func:`rlmd.sandbox.unavailable_reason` says it can start; floors: a raw
-  pipe round trip (a child echoing length-prefixed JSON, blocking reads) and ``docker exec``
-  into a running container (when docker and the ``rlmd/sandbox-base:1`` image are there);
+  pipe round trip (a child echoing length-prefixed JSON, blocking reads; and the same child
+  read through asyncio, as rlmd's host reads) and ``docker exec`` into a running container
+  (when docker and an ``rlmd/sandbox-base`` image are there);
 * **cold start**: create + ``start`` + the first cell, per backend (subprocess with the spare
   kernel ready, as in a daemon that has started kernels before, and without one); floors: a
   fresh ``python -c pass`` (site on) and ``python -I -S -c pass``;
@@ -42,7 +43,7 @@ from rlmd.sandbox.limits import Limits
 
 OUT_FILE = Path(__file__).resolve().parent / "out" / "sandbox_speed.json"
 CELL = "x = sum(range(100)); print(x)"
-IMAGE = "rlmd/sandbox-base:1"
+IMAGES = ("rlmd/sandbox-base:1", "rlmd/sandbox-base:latest")  # the first that exists
 BIG = 100_000_000  # characters of the big context
 
 PROFILES = {
@@ -157,16 +158,44 @@ def fresh_python(n: int, *flags: str) -> list[float]:
     return samples
 
 
+async def asyncio_pipe_floor(n: int, warm: int) -> list[float]:
+    """The same echoing child driven through asyncio streams: the floor plus the event-loop
+    wake-ups every asyncio host pays."""
+    proc = await asyncio.create_subprocess_exec(
+        sys.executable, "-I", "-S", "-c", FLOOR_CHILD, stdin=subprocess.PIPE, stdout=subprocess.PIPE
+    )
+    assert proc.stdin is not None and proc.stdout is not None
+    samples = []
+    for i in range(n + warm):
+        body = json.dumps({"op": "exec", "id": i, "code": CELL}).encode()
+        t0 = time.perf_counter()
+        proc.stdin.write(len(body).to_bytes(4, "big") + body)
+        head = await proc.stdout.readexactly(4)
+        reply = json.loads(await proc.stdout.readexactly(int.from_bytes(head, "big")))
+        dt = time.perf_counter() - t0
+        assert reply["id"] == i
+        if i >= warm:
+            samples.append(dt)
+    proc.stdin.close()
+    await proc.wait()
+    return samples
+
+
 def docker_exec_floor(n: int) -> tuple[list[float] | None, str]:
-    """``docker exec CTR true`` into a running container of :data:`IMAGE`, or why not."""
+    """``docker exec CTR true`` into a running container of the first of :data:`IMAGES`
+    that exists, or why not."""
     docker = shutil.which("docker")
     if docker is None:
         return None, "no docker CLI"
-    probe = subprocess.run([docker, "image", "inspect", IMAGE], capture_output=True)
-    if probe.returncode != 0:
-        return None, f"no {IMAGE} image (or no engine)"
+    inspect = [docker, "image", "inspect"]
+    image = next(
+        (i for i in IMAGES if subprocess.run([*inspect, i], capture_output=True).returncode == 0),
+        None,
+    )
+    if image is None:
+        return None, f"none of {', '.join(IMAGES)} (or no engine)"
     started = subprocess.run(
-        [docker, "run", "-d", "--rm", "--network", "none", "--label", "rlmd.bench=1", IMAGE]
+        [docker, "run", "-d", "--rm", "--network", "none", "--label", "rlmd.bench=1", image]
         + ["sleep", "600"],
         capture_output=True,
         text=True,
@@ -277,6 +306,7 @@ async def main_async(profile: dict[str, int]) -> dict[str, Any]:
         for box in boxes.values():
             await box.close()
     rt["pipe floor"] = pipe_floor(profile["rt_n"], profile["rt_warm"])
+    rt["pipe floor (asyncio)"] = await asyncio_pipe_floor(profile["rt_n"], profile["rt_warm"])
     dex, why = docker_exec_floor(profile["floor_n"])
     if dex is not None:
         rt["docker exec (floor)"] = dex
@@ -329,6 +359,8 @@ def targets(res: dict[str, Any]) -> list[list[str]]:
                 v <= 3 * floor,
                 f"{v / floor:.1f}x pipe",
             )
+            afloor = rt["pipe floor (asyncio)"]["median"]
+            add(f"{name} vs asyncio pipe", v, "-", None, f"{v / afloor:.1f}x asyncio pipe")
     for name in ("subprocess hardened, spare ready", "subprocess hardened, no spare"):
         if name in cold:
             v = cold[name]["median"]

@@ -415,3 +415,57 @@ def test_spare_kernels_do_not_outlive_the_process(tmp_path):
         while alive(pid) and time.monotonic() < deadline:
             time.sleep(0.02)
         assert not alive(pid)
+
+
+async def test_a_long_context_with_surrogates_goes_through_the_file(sb):
+    text = "caf\u00e9 \ud800 " + "a" * (1 << 20)
+    await sb.load_context(text)
+    r = await ok(sb, "print(len(context), repr(context[:6]))")
+    assert r.stdout == f"{len(text)} 'café \\ud800'\n"
+    assert [f for f in os.listdir(sb.workdir) if f.startswith(".rlmd-context")] == []
+
+
+async def test_isolation_record_tells_the_truth(sb):
+    iso = sb.isolation
+    if iso["wrapper"] is None:
+        pytest.skip(f"no namespaces here: {iso.get('unavailable')}")
+    r = await ok(
+        sb,
+        "import os\nprint(os.getpid())\n"
+        "print(open('/proc/self/status').read().split('CapEff:')[1].split()[0])\n"
+        "import socket\nprint(sorted(name for _, name in socket.if_nameindex()))",
+    )
+    pid, caps, nets = r.stdout.splitlines()
+    assert pid == "1" and int(caps, 16) == 0
+    assert iso["network"] == "none" and nets == "['lo']"
+    assert "pid" in iso["namespaces"] and "net" in iso["namespaces"]
+    assert iso["rlimits"]["AS"] == sb.limits.memory_bytes
+    r = await ok(sb, "import resource\nprint(resource.getrlimit(resource.RLIMIT_AS))")
+    assert r.stdout == f"({sb.limits.memory_bytes}, {sb.limits.memory_bytes})\n"
+
+
+async def test_isolation_none_is_recorded_as_such():
+    box = SubprocessSandbox(isolation="none")
+    assert box.isolation["wrapper"] is None and box.isolation["namespaces"] == []
+    assert box.isolation["network"] == "host"
+    assert {"kill_parent", "proc_environ", "read_home"} <= box.uncontained
+    with pytest.raises(ValueError, match="isolation must be one of"):
+        SubprocessSandbox(isolation="chroot")
+
+
+async def test_unshare_fallback_makes_a_pid_namespace():
+    from rlmd.sandbox import isolate
+
+    if isolate.unshare_problem() is not None:
+        pytest.skip(f"unshare cannot work here: {isolate.unshare_problem()}")
+    box = SubprocessSandbox(isolation="unshare", spare_kernel=False)
+    await box.start(FakeHost())
+    try:
+        assert box.isolation["wrapper"] == "unshare" and box.isolation["network"] == "none"
+        r = await ok(box, "import os\nprint(os.getpid())")
+        assert r.stdout == "1\n"
+        r = await run(box, "import os\nos._exit(2)")
+        assert r.kernel_restarted and "exit code 2" in r.error
+        assert (await ok(box, "print('back')")).stdout == "back\n"
+    finally:
+        await box.close()

@@ -296,6 +296,15 @@ def json_copy(value: Any, what: str) -> Any:
         raise TypeError(f"{what} must be JSON-serialisable: {exc}") from None
 
 
+_ECHO = "__rlmd_echo__"
+
+
+def _echo(value: Any) -> None:
+    """What the REPL does with a cell's trailing expression: print its repr unless None."""
+    if value is not None:
+        print(repr(value))
+
+
 def _no_input(*_args: Any, **_kwargs: Any) -> str:
     raise EOFError("input() is not available in the REPL: there is no user at a terminal")
 
@@ -322,6 +331,7 @@ class Kernel:
         self.ns: dict[str, Any] = self.module.__dict__
         bi = dict(vars(builtins))
         bi["input"] = _no_input
+        bi[_ECHO] = _echo
         self.ns["__builtins__"] = bi
         self._reserved: dict[str, Any] = {}
         self._tool_names: set[str] = set()
@@ -506,15 +516,12 @@ class Kernel:
         tree = compile(code, filename, "exec", ast.PyCF_ONLY_AST, dont_inherit=True)
         last = tree.body[-1] if tree.body else None
         if isinstance(last, ast.Expr):
-            tree.body.pop()
-            exec(compile(tree, filename, "exec", dont_inherit=True), self.ns)
-            value = eval(
-                compile(ast.Expression(last.value), filename, "eval", dont_inherit=True), self.ns
-            )
-            if value is not None:
-                print(repr(value))
-        else:
-            exec(compile(tree, filename, "exec", dont_inherit=True), self.ns)
+            # One compile for the whole cell: the trailing expression becomes a call to the
+            # echo builtin (a second compile of the expression cost tens of microseconds).
+            echo = ast.Call(ast.Name(_ECHO, ast.Load()), [last.value], [])
+            last.value = ast.copy_location(echo, last.value)
+            ast.fix_missing_locations(last)
+        exec(compile(tree, filename, "exec", dont_inherit=True), self.ns)
 
     def _cell_result(
         self, out: Capture, err: Capture, error: str | None, before: dict, duration: float

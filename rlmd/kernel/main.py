@@ -114,25 +114,25 @@ def _set_rlimits(specs: list[str]) -> None:
 
 def _reap_others() -> None:
     """As PID 1 of a PID namespace: kill every other process in it (what the cell left
-    running) and collect the exits. Repeats while processes remain: one forking at the
-    moment of a ``kill(-1)`` can leave a new child behind. Costs one failing ``kill`` when
-    there is nothing to do; gives up after about two seconds (the host's limits take over)."""
-    import signal
-    import time
-
+    running) and collect the exits. Every process there descends from PID 1, so no child
+    at all (one ``waitpid``, the common case) means nothing to do: ``kill(-1)`` walks every
+    process of the host and is not free. Repeats while processes remain (one forking at the
+    moment of a ``kill(-1)`` can leave a new child); gives up after about two seconds (the
+    host's limits take over)."""
     deadline = None
     while True:
         while True:  # collect the dead first: a zombie still counts for kill(-1)
             try:
                 pid, _ = os.waitpid(-1, os.WNOHANG)
             except ChildProcessError:
-                break
+                return  # no children left: nothing else runs in the namespace
             if pid == 0:
                 break
+        import signal
+        import time
+
         try:
             os.kill(-1, signal.SIGKILL)
-        except ProcessLookupError:
-            return
         except OSError:
             return
         now = time.monotonic()
@@ -410,17 +410,22 @@ def _bind_context_file(kernel: Any, req: dict[str, Any]) -> Any:
     """Bind ``context`` to the text of the file the host wrote (UTF-8, lone surrogates
     passed through), then delete the file: a 100 MB string costs a file read, not a JSON
     round trip."""
+    import mmap
+
     path = str(req.get("path"))
     try:
         with open(path, "rb") as f:
-            data = f.read()
+            size = os.fstat(f.fileno()).st_size
+            if size == 0:
+                text = ""
+            else:  # decode straight from the page cache: one copy, not two
+                with mmap.mmap(f.fileno(), size, access=mmap.ACCESS_READ) as view:
+                    text = str(view, "utf-8", "surrogatepass")
     finally:
         try:
             os.unlink(path)
         except OSError:
             pass
-    text = data.decode("utf-8", "surrogatepass")
-    del data
     return kernel.bind_context(text, False)
 
 

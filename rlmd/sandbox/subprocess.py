@@ -1092,7 +1092,7 @@ class SubprocessSandbox(RebindState, Sandbox):
         if text is None:
             return await (self._op_raw(obj, self.op_timeout_s) if raw else self._op(obj))
         path = obj["path"]
-        await asyncio.to_thread(_write_file, path, text.encode("utf-8", "surrogatepass"))
+        await asyncio.to_thread(_write_text, path, text)
         try:
             return await (self._op_raw(obj, self.op_timeout_s) if raw else self._op(obj))
         finally:
@@ -1374,6 +1374,15 @@ def _write_file(path: str, data: bytes) -> None:
     fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_NOFOLLOW | os.O_CLOEXEC, 0o600)
     with os.fdopen(fd, "wb") as f:
         f.write(data)
+
+
+def _write_text(path: str, text: str, chunk: int = 8 << 20) -> None:
+    """Write ``text`` as UTF-8 (lone surrogates passed through) in slices of ``chunk``
+    characters: never a second full-size copy of a 100 MB context in memory."""
+    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_NOFOLLOW | os.O_CLOEXEC, 0o600)
+    with os.fdopen(fd, "wb") as f:
+        for i in range(0, len(text), chunk):
+            f.write(text[i : i + chunk].encode("utf-8", "surrogatepass"))
 
 
 def _read_file(path: str) -> bytes:
