@@ -597,6 +597,23 @@ async def test_final_of_an_undefined_name_says_to_put_the_value_itself():
     assert (result.status, result.answer) == ("completed", "3")
 
 
+async def test_final_that_raises_says_nothing_was_answered():
+    def root(messages):
+        t = turn_of(messages)
+        if t == 0:
+            return repl(
+                "hits = [l for l in context.splitlines() if 'zebra' in l]\nprint(len(hits))"
+            )
+        if t == 1:
+            return repl("FINAL(hits[0])")
+        fb = last_user(messages)
+        assert "IndexError" in fb and "so nothing was answered" in fb
+        return repl("FINAL(len(hits))")
+
+    result = await go(scripted_registry(root=root, sub=root), "zebras?", "a\nb", config())
+    assert (result.status, result.answer) == ("completed", "0")
+
+
 def test_no_prompt_shows_a_bare_final_of_answer():
     from rlmd.engine import prompts
 
@@ -612,6 +629,7 @@ def test_no_prompt_shows_a_bare_final_of_answer():
         prompts.REPEATED,
         prompts.UNVERIFIED_ANSWER,
         prompts.FINAL_NAME_ERROR,
+        prompts.FINAL_RAISED,
     ]
     assert not any("FINAL(answer)" in t for t in texts)
 

@@ -374,6 +374,9 @@ class RLMRun:
                 missing = parsing.final_undefined_name(code, result.error)
                 if missing:
                     feedback.append(prompts.FINAL_NAME_ERROR.format(name=missing))
+                elif result.error and result.final is None and parsing.has_final_call(code):
+                    last = result.error.strip().splitlines()[-1:] or ["an error"]
+                    feedback.append(prompts.FINAL_RAISED.format(error=last[0][:200]))
                 if self.context.is_codebase and _raised(result, "KeyError"):
                     example = next(iter(self.context.value), "src/main.py")
                     feedback.append(prompts.CODEBASE_KEY_HINT.format(example=example))

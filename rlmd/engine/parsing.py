@@ -155,6 +155,14 @@ def final_undefined_name(code: str, error: str | None) -> str | None:
     return None
 
 
+def has_final_call(code: str) -> bool:
+    """Whether ``code`` parses and calls ``FINAL(...)`` or ``FINAL_VAR(...)``."""
+    try:
+        return bool(_final_calls(ast.parse(code)))
+    except SyntaxError:
+        return False
+
+
 def answer_in_outputs(answer: str, outputs: list[str]) -> bool:
     """Whether ``answer`` (stripped of quotes and spaces) occurs in any of ``outputs`` as a
     whole token: case-insensitive, not inside a longer word or number (``"3"`` does not

@@ -220,6 +220,12 @@ FINAL_NAME_ERROR = (
     'variable an earlier cell set, e.g. FINAL(result) or FINAL_VAR("result").'
 )
 
+FINAL_RAISED = (
+    "Your FINAL(...) raised {error}, so nothing was answered. Print the value first and check "
+    "that it holds the answer; if a search found nothing, try other words of the question or "
+    "a looser pattern."
+)
+
 UNVERIFIED_ANSWER = (
     "Your answer {answer!r} was not accepted yet: it appears in no output so far, so it may "
     "be a guess. Print the evidence with code in a ```repl block (the line or value you found "
