@@ -1,10 +1,10 @@
 """The container backend: one warm docker container per sandbox with the kernel inside.
 
 The container runs ``python3 -I /opt/rlmd/kernel/main.py --reap 1`` from a template image
-(:mod:`rlmd.sandbox.images`; ``rlmd/kernel`` is bind-mounted read-only, so images need only a
-``python3``) as its PID 1 (whatever a cell leaves running is killed after it), as uid 1000, and the host speaks the kernel's framed
-channel over the container's attach socket (:mod:`rlmd.sandbox._attach`): about 0.2 ms a
-round trip. Host calls (``llm_query`` ...) come back over the same channel; the container
+(:mod:`rlmd.sandbox.images`; ``rlmd/kernel`` is bind-mounted read-only, so images need only
+a ``python3``) as its PID 1 (whatever a cell leaves running is killed after it) and as uid
+1000. The host speaks the kernel's framed channel over the container's attach socket
+(:mod:`rlmd.sandbox._attach`): about 0.5 ms a round trip. Host calls (``llm_query`` ...) come back over the same channel; the container
 never gets a network for them.
 
 Hardening, on by default: no network (``network_mode="none"`` unless ``Limits.network``),
