@@ -9,7 +9,7 @@ function given to the constructor: ``call(fn, args) -> JSON value``, raising
 
 from __future__ import annotations
 
-import ast
+import _ast  # the C node classes; the ast module costs milliseconds per start
 import builtins
 import codecs
 import io
@@ -21,7 +21,6 @@ import reprlib
 import sys
 import threading
 import time
-import traceback
 import types
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
@@ -252,10 +251,12 @@ def _is_kernel_frame(filename: str) -> bool:
 def format_exception(exc: BaseException) -> str:
     """A traceback like Python prints it, without the kernel's own frames."""
     try:
+        import traceback  # only when a cell fails: it costs milliseconds to import
+
         te = traceback.TracebackException(type(exc), exc, exc.__traceback__, compact=True)
         seen: set[int] = set()
 
-        def strip(t: traceback.TracebackException | None) -> None:
+        def strip(t: Any) -> None:
             if t is None or id(t) in seen:
                 return
             seen.add(id(t))
@@ -513,14 +514,18 @@ class Kernel:
         trailing expression, if not None, is printed as its repr (what ``python -i`` and
         Jupyter do; models often end a cell with a bare expression and expect to see it)."""
         # compile(), not ast.parse(): a SyntaxError then carries no Python frame of ours.
-        tree = compile(code, filename, "exec", ast.PyCF_ONLY_AST, dont_inherit=True)
+        tree = compile(code, filename, "exec", _ast.PyCF_ONLY_AST, dont_inherit=True)
         last = tree.body[-1] if tree.body else None
-        if isinstance(last, ast.Expr):
+        if isinstance(last, _ast.Expr):
             # One compile for the whole cell: the trailing expression becomes a call to the
             # echo builtin (a second compile of the expression cost tens of microseconds).
-            echo = ast.Call(ast.Name(_ECHO, ast.Load()), [last.value], [])
-            last.value = ast.copy_location(echo, last.value)
-            ast.fix_missing_locations(last)
+            value = last.value
+            name = _ast.Name(_ECHO, _ast.Load())
+            echo = _ast.Call(name, [value], [])
+            for node in (name, echo):
+                for attr in ("lineno", "col_offset", "end_lineno", "end_col_offset"):
+                    setattr(node, attr, getattr(value, attr))
+            last.value = echo
         exec(compile(tree, filename, "exec", dont_inherit=True), self.ns)
 
     def _cell_result(
