@@ -83,6 +83,8 @@ async def test_isolation_record_says_what_was_enforced(make):
     assert eff["memory_bytes"] == 256 * MiB and eff["pids_limit"] == 64
     assert eff["cap_drop"] == ["ALL"] and "no-new-privileges" in eff["security_opt"]
     assert iso["enforced"]["memory_bytes"] == "cgroup memory, no swap"
+    assert iso["engine"].startswith("docker ") and iso["seccomp"]  # the engine's default profile
+    assert iso["background_processes"] == "killed after each cell"
     assert iso["limits"] == sb.limits.to_dict()
     json.dumps(iso)  # recorded with the run
 

@@ -188,6 +188,7 @@ class ContainerSandbox(RebindState, Sandbox):
         self.spare_container = spare_container
         self._image_id: str | None = None
         self._effective: dict[str, Any] = {}
+        self._engine: dict[str, Any] = {}
         self._running: tuple[_Box, asyncio.Future[dict[str, Any]]] | None = None
         self._interrupted = False  # interrupt() was called on the running cell
         self._stopping: asyncio.Future[Any] | None = None
@@ -236,7 +237,9 @@ class ContainerSandbox(RebindState, Sandbox):
             "isolated": True,
             "process": True,
             "container": True,
-            "engine": "docker",
+            "engine": f"docker {self._engine.get('version', '')}".strip(),
+            "runtime": self._engine.get("runtime"),
+            "seccomp": self._engine.get("seccomp"),
             "template": self.template,
             "image": self.image,
             "image_id": self._image_id,
@@ -464,6 +467,8 @@ class ContainerSandbox(RebindState, Sandbox):
         except docker_host.ENGINE_ERRORS as exc:
             raise SandboxError(f"the docker engine is unreachable: {exc}") from None
         self._image_id = image.id
+        with contextlib.suppress(*docker_host.ENGINE_ERRORS):
+            self._engine = docker_host.engine_facts()
         return LaunchSpec(
             image=self.image,
             image_id=image.id,

@@ -77,6 +77,30 @@ def engine_unavailable_reason(timeout_s: float = 3.0) -> str | None:
     return reason
 
 
+_facts: dict[str, Any] | None = None
+
+
+def engine_facts() -> dict[str, Any]:
+    """What the engine says about itself, for the isolation record (asked once per
+    process): ``{"version": str, "runtime": str, "seccomp": str | None}`` (``seccomp``: the
+    default profile every container gets, ``None`` if the engine applies none).
+
+    Raises:
+        docker.errors.DockerException / requests exceptions: the engine is unreachable.
+    """
+    global _facts
+    if _facts is None:
+        info = client().info()
+        options = info.get("SecurityOptions") or []
+        seccomp = next((o for o in options if o.startswith("name=seccomp")), None)
+        _facts = {
+            "version": str(info.get("ServerVersion") or ""),
+            "runtime": str(info.get("DefaultRuntime") or ""),
+            "seccomp": seccomp.partition("profile=")[2] or "on" if seccomp else None,
+        }
+    return _facts
+
+
 def _start_time(pid: int) -> str | None:
     """The start time of process ``pid`` in clock ticks since boot (Linux), else ``None``."""
     try:
