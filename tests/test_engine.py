@@ -675,6 +675,21 @@ async def test_printed_computed_or_long_answers_are_not_questioned(last_cell):
     assert result.status == "completed" and result.iterations == 2
 
 
+async def test_empty_computed_answer_is_questioned_once():
+    seen = []
+
+    def root(messages):
+        seen.append(messages)
+        t = turn_of(messages)
+        if t == 0:
+            return repl("hits = [l for l in context.splitlines() if 'zebra' in l]\nprint(hits)")
+        return repl("FINAL(hits)")
+
+    result = await go(scripted_registry(root=root, sub=root), "zebras?", "a\nb", config())
+    assert (result.status, result.answer, result.iterations) == ("completed", "[]", 3)
+    assert "'[]' was not accepted yet" in last_user(seen[2])
+
+
 async def test_prose_answer_is_verified_and_check_can_be_switched_off():
     def root(messages):
         if turn_of(messages) == 0:

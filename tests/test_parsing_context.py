@@ -17,6 +17,7 @@ from rlmd.engine.parsing import (
     final_undefined_name,
     find_code_blocks,
     find_prose_final,
+    is_empty_answer,
     is_short_answer,
 )
 from rlmd.engine.usage import Usage
@@ -85,6 +86,7 @@ def test_answer_in_outputs_matches_whole_tokens_only():
     assert answer_in_outputs("streams.py", ["asyncio/streams.py:12:class StreamReader"])
     assert answer_in_outputs("Person", ["label counts: {'person': 4}"])  # case-insensitive
     assert not answer_in_outputs("", ["anything"])
+    assert is_empty_answer(" [] ") and is_empty_answer("None") and not is_empty_answer("0")
     assert is_short_answer("42") and is_short_answer("pkg/mod.py") and is_short_answer("'x'")
     assert (
         not is_short_answer("two words")

@@ -75,7 +75,8 @@ class RunConfig:
         verify_answer: refuse, once, a short answer (a number, one token, a path: see
             :func:`rlmd.engine.parsing.is_short_answer`) that the model typed as a literal
             (``FINAL("3")``, or ``FINAL(3)`` in prose) and that appears in no cell output of
-            the run; the model is asked to print its evidence. Computed values
+            the run, and an empty computed answer (``[]``, ``None``...: a search that found
+            nothing); the model is asked to print its evidence. Other computed values
             (``FINAL(total)``, ``FINAL_VAR``) and longer answers are never questioned, nor is
             an answer in the last iteration. Costs one turn, only when it triggers.
         unverified_answer_message: the refusal text (``{answer}`` is filled in).
@@ -391,8 +392,10 @@ class RLMRun:
                         not questioned
                         and not last_turn
                         and self.rt.ledger.exhausted is None
-                        and parsing.final_is_literal(code)
-                        and self._unverified(result.final)
+                        and (
+                            (parsing.final_is_literal(code) and self._unverified(result.final))
+                            or (self.cfg.verify_answer and parsing.is_empty_answer(result.final))
+                        )
                     ):
                         questioned = True
                         feedback.append(

@@ -176,6 +176,15 @@ def answer_in_outputs(answer: str, outputs: list[str]) -> bool:
     return any(pattern.search(out) for out in outputs)
 
 
+EMPTY_ANSWERS = frozenset({"", "[]", "{}", "()", "set()", "None", "''", '""'})
+"""Answers that hold nothing: what ``FINAL(hits)`` gives after a search found nothing."""
+
+
+def is_empty_answer(answer: str) -> bool:
+    """Whether ``answer`` (stripped) is one of :data:`EMPTY_ANSWERS`."""
+    return answer.strip() in EMPTY_ANSWERS
+
+
 def is_short_answer(answer: str, max_chars: int = 100) -> bool:
     """A number, a single token or a path: no whitespace inside, 1..``max_chars`` characters
     after stripping quotes and spaces."""
