@@ -518,6 +518,7 @@ def _write(folder: str, name: str, value: int) -> None:
         f.write(str(value))
 
 
+@functools.cache
 def keep_paths(python: str, site_args: tuple[str, ...]) -> tuple[str, ...]:
     """Folders the kernel needs to stay readable: the interpreter's prefixes, its real
     location, the site-packages folders passed to the kernel, and the kernel itself."""
