@@ -630,6 +630,7 @@ def test_no_prompt_shows_a_bare_final_of_answer():
         prompts.UNVERIFIED_ANSWER,
         prompts.FINAL_NAME_ERROR,
         prompts.FINAL_RAISED,
+        prompts.LAST_TURN,
     ]
     assert not any("FINAL(answer)" in t for t in texts)
 
@@ -700,6 +701,20 @@ async def test_prose_answer_is_verified_and_check_can_be_switched_off():
     assert (on.answer, on.iterations) == ("77", 3)
     off = await go(scripted_registry(root=root, sub=root), "q", "abc", config(verify_answer=False))
     assert (off.answer, off.iterations) == ("77", 2)
+
+
+async def test_the_last_turn_asks_for_the_answer_outright():
+    seen = []
+
+    def root(messages):
+        seen.append(messages)
+        return repl("print(len(context))") if turn_of(messages) < 2 else repl("FINAL(len(context))")
+
+    await go(
+        scripted_registry(root=root, sub=root), "q", "abc", config(budget={"max_iterations": 3})
+    )
+    assert "Turn 2 of 3. If the output" in last_user(seen[1])
+    assert "Turn 3 of 3 is your last" in last_user(seen[2])
 
 
 async def test_answer_in_the_last_iteration_is_not_questioned():

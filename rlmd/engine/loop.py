@@ -420,9 +420,10 @@ class RLMRun:
                     "max_errors", f"{errors_in_a_row} iterations in a row ended in errors"
                 )
             if i + 1 < budget.max_iterations:
-                feedback.append(
-                    prompts.NEXT_TURN.format(turn=i + 2, max_turns=budget.max_iterations)
-                )
+                # The last turn asks for an answer outright: the 1.5B model found the file in
+                # turn 2 and re-ran the same grep until the turns ran out (6179e06561ff141c86a0).
+                last = prompts.LAST_TURN if i + 2 == budget.max_iterations else prompts.NEXT_TURN
+                feedback.append(last.format(turn=i + 2, max_turns=budget.max_iterations))
             self._say("\n\n".join(feedback))
         raise BudgetExhausted(
             "max_iterations", f"no final answer after {budget.max_iterations} iterations"

@@ -282,6 +282,11 @@ NEXT_TURN = (
     "with the answer itself in a ```repl block now; otherwise continue."
 )
 
+LAST_TURN = (
+    "Turn {turn} of {max_turns} is your last. Reply with a ```repl block that calls FINAL(...) "
+    "with your best answer from the outputs above."
+)
+
 EXTRACTION_SYSTEM = (
     "A task stopped before it finished. From the work so far, give the best answer to the "
     "question you can justify. If the work does not support an answer, say exactly what is "
