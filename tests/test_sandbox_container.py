@@ -430,8 +430,9 @@ async def test_containers_of_a_killed_process_are_reaped(engine, tmp_path):
     finally:
         proc.kill()
         proc.wait()
-    assert cid in {c.id for c in engine.containers.list(all=True)}  # left behind
-    assert cid[:12] in docker_host.reap_orphans()
+    # Containers are never auto-removed, so only a reaper removes it: this one, or any
+    # process starting a sandbox meanwhile (another test run on the machine).
+    docker_host.reap_orphans()
     assert cid not in {c.id for c in engine.containers.list(all=True)}
 
 
