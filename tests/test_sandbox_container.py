@@ -235,6 +235,13 @@ async def test_large_context_through_the_shared_folder(make):
     await sb.restart()  # re-bound the same way
     r = await ok(sb, "print(len(context))")
     assert r.stdout == "20000000\n"
+    files = {f"src/m{i}.py": f"# module {i}\n" + "x = 1\n" * 20_000 for i in range(20)}  # 2.4 MB
+    await sb.load_context(files, codebase=True)
+    r = await ok(sb, "import os\nprint(len(list_files()), grep('module 7'), os.listdir('.'))")
+    assert r.stdout == "20 ['src/m7.py:1:# module 7'] []\n"
+    await sb.load_context("caf\u00e9 \ud800 " * 200_000)  # a lone surrogate survives the file
+    r = await ok(sb, "print(context[:6] == 'caf\u00e9 ' + chr(0xD800), len(context))")
+    assert r.stdout == "True 1400000\n"
 
 
 # --------------------------------------------------------------------------- orphans
