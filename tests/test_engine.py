@@ -406,7 +406,7 @@ async def test_every_budget_kind_ends_the_run_with_its_status_and_marked_answer(
     budget, price, status
 ):
     def root(messages):
-        if messages[0]["content"].startswith("A task stopped"):
+        if last_user(messages).startswith("The task has stopped"):
             return "best effort answer"
         if "max_seconds" in budget:
             import time
@@ -432,7 +432,7 @@ async def test_max_subcalls_budget_is_checked_before_each_subcall(tmp_path):
         return "s"
 
     def root(messages):
-        if messages[0]["content"].startswith("A task stopped"):
+        if last_user(messages).startswith("The task has stopped"):
             return "partial"
         return repl("for i in range(10):\n    print(llm_query(f'q{i}'))")
 
@@ -734,7 +734,7 @@ async def test_answer_in_the_last_iteration_is_not_questioned():
 
 async def test_extraction_is_bounded_by_the_wall_clock_budget_left(tmp_path):
     async def root(messages):
-        if messages[0]["content"].startswith("A task stopped"):
+        if last_user(messages).startswith("The task has stopped"):
             await asyncio.sleep(60)  # an extraction that would run far past the budget
             return "late answer"
         await asyncio.sleep(0.3)
@@ -750,7 +750,33 @@ async def test_extraction_is_bounded_by_the_wall_clock_budget_left(tmp_path):
     )
     assert (result.status, result.answer) == ("max_time", None)
     (extraction,) = calls_of(store, result.run_id, "extraction")
-    assert "used up" in (extraction["error"] or "")
+    assert "no reply within the" in (extraction["error"] or "")
+
+
+async def test_extraction_continues_the_root_conversation_for_the_prompt_cache():
+    seen = []
+
+    def root(messages):
+        seen.append(messages)
+        if last_user(messages).startswith("The task has stopped"):
+            return "partial: 3 lines"
+        return repl("print(len(context.splitlines()))")
+
+    result = await go(
+        scripted_registry(root=root),
+        "q",
+        "a\nb\nc",
+        config(sub_model="root", budget={"max_iterations": 2}),
+    )
+    assert (result.status, result.answer, result.answer_source) == (
+        "max_iterations",
+        "partial: 3 lines",
+        "extraction",
+    )
+    extraction = seen[-1]
+    assert extraction[: len(seen[-2])] == seen[-2]  # the same conversation, carried on
+    assert extraction[len(seen[-2])]["role"] == "assistant"
+    assert "no final answer after 2 iterations" in extraction[-1]["content"]
 
 
 def test_extraction_reserve_is_a_share_of_the_wall_clock_budget():

@@ -265,7 +265,7 @@ class RLMRun:
             raise
         except BudgetExhausted as exc:
             status, error = exc.status, str(exc)
-            answer, source = await self._extract()
+            answer, source = await self._extract(str(exc))
         except Exception as exc:  # a model or sandbox failure ends this run, not the process
             status, error = "failed", f"{type(exc).__name__}: {exc}"
         finally:
@@ -524,10 +524,12 @@ class RLMRun:
                     model.complete(messages, max_tokens=max_tokens, stop=stop), timeout
                 )
             except TimeoutError:
-                raise BudgetExhausted(
-                    "max_time",
-                    f"wall-clock budget of {self.cfg.budget.max_seconds:g} s used up during a model call",
-                ) from None
+                why = (
+                    f"wall-clock budget of {self.cfg.budget.max_seconds:g} s used up during a model call"
+                    if check
+                    else f"no reply within the {timeout:g} s this call was given"
+                )
+                raise BudgetExhausted("max_time", why) from None
         except (ModelError, BudgetExhausted) as exc:
             self.emit(
                 "model_call.finished",
@@ -739,10 +741,19 @@ class RLMRun:
             return repr(value)
 
     # -- fallbacks ------------------------------------------------------------------------
-    async def _extract(self) -> tuple[str | None, str | None]:
-        """The best answer after a budget ran out: one bounded call over the trajectory so
-        far, marked ``"extraction"``. Returns ``(None, None)`` when there is nothing to go on
-        or the call fails."""
+    async def _extract(self, reason: str = "") -> tuple[str | None, str | None]:
+        """The best answer after a budget ran out: one bounded call, marked ``"extraction"``.
+
+        The call continues the root conversation with one more user message (``reason`` and
+        the question), so a server's prompt cache serves everything but that message: on
+        the loaded test machine a fresh 2K-token transcript took longer than the 120 s
+        bound (``6179e06561ff141c86a0``). A conversation too long for that falls back to a
+        condensed transcript under its own system prompt.
+
+        Returns:
+            ``(answer, "extraction")``, or ``(None, None)`` when there is nothing to go on,
+            no time is left, or the call fails.
+        """
         if (
             not self.cfg.extraction
             or self.depth > 0
@@ -751,13 +762,22 @@ class RLMRun:
             # A child's answer only feeds its parent's code, which is ending too: one
             # extraction at the root is enough.
             return None, None
-        # A quarter of the window (at ~3 characters per token, conservative for code) keeps
-        # the extraction call cheap: it runs after a budget is already spent.
-        transcript = _condense(self.history[1:], self.model.spec.context_window // 4 * 3)
-        messages = [
-            {"role": "system", "content": prompts.EXTRACTION_SYSTEM},
-            {"role": "user", "content": f"Question: {self.question}\n\nWork so far:\n{transcript}"},
-        ]
+        ask = prompts.EXTRACTION_USER.format(
+            reason=reason or "a limit was reached", question=self.question
+        )
+        messages = [*self.messages, {"role": "user", "content": ask}]
+        spec = self.model.spec
+        if self.model.count_messages(messages) + EXTRACTION_MAX_TOKENS > spec.context_window:
+            # A quarter of the window (at ~3 characters per token, conservative for code)
+            # keeps the extraction call cheap: it runs after a budget is already spent.
+            transcript = _condense(self.history[1:], spec.context_window // 4 * 3)
+            messages = [
+                {"role": "system", "content": prompts.EXTRACTION_SYSTEM},
+                {
+                    "role": "user",
+                    "content": f"Question: {self.question}\n\nWork so far:\n{transcript}",
+                },
+            ]
         # Bounded by what the wall-clock budget has left (the loop kept a reserve for this);
         # a loop that overran its share (a cell or call that ignored cancellation) still
         # leaves the extraction up to 1 s of its reserve.

@@ -287,6 +287,13 @@ LAST_TURN = (
     "with your best answer from the outputs above."
 )
 
+EXTRACTION_USER = (
+    "The task has stopped ({reason}); no more code will run. From the outputs above, give "
+    "the best answer you can justify to the question: {question}\nIf they do not support an "
+    "answer, say exactly what is known and that the answer is incomplete. Reply with the "
+    "answer only, no code."
+)
+
 EXTRACTION_SYSTEM = (
     "A task stopped before it finished. From the work so far, give the best answer to the "
     "question you can justify. If the work does not support an answer, say exactly what is "
