@@ -248,7 +248,7 @@ async def test_start_failure_is_a_sandbox_error(tmp_path):
     fake_python = tmp_path / "python"
     fake_python.write_text("#!/bin/sh\necho 'no kernel here' >&2\nexit 5\n")
     fake_python.chmod(0o755)
-    box = SubprocessSandbox(python=str(fake_python))
+    box = SubprocessSandbox(python=str(fake_python), isolation="none")
     with pytest.raises(SandboxError, match="no kernel here"):
         await box.start(FakeHost())
     await box.close()
@@ -469,3 +469,23 @@ async def test_unshare_fallback_makes_a_pid_namespace():
         assert (await ok(box, "print('back')")).stdout == "back\n"
     finally:
         await box.close()
+
+
+async def test_kernel_runs_as_an_unprivileged_user_when_the_host_is_root(sb):
+    iso = sb.isolation
+    if iso["wrapper"] != "bwrap" or os.geteuid() != 0:
+        pytest.skip("only bwrap as root drops to another uid")
+    assert iso["uid"] == 65534
+    r = await ok(
+        sb,
+        "import os\nprint(os.getuid(), os.getgid(), os.getgroups())\n"
+        "try:\n    open('/etc/shadow').read()\nexcept OSError as e:\n    print(type(e).__name__)\n"
+        "open('mine.txt', 'w').write('x')\nimport tempfile\nprint(tempfile.mkstemp()[1] != '')",
+    )
+    assert r.stdout == "65534 65534 []\nPermissionError\nTrue\n"
+    await sb.upload("sub/dir/in.txt", b"for the kernel")
+    r = await ok(
+        sb, "print(open('sub/dir/in.txt').read())\n_ = open('sub/dir/out.txt', 'w').write('y')"
+    )
+    assert r.stdout == "for the kernel\n"
+    assert await sb.download("sub/dir/out.txt") == b"y"

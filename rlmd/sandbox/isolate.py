@@ -8,7 +8,9 @@ Everything here is decided and set up by the host, before model code runs:
   fresh ``/proc``, all capabilities dropped, the host file system read-only with the user's
   home, ``/run`` and ``/tmp`` hidden (the interpreter, its site-packages and the kernel bound
   back read-only) and only the working folder writable. The kernel is PID 1 of its namespace,
-  so it cannot signal host processes and everything it starts dies with it.
+  so it cannot signal host processes and everything it starts dies with it. When the host is
+  root, ``setpriv`` drops the kernel to uid/gid 65534 (root without capabilities still owns,
+  and reads, every root-only file) and the working folder is given to that uid.
 * **rlimits** (address space, CPU, open files, file size, no core dumps) are passed to the
   kernel, which sets them on itself before it reads its first request.
 * **cgroup v1** memory and pids controllers (where this process may create groups, i.e. as
@@ -202,6 +204,19 @@ def _under(path: str, root: str) -> bool:
     return path == root or path.startswith(root.rstrip("/") + "/")
 
 
+def _parents_below(path: str, roots: list[str]) -> list[str]:
+    """The folders between the hidden root that holds ``path`` and ``path``, top down."""
+    root = next((r for r in roots if _under(path, r) and path != r), None)
+    if root is None:
+        return []
+    out = []
+    parent = os.path.dirname(path)
+    while parent != root and _under(parent, root):
+        out.append(parent)
+        parent = os.path.dirname(parent)
+    return out[::-1]
+
+
 def _hidden_roots() -> list[str]:
     """Folders replaced by empty tmpfs mounts: the user's home and other places where
     secrets and host sockets live."""
@@ -229,6 +244,13 @@ class IsolationConfig:
     keep: tuple[str, ...] = ()
     project_dir: str | None = None
     seccomp: bool = True
+    drop_uid: bool = True
+
+
+NOBODY = 65534
+"""The uid and gid the kernel runs as under bwrap when the host is root (see
+:attr:`Isolation.sandbox_uid`): root without capabilities still owns, and can read, every
+root-only file of the host (``/etc/shadow``, host keys)."""
 
 
 @dataclass
@@ -330,7 +352,21 @@ class Isolation:
             if (c == "memory" and lim.memory_bytes) or (c == "pids" and lim.processes)
         )
         self.seccomp = self.wrapper == "bwrap" and config.seccomp and seccomp_program() is not None
+        self.setpriv = shutil.which("setpriv")
         self.rlimits = self._rlimits()
+
+    @property
+    def sandbox_uid(self) -> int | None:
+        """The uid the kernel runs as when it is not this process's (bwrap, as root, with
+        ``setpriv`` installed: :data:`NOBODY`); the host then hands it the working folder."""
+        if (
+            self.wrapper == "bwrap"
+            and self.config.drop_uid
+            and os.geteuid() == 0
+            and self.setpriv is not None
+        ):
+            return NOBODY
+        return None
 
     def _choose(self, mode: str) -> str | None:
         if mode in ("auto", "bwrap"):
@@ -427,18 +463,28 @@ class Isolation:
 
     def _bwrap(self, argv: list[str], workdir: str, launch: Launch) -> list[str]:
         exe = shutil.which("bwrap") or "bwrap"
-        args = [exe, *_bwrap_base(network=self.config.limits.network), *_bwrap_mounts()]
+        base = _bwrap_base(network=self.config.limits.network)
+        uid = self.sandbox_uid
+        if uid is not None:  # setpriv needs these two to drop to the uid, then drops them
+            base += ["--cap-add", "CAP_SETUID", "--cap-add", "CAP_SETGID"]
+        args = [exe, *base, *_bwrap_mounts()]
         hidden = _hidden_roots()
         for root in hidden:
-            if root != "/dev/shm":
-                args += ["--tmpfs", root]
-        args += ["--tmpfs", "/dev/shm"]
+            perms = ["--perms", "1777"] if root in ("/tmp", "/var/tmp", "/dev/shm") else []
+            args += [*perms, "--tmpfs", root]
         binds = [p for p in self.config.keep if any(_under(p, r) for r in hidden)]
         if self.config.project_dir:
             binds.append(self.config.project_dir)
+        made: set[str] = set()
         for path in sorted(set(binds), key=len):
-            if os.path.exists(path):
-                args += ["--ro-bind", path, path]
+            if not os.path.exists(path):
+                continue
+            # bwrap makes missing parents 0700 (root's); the kernel's uid must pass them.
+            for parent in _parents_below(path, hidden):
+                if parent not in made:
+                    made.add(parent)
+                    args += ["--perms", "0755", "--dir", parent]
+            args += ["--ro-bind", path, path]
         args += ["--bind", workdir, workdir, "--chdir", workdir]
         if self.seccomp:
             program = seccomp_program()
@@ -450,6 +496,17 @@ class Isolation:
                 os.close(w)
             launch.pass_fds.append(r)
             args += ["--seccomp", str(r)]
+        if uid is not None:
+            assert self.setpriv is not None
+            argv = [
+                self.setpriv,
+                f"--reuid={uid}",
+                f"--regid={uid}",
+                "--clear-groups",
+                "--inh-caps=-all",
+                "--bounding-set=-all",
+                *argv,
+            ]
         return [*args, "--", *argv]
 
     def record(self) -> dict[str, Any]:
@@ -475,6 +532,7 @@ class Isolation:
             "filesystem": filesystem,
             "project_dir": self.config.project_dir if self.wrapper == "bwrap" else None,
             "capabilities": "none" if self.wrapper == "bwrap" else "inherited",
+            "uid": self.sandbox_uid if self.sandbox_uid is not None else os.geteuid(),
             "rlimits": dict(self.rlimits),
             "cgroup": (
                 {"version": 1, "controllers": list(self.controllers)} if self.controllers else None

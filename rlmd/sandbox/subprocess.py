@@ -18,7 +18,8 @@ keeps one.
 Isolation (see :mod:`rlmd.sandbox.isolate`): by default the kernel runs under ``bwrap``
 (else ``unshare``) as PID 1 of its own PID namespace with a fresh ``/proc``, no network
 (unless ``limits.network``), the host file system read-only with the user's home hidden,
-no capabilities and a seccomp filter; rlimits and, where this process may create them,
+no capabilities, uid 65534 when the host is root, and a seccomp filter; rlimits and,
+where this process may create them,
 cgroup-v1 memory and pids groups enforce :class:`~rlmd.sandbox.limits.Limits` from outside
 model code. :attr:`SubprocessSandbox.isolation` records what a kernel really got.
 
@@ -306,6 +307,11 @@ def _launch(spec: _LaunchSpec, workdir: str | None = None) -> _Process:
     try:
         if spec.isolation is not None:
             iso = _isolation(spec.isolation)
+            if owned and iso.sandbox_uid is not None:
+                # The kernel's uid owns its folder; 0o711: bwrap (root without
+                # capabilities) must still enter it, nobody else may list it.
+                os.chown(folder, iso.sandbox_uid, iso.sandbox_uid)
+                os.chmod(folder, 0o711)
             launch = iso.launch([*spec.argv, *iso.kernel_args()], folder)
         else:
             launch = isolate.Launch(argv=list(spec.argv))
@@ -1015,7 +1021,8 @@ class SubprocessSandbox(RebindState, Sandbox):
 
     async def upload(self, path: str, data: bytes) -> None:
         full = self._inside(path)
-        await asyncio.to_thread(_write_file, full, bytes(data))
+        root = os.path.realpath(self._workdir or "")
+        await asyncio.to_thread(_write_file, full, bytes(data), root, self._sandbox_uid())
 
     async def download(self, path: str) -> bytes:
         full = self._inside(path)
@@ -1057,6 +1064,11 @@ class SubprocessSandbox(RebindState, Sandbox):
             isolation=self._config,
         )
 
+    def _sandbox_uid(self) -> int | None:
+        """The kernel's uid when it is not ours (files the host makes for it are its)."""
+        assert self._config is not None
+        return _isolation(self._config).sandbox_uid
+
     def _inside(self, path: str) -> str:
         """``path`` resolved under the working folder (symlinks followed on the host).
 
@@ -1092,7 +1104,7 @@ class SubprocessSandbox(RebindState, Sandbox):
         if text is None:
             return await (self._op_raw(obj, self.op_timeout_s) if raw else self._op(obj))
         path = obj["path"]
-        await asyncio.to_thread(_write_text, path, text)
+        await asyncio.to_thread(_write_text, path, text, self._sandbox_uid())
         try:
             return await (self._op_raw(obj, self.op_timeout_s) if raw else self._op(obj))
         finally:
@@ -1368,19 +1380,40 @@ def _site_args(python: str) -> tuple[str, ...]:
     return _host_site_args() if python == sys.executable else ()
 
 
-def _write_file(path: str, data: bytes) -> None:
-    """Write ``data`` to ``path`` (parents made), never through a symlink at ``path``."""
-    os.makedirs(os.path.dirname(path), exist_ok=True)
+def _makedirs(folder: str, root: str, uid: int | None) -> None:
+    """``os.makedirs(folder)``; with ``uid``, every folder made below ``root`` is given to
+    the kernel's uid (it must be able to write there too)."""
+    missing = []
+    path = folder
+    while path != root and not os.path.isdir(path):
+        missing.append(path)
+        path = os.path.dirname(path)
+    os.makedirs(folder, exist_ok=True)
+    if uid is not None:
+        for made in missing:
+            os.chown(made, uid, uid)
+
+
+def _create(path: str, uid: int | None) -> int:
+    """Open ``path`` for writing (never through a symlink), owned by ``uid`` if given."""
     fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_NOFOLLOW | os.O_CLOEXEC, 0o600)
-    with os.fdopen(fd, "wb") as f:
+    if uid is not None:
+        os.fchown(fd, uid, uid)
+    return fd
+
+
+def _write_file(path: str, data: bytes, root: str, uid: int | None = None) -> None:
+    """Write ``data`` to ``path`` (parents made below ``root``), never through a symlink at
+    ``path``; owned by ``uid`` if given."""
+    _makedirs(os.path.dirname(path), root, uid)
+    with os.fdopen(_create(path, uid), "wb") as f:
         f.write(data)
 
 
-def _write_text(path: str, text: str, chunk: int = 8 << 20) -> None:
+def _write_text(path: str, text: str, uid: int | None = None, chunk: int = 8 << 20) -> None:
     """Write ``text`` as UTF-8 (lone surrogates passed through) in slices of ``chunk``
     characters: never a second full-size copy of a 100 MB context in memory."""
-    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_NOFOLLOW | os.O_CLOEXEC, 0o600)
-    with os.fdopen(fd, "wb") as f:
+    with os.fdopen(_create(path, uid), "wb") as f:
         for i in range(0, len(text), chunk):
             f.write(text[i : i + chunk].encode("utf-8", "surrogatepass"))
 
