@@ -614,6 +614,22 @@ async def test_final_that_raises_says_nothing_was_answered():
     assert (result.status, result.answer) == ("completed", "0")
 
 
+async def test_empty_grep_limited_to_a_file_hints_at_searching_all_files(codebase):
+    def root(messages):
+        t = turn_of(messages)
+        if t == 0:
+            return repl("print(grep(r'class Engine', 'pkg/util.py'))")
+        fb = last_user(messages)
+        if t == 1:
+            assert "Leave the path out" in fb
+            return repl("print(grep(r'class Engine'))")
+        assert "Leave the path out" not in fb and "pkg/core.py" in fb
+        return repl("FINAL(grep(r'class Engine')[0].split(':')[0])")
+
+    result = await go(scripted_registry(root=root, sub=root), "where?", codebase, config())
+    assert (result.status, result.answer) == ("completed", "pkg/core.py")
+
+
 def test_no_prompt_shows_a_bare_final_of_answer():
     from rlmd.engine import prompts
 

@@ -378,6 +378,14 @@ class RLMRun:
                 elif result.error and result.final is None and parsing.has_final_call(code):
                     last = result.error.strip().splitlines()[-1:] or ["an error"]
                     feedback.append(prompts.FINAL_RAISED.format(error=last[0][:200]))
+                if (
+                    self.context.is_codebase
+                    and result.stdout.strip() in ("[]", "0")
+                    and parsing.calls_with_path(code, "grep")
+                ):
+                    # The demo's model grepped one file per turn until the turns ran out
+                    # (617a0e799b08a095d37d).
+                    feedback.append(prompts.GREP_ALL_HINT)
                 if self.context.is_codebase and _raised(result, "KeyError"):
                     example = next(iter(self.context.value), "src/main.py")
                     feedback.append(prompts.CODEBASE_KEY_HINT.format(example=example))

@@ -155,6 +155,22 @@ def final_undefined_name(code: str, error: str | None) -> str | None:
     return None
 
 
+def calls_with_path(code: str, name: str) -> bool:
+    """Whether ``code`` calls ``name(...)`` with more than one argument (for ``grep``: a
+    path or glob that limits the search)."""
+    try:
+        tree = ast.parse(code)
+    except SyntaxError:
+        return False
+    return any(
+        isinstance(n, ast.Call)
+        and isinstance(n.func, ast.Name)
+        and n.func.id == name
+        and (len(n.args) > 1 or any(k.arg == "path_glob" for k in n.keywords))
+        for n in ast.walk(tree)
+    )
+
+
 def has_final_call(code: str) -> bool:
     """Whether ``code`` parses and calls ``FINAL(...)`` or ``FINAL_VAR(...)``."""
     try:

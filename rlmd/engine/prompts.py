@@ -232,6 +232,11 @@ UNVERIFIED_ANSWER = (
     "in `context`), then call FINAL(...) again."
 )
 
+GREP_ALL_HINT = (
+    "Hint: that grep searched only the files you named and found nothing. Leave the path out, "
+    "grep(pattern), to search every file in one call."
+)
+
 CODEBASE_KEY_HINT = (
     "Hint: the keys of `context` are file paths such as {example!r}; list_files() shows them "
     "all and grep(pattern) searches every file."
