@@ -408,6 +408,7 @@ async def test_exec_queue_false_and_cell_timeout(daemon, project):
             "rlmd.workspace.exec",
             {"workspace": str(project), "code": "while True: pass", "timeout_s": 0.5},
         )
-        assert t["timed_out"] and t["kernel_restarted"]
+        # a timed-out cell is interrupted first; a pure-Python loop stops, the REPL stays
+        assert t["timed_out"] and not t["kernel_restarted"]
     finally:
         await c.close()
