@@ -872,8 +872,9 @@ class SubprocessSandbox(RebindState, Sandbox):
 
     @property
     def pid(self) -> int | None:
-        """The current kernel's process id as the kernel sees it (1 in its own PID
-        namespace; changes on restart)."""
+        """Host process id of the current kernel's process group leader: the namespace
+        wrapper (bwrap, unshare) when there is one, else the kernel itself (changes on
+        restart; ``health()["host_pid"]`` is the kernel's own)."""
         return self._kernel.pid if self._kernel is not None else None
 
     @property
