@@ -12,11 +12,18 @@ need_apt=()
 command -v cmake >/dev/null || need_apt+=(cmake)
 command -v g++ >/dev/null || need_apt+=(build-essential)
 "$PY" -c "import venv, ensurepip" 2>/dev/null || need_apt+=(python3-venv)
-if ((${#need_apt[@]})); then
-  if [ "$(id -u)" = 0 ]; then
-    apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq "${need_apt[@]}"
-  else
+# bubblewrap gives the subprocess sandbox its namespaces (no network, hidden home, PID 1);
+# without it rlmd falls back to unshare (less isolation, recorded per run).
+want_apt=()
+command -v bwrap >/dev/null || want_apt+=(bubblewrap)
+if ((${#need_apt[@]} + ${#want_apt[@]})); then
+  if [ "$(id -u)" = 0 ] && command -v apt-get >/dev/null; then
+    { apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq \
+        "${need_apt[@]}" "${want_apt[@]}"; } >&2
+  elif ((${#need_apt[@]})); then
     echo "setup: please install: ${need_apt[*]} (apt-get install ${need_apt[*]})" >&2; exit 2
+  else
+    echo "setup: optional: apt-get install ${want_apt[*]} for a fully isolated sandbox" >&2
   fi
 fi
 
