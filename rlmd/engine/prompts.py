@@ -293,11 +293,13 @@ LAST_TURN = (
 )
 
 EXTRACTION_USER = (
-    "The task has stopped ({reason}); no more code will run. From the outputs above, give "
-    "the best answer you can justify to the question: {question}\nIf they do not support an "
-    "answer, say exactly what is known and that the answer is incomplete. Reply with the "
-    "answer only, no code."
+    "Question: {question}\n\nWork so far: the conversation above. The task has stopped "
+    "({reason}); no more code will run. From the outputs above, give the best answer you can "
+    "justify. If they do not support an answer, say exactly what is known and that the "
+    "answer is incomplete. Reply with the answer only, no code."
 )
+"""The extraction's last user message; it starts like the condensed-transcript form
+(``Question: ...\n\nWork so far``), so scripts can recognise either."""
 
 EXTRACTION_SYSTEM = (
     "A task stopped before it finished. From the work so far, give the best answer to the "
