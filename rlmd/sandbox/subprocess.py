@@ -52,6 +52,9 @@ from typing import Any
 
 from rlmd.kernel import protocol
 from rlmd.sandbox import isolate
+from rlmd.sandbox._channel import KernelChannel
+from rlmd.sandbox._channel import KernelDied as _KernelDied
+from rlmd.sandbox._channel import StderrDrain as _StderrDrain
 from rlmd.sandbox._common import (
     AFTER_RESTART,
     RebindState,
@@ -61,7 +64,6 @@ from rlmd.sandbox._common import (
     with_notice,
 )
 from rlmd.sandbox.base import (
-    CallError,
     CallHandler,
     CellResult,
     Sandbox,
@@ -79,10 +81,6 @@ _MAPPED_ERRORS: dict[str, type[Exception]] = {
     "ValueError": ValueError,
     "TypeError": TypeError,
 }
-
-
-class _KernelDied(Exception):
-    """The kernel process (or its channel) went away."""
 
 
 def _killpg(pid: int) -> None:
@@ -130,98 +128,6 @@ def _describe_exit(returncode: int | None, wrapped: bool = False) -> str:
             name = f"signal {-returncode}"
         return f"killed by {name}"
     return f"exit code {returncode}"
-
-
-class _StderrDrain:
-    """Collects the kernel's stderr pipe and cuts it into per-cell segments at the sentinels
-    the kernel writes after each cell (see :mod:`rlmd.kernel.protocol`)."""
-
-    def __init__(self, token: str, cap: int):
-        self._prefix = protocol.SENTINEL_PREFIX + token.encode("ascii") + b":"
-        self._cap = cap
-        self._parts: list[bytes] = []
-        self._size = 0
-        self._dropped = 0
-        self._carry = b""
-        self._done: dict[int, tuple[bytes, int]] = {}
-        self._waiters: dict[int, asyncio.Future[None]] = {}
-
-    def _append(self, data: bytes) -> None:
-        if not data:
-            return
-        room = self._cap - self._size
-        if len(data) <= room:
-            self._parts.append(data)
-            self._size += len(data)
-        else:
-            if room > 0:
-                self._parts.append(data[:room])
-                self._size += room
-            self._dropped += len(data) - max(room, 0)
-
-    def _take(self) -> tuple[bytes, int]:
-        data, dropped = b"".join(self._parts), self._dropped
-        self._parts, self._size, self._dropped = [], 0, 0
-        return data, dropped
-
-    def feed(self, data: bytes) -> None:
-        if self._carry:
-            data, self._carry = self._carry + data, b""
-        prefix = self._prefix
-        while True:
-            i = data.find(prefix)
-            if i < 0:
-                break
-            j = data.find(b"\x00", i + len(prefix))
-            if j < 0:
-                if len(data) - i > len(prefix) + 24:  # not a sentinel after all
-                    self._append(data[: i + 1])
-                    data = data[i + 1 :]
-                    continue
-                self._append(data[:i])
-                self._carry = data[i:]
-                return
-            digits = data[i + len(prefix) : j]
-            self._append(data[:i])
-            data = data[j + 1 :]
-            if digits.isdigit():
-                rid = int(digits)
-                self._done[rid] = self._take()
-                waiter = self._waiters.pop(rid, None)
-                if waiter is not None and not waiter.done():
-                    waiter.set_result(None)
-        # Keep a possible start of a sentinel for the next chunk.
-        k = data.rfind(b"\x00", max(0, len(data) - len(prefix)))
-        if k >= 0 and prefix.startswith(data[k:]):
-            self._append(data[:k])
-            self._carry = data[k:]
-        else:
-            self._append(data)
-
-    async def segment(self, rid: int, timeout: float) -> tuple[bytes, int]:
-        """The bytes written before cell ``rid``'s sentinel (waiting up to ``timeout``)."""
-        if rid not in self._done:
-            waiter = asyncio.get_running_loop().create_future()
-            self._waiters[rid] = waiter
-            try:
-                await wait(waiter, timeout)
-            except TimeoutError:
-                self._waiters.pop(rid, None)
-                log.warning("stderr sentinel of cell %s did not arrive", rid)
-                return self.take_now()
-        return self._done.pop(rid)
-
-    def take_now(self) -> tuple[bytes, int]:
-        """Everything collected so far (a partial sentinel stays behind)."""
-        return self._take()
-
-    @staticmethod
-    def text(segment: tuple[bytes, int]) -> str:
-        data, dropped = segment
-        text = data.decode("utf-8", "replace")
-        if dropped:
-            text += f"\n[rlmd: fd-level output truncated: {dropped} more bytes were dropped]\n"
-        return text
 
 
 # --------------------------------------------------------------------------- processes
@@ -464,28 +370,19 @@ class _Pipe(asyncio.Protocol):
         self.kernel.resume_writing()
 
 
-class _Kernel:
-    """One kernel process: its channel, its stderr drain, its in-flight requests and calls."""
+class _Kernel(KernelChannel):
+    """One kernel process: its pipes, its exit and how to signal it; the channel itself is
+    :class:`~rlmd.sandbox._channel.KernelChannel`."""
 
     def __init__(self, loop: asyncio.AbstractEventLoop, handler: CallHandler, cap: int):
-        self.loop = loop
-        self.handler = handler
-        self.cap = cap
+        super().__init__(loop, handler, cap)
         self.popen: subprocess.Popen[bytes] | None = None
         self.pipes: list[asyncio.BaseTransport] = []
         self.stdin: Any = None
         self.pid = 0
         self.token = ""
-        self.drain: _StderrDrain | None = None
-        self._early_stderr: list[bytes] = []
-        self.buf = bytearray()
-        self.pending: dict[int, asyncio.Future[dict[str, Any]]] = {}
-        self.calls: set[asyncio.Task[None]] = set()
-        self.ids = 0
-        self.hello: asyncio.Future[dict[str, Any]] = loop.create_future()
         self.exited: asyncio.Future[int | None] = loop.create_future()
         self.stderr_closed: asyncio.Future[None] = loop.create_future()
-        self.dead = False
         self.returncode: int | None = None
         self._write_ok = asyncio.Event()
         self._write_ok.set()
@@ -493,6 +390,10 @@ class _Kernel:
         self.launch = isolate.Launch(argv=[])
         self.killed_by_host: str | None = None  # why the host killed it, if it did
         self._host_pid: int | None = None
+
+    @property
+    def label(self) -> str:  # type: ignore[override]
+        return f"kernel {self.pid}"
 
     # -- the process and its pipes ------------------------------------------------------------
 
@@ -520,11 +421,9 @@ class _Kernel:
 
     def pipe_data_received(self, fd: int, data: bytes) -> None:
         if fd == 1:
-            self._on_channel(data)
-        elif self.drain is not None:
-            self.drain.feed(data)
+            self._on_frames(data)
         else:
-            self._early_stderr.append(data)
+            self.feed_stderr(data)
 
     def pipe_connection_lost(self, fd: int, exc: Exception | None) -> None:
         if fd == 1:
@@ -551,76 +450,13 @@ class _Kernel:
 
     # -- channel ----------------------------------------------------------------------------
 
-    def _on_channel(self, data: bytes) -> None:
-        buf = self.buf
-        buf += data
-        while len(buf) >= 4:
-            n = int.from_bytes(buf[:4], "big")
-            if len(buf) < 4 + n:
-                break
-            body = bytes(buf[4 : 4 + n])
-            del buf[: 4 + n]
-            try:
-                msg = protocol.decode(body)
-            except ValueError:
-                log.error("kernel %s sent a malformed frame; killing it", self.pid)
-                self.kill_now()
-                return
-            self._dispatch(msg)
+    def _on_malformed(self) -> None:
+        log.error("kernel %s sent a malformed frame; killing it", self.pid)
+        self.kill_now()
 
-    def _dispatch(self, msg: dict[str, Any]) -> None:
-        op = msg.get("op")
-        if op == "done":
-            fut = self.pending.pop(msg.get("id"), None)
-            if fut is not None and not fut.done():
-                fut.set_result(msg)
-        elif op == "call":
-            task = self.loop.create_task(self._serve(msg))
-            self.calls.add(task)
-            task.add_done_callback(self.calls.discard)
-        elif op == "hello":
-            self.token = str(msg.get("token", ""))
-            self.drain = _StderrDrain(self.token, self.cap)
-            for chunk in self._early_stderr:
-                self.drain.feed(chunk)
-            self._early_stderr.clear()
-            if not self.hello.done():
-                self.hello.set_result(msg)
-        else:
-            log.warning("kernel %s sent an unknown frame op %r", self.pid, op)
-
-    async def _serve(self, msg: dict[str, Any]) -> None:
-        call_id = msg.get("call")
-        try:
-            value = await self.handler(str(msg.get("fn")), msg.get("args") or {})
-            data = protocol.encode({"op": "reply", "call": call_id, "ok": True, "value": value})
-        except asyncio.CancelledError:
-            # An interrupted cell: the call fails inside it (the kernel then raises the
-            # pending KeyboardInterrupt). A dead kernel gets nothing (send is a no-op).
-            self.send(
-                protocol.encode(
-                    {
-                        "op": "reply",
-                        "call": call_id,
-                        "ok": False,
-                        "error": f"{msg.get('fn')} was cancelled: the cell was interrupted",
-                    }
-                )
-            )
-            raise
-        except CallError as exc:
-            data = protocol.encode({"op": "reply", "call": call_id, "ok": False, "error": str(exc)})
-        except Exception as exc:  # noqa: BLE001 - a broken handler must not break the kernel
-            log.exception("host call %s failed", msg.get("fn"))
-            data = protocol.encode(
-                {
-                    "op": "reply",
-                    "call": call_id,
-                    "ok": False,
-                    "error": f"{type(exc).__name__}: {exc}",
-                }
-            )
-        self.send(data)
+    def _on_hello(self, msg: dict[str, Any]) -> None:
+        self.token = str(msg.get("token", ""))
+        super()._on_hello(msg)
 
     def send(self, data: bytes) -> None:
         """Queue one frame (the transport buffers what the pipe cannot take yet)."""
@@ -632,44 +468,6 @@ class _Kernel:
         """Wait until the transport's write buffer is below its high-water mark."""
         if not self._write_ok.is_set() and not self.dead:
             await self._write_ok.wait()
-
-    def request(self, obj: dict[str, Any]) -> tuple[int, asyncio.Future[dict[str, Any]]]:
-        """Send one request; the future gets its ``done`` frame (or ``_KernelDied``).
-
-        Raises:
-            _KernelDied: the kernel is gone.
-            TypeError / ValueError: ``obj`` is not JSON-serialisable.
-        """
-        if self.dead:
-            raise _KernelDied()
-        self.ids += 1
-        rid = self.ids
-        data = protocol.encode({**obj, "id": rid})
-        fut = self.loop.create_future()
-        # Nobody may await it any more (a cell given up on): retrieve its exception.
-        fut.add_done_callback(lambda f: f.cancelled() or f.exception())
-        self.pending[rid] = fut
-        self.send(data)
-        return rid, fut
-
-    def _mark_dead(self) -> None:
-        if self.dead:
-            return
-        self.dead = True
-        err = _KernelDied()
-        for fut in self.pending.values():
-            if not fut.done():
-                fut.set_exception(err)
-        self.pending.clear()
-        if not self.hello.done():
-            self.hello.set_exception(err)
-        for task in list(self.calls):
-            task.cancel()
-
-    def stderr_now(self) -> str:
-        if self.drain is None:
-            return b"".join(self._early_stderr).decode("utf-8", "replace")
-        return _StderrDrain.text(self.drain.take_now())
 
     def kill_now(self, reason: str = "host") -> None:
         """Kill the process group now; ``reason`` is kept for the message to the model."""
@@ -712,10 +510,6 @@ class _Kernel:
         except (ProcessLookupError, PermissionError):
             return False
         return True
-
-    def cancel_calls(self) -> None:
-        for task in list(self.calls):
-            task.cancel()
 
     async def kill(self) -> None:
         """Kill the process group and wait until the kernel is reaped."""

@@ -28,7 +28,8 @@ import time
 from typing import Any
 
 from rlmd.kernel import protocol
-from rlmd.sandbox._attach import StderrDrain
+from rlmd.sandbox._channel import KernelChannel, StderrDrain
+from rlmd.sandbox._channel import KernelDied as _KernelDied
 from rlmd.sandbox._common import (
     AFTER_RESTART,
     RebindState,
@@ -37,7 +38,7 @@ from rlmd.sandbox._common import (
     wait,
     with_notice,
 )
-from rlmd.sandbox.base import CallError, CallHandler, CellResult, Sandbox, SandboxError, VarInfo
+from rlmd.sandbox.base import CallHandler, CellResult, Sandbox, SandboxError, VarInfo
 from rlmd.sandbox.cloud.provider import Provider, RemoteProcess
 from rlmd.sandbox.limits import Limits, limit_hint, limit_message
 
@@ -86,31 +87,30 @@ def _signal_argv(python: str, pid: int, sig: int, *, group: bool) -> list[str]:
     return [python, "-I", "-c", code, str(pid), str(sig)]
 
 
-class _KernelDied(Exception):
-    """The kernel process (or the provider's stream to it) went away."""
+class _RemoteKernel(KernelChannel):
+    """One kernel process in the VM: its line channel over the provider's process stream
+    (the protocol itself is :class:`~rlmd.sandbox._channel.KernelChannel`)."""
 
-
-class _RemoteKernel:
-    """One kernel process in the VM: its line channel, stderr drain, requests and calls."""
+    # A cancelled host call gets no reply: the cell is stopped by a signal sent through the
+    # provider, or the kernel is killed.
+    reply_on_cancel = False
 
     def __init__(self, loop: asyncio.AbstractEventLoop, handler: CallHandler, cap: int):
-        self.loop = loop
-        self.handler = handler
-        self.cap = cap
+        super().__init__(loop, handler, cap)
         self.process: RemoteProcess | None = None
         self.pid = 0  # inside the VM, from the hello frame
-        self.drain: StderrDrain | None = None
-        self._early_stderr: list[bytes] = []
         self._parts: list[str] = []
-        self.pending: dict[int, asyncio.Future[dict[str, Any]]] = {}
-        self.calls: set[asyncio.Task[None]] = set()
-        self.ids = 0
-        self.hello: asyncio.Future[dict[str, Any]] = loop.create_future()
         self.exited: asyncio.Future[int | None] = loop.create_future()
-        self.dead = False
         self.why: str | None = None  # set when rlmd itself ended the kernel
         self._queue: asyncio.Queue[bytes] = asyncio.Queue()
         self._writer: asyncio.Task[None] | None = None
+
+    @property
+    def label(self) -> str:  # type: ignore[override]
+        return f"remote kernel {self.pid}"
+
+    def encode(self, obj: dict[str, Any]) -> bytes:
+        return protocol.encode_line(obj)
 
     def attach(self, process: RemoteProcess) -> None:
         self.process = process
@@ -133,21 +133,17 @@ class _RemoteKernel:
             except ValueError:
                 log.error("remote kernel %s sent a malformed frame; killing it", self.pid)
                 self.why = "it sent a malformed frame"
-                self.mark_dead()
+                self._mark_dead()
                 return
             self._dispatch(msg)
 
     def on_stderr(self, text: str) -> None:
-        data = text.encode("utf-8", "replace")
-        if self.drain is not None:
-            self.drain.feed(data)
-        else:
-            self._early_stderr.append(data)
+        self.feed_stderr(text.encode("utf-8", "replace"))
 
     def on_exit(self, code: int | None) -> None:
         if not self.exited.done():
             self.exited.set_result(code)
-        self.mark_dead()
+        self._mark_dead()
 
     @property
     def returncode(self) -> int | None:
@@ -155,45 +151,14 @@ class _RemoteKernel:
 
     # -- the channel --------------------------------------------------------------------------
 
-    def _dispatch(self, msg: dict[str, Any]) -> None:
-        op = msg.get("op")
-        if op == "done":
-            fut = self.pending.pop(msg.get("id"), None)
-            if fut is not None and not fut.done():
-                fut.set_result(msg)
-        elif op == "call":
-            task = self.loop.create_task(self._serve(msg))
-            self.calls.add(task)
-            task.add_done_callback(self.calls.discard)
-        elif op == "hello":
-            self.pid = int(msg.get("pid") or 0)
-            self.drain = StderrDrain(str(msg.get("token", "")), self.cap)
-            # What came before the hello is the VM's login noise (a shell's profile), not
-            # any cell's output.
-            if self._early_stderr:
-                log.debug("remote kernel start-up stderr: %r", b"".join(self._early_stderr))
-            self._early_stderr.clear()
-            if not self.hello.done():
-                self.hello.set_result(msg)
-        else:
-            log.warning("remote kernel %s sent an unknown frame op %r", self.pid, op)
-
-    async def _serve(self, msg: dict[str, Any]) -> None:
-        """Answer one host call from model code (a failing handler becomes an error reply)."""
-        reply: dict[str, Any] = {"op": "reply", "call": msg.get("call")}
-        try:
-            value = await self.handler(str(msg.get("fn")), msg.get("args") or {})
-            data = protocol.encode_line({**reply, "ok": True, "value": value})
-        except asyncio.CancelledError:
-            raise
-        except CallError as exc:
-            data = protocol.encode_line({**reply, "ok": False, "error": str(exc)})
-        except Exception as exc:  # noqa: BLE001 - a broken handler must not break the kernel
-            log.exception("host call %s failed", msg.get("fn"))
-            data = protocol.encode_line(
-                {**reply, "ok": False, "error": f"{type(exc).__name__}: {exc}"}
-            )
-        self.send(data)
+    def _on_hello(self, msg: dict[str, Any]) -> None:
+        self.pid = int(msg.get("pid") or 0)
+        self.drain = StderrDrain(str(msg.get("token", "")), self.cap)
+        # What came before the hello is the VM's login noise (a shell's profile), not
+        # any cell's output.
+        if self._early_stderr:
+            log.debug("remote kernel start-up stderr: %r", b"".join(self._early_stderr))
+        self._early_stderr.clear()
 
     def send(self, data: bytes) -> None:
         if not self.dead:
@@ -211,47 +176,13 @@ class _RemoteKernel:
                 raise
             except Exception as exc:  # noqa: BLE001 - any failure: the stream is gone
                 log.warning("writing to remote kernel %s failed: %r", self.pid, exc)
-                self.mark_dead()
+                self._mark_dead()
                 return
 
-    def request(self, obj: dict[str, Any]) -> tuple[int, asyncio.Future[dict[str, Any]]]:
-        """Send one request; the future gets its ``done`` frame (or ``_KernelDied``).
-
-        Raises:
-            _KernelDied: the kernel is gone.
-            TypeError / ValueError: ``obj`` is not JSON-serialisable.
-        """
-        if self.dead:
-            raise _KernelDied()
-        self.ids += 1
-        rid = self.ids
-        data = protocol.encode_line({**obj, "id": rid})
-        fut = self.loop.create_future()
-        self.pending[rid] = fut
-        self.send(data)
-        return rid, fut
-
-    def mark_dead(self) -> None:
-        if self.dead:
-            return
-        self.dead = True
-        err = _KernelDied()
-        for fut in self.pending.values():
-            if not fut.done():
-                fut.set_exception(err)
-        self.pending.clear()
-        if not self.hello.done():
-            self.hello.set_exception(err)
-            self.hello.exception()  # retrieved: nobody may be waiting any more
-        for task in list(self.calls):
-            task.cancel()
-        if self._writer is not None:
+    def _mark_dead(self) -> None:
+        if not self.dead and self._writer is not None:
             self._writer.cancel()
-
-    def stderr_now(self) -> str:
-        if self.drain is None:
-            return b"".join(self._early_stderr).decode("utf-8", "replace")
-        return StderrDrain.text(self.drain.take_now())
+        super()._mark_dead()
 
     def describe_exit(self) -> str:
         code = self.returncode
@@ -694,7 +625,7 @@ class RemoteSandbox(RebindState, Sandbox):
 
     async def _kill(self, kernel: _RemoteKernel) -> None:
         """Kill the kernel's process group in the VM, then its process (best effort)."""
-        kernel.mark_dead()
+        kernel._mark_dead()
         if kernel.pid:
             argv = _signal_argv(self.provider.python, kernel.pid, signal.SIGKILL, group=True)
             with contextlib.suppress(Exception):
