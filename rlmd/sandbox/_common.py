@@ -5,7 +5,9 @@ from __future__ import annotations
 import asyncio
 from typing import Any
 
+from rlmd.kernel import protocol
 from rlmd.sandbox.base import CellResult, VarInfo
+from rlmd.sandbox.limits import Limits, limit_message
 
 
 async def wait(fut: asyncio.Future[Any], timeout: float | None) -> Any:
@@ -39,6 +41,58 @@ def join_names(names: list[str]) -> str:
 AFTER_RESTART = (
     "context, tools and helpers are bound again; re-run imports and rebuild other variables."
 )
+
+
+def wall_phrase(timeout: float) -> str:
+    """How a cell's wall-clock limit of ``timeout`` seconds is named in messages."""
+    return limit_message("wall_s", timeout, restarted=False)[:-1]
+
+
+def timed_out_text(timeout: float, *, stopped: bool) -> str:
+    """The start of a timed-out cell's error: it stopped when interrupted (``stopped``; the
+    REPL state is kept) or did not (the caller says what happened next)."""
+    head = f"cell timed out after {timeout:g} s ({wall_phrase(timeout)}) and "
+    if stopped:
+        return head + (
+            "was interrupted; the REPL state is kept (variables assigned before the "
+            "interruption included).\n"
+        )
+    return head + "did not stop when interrupted"
+
+
+def restarted_text(what: str, lost: list[str]) -> str:
+    """``what`` happened to the cell, so the kernel was restarted and ``lost`` are gone."""
+    return f"{what}; the kernel was restarted; variables lost: {join_names(lost)}. {AFTER_RESTART}"
+
+
+def note_stop(
+    result: CellResult, timeout: float | None, *, timed_out: bool, interrupted: bool
+) -> CellResult:
+    """Mark a cell that finished after a timeout (``timed_out``, with ``timeout`` seconds)
+    or an interrupt: its error starts with the standard message. Returns ``result``."""
+    if timed_out:
+        assert timeout is not None
+        result.timed_out = True
+        result.error = timed_out_text(timeout, stopped=True) + (result.error or "")
+    elif interrupted:
+        result.error = "the cell was interrupted; the REPL state is kept.\n" + (result.error or "")
+    return result
+
+
+class LimitAliases:
+    """``timeout_s`` and ``max_output_chars`` read from the backend's ``limits``."""
+
+    limits: Limits
+
+    @property
+    def timeout_s(self) -> float | None:
+        """Default wall-clock seconds per cell (``limits.wall_s``)."""
+        return self.limits.wall_s
+
+    @property
+    def max_output_chars(self) -> int:
+        """Cap per stream per cell (``limits.output_bytes``)."""
+        return int(self.limits.output_bytes or protocol.DEFAULT_MAX_OUTPUT)
 
 
 def result_from_kernel(res: dict[str, Any], duration_s: float, fd_text: str = "") -> CellResult:

@@ -43,14 +43,16 @@ import time
 from pathlib import Path
 from typing import Any
 
-from rlmd.kernel import protocol
 from rlmd.sandbox import docker_host, images
 from rlmd.sandbox._attach import KernelConnection, KernelDied, StderrDrain
 from rlmd.sandbox._common import (
     AFTER_RESTART,
-    RebindState,
+    LimitAliases,
     join_names,
+    note_stop,
+    restarted_text,
     result_from_kernel,
+    timed_out_text,
     wait,
     with_notice,
 )
@@ -64,7 +66,8 @@ from rlmd.sandbox._launch import (
     own,
     remove_container,
 )
-from rlmd.sandbox.base import CallHandler, CellResult, Sandbox, SandboxError, VarInfo
+from rlmd.sandbox._ops import KernelOps, kernel_error
+from rlmd.sandbox.base import CallHandler, CellResult, Sandbox, SandboxError
 from rlmd.sandbox.limits import Limits, MiB, limit_message
 
 log = logging.getLogger(__name__)
@@ -74,12 +77,6 @@ __all__ = ["ContainerSandbox", "close_spare_containers"]
 DEFAULT_USER = "1000:1000"
 FILE_CONTEXT_CHARS = 1 << 20
 """Contexts at least this large (characters) are passed through a file, not the channel."""
-
-_MAPPED_ERRORS: dict[str, type[Exception]] = {
-    "KeyError": KeyError,
-    "ValueError": ValueError,
-    "TypeError": TypeError,
-}
 
 _UNSET: Any = object()
 
@@ -101,11 +98,6 @@ class _Box:
         self.kill_reason: str | None = None  # set when rlmd itself stopped the container
 
 
-def _wall(timeout: float) -> str:
-    """``"wall-clock time limit 0.5 s exceeded"``."""
-    return limit_message("wall_s", timeout, restarted=False)[:-1]
-
-
 def _describe_state(state: dict[str, Any]) -> str:
     if not state:
         return "its container was removed"
@@ -120,7 +112,7 @@ def _describe_state(state: dict[str, Any]) -> str:
     return f"exit code {code}"
 
 
-class ContainerSandbox(RebindState, Sandbox):
+class ContainerSandbox(KernelOps, LimitAliases, Sandbox):
     """The kernel in a warm, hardened docker container (see the module docstring).
 
     Args:
@@ -193,16 +185,6 @@ class ContainerSandbox(RebindState, Sandbox):
         self._interrupted = False  # interrupt() was called on the running cell
         self._stopping: asyncio.Future[Any] | None = None
         self._init_rebind_state()
-
-    @property
-    def timeout_s(self) -> float | None:
-        """Default wall-clock seconds per cell (``limits.wall_s``)."""
-        return self.limits.wall_s
-
-    @property
-    def max_output_chars(self) -> int:
-        """Cap per stream per cell (``limits.output_bytes``)."""
-        return int(self.limits.output_bytes or protocol.DEFAULT_MAX_OUTPUT)
 
     # -- availability ---------------------------------------------------------------------
 
@@ -305,28 +287,6 @@ class ContainerSandbox(RebindState, Sandbox):
                     path.unlink(missing_ok=True)
             self._context = (value, codebase)
 
-    async def define_tools(self, callables: list[str], values: dict[str, Any]) -> None:
-        async with self._lock:
-            await self._op(
-                {"op": "define_tools", "callables": list(callables), "values": dict(values)}
-            )
-            self._note_tools(callables, values)
-
-    async def set_variable(self, name: str, value: Any) -> None:
-        async with self._lock:
-            await self._op({"op": "set_var", "name": name, "value": value})
-            self._note_variable(name, value)
-
-    async def get_variable(self, name: str) -> Any:
-        async with self._lock:
-            return (await self._op({"op": "get_var", "name": name}))["value"]
-
-    async def list_variables(self) -> list[VarInfo]:
-        async with self._lock:
-            result = await self._op({"op": "list_vars"})
-            self._user_names = [v["name"] for v in result]
-            return [VarInfo(**v) for v in result]
-
     async def execute(self, code: str, *, timeout_s: float | None = None) -> CellResult:
         timeout = self.timeout_s if timeout_s is None else timeout_s
         async with self._lock:
@@ -353,12 +313,7 @@ class ContainerSandbox(RebindState, Sandbox):
                 assert timeout is not None
                 if await self._stop_cell(box, fut):
                     result = await self._cell_result(box, rid, fut.result(), t0)
-                    result.timed_out = True
-                    result.error = (
-                        f"cell timed out after {timeout:g} s ({_wall(timeout)}) and was "
-                        "interrupted; the REPL state is kept (variables assigned before the "
-                        "interruption included).\n" + (result.error or "")
-                    )
+                    note_stop(result, timeout, timed_out=True, interrupted=False)
                     return with_notice(result, notice)
                 partial = conn.stderr_now()
                 lost = list(self._user_names)
@@ -366,11 +321,7 @@ class ContainerSandbox(RebindState, Sandbox):
                 return with_notice(
                     CellResult(
                         stderr=partial,
-                        error=(
-                            f"cell timed out after {timeout:g} s ({_wall(timeout)}) and did "
-                            f"not stop when interrupted; the kernel was restarted; variables lost: "
-                            f"{join_names(lost)}. {AFTER_RESTART}"
-                        ),
+                        error=restarted_text(timed_out_text(timeout, stopped=False), lost),
                         timed_out=True,
                         kernel_restarted=True,
                         lost_variables=lost,
@@ -383,10 +334,7 @@ class ContainerSandbox(RebindState, Sandbox):
             finally:
                 self._running = None
             result = await self._cell_result(box, rid, msg, t0)
-            if self._interrupted:
-                result.error = "the cell was interrupted; the REPL state is kept.\n" + (
-                    result.error or ""
-                )
+            note_stop(result, timeout, timed_out=False, interrupted=self._interrupted)
             return with_notice(result, notice)
 
     async def interrupt(self) -> bool:
@@ -669,26 +617,15 @@ class ContainerSandbox(RebindState, Sandbox):
         self.restarts += 1
         self._user_names = []
         self._box = await self._spawn()
+        await self._rebind()
+
+    async def _bind_context_raw(self, value: Any, codebase: bool) -> None:
+        request, path = await self._context_request(value, codebase)
         try:
-            if self._context is not None:
-                request, path = await self._context_request(*self._context)
-                try:
-                    await self._op_raw(request)
-                finally:
-                    if path is not None:
-                        path.unlink(missing_ok=True)
-            if self._tool_callables or self._tool_values:
-                await self._op_raw(
-                    {
-                        "op": "define_tools",
-                        "callables": self._tool_callables,
-                        "values": self._tool_values,
-                    }
-                )
-            if self._history is not None:
-                await self._op_raw({"op": "set_var", "name": "history", "value": self._history[0]})
-        except (TimeoutError, KernelDied) as exc:
-            raise SandboxError(f"the restarted kernel failed while re-binding: {exc!r}") from None
+            await self._op_raw(request)
+        finally:
+            if path is not None:
+                path.unlink(missing_ok=True)
 
     async def _live_box(self) -> _Box:
         """The current container, replaced first if its kernel died between operations."""
@@ -719,28 +656,12 @@ class ContainerSandbox(RebindState, Sandbox):
             box = self._box
         return box
 
-    async def _op(self, obj: dict[str, Any]) -> Any:
-        """One non-exec request; a timeout or a dead kernel restarts it and raises
-        :class:`SandboxError`."""
-        box = await self._live_box()
-        try:
-            return await self._op_raw(obj)
-        except (TimeoutError, KernelDied) as exc:
-            if self._closed:
-                raise SandboxError("the sandbox was closed") from None
-            lost = list(self._user_names)
-            if isinstance(exc, TimeoutError):
-                what = f"timed out after {self.op_timeout_s:g} s"
-            else:
-                why, is_limit = await self._death(box)
-                what = f"failed: {self._limit_text(why, lost) if is_limit else why}"
-            await self._restart()
-            self._notice = (
-                f"[rlmd: the kernel was restarted after {obj['op']} {what}; "
-                f"variables lost: {join_names(lost)}]\n",
-                lost,
-            )
-            raise SandboxError(f"{obj['op']} {what}; the kernel was restarted") from None
+    async def _live(self) -> _Box:
+        return await self._live_box()
+
+    async def _op_died(self, box: _Box) -> str:
+        why, is_limit = await self._death(box)
+        return self._limit_text(why, list(self._user_names)) if is_limit else why
 
     async def _op_raw(self, obj: dict[str, Any]) -> Any:
         assert self._box is not None
@@ -815,11 +736,4 @@ class ContainerSandbox(RebindState, Sandbox):
                 break
             own(str(part), self.user)
 
-    @staticmethod
-    def _error(msg: dict[str, Any]) -> Exception:
-        etype = str(msg.get("etype") or "")
-        text = str(msg.get("error") or "")
-        cls = _MAPPED_ERRORS.get(etype)
-        if cls is not None:
-            return cls(text)
-        return SandboxError(f"kernel error: {etype}: {text}")
+    _error = staticmethod(kernel_error)

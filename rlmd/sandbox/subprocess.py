@@ -57,30 +57,27 @@ from rlmd.sandbox._channel import KernelDied as _KernelDied
 from rlmd.sandbox._channel import StderrDrain as _StderrDrain
 from rlmd.sandbox._common import (
     AFTER_RESTART,
-    RebindState,
+    LimitAliases,
     join_names,
+    note_stop,
+    restarted_text,
     result_from_kernel,
+    timed_out_text,
     wait,
     with_notice,
 )
+from rlmd.sandbox._ops import KernelOps, kernel_error
 from rlmd.sandbox.base import (
     CallHandler,
     CellResult,
     Sandbox,
     SandboxError,
-    VarInfo,
 )
 from rlmd.sandbox.limits import Limits, limit_hint, limit_message
 
 log = logging.getLogger(__name__)
 
 KERNEL_MAIN = os.path.join(os.path.dirname(os.path.abspath(protocol.__file__)), "main.py")
-
-_MAPPED_ERRORS: dict[str, type[Exception]] = {
-    "KeyError": KeyError,
-    "ValueError": ValueError,
-    "TypeError": TypeError,
-}
 
 
 def _killpg(pid: int) -> None:
@@ -529,7 +526,7 @@ FILE_CONTEXT_CHARS = 1 << 20
 folder, not through a JSON frame (see :meth:`SubprocessSandbox.load_context`)."""
 
 
-class SubprocessSandbox(RebindState, Sandbox):
+class SubprocessSandbox(KernelOps, LimitAliases, Sandbox):
     """The kernel in a persistent child process (the default backend).
 
     Args:
@@ -623,16 +620,6 @@ class SubprocessSandbox(RebindState, Sandbox):
     # -- public -----------------------------------------------------------------------------
 
     @property
-    def timeout_s(self) -> float | None:
-        """Default wall-clock seconds per cell (``limits.wall_s``)."""
-        return self.limits.wall_s
-
-    @property
-    def max_output_chars(self) -> int:
-        """Cap per stream per cell (``limits.output_bytes``)."""
-        return int(self.limits.output_bytes or protocol.DEFAULT_MAX_OUTPUT)
-
-    @property
     def isolation(self) -> dict[str, Any]:
         record: dict[str, Any] = {
             "backend": "subprocess",
@@ -713,29 +700,6 @@ class SubprocessSandbox(RebindState, Sandbox):
             await self._op_with(self._context_request(value, codebase))
             self._context = (value, codebase)
 
-    async def define_tools(self, callables: list[str], values: dict[str, Any]) -> None:
-        async with self._lock:
-            await self._op(
-                {"op": "define_tools", "callables": list(callables), "values": dict(values)}
-            )
-            self._note_tools(callables, values)
-
-    async def set_variable(self, name: str, value: Any) -> None:
-        async with self._lock:
-            await self._op({"op": "set_var", "name": name, "value": value})
-            self._note_variable(name, value)
-
-    async def get_variable(self, name: str) -> Any:
-        async with self._lock:
-            result = await self._op({"op": "get_var", "name": name})
-            return result["value"]
-
-    async def list_variables(self) -> list[VarInfo]:
-        async with self._lock:
-            result = await self._op({"op": "list_vars"})
-            self._user_names = [v["name"] for v in result]
-            return [VarInfo(**v) for v in result]
-
     async def execute(self, code: str, *, timeout_s: float | None = None) -> CellResult:
         timeout = self.timeout_s if timeout_s is None else timeout_s
         async with self._lock:
@@ -772,18 +736,7 @@ class SubprocessSandbox(RebindState, Sandbox):
             if not msg.get("ok"):
                 raise self._error(msg)
             result = await self._result(kernel, rid, msg["result"], t0)
-            if timed_out:
-                result.timed_out = True
-                result.error = (
-                    f"cell timed out after {timeout:g} s "
-                    f"({limit_message('wall_s', timeout, restarted=False)[:-1]}) and was "
-                    "interrupted; the REPL state is kept (variables assigned before the "
-                    "interruption included).\n" + (result.error or "")
-                )
-            elif self._interrupted:
-                result.error = "the cell was interrupted; the REPL state is kept.\n" + (
-                    result.error or ""
-                )
+            note_stop(result, timeout, timed_out=timed_out, interrupted=self._interrupted)
             return with_notice(result, notice)
 
     async def interrupt(self) -> bool:
@@ -897,11 +850,11 @@ class SubprocessSandbox(RebindState, Sandbox):
         """Send ``obj``, first writing a context file's text if it carries one."""
         text = obj.pop("text", None)
         if text is None:
-            return await (self._op_raw(obj, self.op_timeout_s) if raw else self._op(obj))
+            return await (self._op_raw(obj) if raw else self._op(obj))
         path = obj["path"]
         await asyncio.to_thread(_write_text, path, text, self._sandbox_uid())
         try:
-            return await (self._op_raw(obj, self.op_timeout_s) if raw else self._op(obj))
+            return await (self._op_raw(obj) if raw else self._op(obj))
         finally:
             with contextlib.suppress(OSError):  # the kernel deletes it; unless it died
                 os.unlink(path)
@@ -951,16 +904,11 @@ class SubprocessSandbox(RebindState, Sandbox):
         limit = self._death_limit(kernel)
         await self._restart()
         if kernel.killed_by_host == "timeout" or timed_out:
-            error = (
-                f"cell timed out after {timeout:g} s "
-                f"({limit_message('wall_s', timeout, restarted=False)[:-1]}) and did not stop "
-                f"when interrupted; the kernel was restarted; variables lost: "
-                f"{join_names(lost)}. {AFTER_RESTART}"
-            )
+            assert timeout is not None
+            error = restarted_text(timed_out_text(timeout, stopped=False), lost)
         elif kernel.killed_by_host == "interrupt":
-            error = (
-                f"the cell did not stop within {self.interrupt_grace_s:g} s of an interrupt; "
-                f"the kernel was restarted; variables lost: {join_names(lost)}. {AFTER_RESTART}"
+            error = restarted_text(
+                f"the cell did not stop within {self.interrupt_grace_s:g} s of an interrupt", lost
             )
         elif limit is not None:
             error = limit_message(limit[0], limit[1], restarted=True, lost=lost)
@@ -1065,26 +1013,10 @@ class SubprocessSandbox(RebindState, Sandbox):
         self.restarts += 1
         self._user_names = []
         self._kernel = await self._spawn()
-        try:
-            if self._context is not None:
-                value, codebase = self._context
-                await self._op_with(self._context_request(value, codebase), raw=True)
-            if self._tool_callables or self._tool_values:
-                await self._op_raw(
-                    {
-                        "op": "define_tools",
-                        "callables": self._tool_callables,
-                        "values": self._tool_values,
-                    },
-                    self.op_timeout_s,
-                )
-            if self._history is not None:
-                await self._op_raw(
-                    {"op": "set_var", "name": "history", "value": self._history[0]},
-                    self.op_timeout_s,
-                )
-        except (TimeoutError, _KernelDied) as exc:
-            raise SandboxError(f"the restarted kernel failed while re-binding: {exc!r}") from None
+        await self._rebind()
+
+    async def _bind_context_raw(self, value: Any, codebase: bool) -> None:
+        await self._op_with(self._context_request(value, codebase), raw=True)
 
     async def _live_kernel(self) -> _Kernel:
         """The current kernel, restarted first if it died between operations (or a
@@ -1113,52 +1045,32 @@ class SubprocessSandbox(RebindState, Sandbox):
             kernel = self._kernel
         return kernel
 
-    async def _op(self, obj: dict[str, Any]) -> Any:
-        """One non-exec request on a live kernel; a timeout or death restarts the kernel and
-        raises :class:`SandboxError`."""
-        kernel = await self._live_kernel()
-        try:
-            return await self._op_raw(obj, self.op_timeout_s)
-        except (TimeoutError, _KernelDied) as exc:
-            if self._closed:
-                raise SandboxError("the sandbox was closed") from None
-            lost = list(self._user_names)
-            limit = self._death_limit(kernel) if isinstance(exc, _KernelDied) else None
-            if isinstance(exc, TimeoutError):
-                what = f"timed out after {self.op_timeout_s:g} s"
-            elif limit is not None:
-                what = "failed: " + limit_message(limit[0], limit[1], restarted=False)[:-1]
-            else:
-                how = _describe_exit(kernel.returncode, kernel.launch.wrapper is not None)
-                what = f"failed: the kernel died ({how})"
-            await self._restart()
-            self._notice = (
-                f"[rlmd: the kernel was restarted after {obj['op']} {what}; "
-                f"variables lost: {join_names(lost)}]\n",
-                lost,
-            )
-            raise SandboxError(f"{obj['op']} {what}; the kernel was restarted") from None
+    async def _live(self) -> _Kernel:
+        return await self._live_kernel()
 
-    async def _op_raw(self, obj: dict[str, Any], timeout: float | None) -> Any:
+    async def _op_died(self, kernel: _Kernel) -> str:
+        limit = self._death_limit(kernel)
+        if limit is not None:
+            return limit_message(limit[0], limit[1], restarted=False)[:-1]
+        how = _describe_exit(kernel.returncode, kernel.launch.wrapper is not None)
+        return f"the kernel died ({how})"
+
+    async def _op_raw(self, obj: dict[str, Any]) -> Any:
         assert self._kernel is not None
         kernel = self._kernel
         _, fut = kernel.request(obj)
         await kernel.drained()
-        msg = await wait(fut, timeout)
+        msg = await wait(fut, self.op_timeout_s)
         if not msg.get("ok"):
             raise self._error(msg)
         return msg.get("result")
 
     @staticmethod
     def _error(msg: dict[str, Any]) -> Exception:
-        etype = str(msg.get("etype") or "")
-        text = str(msg.get("error") or "")
-        cls = _MAPPED_ERRORS.get(etype)
-        if cls is not None:
-            return cls(text)
-        if etype == "MemoryError":
+        if msg.get("etype") == "MemoryError":
+            text = str(msg.get("error") or "")
             return SandboxError(f"kernel error: MemoryError: {text} (the memory limit is too low)")
-        return SandboxError(f"kernel error: {etype}: {text}")
+        return kernel_error(msg)
 
 
 async def _drop_cgroups(launch: isolate.Launch) -> None:

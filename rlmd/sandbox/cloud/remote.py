@@ -31,14 +31,16 @@ from rlmd.kernel import protocol
 from rlmd.sandbox._channel import KernelChannel, StderrDrain
 from rlmd.sandbox._channel import KernelDied as _KernelDied
 from rlmd.sandbox._common import (
-    AFTER_RESTART,
-    RebindState,
     join_names,
+    note_stop,
+    restarted_text,
     result_from_kernel,
+    timed_out_text,
     wait,
     with_notice,
 )
-from rlmd.sandbox.base import CallHandler, CellResult, Sandbox, SandboxError, VarInfo
+from rlmd.sandbox._ops import KernelOps, kernel_error
+from rlmd.sandbox.base import CallHandler, CellResult, Sandbox, SandboxError
 from rlmd.sandbox.cloud.provider import Provider, RemoteProcess
 from rlmd.sandbox.limits import Limits, limit_hint, limit_message
 
@@ -54,12 +56,6 @@ _RLIMITS = {
     "processes": "RLIMIT_NPROC",
     "open_files": "RLIMIT_NOFILE",
     "file_size_bytes": "RLIMIT_FSIZE",
-}
-
-_MAPPED_ERRORS: dict[str, type[Exception]] = {
-    "KeyError": KeyError,
-    "ValueError": ValueError,
-    "TypeError": TypeError,
 }
 
 _DEFAULT = object()
@@ -197,7 +193,7 @@ class _RemoteKernel(KernelChannel):
         return f"exit code {code}"
 
 
-class RemoteSandbox(RebindState, Sandbox):
+class RemoteSandbox(KernelOps, Sandbox):
     """The kernel in a cloud VM (see the module docstring); providers subclass or wrap it.
 
     Args:
@@ -351,28 +347,6 @@ class RemoteSandbox(RebindState, Sandbox):
             await self._op({"op": "bind_context", "value": value, "codebase": codebase})
             self._context = (value, codebase)
 
-    async def define_tools(self, callables: list[str], values: dict[str, Any]) -> None:
-        async with self._lock:
-            await self._op(
-                {"op": "define_tools", "callables": list(callables), "values": dict(values)}
-            )
-            self._note_tools(callables, values)
-
-    async def set_variable(self, name: str, value: Any) -> None:
-        async with self._lock:
-            await self._op({"op": "set_var", "name": name, "value": value})
-            self._note_variable(name, value)
-
-    async def get_variable(self, name: str) -> Any:
-        async with self._lock:
-            return (await self._op({"op": "get_var", "name": name}))["value"]
-
-    async def list_variables(self) -> list[VarInfo]:
-        async with self._lock:
-            result = await self._op({"op": "list_vars"})
-            self._user_names = [v["name"] for v in result]
-            return [VarInfo(**v) for v in result]
-
     async def execute(self, code: str, *, timeout_s: float | None = None) -> CellResult:
         timeout = self.timeout_s if timeout_s is None else timeout_s
         async with self._lock:
@@ -403,9 +377,8 @@ class RemoteSandbox(RebindState, Sandbox):
                 with contextlib.suppress(TimeoutError):
                     await asyncio.wait_for(asyncio.shield(kernel.exited), 2)
                 what = (
-                    f"cell timed out after {timeout:g} s ({self._wall(timeout)}) and did not "
-                    "stop when interrupted"
-                    if timed_out
+                    timed_out_text(timeout, stopped=False)
+                    if timed_out and timeout is not None
                     else self._death_message(kernel)
                 )
                 return with_notice(await self._after_death(kernel, t0, what, timed_out), notice)
@@ -414,22 +387,8 @@ class RemoteSandbox(RebindState, Sandbox):
             if not msg.get("ok"):
                 raise self._error(msg)
             result = await self._result(kernel, rid, msg["result"], t0)
-            if timed_out:
-                result.timed_out = True
-                result.error = (
-                    f"cell timed out after {timeout:g} s ({self._wall(timeout)}) and was "
-                    "interrupted; the REPL state is kept (variables assigned before the "
-                    "interruption included).\n" + (result.error or "")
-                )
-            elif self._interrupted:
-                result.error = "the cell was interrupted; the REPL state is kept.\n" + (
-                    result.error or ""
-                )
+            note_stop(result, timeout, timed_out=timed_out, interrupted=self._interrupted)
             return with_notice(result, notice)
-
-    @staticmethod
-    def _wall(timeout: float) -> str:
-        return limit_message("wall_s", timeout, restarted=False)[:-1]
 
     async def _result(
         self, kernel: _RemoteKernel, rid: int, res: dict[str, Any], t0: float
@@ -668,10 +627,7 @@ class RemoteSandbox(RebindState, Sandbox):
         await self._restart()
         return CellResult(
             stderr=partial,
-            error=(
-                f"{what}; the kernel was restarted; variables lost: {join_names(lost)}. "
-                f"{AFTER_RESTART}"
-            ),
+            error=restarted_text(what, lost),
             timed_out=timed_out,
             kernel_restarted=True,
             lost_variables=lost,
@@ -695,22 +651,7 @@ class RemoteSandbox(RebindState, Sandbox):
             await self.provider.destroy()
             await self._boot()
             self._kernel = await self._spawn()
-        try:
-            if self._context is not None:
-                value, codebase = self._context
-                await self._op_raw({"op": "bind_context", "value": value, "codebase": codebase})
-            if self._tool_callables or self._tool_values:
-                await self._op_raw(
-                    {
-                        "op": "define_tools",
-                        "callables": self._tool_callables,
-                        "values": self._tool_values,
-                    }
-                )
-            if self._history is not None:
-                await self._op_raw({"op": "set_var", "name": "history", "value": self._history[0]})
-        except (TimeoutError, _KernelDied) as exc:
-            raise SandboxError(f"the restarted kernel failed while re-binding: {exc!r}") from None
+        await self._rebind()
 
     async def _live_kernel(self) -> _RemoteKernel:
         """The current kernel, restarted first if it died between operations."""
@@ -731,28 +672,11 @@ class RemoteSandbox(RebindState, Sandbox):
             kernel = self._kernel
         return kernel
 
-    async def _op(self, obj: dict[str, Any]) -> Any:
-        """One non-exec request; a timeout or death restarts the kernel and raises
-        :class:`SandboxError`."""
-        kernel = await self._live_kernel()
-        try:
-            return await self._op_raw(obj)
-        except (TimeoutError, _KernelDied) as exc:
-            if self._closed:
-                raise SandboxError("the sandbox was closed") from None
-            lost = list(self._user_names)
-            what = (
-                f"timed out after {self.op_timeout_s:g} s"
-                if isinstance(exc, TimeoutError)
-                else f"failed: the kernel died ({kernel.describe_exit()})"
-            )
-            await self._restart()
-            self._notice = (
-                f"[rlmd: the kernel was restarted after {obj['op']} {what}; "
-                f"variables lost: {join_names(lost)}]\n",
-                lost,
-            )
-            raise SandboxError(f"{obj['op']} {what}; the kernel was restarted") from None
+    async def _live(self) -> _RemoteKernel:
+        return await self._live_kernel()
+
+    async def _op_died(self, kernel: _RemoteKernel) -> str:
+        return f"the kernel died ({kernel.describe_exit()})"
 
     async def _op_raw(self, obj: dict[str, Any]) -> Any:
         assert self._kernel is not None
@@ -762,11 +686,4 @@ class RemoteSandbox(RebindState, Sandbox):
             raise self._error(msg)
         return msg.get("result")
 
-    @staticmethod
-    def _error(msg: dict[str, Any]) -> Exception:
-        etype = str(msg.get("etype") or "")
-        text = str(msg.get("error") or "")
-        cls = _MAPPED_ERRORS.get(etype)
-        if cls is not None:
-            return cls(text)
-        return SandboxError(f"kernel error: {etype}: {text}")
+    _error = staticmethod(kernel_error)
