@@ -4,10 +4,10 @@ one spare started ahead.
 A container costs about half a second to create and start, and every run and child run
 starts one. So, as the subprocess backend does with its kernels, once a process has started
 a second container from the same :class:`LaunchSpec` it keeps one spare container started
-ahead (:class:`_Spares`): the next start takes it (its kernel has already said hello into the
-socket's buffer) and a new spare is made in a background thread. Spares are removed at exit
-or by :func:`close_spare_containers`; ``ContainerSandbox(spare_container=False)`` neither
-takes nor keeps one.
+ahead (:data:`SPARES`, a :class:`~rlmd.sandbox._spares.SparePool`): the next start takes it
+(its kernel has already said hello into the socket's buffer) and a new spare is made in a
+background thread. Spares are removed at exit or by :func:`close_spare_containers`;
+``ContainerSandbox(spare_container=False)`` neither takes nor keeps one.
 """
 
 from __future__ import annotations
@@ -21,8 +21,6 @@ import resource
 import shutil
 import socket
 import tempfile
-import threading
-from collections import Counter
 from dataclasses import dataclass
 from typing import Any
 
@@ -31,6 +29,7 @@ import docker.types
 
 from rlmd.kernel import protocol
 from rlmd.sandbox import docker_host, images
+from rlmd.sandbox._spares import SparePool
 from rlmd.sandbox.limits import Limits
 
 log = logging.getLogger(__name__)
@@ -205,76 +204,20 @@ class LaunchSpec:
         return Created(cid, sock, host_config, workdir)
 
 
-class _Spares:
-    """At most one spare container, for the last spec started twice (see the module
-    docstring). Thread-safe; not tied to an event loop."""
-
-    def __init__(self) -> None:
-        self._lock = threading.Lock()
-        self._ready: dict[LaunchSpec, Created] = {}
-        self._launching: dict[LaunchSpec, threading.Thread] = {}
-        self._starts: Counter[LaunchSpec] = Counter()
-        self._closed = False
-
-    def take(self, spec: LaunchSpec) -> Created | None:
-        """The spare for ``spec`` (blocking while one is being made), or ``None``; from the
-        second start of ``spec`` on, a new spare is made in the background."""
-        with self._lock:
-            launching = self._launching.get(spec)
-        if launching is not None:
-            launching.join(30.0)
-        with self._lock:
-            self._starts[spec] += 1
-            spare = self._ready.pop(spec, None)
-            refill = self._starts[spec] >= 2 and not self._closed and spec not in self._launching
-            if refill:
-                thread = threading.Thread(
-                    target=self._refill, args=(spec,), name="rlmd-spare-container", daemon=True
-                )
-                self._launching[spec] = thread
-        if refill:
-            thread.start()
-        return spare
-
-    def _refill(self, spec: LaunchSpec) -> None:
-        try:
-            spare: Created | None = spec.create()
-        except docker_host.ENGINE_ERRORS as exc:
-            log.debug("could not make a spare container: %s", exc)
-            spare = None
-        unused: list[Created] = []
-        with self._lock:
-            del self._launching[spec]
-            if spare is not None and not self._closed and spec not in self._ready:
-                unused, self._ready = list(self._ready.values()), {spec: spare}
-            elif spare is not None:
-                unused = [spare]
-        for created in unused:
-            discard(created)
-
-    def close(self, *, final: bool = False) -> None:
-        """Remove the spares (``final``: and make no more)."""
-        with self._lock:
-            self._closed = self._closed or final
-            launching = list(self._launching.values())
-        for thread in launching:
-            thread.join(30.0)
-        with self._lock:
-            spares = list(self._ready.values())
-            self._ready.clear()
-        for created in spares:
-            discard(created)
-
-    def forget(self) -> None:
-        """In a forked child: the spares are the parent's."""
-        self._lock = threading.Lock()
-        for created in self._ready.values():
-            with contextlib.suppress(OSError):
-                created.sock.close()
-        self._ready, self._launching, self._starts = {}, {}, Counter()
+def _close_sock(created: Created) -> None:
+    """In a forked child: close the child's copy of a parent's spare's socket."""
+    with contextlib.suppress(OSError):
+        created.sock.close()
 
 
-SPARES = _Spares()
+SPARES: SparePool[LaunchSpec, Created] = SparePool(
+    LaunchSpec.create,
+    discard,
+    errors=docker_host.ENGINE_ERRORS,
+    what="container",
+    join_s=30.0,
+    forget_item=_close_sock,
+)
 
 
 def close_spare_containers() -> None:

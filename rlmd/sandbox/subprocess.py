@@ -46,7 +46,6 @@ import tempfile
 import threading
 import time
 import weakref
-from collections import Counter
 from dataclasses import dataclass
 from typing import Any
 
@@ -67,6 +66,7 @@ from rlmd.sandbox._common import (
     with_notice,
 )
 from rlmd.sandbox._ops import KernelOps, kernel_error
+from rlmd.sandbox._spares import SparePool
 from rlmd.sandbox.base import (
     CallHandler,
     CellResult,
@@ -240,7 +240,15 @@ def _launch(spec: _LaunchSpec, workdir: str | None = None) -> _Process:
     return _Process(popen, folder, launch)
 
 
-class _Spares:
+def _close_pipes(spare: _Process) -> None:
+    """In a forked child: close the child's copies of a parent's spare's pipes."""
+    for pipe in (spare.popen.stdin, spare.popen.stdout, spare.popen.stderr):
+        if pipe is not None:
+            with contextlib.suppress(OSError):
+                pipe.close()
+
+
+class _Spares(SparePool[_LaunchSpec, _Process]):
     """At most one spare kernel process, started ahead of need for the last launch spec.
 
     :meth:`take` counts the kernels started per spec; from the second on (a process that
@@ -251,81 +259,20 @@ class _Spares:
     """
 
     def __init__(self) -> None:
-        self._lock = threading.Lock()
-        self._ready: dict[_LaunchSpec, _Process] = {}
-        self._launching: dict[_LaunchSpec, threading.Thread] = {}
-        self._starts: Counter[_LaunchSpec] = Counter()
-        self._closed = False
-        self._pid = os.getpid()
-
-    def take(self, spec: _LaunchSpec) -> _Process | None:
-        """The spare for ``spec`` (possibly still starting up), or ``None``; starts the next
-        one in the background."""
-        with self._lock:
-            launching = self._launching.get(spec)
-        if launching is not None:
-            launching.join(5.0)  # it is only forking (~1 ms)
-        with self._lock:
-            self._starts[spec] += 1
-            spare = self._ready.pop(spec, None)
-            refill = self._starts[spec] >= 2 and not self._closed and spec not in self._launching
-            if refill:
-                thread = threading.Thread(
-                    target=self._refill, args=(spec,), name="rlmd-spare-kernel", daemon=True
-                )
-                self._launching[spec] = thread
-        if refill:
-            thread.start()
-        if spare is not None and spare.popen.poll() is not None:  # died while waiting
-            spare.discard()
-            spare = None
-        return spare
-
-    def _refill(self, spec: _LaunchSpec) -> None:
-        try:
-            spare: _Process | None = _launch(spec)
-        except SandboxError as exc:
-            log.debug("could not start a spare kernel: %s", exc)
-            spare = None
-        unused: list[_Process] = []
-        with self._lock:
-            del self._launching[spec]
-            if spare is not None and not self._closed and spec not in self._ready:
-                # One spare in all: one for another spec (PATH changed since) goes.
-                unused, self._ready = list(self._ready.values()), {spec: spare}
-            elif spare is not None:
-                unused = [spare]
-        for process in unused:
-            process.discard()
+        super().__init__(
+            lambda spec: _launch(spec),
+            _Process.discard,
+            errors=SandboxError,
+            what="kernel",
+            join_s=5.0,  # it is only forking (~1 ms)
+            alive=lambda spare: spare.popen.poll() is None,
+            forget_item=_close_pipes,
+        )
 
     def after_fork_in_child(self) -> None:
         """In a forked child the spares are the parent's: forget them (closing the copies of
         their pipes) and start afresh."""
-        self._lock = threading.Lock()
-        for spare in self._ready.values():
-            for pipe in (spare.popen.stdin, spare.popen.stdout, spare.popen.stderr):
-                if pipe is not None:
-                    with contextlib.suppress(OSError):
-                        pipe.close()
-        self._ready = {}
-        self._launching = {}
-        self._starts = Counter()
-        self._pid = os.getpid()
-
-    def close(self, *, final: bool = False) -> None:
-        """Kill the spares (``final``: and start no more)."""
-        if os.getpid() != self._pid:  # a forked child: the spares are its parent's
-            return
-        with self._lock:
-            self._closed = self._closed or final
-            launching = list(self._launching.values())
-        for thread in launching:
-            thread.join(5.0)
-        with self._lock:
-            spares = list(self._ready.values())
-            self._ready.clear()
-        for spare in spares:
-            spare.discard()
+        self.forget()
 
 
 _SPARES = _Spares()
