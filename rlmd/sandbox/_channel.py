@@ -256,6 +256,16 @@ class KernelChannel:
         for task in list(self.calls):
             task.cancel()
 
+    async def cell_stderr(self, rid: int, res: dict[str, Any], timeout: float) -> str:
+        """What finished cell ``rid`` (exec result ``res``) wrote to stderr, as text: up to
+        its sentinel (waiting up to ``timeout`` s) if the kernel wrote one, else all so far."""
+        assert self.drain is not None
+        if res.get("sentinel"):
+            segment = await self.drain.segment(rid, timeout)
+        else:
+            segment = self.drain.take_now()
+        return StderrDrain.text(segment)
+
     def stderr_now(self) -> str:
         """The kernel's stderr collected so far, as text."""
         if self.drain is None:

@@ -44,7 +44,7 @@ from pathlib import Path
 from typing import Any
 
 from rlmd.sandbox import docker_host, images
-from rlmd.sandbox._attach import KernelConnection, KernelDied, StderrDrain
+from rlmd.sandbox._attach import KernelConnection, KernelDied
 from rlmd.sandbox._common import (
     AFTER_RESTART,
     LimitAliases,
@@ -544,11 +544,9 @@ class ContainerSandbox(KernelOps, LimitAliases, Sandbox):
         if not msg.get("ok"):
             raise self._error(msg)
         res = msg["result"]
-        drain = box.conn.drain
-        assert drain is not None
-        segment = await drain.segment(rid, 5.0) if res.get("sentinel") else drain.take_now()
+        fd_text = await box.conn.cell_stderr(rid, res, 5.0)
         self._user_names = list(res.get("names") or [])
-        result = result_from_kernel(res, time.perf_counter() - t0, StderrDrain.text(segment))
+        result = result_from_kernel(res, time.perf_counter() - t0, fd_text)
         if result.error:
             result.error += self._limit_hint(result.error)
         return result

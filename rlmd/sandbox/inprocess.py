@@ -21,18 +21,19 @@ import time
 from collections.abc import Callable
 from typing import Any
 
-from rlmd.kernel import protocol
 from rlmd.kernel.core import CellInterrupted, Kernel, json_copy
 from rlmd.sandbox._common import (
     AFTER_RESTART,
+    LimitAliases,
     RebindState,
     join_names,
+    note_stop,
     result_from_kernel,
     wait,
     with_notice,
 )
 from rlmd.sandbox.base import CallError, CallHandler, CellResult, Sandbox, SandboxError, VarInfo
-from rlmd.sandbox.limits import Limits, limit_message
+from rlmd.sandbox.limits import Limits
 
 _UNSET: Any = object()
 _GIVEN_UP: Any = object()  # a cell's future resolved by the host: its thread was abandoned
@@ -122,7 +123,7 @@ class _Worker:
         self._jobs.put(None)
 
 
-class InProcessSandbox(RebindState, Sandbox):
+class InProcessSandbox(RebindState, LimitAliases, Sandbox):
     """The kernel in this process; cells run in a worker thread that persists between them.
 
     Not isolated. Model code shares the host's process, memory, file system, environment
@@ -189,16 +190,6 @@ class InProcessSandbox(RebindState, Sandbox):
         self._init_rebind_state()
         self._orphan: tuple[Kernel, _Worker, asyncio.Future[Any]] | None = None
         self.abandoned_threads = 0
-
-    @property
-    def timeout_s(self) -> float | None:
-        """Default wall-clock seconds per cell (``limits.wall_s``)."""
-        return self.limits.wall_s
-
-    @property
-    def max_output_chars(self) -> int:
-        """Cap per stream per cell (``limits.output_bytes``)."""
-        return int(self.limits.output_bytes or protocol.DEFAULT_MAX_OUTPUT)
 
     @property
     def isolation(self) -> dict[str, Any]:
@@ -507,10 +498,7 @@ class InProcessSandbox(RebindState, Sandbox):
                 raise SandboxError(f"the kernel failed: {res!r}") from res
             self._user_names = list(res.get("names") or [])
             result = result_from_kernel(res, time.perf_counter() - t0)
-            if self._interrupted:
-                result.error = "the cell was interrupted; the REPL state is kept.\n" + (
-                    result.error or ""
-                )
+            note_stop(result, timeout, timed_out=False, interrupted=self._interrupted)
             return with_notice(result, notice)
 
     async def _settle_orphan(self) -> None:
@@ -561,14 +549,7 @@ class InProcessSandbox(RebindState, Sandbox):
             res = fut.result()
             self._user_names = list(res.get("names") or [])
             result = result_from_kernel(res, time.perf_counter() - t0)
-            result.timed_out = True
-            result.error = (
-                f"cell timed out after {timeout:g} s "
-                f"({limit_message('wall_s', timeout, restarted=False)[:-1]}) and was "
-                "interrupted; the REPL state is kept (variables assigned before the "
-                "interruption included).\n" + (res.get("error") or "")
-            )
-            return result
+            return note_stop(result, timeout, timed_out=True, interrupted=False)
         # The thread would not stop: abandon it and start a fresh REPL.
         self._abandon(worker)
         lost = list(self._user_names)

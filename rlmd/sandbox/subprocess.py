@@ -53,7 +53,7 @@ from rlmd.kernel import protocol
 from rlmd.sandbox import isolate
 from rlmd.sandbox._channel import KernelChannel
 from rlmd.sandbox._channel import KernelDied as _KernelDied
-from rlmd.sandbox._channel import StderrDrain as _StderrDrain
+from rlmd.sandbox._channel import StderrDrain as _StderrDrain  # noqa: F401 - tests use it
 from rlmd.sandbox._common import (
     AFTER_RESTART,
     LimitAliases,
@@ -809,12 +809,7 @@ class SubprocessSandbox(KernelOps, LimitAliases, Sandbox):
     async def _result(
         self, kernel: _Kernel, rid: int, res: dict[str, Any], t0: float
     ) -> CellResult:
-        assert kernel.drain is not None
-        if res.get("sentinel"):
-            segment = await kernel.drain.segment(rid, 5.0)
-        else:
-            segment = kernel.drain.take_now()
-        fd_text = _StderrDrain.text(segment)
+        fd_text = await kernel.cell_stderr(rid, res, 5.0)
         self._user_names = list(res.get("names") or [])
         result = result_from_kernel(res, time.perf_counter() - t0, fd_text)
         hint = limit_hint(result.error, self.limits)

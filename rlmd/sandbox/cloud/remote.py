@@ -395,13 +395,9 @@ class RemoteSandbox(KernelOps, Sandbox):
     ) -> CellResult:
         """A finished cell's result, with its fd-level stderr and a hint naming the limit
         an error shows was hit (``MemoryError`` under the memory limit, ...)."""
-        assert kernel.drain is not None
-        if res.get("sentinel"):
-            segment = await kernel.drain.segment(rid, 10.0)
-        else:
-            segment = kernel.drain.take_now()
+        fd_text = await kernel.cell_stderr(rid, res, 10.0)
         self._user_names = list(res.get("names") or [])
-        result = result_from_kernel(res, time.perf_counter() - t0, StderrDrain.text(segment))
+        result = result_from_kernel(res, time.perf_counter() - t0, fd_text)
         hint = limit_hint(result.error, self.limits)
         if hint:
             result.error = (result.error or "") + hint + "\n"
