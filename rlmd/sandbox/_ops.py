@@ -41,7 +41,8 @@ class KernelOps(RebindState):
       ``TimeoutError``, :class:`KernelDied`, or :func:`kernel_error`'s exception);
     - ``await _op_died(handle)``: why the kernel died during a request, as the phrase after
       ``"failed: "``;
-    - ``await _restart()``: a fresh kernel, which calls :meth:`_rebind`;
+    - ``await _drop_kernel()``: take the current kernel out of use and end it (if any);
+    - ``await _new_kernel()``: start a fresh kernel and make it the current one;
     - ``await _bind_context_raw(value, codebase)``: bind ``context`` on the current kernel
       (default: one ``bind_context`` request).
     """
@@ -49,6 +50,7 @@ class KernelOps(RebindState):
     _lock: asyncio.Lock
     _closed: bool
     op_timeout_s: float
+    restarts: int
 
     async def _live(self) -> Any:
         raise NotImplementedError
@@ -59,7 +61,10 @@ class KernelOps(RebindState):
     async def _op_died(self, handle: Any) -> str:
         raise NotImplementedError
 
-    async def _restart(self) -> None:
+    async def _drop_kernel(self) -> None:
+        raise NotImplementedError
+
+    async def _new_kernel(self) -> None:
         raise NotImplementedError
 
     async def _bind_context_raw(self, value: Any, codebase: bool) -> None:
@@ -117,6 +122,21 @@ class KernelOps(RebindState):
                 lost,
             )
             raise SandboxError(f"{obj['op']} {what}; the kernel was restarted") from None
+
+    async def _restart(self) -> None:
+        """Replace the kernel with a fresh one and bind the context, tools and ``history``
+        again (counted in ``restarts``; the user's variables are gone).
+
+        Raises:
+            SandboxError: the sandbox is closed, or the new kernel failed to start or bind.
+        """
+        await self._drop_kernel()
+        if self._closed:
+            raise SandboxError("the sandbox is closed")
+        self.restarts += 1
+        self._user_names = []
+        await self._new_kernel()
+        await self._rebind()
 
     async def _rebind(self) -> None:
         """Bind the context, tools and ``history`` again on a fresh kernel.

@@ -605,17 +605,13 @@ class ContainerSandbox(KernelOps, LimitAliases, Sandbox):
             duration_s=time.perf_counter() - t0,
         )
 
-    async def _restart(self) -> None:
-        """Replace the container with a fresh one and bind the context, tools and history."""
+    async def _drop_kernel(self) -> None:
         old, self._box = self._box, None
         if old is not None:
             await self._remove(old)
-        if self._closed:
-            raise SandboxError("the sandbox is closed")
-        self.restarts += 1
-        self._user_names = []
-        self._box = await self._spawn()
-        await self._rebind()
+
+    async def _new_kernel(self) -> None:
+        self._box = await self._spawn()  # a fresh container
 
     async def _bind_context_raw(self, value: Any, codebase: bool) -> None:
         request, path = await self._context_request(value, codebase)

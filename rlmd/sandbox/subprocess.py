@@ -944,18 +944,14 @@ class SubprocessSandbox(KernelOps, LimitAliases, Sandbox):
         kernel.kernel_pid()  # known from now on, even if the wrapper dies
         return kernel
 
-    async def _restart(self) -> None:
-        """Replace the kernel with a fresh one and bind the context, tools and history."""
+    async def _drop_kernel(self) -> None:
         old, self._kernel = self._kernel, None
         if old is not None:
             await old.kill()
             await _drop_cgroups(old.launch)
-        if self._closed:
-            raise SandboxError("the sandbox is closed")
-        self.restarts += 1
-        self._user_names = []
+
+    async def _new_kernel(self) -> None:
         self._kernel = await self._spawn()
-        await self._rebind()
 
     async def _bind_context_raw(self, value: Any, codebase: bool) -> None:
         await self._op_with(self._context_request(value, codebase), raw=True)

@@ -630,15 +630,13 @@ class RemoteSandbox(KernelOps, Sandbox):
             duration_s=time.perf_counter() - t0,
         )
 
-    async def _restart(self) -> None:
-        """Replace the kernel (a new VM if the old one is gone) and bind everything again."""
+    async def _drop_kernel(self) -> None:
         old, self._kernel = self._kernel, None
         if old is not None:
             await self._kill(old)
-        if self._closed:
-            raise SandboxError("the sandbox is closed")
-        self.restarts += 1
-        self._user_names = []
+
+    async def _new_kernel(self) -> None:
+        """A fresh kernel in the VM, or in a new VM if the old one is gone."""
         try:
             self._kernel = await self._spawn()
         except SandboxError as exc:
@@ -647,7 +645,6 @@ class RemoteSandbox(KernelOps, Sandbox):
             await self.provider.destroy()
             await self._boot()
             self._kernel = await self._spawn()
-        await self._rebind()
 
     async def _live_kernel(self) -> _RemoteKernel:
         """The current kernel, restarted first if it died between operations."""
