@@ -39,6 +39,10 @@ code block, so the model cannot write an imagined output of the cell and act on 
 1.5B model did, ``bench/RESULTS.md``, trajectory ``617823ceb2aa74b727aa``)."""
 
 
+FILE_LOADING_PROVIDERS = frozenset({"scripted", "local"})
+"""Model providers whose ``provider:model`` shorthand names a file the host loads; code in
+the REPL may not name new ones (see :meth:`RLMRun._model_named_by_code`)."""
+
 @dataclass
 class RunConfig:
     """How to run: models, sandbox, budgets, tools, prompt options.
@@ -650,10 +654,36 @@ class RLMRun:
 
     def _sub_model(self, name: str | None) -> Model:
         target = name or self.cfg.model_for_depth(self.depth + 1)
+        return self._model_named_by_code(target)
+
+    def _model_named_by_code(self, name: str) -> Model:
+        """The model that sandboxed code asked for by ``name``.
+
+        Model code is untrusted: a ``scripted:file.py:fn`` or ``local:/path`` shorthand would
+        make the host import or parse a file the sandbox just wrote (the kernel's working
+        folder is a host path). So those two providers are allowed only under a name the
+        user configured for this run (root, sub or per-depth model).
+
+        Raises:
+            CallError: unknown model, or a file-loading shorthand the run did not configure.
+        """
+        provider = name.partition(":")[0] if ":" in name else ""
+        if provider in FILE_LOADING_PROVIDERS:
+            configured = {
+                self.cfg.root_model,
+                self.cfg.sub_model,
+                *self.cfg.models_by_depth.values(),
+            }
+            if name not in configured:
+                raise CallError(
+                    f"model {name!r} is not allowed from the REPL: '{provider}:' models load "
+                    "files, so code may only name the models this run was configured with "
+                    "or configured model names"
+                )
         try:
-            return self.rt.get_model(target)
-        except KeyError as exc:
-            raise CallError(f"unknown model {target!r}: {exc}") from None
+            return self.rt.get_model(name)
+        except (KeyError, ValueError) as exc:
+            raise CallError(f"unknown model {name!r}: {exc}") from None
 
     async def _llm_query(self, prompt: Any, model_name: str | None, parent_node: str | None) -> str:
         if not isinstance(prompt, str):
@@ -720,10 +750,7 @@ class RLMRun:
             tools=self.cfg.tools if self.cfg.sub_tools is None else self.cfg.sub_tools,
         )
         if model_name:
-            try:
-                child.model = self.rt.get_model(model_name)
-            except KeyError as exc:
-                raise CallError(f"unknown model {model_name!r}: {exc}") from None
+            child.model = self._model_named_by_code(model_name)
         result = await child.run()
         if result.answer is not None:
             return result.answer
