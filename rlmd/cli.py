@@ -28,6 +28,7 @@ import sys
 from pathlib import Path
 
 from rich.console import Console
+from rich.markup import escape
 
 from rlmd import paths
 
@@ -113,7 +114,7 @@ def main(argv: list[str] | None = None) -> int:
     args = _parser().parse_args(argv)
     problem = _check_args(args)
     if problem:
-        err.print(f"[red]error:[/] {problem}")
+        err.print(f"[red]error:[/] {escape(str(problem))}")
         return 2
     try:
         paths.home()
@@ -201,7 +202,7 @@ def cmd_run(args: argparse.Namespace) -> int:
             for name in {config.root_model, config.model_for_depth(1)}:
                 registry.spec(name).n_threads = args.threads
     except (FileNotFoundError, ValueError, KeyError) as exc:
-        err.print(f"[red]error:[/] {exc}")
+        err.print(f"[red]error:[/] {escape(str(exc))}")
         return 2
     sinks = () if args.quiet else (ProgressPrinter(err),)
 
@@ -222,10 +223,10 @@ def cmd_run(args: argparse.Namespace) -> int:
         err.print("[yellow]terminated: the run is recorded as cancelled[/]")
         return 143
     except ModelNotAvailable as exc:
-        err.print(f"[red]error:[/] {exc}")
+        err.print(f"[red]error:[/] {escape(str(exc))}")
         return 2
     except (KeyError, ValueError) as exc:
-        err.print(f"[red]error:[/] {exc}")
+        err.print(f"[red]error:[/] {escape(str(exc))}")
         return 2
     if args.json:
         print(
@@ -251,7 +252,7 @@ def cmd_run(args: argparse.Namespace) -> int:
                 )
             out.print(result.answer)
         else:
-            err.print(f"[yellow]no answer[/] ({result.status}: {result.error})")
+            err.print(f"[yellow]no answer[/] ({result.status}: {escape(str(result.error))})")
         err.print(f"[dim]trajectory: rlmd show {result.run_id}  (store {paths.store_path()})[/]")
     return 0 if result.status == "completed" else 1
 
@@ -289,7 +290,7 @@ def _find_run(store, ref: str):
         else:
             run = store.get_run(ref)
     except ValueError as exc:
-        err.print(f"[red]error:[/] {exc}")
+        err.print(f"[red]error:[/] {escape(str(exc))}")
         return None
     if run is None:
         err.print(f"[red]error:[/] no run {ref!r} (see rlmd runs)")
@@ -321,7 +322,9 @@ def cmd_export(args: argparse.Namespace) -> int:
         try:
             Path(args.output).write_text(text, encoding="utf-8")
         except OSError as exc:
-            err.print(f"[red]error:[/] cannot write {args.output}: {exc.strerror or exc}")
+            err.print(
+                f"[red]error:[/] cannot write {escape(str(args.output))}: {escape(str(exc.strerror or exc))}"
+            )
             return 2
         err.print(f"wrote {args.output}")
     else:

@@ -64,4 +64,32 @@ def test_rlmd_run_refuses_a_hostile_project_config_before_running(rlmd_home, tmp
     )
     assert proc.returncode != 0
     assert "may choose sandbox" in proc.stderr and "Traceback" not in proc.stderr
+    assert "[run]" in proc.stderr  # printed as text, not eaten as terminal markup
     assert rlmd("runs", "--json", home=rlmd_home).stdout.strip() in ("[]", "")
+
+
+@pytest.mark.parametrize(
+    "toml",
+    [
+        '[run]\nmodel = "scripted:evil.py:respond"\n',
+        '[run]\nsub_model = "scripted:/abs/evil.py:respond"\n',
+        '[run]\nmodels_by_depth = { 1 = "scripted:evil.json" }\n',
+        '[run]\nmodel = "local:own.gguf"\n',
+        '[models."qwen2.5-coder-1.5b"]\nprovider = "local"\nmodel = "/etc/passwd"\n',
+    ],
+)
+def test_project_config_cannot_name_file_loading_models(rlmd_home, tmp_path, toml):
+    """Found by the hostile fresh-user test: ``[run] model = "scripted:evil.py:fn"`` in a
+    cloned project's file made ``rlmd run`` import the project's Python on the host."""
+    project = write_project(tmp_path, toml)
+    (project / "evil.py").write_text("raise SystemExit('imported')\n")
+    with pytest.raises(ValueError) as err:
+        Registry.load(project)
+    assert "user config" in str(err.value)
+    (rlmd_home / "config.toml").write_text(toml)  # the user may
+    Registry.load(None)
+
+
+def test_project_config_may_name_known_models(rlmd_home, tmp_path):
+    project = write_project(tmp_path, '[run]\nmodel = "local:qwen2.5-coder-0.5b"\n')
+    assert Registry.load(project).run_defaults["model"] == "local:qwen2.5-coder-0.5b"

@@ -139,6 +139,33 @@ def _check_untrusted(entry: dict[str, Any], where: str) -> None:
             f"{where}: a scripted model that loads Python code ({model!r}) may only be defined "
             f"in the user config ({paths.user_config_path()}), not in a project's file"
         )
+    if entry.get("provider") == "local" and model is not None and model not in KNOWN_LOCAL_MODELS:
+        raise ValueError(
+            f"{where}: a local model file ({model!r}) may only be named in the user config "
+            f"({paths.user_config_path()}); a project's file may use the known local models "
+            f"({', '.join(sorted(KNOWN_LOCAL_MODELS))})"
+        )
+
+
+def _check_untrusted_model_names(run: dict[str, Any], where: str) -> None:
+    """Refuse, in a project's ``[run]`` table, model names that are ``scripted:`` or
+    ``local:`` shorthands for files (the host would import or parse a file of the project)."""
+    names: list[tuple[str, Any]] = [(k, run.get(k)) for k in ("model", "sub_model")]
+    by_depth = run.get("models_by_depth")
+    if isinstance(by_depth, dict):
+        names += [(f"models_by_depth.{k}", v) for k, v in by_depth.items()]
+    for key, name in names:
+        if not isinstance(name, str):
+            continue
+        provider, sep, rest = name.partition(":")
+        if sep and (
+            provider == "scripted" or (provider == "local" and rest not in KNOWN_LOCAL_MODELS)
+        ):
+            raise ValueError(
+                f"{where}: {key} = {name!r} loads a file; a project's file may only name "
+                f"configured models (set it in the user config {paths.user_config_path()} or "
+                "pass --model)"
+            )
 
 
 def _check_fields(table: Any, where: str, allowed: set[str]) -> dict[str, Any]:
@@ -268,6 +295,7 @@ class Registry:
             from rlmd.sandbox.policy import check_project_sandbox
 
             check_project_sandbox(run, f"{path}: [run]")
+            _check_untrusted_model_names(run, f"{path}: [run]")
             workspace = data.get("workspace")
             if isinstance(workspace, dict):
                 check_project_sandbox(workspace, f"{path}: [workspace]")

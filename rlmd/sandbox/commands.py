@@ -51,6 +51,7 @@ def run(args: argparse.Namespace) -> int:
 
 def _run(args: argparse.Namespace) -> int:
     from rich.console import Console
+    from rich.markup import escape
     from rich.table import Table
 
     from rlmd.sandbox import SandboxError, docker_host, images
@@ -65,7 +66,7 @@ def _run(args: argparse.Namespace) -> int:
             print(json.dumps([asdict(i) for i in infos]))
             return 0
         if reason:
-            err.print(f"[yellow]no docker engine[/]: {reason}")
+            err.print(f"[yellow]no docker engine[/]: {escape(str(reason))}")
         if not infos:
             err.print(f"no templates in {images.templates_dir()}")
             return 0
@@ -83,7 +84,7 @@ def _run(args: argparse.Namespace) -> int:
         Console(highlight=False, soft_wrap=True).print(table)
         return 0
     if reason:
-        err.print(f"[red]error:[/] {reason}")
+        err.print(f"[red]error:[/] {escape(str(reason))}")
         return 1
     if cmd == "reap":
         removed = docker_host.reap_orphans()
@@ -95,12 +96,14 @@ def _run(args: argparse.Namespace) -> int:
     try:
         images.template_path(args.name)
     except (SandboxError, ValueError) as exc:
-        err.print(f"[red]error:[/] {exc}")
+        err.print(f"[red]error:[/] {escape(str(exc))}")
         return 2
     try:
-        image = images.build_template(docker_host.client(), args.name, progress=err.print)
+        image = images.build_template(
+            docker_host.client(), args.name, progress=lambda msg: err.print(escape(str(msg)))
+        )
     except SandboxError as exc:
-        err.print(f"[red]error:[/] {exc}")
+        err.print(f"[red]error:[/] {escape(str(exc))}")
         return 1
     sys.stdout.write(f"{images.image_name(args.name)} {image.id}\n")
     return 0

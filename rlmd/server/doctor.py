@@ -294,13 +294,16 @@ def main(*, as_json: bool = False, sandboxes: bool = True) -> int:
         print(json.dumps({"ok": not failed, "checks": [asdict(c) for c in checks]}, indent=1))
         return 1 if failed else 0
     from rich.console import Console
+    from rich.markup import escape
 
     console = Console(highlight=False)
     colour = {"ok": "green", "warn": "yellow", "fail": "red", "skip": "dim"}
     for c in checks:
-        console.print(f"[{colour[c.status]}]{c.status:>4}[/]  [bold]{c.name}[/]: {c.detail}")
+        console.print(
+            f"[{colour[c.status]}]{c.status:>4}[/]  [bold]{c.name}[/]: {escape(c.detail)}"
+        )
         if c.fix:
-            console.print(f"       fix: {c.fix}")
+            console.print(f"       fix: {escape(c.fix)}")
     console.print("[red]some checks failed[/]" if failed else "[green]rlmd is ready[/]")
     return 1 if failed else 0
 
