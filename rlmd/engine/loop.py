@@ -43,6 +43,7 @@ FILE_LOADING_PROVIDERS = frozenset({"scripted", "local"})
 """Model providers whose ``provider:model`` shorthand names a file the host loads; code in
 the REPL may not name new ones (see :meth:`RLMRun._model_named_by_code`)."""
 
+
 @dataclass
 class RunConfig:
     """How to run: models, sandbox, budgets, tools, prompt options.
