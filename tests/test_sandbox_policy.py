@@ -93,3 +93,22 @@ def test_project_config_cannot_name_file_loading_models(rlmd_home, tmp_path, tom
 def test_project_config_may_name_known_models(rlmd_home, tmp_path):
     project = write_project(tmp_path, '[run]\nmodel = "local:qwen2.5-coder-0.5b"\n')
     assert Registry.load(project).run_defaults["model"] == "local:qwen2.5-coder-0.5b"
+
+
+@pytest.mark.parametrize(
+    ("limits", "needle"),
+    [
+        ({"memory_bytes": float("nan")}, "positive number"),
+        ({"wall_s": float("inf")}, "positive number"),
+        ({"open_files": 0.5}, "whole number"),
+        ({"processes": 1}, "too little for the kernel"),
+        ({"memory_bytes": 1_000_000}, "too little for the kernel"),
+    ],
+)
+def test_limits_that_cannot_work_are_refused_with_the_limit_named(limits, needle):
+    """The hostile fresh-user test got "exit code 137" or "Invalid argument" for these."""
+    from rlmd.sandbox.limits import Limits
+
+    with pytest.raises(ValueError) as err:
+        Limits.from_dict(limits)
+    assert needle in str(err.value) and next(iter(limits)) in str(err.value)

@@ -581,6 +581,9 @@ class RLMRun:
         self._cell_node = node
         self.emit("cell.started", node, it_node, index=index, code=code)
         timeout = self.cfg.budget.cell_timeout_s
+        limits = getattr(sandbox, "limits", None)
+        if limits is not None and limits.wall_s is not None:  # the sandbox's own limit holds too
+            timeout = min(timeout, limits.wall_s)
         remaining = self.rt.ledger.remaining_seconds()
         if remaining is not None:
             timeout = min(timeout, max(remaining, 0.5))

@@ -8,10 +8,20 @@ cell ends with a model-readable message naming it (:func:`limit_message`), never
 
 from __future__ import annotations
 
+import math
 from dataclasses import asdict, dataclass, fields
 from typing import Any
 
 MiB = 1024 * 1024
+
+
+WHOLE = frozenset({"memory_bytes", "processes", "open_files", "file_size_bytes", "output_bytes"})
+"""Limits counted in whole units (bytes, processes, descriptors)."""
+
+MINIMUM = {"memory_bytes": 64 * MiB, "processes": 8, "open_files": 64}
+"""Floors with headroom for the kernel to start and report back: the hostile fresh-user
+test saw it fail at start-up with ``memory_bytes=1_000_000`` (exit 137) and ``processes=1``
+("can't start new thread")."""
 
 
 @dataclass(frozen=True)
@@ -50,8 +60,21 @@ class Limits:
                 continue
             if value is None:
                 continue
-            if isinstance(value, bool) or not isinstance(value, (int, float)) or value <= 0:
+            if (
+                isinstance(value, bool)
+                or not isinstance(value, (int, float))
+                or not math.isfinite(value)
+                or value <= 0
+            ):
                 raise ValueError(f"limit {f.name} must be a positive number or None, not {value!r}")
+            if f.name in WHOLE and value != int(value):
+                raise ValueError(f"limit {f.name} must be a whole number, not {value!r}")
+            floor = MINIMUM.get(f.name)
+            if floor is not None and value < floor:
+                raise ValueError(
+                    f"limit {f.name} = {value!r} is below {floor}, too little for the kernel "
+                    "itself to start"
+                )
 
     def to_dict(self) -> dict[str, Any]:
         """The limits as a JSON-able dict (recorded with every run)."""
