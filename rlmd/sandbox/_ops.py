@@ -110,17 +110,11 @@ class KernelOps(RebindState):
         except (TimeoutError, KernelDied) as exc:
             if self._closed:
                 raise SandboxError("the sandbox was closed") from None
-            lost = list(self._user_names)
             if isinstance(exc, TimeoutError):
                 what = f"timed out after {self.op_timeout_s:g} s"
             else:
                 what = f"failed: {await self._op_died(handle)}"
-            await self._restart()
-            self._notice = (
-                f"[rlmd: the kernel was restarted after {obj['op']} {what}; "
-                f"variables lost: {join_names(lost)}]\n",
-                lost,
-            )
+            await self._restart_noting(f"the kernel was restarted after {obj['op']} {what}")
             raise SandboxError(f"{obj['op']} {what}; the kernel was restarted") from None
 
     async def _restart(self) -> None:
@@ -137,6 +131,17 @@ class KernelOps(RebindState):
         self._user_names = []
         await self._new_kernel()
         await self._rebind()
+
+    async def _restart_noting(self, what: str) -> None:
+        """:meth:`_restart`, and owe the next cell the notice ``[rlmd: <what>; variables
+        lost: ...]`` (the user variables there were before the restart).
+
+        Raises:
+            SandboxError: as :meth:`_restart`.
+        """
+        lost = list(self._user_names)
+        await self._restart()
+        self._notice = (f"[rlmd: {what}; variables lost: {join_names(lost)}]\n", lost)
 
     async def _rebind(self) -> None:
         """Bind the context, tools and ``history`` again on a fresh kernel.

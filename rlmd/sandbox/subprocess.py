@@ -966,19 +966,13 @@ class SubprocessSandbox(KernelOps, LimitAliases, Sandbox):
         await self._settle_orphan()
         kernel = self._kernel
         if kernel.dead:
-            lost = list(self._user_names)
             if kernel.killed_by_host == "interrupt":
                 how = "an earlier, cancelled cell did not stop when interrupted"
             else:
                 wrapped = kernel.launch.wrapper is not None
                 how = f"it died: {_describe_exit(kernel.returncode, wrapped)}"
             log.warning("kernel %s is gone (%s); restarting", kernel.pid, how)
-            await self._restart()
-            self._notice = (
-                f"[rlmd: the kernel was restarted before this cell ({how}); "
-                f"variables lost: {join_names(lost)}]\n",
-                lost,
-            )
+            await self._restart_noting(f"the kernel was restarted before this cell ({how})")
             assert self._kernel is not None
             kernel = self._kernel
         return kernel

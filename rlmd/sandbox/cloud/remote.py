@@ -31,7 +31,6 @@ from rlmd.kernel import protocol
 from rlmd.sandbox._channel import KernelChannel, StderrDrain
 from rlmd.sandbox._channel import KernelDied as _KernelDied
 from rlmd.sandbox._common import (
-    join_names,
     note_stop,
     restarted_text,
     result_from_kernel,
@@ -652,14 +651,10 @@ class RemoteSandbox(KernelOps, Sandbox):
         kernel = self._kernel
         assert kernel is not None
         if kernel.dead:
-            lost = list(self._user_names)
             how = kernel.why or kernel.describe_exit()
             log.warning("remote kernel %s died between cells (%s); restarting", kernel.pid, how)
-            await self._restart()
-            self._notice = (
-                f"[rlmd: the kernel died before this cell ({how}) and was restarted; "
-                f"variables lost: {join_names(lost)}]\n",
-                lost,
+            await self._restart_noting(
+                f"the kernel died before this cell ({how}) and was restarted"
             )
             assert self._kernel is not None
             kernel = self._kernel
