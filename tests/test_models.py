@@ -250,7 +250,7 @@ provider = "scripted"
 model = "scripts/s.json"
 
 [run]
-max_depth = 3
+max_depth = 1
 sub_model = "qwen2.5-coder-0.5b"
 
 [sandbox]
@@ -270,7 +270,7 @@ kind = "process"
     assert registry.spec("mine").model == str(project / "scripts" / "s.json")
     assert registry.run_defaults == {
         "model": "fast",
-        "max_depth": 3,
+        "max_depth": 1,
         "sub_model": "qwen2.5-coder-0.5b",
     }
     assert registry.sections == {"sandbox": {"kind": "process"}}

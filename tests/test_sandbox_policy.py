@@ -112,3 +112,30 @@ def test_limits_that_cannot_work_are_refused_with_the_limit_named(limits, needle
     with pytest.raises(ValueError) as err:
         Limits.from_dict(limits)
     assert needle in str(err.value) and next(iter(limits)) in str(err.value)
+
+
+@pytest.mark.parametrize(
+    "toml",
+    [
+        "[run]\ncell_timeout_s = 100000\n",
+        "[run]\nmax_iterations = 100000\n",
+        "[run]\nmax_depth = 50\n",
+        "[run]\noutput_cap = 100000000\n",
+        "[run]\nmax_concurrent_subcalls = 100000\n",
+        "[run]\ncell_timeout_s = nan\n",
+    ],
+)
+def test_project_config_may_only_lower_budgets(rlmd_home, tmp_path, toml):
+    project = write_project(tmp_path, toml)
+    with pytest.raises(ValueError) as err:
+        Registry.load(project)
+    assert "may only lower budgets" in str(err.value)
+
+
+def test_project_budget_is_measured_against_the_users_config(rlmd_home, tmp_path):
+    (rlmd_home / "config.toml").write_text("[run]\nmax_iterations = 40\n")
+    project = write_project(tmp_path, "[run]\nmax_iterations = 30\nmax_usd = 0.5\n")
+    assert Registry.load(project).run_defaults["max_iterations"] == 30
+    (project / ".rlmd.toml").write_text("[run]\nmax_iterations = 41\n")
+    with pytest.raises(ValueError, match="above 40"):
+        Registry.load(project)

@@ -196,7 +196,7 @@ async def test_runs_get_on_a_queued_task_returns_its_status(daemon, project):
         first = await c.command(
             "rlmd.task.start", start_params(project, "import time\ntime.sleep(1.0)", "FINAL(1)")
         )
-        second = await c.command("rlmd.task.start", start_params(project, "FINAL(2)"))
+        second = await c.command("rlmd.task.start", start_params(project, "x = 2\nFINAL(x)"))
         await c.wait_for(event(first["run_id"], "cell.started"))
         got = await c.command("rlmd.runs.get", {"run_id": second["run_id"]})
         assert got["run"] is None

@@ -147,6 +147,33 @@ def _check_untrusted(entry: dict[str, Any], where: str) -> None:
         )
 
 
+LOWER_ONLY_OPTIONS = ("output_cap", "max_concurrent_subcalls")
+"""Numeric ``[run]`` options besides the budget that a project's file may only lower."""
+
+
+def _check_untrusted_budget(run: dict[str, Any], user: dict[str, Any], where: str) -> None:
+    """Refuse, in a project's ``[run]`` table, a budget (or output cap, sub-call concurrency)
+    above what the user config or the built-in default allows: a cloned repository must not
+    raise what a run may spend or how long a cell may spin."""
+    from dataclasses import fields
+
+    from rlmd.engine.budget import Budget
+    from rlmd.engine.loop import RunConfig
+
+    defaults = {f.name: f.default for f in fields(Budget)}
+    defaults.update({f.name: f.default for f in fields(RunConfig) if f.name in LOWER_ONLY_OPTIONS})
+    for key, value in run.items():
+        if key not in defaults or isinstance(value, bool) or not isinstance(value, int | float):
+            continue
+        ceiling = user.get(key, defaults[key])
+        if isinstance(ceiling, int | float) and not value <= ceiling:
+            raise ValueError(
+                f"{where}: {key} = {value!r} is above {ceiling!r} (your config or the default); "
+                "a project's file may only lower budgets. Raise it in your user config "
+                f"({paths.user_config_path()}) or on the command line"
+            )
+
+
 def _check_untrusted_model_names(run: dict[str, Any], where: str) -> None:
     """Refuse, in a project's ``[run]`` table, model names that are ``scripted:`` or
     ``local:`` shorthands for files (the host would import or parse a file of the project)."""
@@ -296,6 +323,7 @@ class Registry:
 
             check_project_sandbox(run, f"{path}: [run]")
             _check_untrusted_model_names(run, f"{path}: [run]")
+            _check_untrusted_budget(run, self.run_defaults, f"{path}: [run]")
             workspace = data.get("workspace")
             if isinstance(workspace, dict):
                 check_project_sandbox(workspace, f"{path}: [workspace]")
