@@ -165,7 +165,7 @@ async def test_a_client_that_never_reads_is_dropped_and_others_go_on(daemon, tmp
             "rlmd.task.start",
             {
                 "workspace": str(project),
-                "question": question(loud, loud, loud, "FINAL(1)"),
+                "question": question(loud, loud, loud, "x = 1\nFINAL(x)"),
                 "models": {"root": CELLS},
             },
         )

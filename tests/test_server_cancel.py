@@ -90,7 +90,7 @@ async def test_client_leaving_mid_task_does_not_stop_it(daemon, tmp_path):
     try:
         await watcher.command("rlmd.health")
         st = await leaver.command(
-            "rlmd.task.start", params(project, "import time\ntime.sleep(0.3)", "FINAL(5)")
+            "rlmd.task.start", params(project, "import time\ntime.sleep(0.3)\nx = 5", "FINAL(x)")
         )
         await leaver.close()
         done = (await watcher.wait_for(finished(st["run_id"])))["params"]
