@@ -31,6 +31,7 @@ from rich.console import Console
 from rich.markup import escape
 
 from rlmd import paths
+from rlmd.sandbox import BACKENDS
 
 err = Console(stderr=True, highlight=False, soft_wrap=True)
 out = Console(highlight=False, soft_wrap=True)
@@ -53,8 +54,8 @@ def _parser() -> argparse.ArgumentParser:
     )
     r.add_argument(
         "--sandbox",
-        choices=["subprocess", "inprocess", "container"],
-        help="REPL backend (default subprocess)",
+        choices=list(BACKENDS),
+        help="REPL backend (default subprocess; e2b and modal need their extra and credentials)",
     )
     r.add_argument(
         "--template",
