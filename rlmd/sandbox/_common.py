@@ -3,10 +3,11 @@
 from __future__ import annotations
 
 import asyncio
+import os
 from typing import Any
 
 from rlmd.kernel import protocol
-from rlmd.sandbox.base import CellResult, VarInfo
+from rlmd.sandbox.base import CellResult, SandboxError, VarInfo
 from rlmd.sandbox.limits import Limits, limit_message
 
 
@@ -32,6 +33,24 @@ async def wait(fut: asyncio.Future[Any], timeout: float | None) -> Any:
         raise
     finally:
         handle.cancel()
+
+
+def inside(workdir: str | None, path: str) -> str:
+    """``path`` resolved under the host folder ``workdir`` (symlinks followed on the host).
+
+    Raises:
+        ValueError: ``path`` is absolute, empty, or escapes ``workdir``.
+        SandboxError: ``workdir`` is ``None`` (the sandbox is not started).
+    """
+    if workdir is None:
+        raise SandboxError("the sandbox is not started")
+    if not isinstance(path, str) or not path or "\x00" in path or os.path.isabs(path):
+        raise ValueError(f"path {path!r} must be relative to the working folder")
+    root = os.path.realpath(workdir)
+    full = os.path.realpath(os.path.join(root, path))
+    if not full.startswith(root + os.sep):
+        raise ValueError(f"path {path!r} escapes the working folder")
+    return full
 
 
 def join_names(names: list[str]) -> str:

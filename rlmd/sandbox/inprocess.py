@@ -26,6 +26,7 @@ from rlmd.sandbox._common import (
     AFTER_RESTART,
     LimitAliases,
     RebindState,
+    inside,
     join_names,
     note_stop,
     result_from_kernel,
@@ -286,15 +287,7 @@ class InProcessSandbox(RebindState, LimitAliases, Sandbox):
             return lost
 
     def _inside(self, path: str) -> str:
-        if self.workdir is None:
-            raise SandboxError("the sandbox is not started")
-        if not isinstance(path, str) or not path or "\x00" in path or os.path.isabs(path):
-            raise ValueError(f"path {path!r} must be relative to the working folder")
-        root = os.path.realpath(self.workdir)
-        full = os.path.realpath(os.path.join(root, path))
-        if not full.startswith(root + os.sep):
-            raise ValueError(f"path {path!r} escapes the working folder")
-        return full
+        return inside(self.workdir, path)
 
     async def upload(self, path: str, data: bytes) -> None:
         full = self._inside(path)

@@ -57,6 +57,7 @@ from rlmd.sandbox._channel import StderrDrain as _StderrDrain  # noqa: F401 - te
 from rlmd.sandbox._common import (
     AFTER_RESTART,
     LimitAliases,
+    inside,
     join_names,
     note_stop,
     restarted_text,
@@ -771,15 +772,7 @@ class SubprocessSandbox(KernelOps, LimitAliases, Sandbox):
             ValueError: absolute, empty, or escaping the working folder.
             SandboxError: not started.
         """
-        if self._workdir is None:
-            raise SandboxError("the sandbox is not started")
-        if not isinstance(path, str) or not path or "\x00" in path or os.path.isabs(path):
-            raise ValueError(f"path {path!r} must be relative to the working folder")
-        root = os.path.realpath(self._workdir)
-        full = os.path.realpath(os.path.join(root, path))
-        if not full.startswith(root + os.sep):
-            raise ValueError(f"path {path!r} escapes the working folder")
-        return full
+        return inside(self._workdir, path)
 
     def _context_request(self, value: Any, codebase: bool) -> dict[str, Any]:
         if (
