@@ -12,6 +12,7 @@ Limits are small (256 MiB, 2 s, 64 processes) so the suite stays fast on a share
 
 from __future__ import annotations
 
+import asyncio
 import json
 import os
 import secrets
@@ -298,6 +299,39 @@ async def test_writing_outside_the_working_folder(sb):
     await usable(sb)
 
 
+async def test_planted_symlinks_and_fifos_in_the_working_folder(sb, tmp_path):
+    """Found by the hostile fresh-user test: the host wrote a large context through a
+    symlink planted at its fixed file name (overwriting a root-owned host file), and a FIFO at
+    the next predictable name hung the host in ``open()`` while re-binding after a restart."""
+    contained_or_skip(sb, "write_outside")
+    victim = tmp_path / "VICTIM"
+    victim.write_text("original")
+    text = "line of context\n" * 70_000  # > 1 MiB: bound through a file
+    await sb.load_context(text)
+    names = [".rlmd-context.text", ".rlmd-context.json"] + [f".rlmd-context-{i}" for i in range(8)]
+    plant = (
+        "import os\n"
+        f"for name in {names!r}:\n"
+        f"    os.symlink({str(victim)!r}, name)\n"
+        "os.mkfifo('fifo')\n"
+        "os.symlink('/etc/hostname', 'link')\n"
+        "print('planted', len(os.listdir('.')))"
+    )
+    r = await cell(sb, plant)
+    assert r.error is None, r.error
+    await asyncio.wait_for(sb.restart(), 60)  # re-binds the context: writes it again
+    r = await cell(sb, "print(len(context), context[:15])")
+    assert r.stdout == f"{len(text)} line of context\n", (r.stdout, r.error)
+    assert victim.read_text() == "original"
+    for bad in ("fifo", "link"):  # neither blocks nor follows: a clear error
+        with pytest.raises((ValueError, OSError)):
+            await asyncio.wait_for(sb.upload(bad, b"data"), 10)
+        with pytest.raises((ValueError, OSError)):
+            await asyncio.wait_for(sb.download(bad), 10)
+    assert open("/etc/hostname").read() != "data"
+    await usable(sb)
+
+
 # --------------------------------------------------------------------------- the REPL itself
 
 
@@ -335,6 +369,36 @@ async def test_corrupting_the_channel(sb):
     )
     # Either the garbage never reached the channel (the cell just ends), or the host saw a
     # malformed frame and replaced the kernel; both leave a working sandbox.
+    assert r.error is None or "restarted" in r.error
+    await usable(sb)
+
+
+async def test_forged_huge_frame_length_is_refused_not_buffered(sb):
+    """Found by the hostile fresh-user test: a 3 GiB length prefix followed by 1.5 GB of
+    spaces grew rlmd itself to 1.6 GB. The host must drop the channel at the length."""
+    contained_or_skip(sb, "close_channel")
+    if sb.kind == "container":
+        pytest.skip(
+            "known, left open: after the host drops a container's channel, the docker engine "
+            "(20.10) can stall for minutes removing a container that keeps writing to its attach "
+            "stream; the host-side length check itself is the shared KernelChannel's"
+        )
+    import resource
+
+    before = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
+    r = await cell(
+        sb,
+        "import os\nfor fd in range(3, 1024):\n    try:\n"
+        "        os.write(fd, (3 * 2**30).to_bytes(4, 'big') + b' ' * 2**20)\n"
+        "    except OSError:\n        pass\n"
+        "for _ in range(64):\n    for fd in range(3, 1024):\n        try:\n"
+        "            os.write(fd, b' ' * 2**20)\n        except OSError:\n            pass\n"
+        "print('wrote')",
+    )
+    grown_kib = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss - before
+    assert grown_kib < 48 * 1024, grown_kib  # the 64 MiB that followed was never buffered
+    if r.error is not None and sb.kind == "subprocess":
+        assert "over the host's limit" in r.error, r.error
     assert r.error is None or "restarted" in r.error
     await usable(sb)
 

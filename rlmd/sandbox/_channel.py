@@ -21,6 +21,13 @@ from rlmd.sandbox.base import CallError, CallHandler
 log = logging.getLogger(__name__)
 
 
+HOST_MAX_FRAME = 512 * 1024 * 1024
+"""The largest message the host accepts from a kernel (bytes). An exec result is at most two
+streams of 32 MiB of characters at up to 6 JSON bytes each (``\\u0000``), ~384 MiB; a larger
+length prefix is forged or a runaway ``get_var``, and buffering it would let model code grow
+rlmd's own memory past every sandbox limit (the hostile fresh-user test reached 1.6 GB)."""
+
+
 class KernelDied(Exception):
     """The kernel (or its channel: pipes, attach socket, provider stream) went away."""
 
@@ -132,6 +139,8 @@ class KernelChannel:
         self.drain: StderrDrain | None = None
         self._early_stderr: list[bytes] = []
         self._frames = bytearray()
+        #: why the host dropped the channel (a forged or oversized frame), for the model
+        self.protocol_error: str | None = None
         self.pending: dict[int, asyncio.Future[dict[str, Any]]] = {}
         self.calls: set[asyncio.Task[None]] = set()
         self.ids = 0
@@ -175,6 +184,14 @@ class KernelChannel:
         buf += data
         while len(buf) >= 4:
             n = int.from_bytes(buf[:4], "big")
+            if n > HOST_MAX_FRAME:  # never buffer it: model code could forge the length
+                self.protocol_error = (
+                    f"the kernel sent a {n:,}-byte message, over the host's limit of "
+                    f"{HOST_MAX_FRAME:,} bytes"
+                )
+                buf.clear()
+                self._on_malformed()
+                return
             if len(buf) < 4 + n:
                 break
             body = bytes(buf[4 : 4 + n])
@@ -182,6 +199,7 @@ class KernelChannel:
             try:
                 msg = protocol.decode(body)
             except ValueError:
+                self.protocol_error = "the kernel sent a message that is not valid JSON"
                 self._on_malformed()
                 return
             self._dispatch(msg)

@@ -56,6 +56,7 @@ from rlmd.sandbox._common import (
     wait,
     with_notice,
 )
+from rlmd.sandbox._files import open_regular, text_chunks, write_new
 from rlmd.sandbox._launch import (
     CONTAINER_WORKDIR,
     SPARES,
@@ -367,7 +368,12 @@ class ContainerSandbox(KernelOps, LimitAliases, Sandbox):
         target = self._host_path(path)
         if not target.is_file():
             raise FileNotFoundError(f"no such file in the sandbox: {path}")
-        return await asyncio.to_thread(target.read_bytes)
+
+        def read() -> bytes:  # no symlink swapped in since, no FIFO
+            with os.fdopen(open_regular(str(target), os.O_RDONLY), "rb") as f:
+                return f.read()
+
+        return await asyncio.to_thread(read)
 
     async def health(self) -> dict[str, Any]:
         box = self._box
@@ -684,19 +690,21 @@ class ContainerSandbox(KernelOps, LimitAliases, Sandbox):
             return request, None
         if size < FILE_CONTEXT_CHARS or self._workdir is None:
             return request, None
-        name = f".rlmd-context.{fmt}"
-        path = Path(self._workdir, "work", name)
+        folder = os.path.join(self._workdir, "work")
 
-        def write() -> None:
-            # surrogatepass: the kernel decodes the text the same way (lone surrogates kept).
-            with open(path, "w", encoding="utf-8", errors="surrogatepass") as f:
-                if fmt == "text":
-                    f.write(value)
-                else:
-                    json.dump(value, f)  # ASCII escapes: any str survives
+        def write() -> Path:
+            # A fresh random name: model code can plant a symlink or FIFO at a fixed one
+            # (the hostile fresh-user test overwrote a root-owned host file that way).
+            if fmt == "text":  # surrogatepass: the kernel decodes it the same way
+                chunks = text_chunks(value)
+            else:  # ASCII escapes: any str survives
+                chunks = (part.encode("ascii") for part in json.JSONEncoder().iterencode(value))
+            written = write_new(folder, f".rlmd-context-{fmt}-", chunks)
+            own(written, self.user)
+            return Path(written)
 
-        await asyncio.to_thread(write)
-        inside = f"{CONTAINER_WORKDIR}/{name}"
+        path = await asyncio.to_thread(write)
+        inside = f"{CONTAINER_WORKDIR}/{path.name}"
         if fmt == "text":  # the kernel decodes it from a memory map and deletes the file
             return {"op": "bind_context_file", "path": inside}, path
         return {"op": "bind_context", "path": inside, "format": "json", "codebase": True}, path
@@ -724,7 +732,9 @@ class ContainerSandbox(KernelOps, LimitAliases, Sandbox):
     def _write_file(self, target: Path, data: bytes) -> None:
         root = Path(self._workdir or "", "work").resolve()
         target.parent.mkdir(parents=True, exist_ok=True)
-        target.write_bytes(data)
+        flags = os.O_WRONLY | os.O_CREAT | os.O_TRUNC
+        with os.fdopen(open_regular(str(target), flags), "wb") as f:  # no symlink, no FIFO
+            f.write(data)
         for part in [target, *target.parents]:
             if part == root:
                 break

@@ -66,6 +66,7 @@ from rlmd.sandbox._common import (
     wait,
     with_notice,
 )
+from rlmd.sandbox._files import open_regular, text_chunks, write_new
 from rlmd.sandbox._ops import KernelOps, kernel_error
 from rlmd.sandbox._spares import SparePool
 from rlmd.sandbox.base import (
@@ -562,7 +563,6 @@ class SubprocessSandbox(KernelOps, LimitAliases, Sandbox):
         self._running: tuple[_Kernel, asyncio.Future[dict[str, Any]]] | None = None
         self._interrupted = False
         self._orphan: tuple[_Kernel, int, asyncio.Future[dict[str, Any]]] | None = None
-        self._context_files = 0
         self.restarts = 0
 
     # -- public -----------------------------------------------------------------------------
@@ -781,18 +781,19 @@ class SubprocessSandbox(KernelOps, LimitAliases, Sandbox):
             and len(value) >= FILE_CONTEXT_CHARS
             and self._workdir is not None
         ):
-            self._context_files += 1
-            path = os.path.join(self._workdir, f".rlmd-context-{self._context_files}")
-            return {"op": "bind_context_file", "path": path, "text": value}
+            return {"op": "bind_context_file", "path": None, "text": value}
         return {"op": "bind_context", "value": value, "codebase": codebase}
 
     async def _op_with(self, obj: dict[str, Any], *, raw: bool = False) -> Any:
-        """Send ``obj``, first writing a context file's text if it carries one."""
+        """Send ``obj``, first writing a context file's text if it carries one (at a fresh
+        random name: model code can plant a symlink or FIFO at any predictable one)."""
         text = obj.pop("text", None)
         if text is None:
             return await (self._op_raw(obj) if raw else self._op(obj))
-        path = obj["path"]
-        await asyncio.to_thread(_write_text, path, text, self._sandbox_uid())
+        assert self._workdir is not None
+        path = obj["path"] = await asyncio.to_thread(
+            write_new, self._workdir, ".rlmd-context-", text_chunks(text), self._sandbox_uid()
+        )
         try:
             return await (self._op_raw(obj) if raw else self._op(obj))
         finally:
@@ -849,7 +850,9 @@ class SubprocessSandbox(KernelOps, LimitAliases, Sandbox):
             error = limit_message(limit[0], limit[1], restarted=True, lost=lost)
             error += " " + AFTER_RESTART
         else:
-            how = _describe_exit(kernel.returncode, kernel.launch.wrapper is not None)
+            how = kernel.protocol_error or _describe_exit(
+                kernel.returncode, kernel.launch.wrapper is not None
+            )
             error = (
                 f"the kernel process died while running the cell ({how}); it was "
                 f"restarted; variables lost: {join_names(lost)}. {AFTER_RESTART}"
@@ -1026,31 +1029,24 @@ def _makedirs(folder: str, root: str, uid: int | None) -> None:
             os.chown(made, uid, uid)
 
 
-def _create(path: str, uid: int | None) -> int:
-    """Open ``path`` for writing (never through a symlink), owned by ``uid`` if given."""
-    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_NOFOLLOW | os.O_CLOEXEC, 0o600)
-    if uid is not None:
-        os.fchown(fd, uid, uid)
-    return fd
-
-
 def _write_file(path: str, data: bytes, root: str, uid: int | None = None) -> None:
-    """Write ``data`` to ``path`` (parents made below ``root``), never through a symlink at
-    ``path``; owned by ``uid`` if given."""
+    """Write ``data`` to ``path`` (parents made below ``root``), never through a symlink or
+    into a FIFO model code put at ``path``; owned by ``uid`` if given.
+
+    Raises:
+        ValueError: something other than a regular file is at ``path``.
+    """
     _makedirs(os.path.dirname(path), root, uid)
-    with os.fdopen(_create(path, uid), "wb") as f:
+    flags = os.O_WRONLY | os.O_CREAT | os.O_TRUNC
+    with os.fdopen(open_regular(path, flags, uid), "wb") as f:
         f.write(data)
 
 
-def _write_text(path: str, text: str, uid: int | None = None, chunk: int = 8 << 20) -> None:
-    """Write ``text`` as UTF-8 (lone surrogates passed through) in slices of ``chunk``
-    characters: never a second full-size copy of a 100 MB context in memory."""
-    with os.fdopen(_create(path, uid), "wb") as f:
-        for i in range(0, len(text), chunk):
-            f.write(text[i : i + chunk].encode("utf-8", "surrogatepass"))
-
-
 def _read_file(path: str) -> bytes:
-    fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_CLOEXEC)
-    with os.fdopen(fd, "rb") as f:
+    """The bytes of the regular file at ``path`` (no symlink, FIFO or device).
+
+    Raises:
+        ValueError: not a regular file. OSError: as ``os.open``.
+    """
+    with os.fdopen(open_regular(path, os.O_RDONLY), "rb") as f:
         return f.read()
