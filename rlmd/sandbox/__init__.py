@@ -50,7 +50,8 @@ def backend_class(name: str) -> type[Sandbox]:
     except ImportError as exc:
         raise SandboxError(
             f"sandbox backend {name!r} is not installed ({exc}); "
-            f"install the extra: pip install 'rlmd[{name}]'"
+            f"install its extra: pip install -e '.[{name}]' in an rlmd checkout "
+            f"(or pip install 'rlmd[{name}]')"
         ) from exc
     return getattr(module, class_name)
 

@@ -28,7 +28,7 @@ def _load_sdk() -> Any:
         from e2b import AsyncSandbox
     except ImportError as exc:
         raise SandboxError(
-            f"the e2b SDK is not installed ({exc}); install the extra: pip install 'rlmd[e2b]'"
+            f"the e2b SDK is not installed ({exc}); install its extra: pip install -e '.[e2b]' (or pip install 'rlmd[e2b]')"
         ) from exc
     return AsyncSandbox
 

@@ -29,7 +29,7 @@ def _load_sdk() -> Any:
         import modal
     except ImportError as exc:
         raise SandboxError(
-            f"the modal SDK is not installed ({exc}); install the extra: pip install 'rlmd[modal]'"
+            f"the modal SDK is not installed ({exc}); install its extra: pip install -e '.[modal]' (or pip install 'rlmd[modal]')"
         ) from exc
     return modal
 
