@@ -37,6 +37,17 @@ def start_params(project, *cells, **extra):
     }
 
 
+def task_states(c, run_id: str) -> list[str]:
+    """The states a client was told task ``run_id`` went through, in order."""
+    return [
+        n["params"]["state"]
+        for n in c.notifications
+        if n["method"] == "rlmd/taskStatus"
+        and n["params"]["run_id"] == run_id
+        and n["params"]["update"] == "state"
+    ]
+
+
 async def test_health_models_and_subscribe(daemon):
     c = await daemon.client()
     try:
@@ -82,14 +93,7 @@ async def test_task_start_events_status_and_runs(daemon, project):
         seqs = [e["seq"] for e in events]
         assert seqs == sorted(seqs)
         assert all(e["workspace"] == str(project) for e in events)
-        states = [
-            n["params"]["state"]
-            for n in c.notifications
-            if n["method"] == "rlmd/taskStatus"
-            and n["params"]["run_id"] == run_id
-            and n["params"]["update"] == "state"
-        ]
-        assert states == ["queued", "running", "finished"]
+        assert task_states(c, run_id) == ["queued", "running", "finished"]
 
         status = await c.command("rlmd.task.status", {"run_id": run_id})
         assert status["status"] == "completed" and status["state"] == "finished"
@@ -178,14 +182,7 @@ async def test_start_answer_comes_before_the_tasks_notifications(daemon, project
             got = await c.command("rlmd.runs.get", {"run_id": run_id})
             assert got.get("run") is not None or got["task"]["run_id"] == run_id
             await c.wait_for(finished(run_id))
-            states = [
-                n["params"]["state"]
-                for n in c.notifications
-                if n["method"] == "rlmd/taskStatus"
-                and n["params"]["run_id"] == run_id
-                and n["params"]["update"] == "state"
-            ]
-            assert states == ["queued", "running", "finished"]
+            assert task_states(c, run_id) == ["queued", "running", "finished"]
     finally:
         await c.close()
 
