@@ -23,6 +23,10 @@ from rlmd.sandbox.base import (
 BACKENDS = ("subprocess", "inprocess", "container", "e2b", "modal")
 """Every backend name; :func:`unavailable_reason` says whether one can start here."""
 
+DEFAULT_BACKEND = "subprocess"
+"""The backend a run, a workspace or the CLI uses when nothing names one: the only place
+this default is written."""
+
 _MODULES = {
     "subprocess": ("rlmd.sandbox.subprocess", "SubprocessSandbox"),
     "inprocess": ("rlmd.sandbox.inprocess", "InProcessSandbox"),
@@ -67,7 +71,7 @@ def unavailable_reason(name: str) -> str | None:
     return probe() if probe is not None else None
 
 
-def create_sandbox(name: str = "subprocess", **options: Any) -> Sandbox:
+def create_sandbox(name: str = DEFAULT_BACKEND, **options: Any) -> Sandbox:
     """A new, not yet started sandbox of backend ``name``; ``options`` go to its constructor.
 
     ``options["limits"]`` may be a :class:`~rlmd.sandbox.limits.Limits` or a dict of its
@@ -87,6 +91,7 @@ def create_sandbox(name: str = "subprocess", **options: Any) -> Sandbox:
 
 __all__ = [
     "BACKENDS",
+    "DEFAULT_BACKEND",
     "CODEBASE_HELPERS",
     "RESERVED_NAMES",
     "CallError",
