@@ -32,8 +32,28 @@ if [ ! -x .venv/bin/python ]; then
 fi
 # Install chatter goes to stderr: stdout is for the answer (scripts/demo.sh).
 .venv/bin/python -m pip install -q --upgrade pip 2>&1 | { grep -v '^WARNING: Location' || true; } >&2
-# Two build threads for llama.cpp; native CPU flags (built here, for here).
-CMAKE_BUILD_PARALLEL_LEVEL="${CMAKE_BUILD_PARALLEL_LEVEL:-2}" \
-  .venv/bin/python -m pip install -q -e ".[${EXTRAS}]" 2>&1 | { grep -v '^WARNING: Location' || true; } >&2
+# llama-cpp-python ships only an sdist. Its default build is -march=native, and on CPUs with
+# AMX/AVX-512-FP16 (Intel Sapphire Rapids VMs) that build segfaults in its first decode; a
+# portable build (AVX2/FMA/F16C, GGML_NATIVE=OFF) runs everywhere. pip's wheel cache ignores
+# CMAKE_ARGS, so the wheel is built once into a cache folder named after the version and flags.
+if [[ ",${EXTRAS}," == *",local,"* ]]; then
+  LLAMA_VERSION="$(sed -n 's/.*"llama-cpp-python==\([0-9.]*\)".*/\1/p' pyproject.toml)"
+  LLAMA_CMAKE_ARGS="${RLMD_LLAMA_CMAKE_ARGS:--DGGML_NATIVE=OFF}"
+  key="$(printf '%s %s' "$LLAMA_VERSION" "$LLAMA_CMAKE_ARGS" | sha256sum | cut -c1-12)"
+  wheels="${XDG_CACHE_HOME:-$HOME/.cache}/rlmd/wheels/llama-cpp-python-$key"
+  if ! ls "$wheels"/llama_cpp_python-*.whl >/dev/null 2>&1; then
+    echo "setup: building llama-cpp-python $LLAMA_VERSION ($LLAMA_CMAKE_ARGS; ~5 min on 2 cores, once)" >&2
+    CMAKE_ARGS="$LLAMA_CMAKE_ARGS" CMAKE_BUILD_PARALLEL_LEVEL="${CMAKE_BUILD_PARALLEL_LEVEL:-2}" \
+      .venv/bin/python -m pip wheel -q --no-deps --no-cache-dir "llama-cpp-python==$LLAMA_VERSION" \
+      -w "$wheels.tmp" >&2
+    rm -rf "$wheels" && mv "$wheels.tmp" "$wheels"
+  fi
+  if [ "$(cat .venv/.llama-build 2>/dev/null)" != "$key" ]; then
+    .venv/bin/python -m pip install -q --force-reinstall --no-deps "$wheels"/llama_cpp_python-*.whl \
+      2>&1 | { grep -v '^WARNING: Location' || true; } >&2
+    echo "$key" > .venv/.llama-build
+  fi
+fi
+.venv/bin/python -m pip install -q -e ".[${EXTRAS}]" 2>&1 | { grep -v '^WARNING: Location' || true; } >&2
 .venv/bin/rlmd --help >/dev/null
 echo "setup: rlmd installed in $(pwd)/.venv (extras: ${EXTRAS})" >&2
