@@ -149,7 +149,7 @@ def system_prompt(
     """The root model's system prompt.
 
     Args:
-        meta: context metadata from :meth:`rlmd.workspace.context.Context.metadata`.
+        meta: context metadata from :meth:`rlmd.context.Context.metadata`.
         sub_window: the sub-model's context window, tokens.
         output_cap: characters of each cell's output the model is shown.
         tools: user tool names → one-line descriptions.

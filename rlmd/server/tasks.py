@@ -8,14 +8,15 @@ to the hub. Tasks in different workspaces run in parallel (one asyncio task each
 Cancelling a task cancels its asyncio task: while queued it leaves the line; while running,
 the engine stops the whole run tree and records it as ``"cancelled"`` with the spend so far.
 A task that never reached the engine (cancelled in line, or its sandbox could not start) is
-still recorded as a run (``run.started`` + ``run.finished``) so it shows in the run list.
+still recorded as a run (the engine's :func:`~rlmd.engine.events.never_ran` events) so it
+shows in the run list.
 """
 
 from __future__ import annotations
 
 import asyncio
+import enum
 import logging
-import os
 import time
 from collections import OrderedDict
 from collections.abc import Callable
@@ -24,7 +25,15 @@ from typing import Any
 
 from rlmd.engine import RunConfig, RunResult, run_task
 from rlmd.engine import prompts as engine_prompts
-from rlmd.engine.events import Event
+from rlmd.engine.events import (
+    CellFinished,
+    Event,
+    IterationStarted,
+    ModelCallFinished,
+    RunFinished,
+    never_ran,
+)
+from rlmd.engine.usage import LiveUsage, UsageSummary
 from rlmd.models.registry import Registry
 from rlmd.sandbox.base import SandboxError
 from rlmd.server.errors import not_found
@@ -37,6 +46,14 @@ MAX_FINISHED_KEPT = 1000
 """Finished tasks kept in memory for ``rlmd.task.status`` (older ones come from the store)."""
 
 
+class TaskState(enum.StrEnum):
+    """Where a task is; the value is the wire's ``state`` string."""
+
+    QUEUED = "queued"
+    RUNNING = "running"
+    FINISHED = "finished"
+
+
 @dataclass
 class Task:
     """One task (see ``docs/protocol.md``, TaskStatus, for the dict form)."""
@@ -47,7 +64,7 @@ class Task:
     config: RunConfig
     registry: Registry
     origin: str | None = None
-    state: str = "queued"
+    state: TaskState = TaskState.QUEUED
     phase: str = "waiting"
     status: str | None = None
     created_at: float = field(default_factory=time.time)
@@ -57,16 +74,8 @@ class Task:
     answer_source: str | None = None
     error: str | None = None
     iterations: int = 0
-    usage: dict[str, Any] = field(
-        default_factory=lambda: {
-            "input_tokens": 0,
-            "output_tokens": 0,
-            "cost_usd": 0.0,
-            "model_calls": 0,
-            "runs": 1,
-        }
-    )
-    final_usage: dict[str, Any] | None = None
+    usage: LiveUsage = field(default_factory=LiveUsage)
+    final_usage: UsageSummary | None = None
     sandbox_restarts: int = 0
     notes: list[str] = field(default_factory=list)
     cancel_requested: bool = False
@@ -84,7 +93,7 @@ class Task:
             "started_at": self.started_at,
             "finished_at": self.finished_at,
             "iterations": self.iterations,
-            "usage": dict(self.usage),
+            "usage": self.usage.to_dict(),
             "final_usage": self.final_usage,
             "answer": self.answer,
             "answer_source": self.answer_source,
@@ -136,11 +145,15 @@ class TaskManager:
 
     def live(self) -> list[Task]:
         """Tasks queued or running, oldest first."""
-        return [t for t in self.tasks.values() if t.state != "finished"]
+        return [t for t in self.tasks.values() if t.state is not TaskState.FINISHED]
 
     def status(self, task: Task) -> dict[str, Any]:
         ws = self.workspaces.workspaces.get(task.workspace)
-        pos = ws.queue_position(task.run_id) if ws is not None and task.state == "queued" else None
+        pos = (
+            ws.queue_position(task.run_id)
+            if ws is not None and task.state is TaskState.QUEUED
+            else None
+        )
         return task.to_dict(pos)
 
     # -- commands -------------------------------------------------------------------------
@@ -153,7 +166,7 @@ class TaskManager:
         ahead = [
             t
             for t in self.live()
-            if t.workspace == task.workspace and t.state == "queued" and t is not task
+            if t.workspace == task.workspace and t.state is TaskState.QUEUED and t is not task
         ]
         status["queue_position"] = len(ahead) + 1
         # The response to rlmd.task.start goes out from the done-callback of the command's
@@ -166,7 +179,7 @@ class TaskManager:
     def _launch(self, task: Task) -> None:
         if task.cancel_requested:  # cancelled before it was launched
             self._never_ran(task, "cancelled", "the task was cancelled before it started")
-            task.state, task.phase, task.finished_at = "finished", "done", time.time()
+            task.state, task.phase, task.finished_at = TaskState.FINISHED, "done", time.time()
             self.finished += 1
             self._publish(task)
             self._prune()
@@ -186,7 +199,11 @@ class TaskManager:
         task = self.tasks.get(run_id)
         if task is None:
             raise not_found(f"no task {run_id!r} in this daemon (finished long ago, or never)")
-        if task.state != "finished" and task.phase != "finishing" and not task.cancel_requested:
+        if (
+            task.state is not TaskState.FINISHED
+            and task.phase != "finishing"
+            and not task.cancel_requested
+        ):
             task.cancel_requested = True
             if task.handle is not None:
                 task.handle.cancel()
@@ -210,7 +227,7 @@ class TaskManager:
             ws = self.workspaces.get(task.workspace)
             assert ws is not None
             async with ws.hold(task.run_id):
-                task.state, task.phase, task.started_at = "running", "starting", time.time()
+                task.state, task.phase, task.started_at = TaskState.RUNNING, "starting", time.time()
                 self._publish(task)
                 try:
                     await ws.ensure_started()
@@ -250,7 +267,7 @@ class TaskManager:
             if task.status is None:
                 self._never_ran(task, "failed", f"internal error: {type(exc).__name__}: {exc}")
         finally:
-            task.state, task.phase = "finished", "done"
+            task.state, task.phase = TaskState.FINISHED, "done"
             task.finished_at = time.time()
             self.finished += 1
             self._publish(task)
@@ -267,61 +284,35 @@ class TaskManager:
     def _never_ran(self, task: Task, status: str, error: str) -> None:
         """Record a run for a task that never reached the engine, and tell the clients."""
         task.status, task.error = status, error
-        started = Event(
-            "run.started",
+        for ev in never_ran(
             task.run_id,
-            0,
-            data={
-                "question": task.question,
-                "workspace": task.workspace,
-                "pid": os.getpid(),
-                "budget": task.config.budget.to_dict(),
-                "sandbox": {"kind": task.config.sandbox, "isolation": None},
-                "models": None,
-                "root_run_id": task.run_id,
-            },
-        )
-        finished = Event(
-            "run.finished",
-            task.run_id,
-            0,
-            data={
-                "status": status,
-                "answer": None,
-                "answer_source": None,
-                "usage": None,
-                "iterations": 0,
-                "error": error,
-            },
-        )
-        for ev in (started, finished):
+            question=task.question,
+            sandbox=task.config.sandbox,
+            budget=task.config.budget.to_dict(),
+            workspace=task.workspace,
+            status=status,
+            error=error,
+        ):
             self.record(ev)
             self._on_event(task, ev)
 
     def _on_event(self, task: Task, ev: Event) -> None:
         """Engine sink: keep the task's live numbers, then publish the event."""
-        d = ev.data
-        kind = ev.kind
-        if kind == "iteration.started" and ev.run_id == task.run_id:
-            task.iterations = int(d.get("index", 0)) + 1
-        elif kind == "model_call.finished":
-            u = task.usage
-            u["input_tokens"] += int(d.get("input_tokens") or 0)
-            u["output_tokens"] += int(d.get("output_tokens") or 0)
-            u["cost_usd"] = round(u["cost_usd"] + float(d.get("cost_usd") or 0.0), 8)
-            u["model_calls"] += 1
-        elif kind == "run.started" and ev.run_id != task.run_id:
-            task.usage["runs"] += 1
-        elif kind == "cell.finished" and d.get("kernel_restarted"):
-            task.sandbox_restarts += 1
-            where = "the workspace sandbox" if ev.run_id == task.run_id else "a child run's sandbox"
-            lost = ", ".join(d.get("lost_variables") or []) or "none"
-            why = "a cell timed out" if d.get("timed_out") else "its kernel died"
-            task.notes.append(
-                f"{where} was restarted during the run ({why}); variables lost: {lost}"
-            )
-        elif kind == "run.finished" and ev.run_id == task.run_id:
-            task.status = d.get("status")
+        own = ev.run_id == task.run_id
+        task.usage.observe(ev)
+        match ev:
+            case IterationStarted(index=index) if own:
+                task.iterations = index + 1
+            case CellFinished(kernel_restarted=True):
+                task.sandbox_restarts += 1
+                where = "the workspace sandbox" if own else "a child run's sandbox"
+                lost = ", ".join(ev.lost_variables) or "none"
+                why = "a cell timed out" if ev.timed_out else "its kernel died"
+                task.notes.append(
+                    f"{where} was restarted during the run ({why}); variables lost: {lost}"
+                )
+            case RunFinished(status=status) if own:
+                task.status = status
         self.hub.publish(
             "rlmd/event",
             {"task_id": task.run_id, "workspace": task.workspace, **ev.to_dict()},
@@ -332,7 +323,7 @@ class TaskManager:
                 listener(task, ev)
             except Exception:
                 log.exception("task listener failed")
-        if kind in ("model_call.finished", "run.finished", "iteration.started"):
+        if isinstance(ev, ModelCallFinished | RunFinished | IterationStarted):
             self._publish(task, quiet=True)
 
     def _publish(self, task: Task, *, quiet: bool = False) -> None:
@@ -348,7 +339,7 @@ class TaskManager:
                     log.exception("task listener failed")
 
     def _prune(self) -> None:
-        finished = [k for k, t in self.tasks.items() if t.state == "finished"]
+        finished = [k for k, t in self.tasks.items() if t.state is TaskState.FINISHED]
         for key in finished[: max(0, len(finished) - MAX_FINISHED_KEPT)]:
             self.tasks.pop(key, None)
 

@@ -3,17 +3,18 @@
 Reads live in :mod:`rlmd.store.queries` (mixed into :class:`Store`), the schema in
 :mod:`rlmd.store.schema`.
 
-Event handling (see :mod:`rlmd.engine.events` for the contract):
+Event handling, by event class (see :mod:`rlmd.engine.events` for the contract):
 
-* ``run.started`` inserts the run (status ``"running"``, ``pid`` = the engine's pid if it
+* :class:`RunStarted` inserts the run (status ``"running"``, ``pid`` = the engine's pid if it
   sent one, else this process's).
-* ``<kind>.started`` inserts node ``node_id`` (status ``"running"``); ``<kind>.finished``
-  merges its payload into the node and sets status, ``finished_at``, latency and tokens.
-  A new ``iteration.started`` closes the run's previous iteration.
-* ``compaction`` inserts a finished node.
-* ``sandbox.started`` merges into the run's ``sandbox`` JSON.
-* ``run.finished`` sets status, answer, usage, error, ``finished_at`` and closes the run's
-  nodes still running.
+* :class:`IterationStarted`, :class:`ModelCallStarted`, :class:`CellStarted` insert node
+  ``node_id`` (status ``"running"``); the matching ``*Finished`` merges its payload into the
+  node and sets status, ``finished_at``, latency and tokens. A new iteration closes the
+  run's previous one.
+* :class:`Compaction` inserts a finished node.
+* :class:`SandboxStarted` merges into the run's ``sandbox`` JSON.
+* :class:`RunFinished` sets status, answer, usage, error, ``finished_at`` and closes the
+  run's nodes still running.
 
 Every event is one ``BEGIN IMMEDIATE`` transaction. :meth:`Store.record` never raises:
 events for unknown runs or nodes are stored anyway (a placeholder run row is created) and
@@ -47,7 +48,19 @@ from typing import Any
 
 import sqlite_utils
 
-from rlmd.engine.events import Event, new_id
+from rlmd.engine.events import (
+    CellFinished,
+    CellStarted,
+    Compaction,
+    Event,
+    IterationStarted,
+    ModelCallFinished,
+    ModelCallStarted,
+    RunFinished,
+    RunStarted,
+    SandboxStarted,
+    new_id,
+)
 from rlmd.store import schema
 from rlmd.store.codec import NODE_TEXT_COLUMNS, dumps, loads, merge_text, split_text, to_jsonable
 from rlmd.store.queries import Queries
@@ -55,6 +68,14 @@ from rlmd.store.queries import Queries
 log = logging.getLogger("rlmd.store")
 
 NODE_KINDS = ("iteration", "model_call", "cell", "compaction")
+NODE_STARTS: dict[type[Event], str] = {
+    IterationStarted: "iteration",
+    ModelCallStarted: "model_call",
+    CellStarted: "cell",
+}
+"""Events that insert a node, and the node's kind."""
+NODE_ENDS: dict[type[Event], str] = {ModelCallFinished: "model_call", CellFinished: "cell"}
+"""Events that finish a node, and the node's kind."""
 NODE_STATUSES = ("running", "ok", "error", "timeout")
 MAX_ERRORS_KEPT = 100
 CHECKPOINT_EVERY = 250
@@ -197,7 +218,7 @@ class Store(Queries):
     def record(self, event: Event) -> None:
         """Store one engine event (an :data:`rlmd.engine.events.EventSink`).
 
-        Input: an :class:`~rlmd.engine.events.Event`; its ``data`` is made JSON-safe and
+        Input: a typed :class:`~rlmd.engine.events.Event`; its ``data`` is made JSON-safe and
         passed through :func:`rlmd.models.redact.redact` (when that module exists) first.
         Never raises: failures are logged, counted as ``anomalies["error"]`` and appended to
         :attr:`errors`.
@@ -236,21 +257,22 @@ class Store(Queries):
         return self._redact
 
     def _dispatch(self, event: Event, data: dict[str, Any]) -> None:
-        kind = event.kind
-        if kind == "run.started":
-            self._run_started(event, data)
-        elif kind == "run.finished":
-            self._run_finished(event, data)
-        elif kind == "sandbox.started":
-            self._sandbox_started(event, data)
-        elif kind == "compaction":
-            self._node_point(event, data, "compaction")
-        elif kind.endswith(".started") and kind.count(".") == 1:
-            self._node_started(event, data, kind.split(".")[0])
-        elif kind.endswith(".finished") and kind.count(".") == 1:
-            self._node_finished(event, data, kind.split(".")[0])
-        else:
-            self._anomaly("unknown_kind", f"event kind {kind!r} is not stored")
+        match event:
+            case RunStarted():
+                self._run_started(event, data)
+            case RunFinished():
+                self._run_finished(event, data)
+            case SandboxStarted():
+                self._sandbox_started(event, data)
+            case Compaction():
+                self._node_point(event, data, "compaction")
+            case _ if type(event) in NODE_STARTS:
+                self._node_started(event, data, NODE_STARTS[type(event)])
+            case _ if type(event) in NODE_ENDS:
+                self._node_finished(event, data, NODE_ENDS[type(event)])
+            case _:
+                kind = getattr(event, "kind", type(event).__name__)
+                self._anomaly("unknown_kind", f"event kind {kind!r} is not stored")
 
     def _anomaly(self, name: str, message: str) -> None:
         if not self.anomalies[name]:

@@ -12,6 +12,7 @@ import json
 import os
 import stat
 from collections import Counter
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -54,6 +55,9 @@ class Context:
     kind: str
     source: str | None = None
     skipped: dict[str, int] = field(default_factory=dict)
+    _meta_cache: dict[tuple[object, int], dict[str, Any]] = field(
+        default_factory=dict, init=False, repr=False, compare=False
+    )
 
     @property
     def is_codebase(self) -> bool:
@@ -63,18 +67,32 @@ class Context:
         """Total characters of text in the context (for containers: of their items)."""
         return _chars(self.value)
 
-    def metadata(self, count_tokens, *, tree_lines: int = 30) -> dict[str, Any]:
+    def metadata(
+        self, count_tokens: Callable[[str], int], *, tree_lines: int = 30
+    ) -> dict[str, Any]:
         """What the root model is told about the context instead of its contents.
 
+        Computed once per counting model and ``tree_lines``: a context's value is not changed
+        once loaded, and a daemon workspace's codebase would otherwise be counted again for
+        every task, on the event loop.
+
         Args:
-            count_tokens: ``str -> int`` of the root model.
+            count_tokens: ``str -> int`` of the root model (a bound ``Model.count_tokens``
+                is cached under the model's name).
             tree_lines: at most this many lines of folder summary for a codebase.
 
         Returns:
             ``{"type", "kind", "chars", "tokens", "items"?, "files"?, "tree"?, "skipped"?,
-            "source"?}``; for a long string, ``tokens`` is counted on the text, for a
-            container on its items' text.
+            "source"?}`` (a fresh dict each call); for a long string, ``tokens`` is counted
+            on the text, for a container on its items' text.
         """
+        owner = getattr(count_tokens, "__self__", None)
+        key = (getattr(owner, "name", None) or count_tokens, tree_lines)
+        if key not in self._meta_cache:
+            self._meta_cache[key] = self._metadata(count_tokens, tree_lines)
+        return dict(self._meta_cache[key])
+
+    def _metadata(self, count_tokens: Callable[[str], int], tree_lines: int) -> dict[str, Any]:
         meta: dict[str, Any] = {
             "kind": self.kind,
             "type": type(self.value).__name__,
