@@ -36,8 +36,8 @@ class ProgressPrinter:
         pad = "  " * event.depth
         c = self.console
         match event:
-            case RunStarted(context=ctx, models=models):
-                ctx = ctx or {}
+            case RunStarted(context=meta, models=models):
+                ctx: dict[str, Any] = dict(meta or {})
                 what = f"{ctx.get('kind')} · {ctx.get('chars', 0):,} chars · ~{ctx.get('tokens', 0):,} tokens"
                 if ctx.get("files") is not None:
                     what += f" · {ctx['files']:,} files"

@@ -28,6 +28,9 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any, ClassVar, TypedDict
 
+from rlmd.context import ContextMeta
+from rlmd.engine.budget import BudgetLimits
+from rlmd.engine.usage import UsageSummary
 from rlmd.sandbox.base import CellResult, VarInfo
 
 
@@ -113,10 +116,10 @@ class RunStarted(Event):
     kind: ClassVar[str] = "run.started"
 
     question: str = ""
-    context: dict[str, Any] | None = None
+    context: ContextMeta | None = None
     models: dict[str, dict[str, Any]] | None = None
     sandbox: SandboxInfo | None = None
-    budget: dict[str, Any] | None = None
+    budget: BudgetLimits | None = None
     parent_run_id: str | None = None
     parent_node_id: str | None = None
     root_run_id: str | None = None
@@ -287,7 +290,7 @@ class RunFinished(Event):
     status: str = "completed"
     answer: str | None = None
     answer_source: str | None = None
-    usage: dict[str, Any] | None = None
+    usage: UsageSummary | None = None
     iterations: int = 0
     error: str | None = None
 
@@ -351,7 +354,7 @@ def never_ran(
     *,
     question: str,
     sandbox: str,
-    budget: dict[str, Any],
+    budget: BudgetLimits,
     workspace: str | None,
     status: str,
     error: str,

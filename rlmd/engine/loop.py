@@ -19,7 +19,7 @@ import asyncio
 import os
 from typing import Any
 
-from rlmd.context import Context
+from rlmd.context import Context, ContextMeta
 from rlmd.engine import feedback, parsing, prompts
 from rlmd.engine.budget import BudgetExhausted
 from rlmd.engine.config import STOP_AFTER_BLOCK, RunConfig, RunResult
@@ -215,7 +215,7 @@ class RLMRun:
         )
         return sandbox
 
-    async def _loop(self, meta: dict[str, Any]) -> Outcome:
+    async def _loop(self, meta: ContextMeta) -> Outcome:
         sandbox = await self._attach_sandbox()
         cfg, budget, state = self.cfg, self.cfg.budget, self.state
         sub_model = self.rt.get_model(cfg.model_for_depth(self.depth + 1))

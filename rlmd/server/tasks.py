@@ -21,10 +21,11 @@ import time
 from collections import OrderedDict
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Any
+from typing import NotRequired, TypedDict
 
 from rlmd.engine import RunConfig, RunResult, run_task
 from rlmd.engine import prompts as engine_prompts
+from rlmd.engine.budget import BudgetLimits
 from rlmd.engine.events import (
     CellFinished,
     Event,
@@ -33,7 +34,7 @@ from rlmd.engine.events import (
     RunFinished,
     never_ran,
 )
-from rlmd.engine.usage import LiveUsage, UsageSummary
+from rlmd.engine.usage import LiveTotals, LiveUsage, UsageSummary
 from rlmd.models.registry import Registry
 from rlmd.sandbox.base import SandboxError
 from rlmd.server.errors import not_found
@@ -44,6 +45,35 @@ log = logging.getLogger("rlmd.server")
 
 MAX_FINISHED_KEPT = 1000
 """Finished tasks kept in memory for ``rlmd.task.status`` (older ones come from the store)."""
+
+
+class TaskStatus(TypedDict):
+    """A task as the protocol shows it (``docs/protocol.md``, TaskStatus); ``update`` is
+    added on ``rlmd/taskStatus`` notifications."""
+
+    run_id: str
+    workspace: str
+    question: str
+    state: str
+    status: str | None
+    queue_position: int | None
+    created_at: float
+    started_at: float | None
+    finished_at: float | None
+    iterations: int
+    usage: LiveTotals
+    final_usage: UsageSummary | None
+    answer: str | None
+    answer_source: str | None
+    error: str | None
+    sandbox_restarts: int
+    notes: list[str]
+    cancel_requested: bool
+    models: dict[str, str]
+    sandbox: str
+    budget: BudgetLimits
+    origin: str | None
+    update: NotRequired[str]
 
 
 class TaskState(enum.StrEnum):
@@ -81,7 +111,7 @@ class Task:
     cancel_requested: bool = False
     handle: asyncio.Task[None] | None = None
 
-    def to_dict(self, queue_position: int | None = None) -> dict[str, Any]:
+    def to_dict(self, queue_position: int | None = None) -> TaskStatus:
         return {
             "run_id": self.run_id,
             "workspace": self.workspace,
@@ -147,7 +177,7 @@ class TaskManager:
         """Tasks queued or running, oldest first."""
         return [t for t in self.tasks.values() if t.state is not TaskState.FINISHED]
 
-    def status(self, task: Task) -> dict[str, Any]:
+    def status(self, task: Task) -> TaskStatus:
         ws = self.workspaces.workspaces.get(task.workspace)
         pos = (
             ws.queue_position(task.run_id)
@@ -158,7 +188,7 @@ class TaskManager:
 
     # -- commands -------------------------------------------------------------------------
 
-    def start(self, task: Task) -> dict[str, Any]:
+    def start(self, task: Task) -> TaskStatus:
         """Register ``task`` and start it in the background; returns its status at once."""
         self.tasks[task.run_id] = task
         self.started += 1
@@ -189,7 +219,7 @@ class TaskManager:
             self._run(task), name=f"task-{task.run_id}"
         )
 
-    def cancel(self, run_id: str) -> dict[str, Any]:
+    def cancel(self, run_id: str) -> TaskStatus:
         """Ask task ``run_id`` to stop; returns its status (``cancel_requested`` is true
         unless it had finished already).
 

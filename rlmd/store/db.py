@@ -248,12 +248,14 @@ class Store(Queries):
     def _redactor(self) -> Callable[[Any], Any]:
         """``rlmd.models.redact.redact`` if importable, else the identity (resolved once)."""
         if self._redact is None:
+            chosen: Callable[[Any], Any] = _identity
             try:
                 from rlmd.models.redact import redact
+
+                chosen = redact
             except ImportError:
                 log.warning("rlmd.models.redact is missing: events are stored unredacted")
-                redact = _identity
-            self._redact = redact
+            self._redact = chosen
         return self._redact
 
     def _dispatch(self, event: Event, data: dict[str, Any]) -> None:
@@ -296,7 +298,8 @@ class Store(Queries):
         return {d[0]: value for d, value in zip(cursor.description, row, strict=True)}
 
     def _run_started(self, event: Event, data: dict[str, Any]) -> None:
-        models = data.get("models") if isinstance(data.get("models"), dict) else {}
+        raw_models = data.get("models")
+        models = raw_models if isinstance(raw_models, dict) else {}
         parent_run_id = data.get("parent_run_id")
         parent = self._run_row(parent_run_id) if parent_run_id else None
         root_run_id = data.get("root_run_id") or (
@@ -357,7 +360,8 @@ class Store(Queries):
 
     def _sandbox_started(self, event: Event, data: dict[str, Any]) -> None:
         self._ensure_run(event)
-        current = loads(self._run_row(event.run_id)["sandbox"])
+        row = self._run_row(event.run_id)
+        current = loads(row["sandbox"]) if row is not None else None
         merged = dict(current) if isinstance(current, dict) else {}
         sandbox = data.get("sandbox")
         merged.update(sandbox if isinstance(sandbox, dict) else data)
@@ -495,6 +499,7 @@ class Store(Queries):
             self._anomaly("unknown_node", f"{kind}.finished for unknown node {node_id}")
             self._insert_node(event, node_id, kind, data, status="running")
             row = self._node_row(node_id)
+            assert row is not None  # inserted just now, in this transaction
         started = row["started_at"] if row["started_at"] is not None else event.ts
         latency = _number(data.get("latency_s"))
         if latency is None:

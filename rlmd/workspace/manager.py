@@ -34,7 +34,7 @@ import time
 from collections.abc import AsyncIterator, Callable
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, NotRequired, TypedDict
 
 from rlmd.context import Context, load_codebase
 from rlmd.sandbox import create_sandbox
@@ -52,6 +52,58 @@ async def _no_calls(fn: str, args: dict[str, Any]) -> Any:
         f"{fn}() is only available while a task runs in this workspace "
         "(start one with rlmd.task.start)"
     )
+
+
+class StartInfo(TypedDict):
+    """What starting a workspace's sandbox did (the ``"started"`` change)."""
+
+    files: int
+    chars: int
+    sandbox: str
+    restored: list[str]
+    not_restored: dict[str, str]
+    checkpoint_taken_at: float | None
+
+
+class CheckpointInfo(TypedDict):
+    """The last checkpoint written: when, which variables, which were skipped and why, and
+    the file's size in bytes."""
+
+    taken_at: float
+    variables: list[str]
+    skipped: dict[str, str]
+    bytes: int
+
+
+class RestoreInfo(TypedDict):
+    """The last restore from a checkpoint: when, what came back, what did not and why."""
+
+    at: float
+    restored: list[str]
+    not_restored: dict[str, str]
+    files: NotRequired[int]
+    chars: NotRequired[int]
+    sandbox: NotRequired[str]
+    checkpoint_taken_at: NotRequired[float | None]
+
+
+class WorkspaceInfo(TypedDict):
+    """A workspace as the protocol shows it (``docs/protocol.md``, WorkspaceInfo)."""
+
+    workspace: str
+    state: str
+    busy: bool
+    holder: str | None
+    queued: list[str]
+    sandbox: str
+    pid: int | None
+    files: int | None
+    idle_timeout_s: float | None
+    idle_s: float
+    kernel_restarts: int
+    last_checkpoint: CheckpointInfo | None
+    last_restore: RestoreInfo | None
+    checkpoint_file: str
 
 
 class WorkspaceState(enum.StrEnum):
@@ -109,8 +161,8 @@ class Workspace:
         self.last_used = time.monotonic()
         self.created_at = time.time()
         self.pending_notes: list[str] = []
-        self.last_checkpoint: dict[str, Any] | None = None
-        self.last_restore: dict[str, Any] | None = None
+        self.last_checkpoint: CheckpointInfo | None = None
+        self.last_restore: RestoreInfo | None = None
         self.kernel_restarts = 0
         self._restarts_seen = 0
 
@@ -157,7 +209,7 @@ class Workspace:
 
     # -- the sandbox (callers hold the workspace) ----------------------------------------------
 
-    async def ensure_started(self) -> dict[str, Any] | None:
+    async def ensure_started(self) -> StartInfo | None:
         """Start the sandbox if it is stopped: load the codebase from disk, bind it as
         ``context``, restore the checkpoint. Returns what happened (``None`` if it was
         running already).
@@ -188,7 +240,7 @@ class Workspace:
             raise
         self.sandbox, self.context = sandbox, ctx
         self._restarts_seen = _restarts(sandbox)
-        info: dict[str, Any] = {
+        info: StartInfo = {
             "files": len(ctx.value),
             "chars": ctx.chars(),
             "sandbox": self.settings.sandbox,
@@ -199,7 +251,8 @@ class Workspace:
         saved = ckpt_mod.load(ckpt_mod.checkpoint_path(self.folder))
         if saved is not None:
             restored, missing = await ckpt_mod.restore(sandbox, saved)
-            info.update(restored=restored, not_restored=missing, checkpoint_taken_at=saved.taken_at)
+            info["restored"], info["not_restored"] = restored, missing
+            info["checkpoint_taken_at"] = saved.taken_at
             self.last_restore = {"at": time.time(), **info}
             if restored or missing:
                 self.pending_notes.append(_restore_note(saved.taken_at, restored, missing))
@@ -207,7 +260,7 @@ class Workspace:
         self._emit("started", **info)
         return info
 
-    async def checkpoint(self) -> dict[str, Any] | None:
+    async def checkpoint(self) -> CheckpointInfo | None:
         """Write the REPL's saveable variables to disk. ``None`` if the sandbox is stopped.
 
         Raises:
@@ -352,7 +405,7 @@ class Workspace:
         self.pending_notes.append(note)
         return note
 
-    def describe(self) -> dict[str, Any]:
+    def describe(self) -> WorkspaceInfo:
         """The workspace as a JSON-able dict (see ``docs/protocol.md``, WorkspaceInfo)."""
         return {
             "workspace": self.folder,
