@@ -128,6 +128,11 @@ class RunStarted(Event):
     reached_engine: bool = field(default=True, repr=False)
 
     @property
+    def is_child_run(self) -> bool:
+        """Started by ``rlm_query`` in another run's cell."""
+        return self.parent_run_id is not None
+
+    @property
     def data(self) -> dict[str, Any]:
         if not self.reached_engine:
             return {

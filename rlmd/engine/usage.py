@@ -138,7 +138,7 @@ class LiveUsage:
             self.cost_usd = round(self.cost_usd + float(event.cost_usd or 0.0), 8)
             self.model_calls += 1
             return True
-        if isinstance(event, RunStarted) and event.parent_run_id is not None:
+        if isinstance(event, RunStarted) and event.is_child_run:
             self.runs += 1
             return True
         return False
