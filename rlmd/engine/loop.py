@@ -38,7 +38,7 @@ from rlmd.engine.host import ChildRequest, HostCalls
 from rlmd.engine.metered import Meter, Runtime
 from rlmd.engine.usage import Usage
 from rlmd.models.base import Model
-from rlmd.sandbox.base import CallError, CellResult, Sandbox
+from rlmd.sandbox.base import CallError, CallHandler, CellResult, Sandbox
 
 __all__ = ["RLMRun", "RunConfig", "RunResult", "Runtime", "prepare_sandbox", "run_child_here"]
 
@@ -50,14 +50,17 @@ async def _no_calls(fn: str, args: dict[str, Any]) -> Any:
     raise CallError(f"{fn}() is not available before the run starts")
 
 
-async def prepare_sandbox(sandbox: Sandbox, context: Context) -> Sandbox:
-    """Start ``sandbox`` and bind ``context`` in it: the preparation a run's REPL needs
-    before :class:`RLMRun` attaches its handler. Returns ``sandbox``.
+async def prepare_sandbox(
+    sandbox: Sandbox, context: Context, handler: CallHandler = _no_calls
+) -> Sandbox:
+    """Start ``sandbox`` (serving host calls with ``handler``; by default refusing them) and
+    bind ``context`` in it: the preparation a run's REPL needs before :class:`RLMRun`
+    attaches its handler. Returns ``sandbox``.
 
     Raises:
         SandboxError: the sandbox could not start or take the context.
     """
-    await sandbox.start(_no_calls)
+    await sandbox.start(handler)
     await sandbox.load_context(context.value, codebase=context.is_codebase)
     return sandbox
 
@@ -203,9 +206,10 @@ class RLMRun:
         if the run owns it)."""
         if self._sandbox is None:
             self._sandbox = self.rt.make_sandbox()
-            await prepare_sandbox(self._sandbox, self.context)
+            await prepare_sandbox(self._sandbox, self.context, self.host)
+        else:
+            await self._sandbox.start(self.host)  # a started REPL is re-served with it
         sandbox = self._sandbox
-        await sandbox.start(self.host)  # a started REPL is re-served with this handler
         callables = [n for n, v in self.tools.items() if callable(v)]
         values = {n: v for n, v in self.tools.items() if not callable(v)}
         if callables or values:
