@@ -84,6 +84,18 @@ class TaskState(enum.StrEnum):
     FINISHED = "finished"
 
 
+class TaskPhase(enum.StrEnum):
+    """Where a task is inside its state (internal: cancellation depends on it). ``waiting``
+    in line, ``starting`` its workspace's sandbox, in the ``engine``, ``finishing`` (the
+    workspace's after-task checkpoint), ``done``."""
+
+    WAITING = "waiting"
+    STARTING = "starting"
+    ENGINE = "engine"
+    FINISHING = "finishing"
+    DONE = "done"
+
+
 @dataclass
 class Task:
     """One task (see ``docs/protocol.md``, TaskStatus, for the dict form)."""
@@ -95,7 +107,7 @@ class Task:
     registry: Registry
     origin: str | None = None
     state: TaskState = TaskState.QUEUED
-    phase: str = "waiting"
+    phase: TaskPhase = TaskPhase.WAITING
     status: str | None = None
     created_at: float = field(default_factory=time.time)
     started_at: float | None = None
@@ -209,7 +221,11 @@ class TaskManager:
     def _launch(self, task: Task) -> None:
         if task.cancel_requested:  # cancelled before it was launched
             self._never_ran(task, "cancelled", "the task was cancelled before it started")
-            task.state, task.phase, task.finished_at = TaskState.FINISHED, "done", time.time()
+            task.state, task.phase, task.finished_at = (
+                TaskState.FINISHED,
+                TaskPhase.DONE,
+                time.time(),
+            )
             self.finished += 1
             self._publish(task)
             self._prune()
@@ -231,7 +247,7 @@ class TaskManager:
             raise not_found(f"no task {run_id!r} in this daemon (finished long ago, or never)")
         if (
             task.state is not TaskState.FINISHED
-            and task.phase != "finishing"
+            and task.phase is not TaskPhase.FINISHING
             and not task.cancel_requested
         ):
             task.cancel_requested = True
@@ -257,7 +273,11 @@ class TaskManager:
             ws = self.workspaces.get(task.workspace)
             assert ws is not None
             async with ws.hold(task.run_id):
-                task.state, task.phase, task.started_at = TaskState.RUNNING, "starting", time.time()
+                task.state, task.phase, task.started_at = (
+                    TaskState.RUNNING,
+                    TaskPhase.STARTING,
+                    time.time(),
+                )
                 self._publish(task)
                 try:
                     await ws.ensure_started()
@@ -267,7 +287,7 @@ class TaskManager:
                     return
                 if note:
                     task.config.system_prompt = with_note(task.config.system_prompt, note)
-                task.phase = "engine"
+                task.phase = TaskPhase.ENGINE
                 try:
                     result = await run_task(
                         task.question,
@@ -287,17 +307,17 @@ class TaskManager:
                     log.exception("task %s failed to start", task.run_id)
                     if task.status is None:
                         self._never_ran(task, "failed", f"{type(exc).__name__}: {exc}")
-                task.phase = "finishing"
+                task.phase = TaskPhase.FINISHING
                 task.notes.extend(await ws.finish_task())
         except asyncio.CancelledError:
-            if task.phase in ("waiting", "starting"):
+            if task.phase in (TaskPhase.WAITING, TaskPhase.STARTING):
                 self._never_ran(task, "cancelled", "the task was cancelled before it started")
         except Exception as exc:  # never let a task take the daemon down
             log.exception("task %s crashed", task.run_id)
             if task.status is None:
                 self._never_ran(task, "failed", f"internal error: {type(exc).__name__}: {exc}")
         finally:
-            task.state, task.phase = TaskState.FINISHED, "done"
+            task.state, task.phase = TaskState.FINISHED, TaskPhase.DONE
             task.finished_at = time.time()
             self.finished += 1
             self._publish(task)
