@@ -16,6 +16,7 @@ from typing import Any
 from rlmd.context import Context, load_context
 from rlmd.engine.budget import BudgetExhausted
 from rlmd.engine.metered import Meter
+from rlmd.engine.usage import Usage
 from rlmd.models.base import Message, Model, ModelError
 from rlmd.sandbox.base import CallError
 
@@ -50,7 +51,7 @@ class ChildRequest:
     parent_run_id: str
     parent_node_id: str | None
     root_run_id: str
-    parent_usage: Any
+    parent_usage: Usage
     tools: dict[str, Any] = field(default_factory=dict)
     model: Model | None = None
 
