@@ -220,8 +220,33 @@ class RLMRun:
         return sandbox
 
     async def _loop(self, meta: ContextMeta) -> Outcome:
+        """The algorithm: the root model sees the question and the context's metadata; each
+        turn, the first code block of its reply runs in the REPL and the output is fed back,
+        until code gives a ``FINAL`` answer the rules accept or a budget runs out."""
         sandbox = await self._attach_sandbox()
-        cfg, budget, state = self.cfg, self.cfg.budget, self.state
+        self._open_conversation(meta)
+        budget = self.cfg.budget
+        for i in range(budget.max_iterations):
+            self.iterations = i + 1
+            last_turn = i + 1 >= budget.max_iterations
+            it_node = new_id()
+            self.meter.emit(IterationStarted, it_node, None, index=i)
+            await maybe_compact(self.meter, self.model, self.state, it_node, sandbox)
+            reply = await self._root_call(it_node)
+            blocks = parsing.find_code_blocks(reply)
+            if blocks:
+                outcome = await self._code_turn(it_node, i, blocks, sandbox, last_turn)
+            else:
+                outcome = await self._prose_turn(reply, sandbox, last_turn)
+            if outcome is not None:
+                return outcome
+        raise BudgetExhausted(
+            "max_iterations", f"no final answer after {budget.max_iterations} iterations"
+        )
+
+    def _open_conversation(self, meta: ContextMeta) -> None:
+        """The system prompt and the first user turn (the question and the metadata)."""
+        cfg, state = self.cfg, self.state
         sub_model = self.rt.get_model(cfg.model_for_depth(self.depth + 1))
         docs = {n: cfg.tool_docs.get(n, "a tool given by the user") for n in self.tools}
         system = prompts.system_prompt(
@@ -237,62 +262,51 @@ class RLMRun:
             {"role": "user", "content": prompts.first_user_message(self.question, meta)},
         ]
         state.history = list(state.messages)
-        for i in range(budget.max_iterations):
-            self.iterations = i + 1
-            last_turn = i + 1 >= budget.max_iterations
-            it_node = new_id()
-            self.meter.emit(IterationStarted, it_node, None, index=i)
-            await maybe_compact(self.meter, self.model, state, it_node, sandbox)
-            reply = await self._root_call(it_node)
-            blocks = parsing.find_code_blocks(reply)
-            if not blocks:
-                outcome = await self._prose_turn(reply, sandbox, last_turn)
-                if outcome is not None:
-                    return outcome
-                continue
-            notes, all_failed = [], True
-            for b, code in enumerate(blocks):
-                result = await self._run_cell(it_node, b, code, sandbox)
-                all_failed = all_failed and result.error is not None
-                state.outputs.append("\n".join((result.stdout, result.stderr, result.error or "")))
-                notes.append(
-                    prompts.cell_feedback(b, code, result, cfg.output_cap, parsing.cap_output)
-                )
-                notes += feedback.cell_hints(self.context, code, result)
-                inspected = state.code_ran or parsing.cell_inspects(code)
-                state.code_ran = True
-                verdict = feedback.judge_final(
-                    cfg,
-                    state,
-                    code,
-                    result,
-                    inspected=inspected,
-                    last_turn=last_turn,
-                    budget_spent=self.rt.ledger.exhausted,
-                )
-                if verdict is Verdict.ACCEPT:
-                    assert result.final is not None
-                    return (
-                        "completed",
-                        result.final,
-                        "final_var" if "FINAL_VAR" in code else "final",
-                        None,
-                    )
-                if verdict is Verdict.QUESTION:
-                    state.questioned = True
-                    notes.append(cfg.unverified_answer_message.format(answer=result.final))
-                    break
-                if self.rt.ledger.exhausted is not None:
-                    raise self.rt.ledger.exhausted
-                if verdict is Verdict.REFUSE:
-                    state.refused = True
-                    notes.append(cfg.early_answer_message)
-                    break
-            notes += feedback.end_of_turn(state, blocks, all_failed, budget, i)
-            state.say("\n\n".join(notes))
-        raise BudgetExhausted(
-            "max_iterations", f"no final answer after {budget.max_iterations} iterations"
-        )
+
+    async def _code_turn(
+        self, it_node: str, i: int, blocks: list[str], sandbox: Sandbox, last_turn: bool
+    ) -> Outcome | None:
+        """Run the reply's code blocks; end the run on an accepted ``FINAL``, else feed the
+        outputs and the rules' notes back as the next user turn.
+
+        Raises:
+            BudgetExhausted: a budget ran out during the cells (and no FINAL answered).
+        """
+        cfg, state = self.cfg, self.state
+        notes, all_failed = [], True
+        for b, code in enumerate(blocks):
+            result = await self._run_cell(it_node, b, code, sandbox)
+            all_failed = all_failed and result.error is not None
+            state.outputs.append("\n".join((result.stdout, result.stderr, result.error or "")))
+            notes.append(prompts.cell_feedback(b, code, result, cfg.output_cap, parsing.cap_output))
+            notes += feedback.cell_hints(self.context, code, result)
+            inspected = state.code_ran or parsing.cell_inspects(code)
+            state.code_ran = True
+            verdict = feedback.judge_final(
+                cfg,
+                state,
+                code,
+                result,
+                inspected=inspected,
+                last_turn=last_turn,
+                budget_spent=self.rt.ledger.exhausted,
+            )
+            if verdict is Verdict.ACCEPT:
+                source = "final_var" if "FINAL_VAR" in code else "final"
+                return "completed", result.final, source, None
+            if verdict is Verdict.QUESTION:
+                state.questioned = True
+                notes.append(cfg.unverified_answer_message.format(answer=result.final))
+                break
+            if self.rt.ledger.exhausted is not None:
+                raise self.rt.ledger.exhausted
+            if verdict is Verdict.REFUSE:
+                state.refused = True
+                notes.append(cfg.early_answer_message)
+                break
+        notes += feedback.end_of_turn(state, blocks, all_failed, cfg.budget, i)
+        state.say("\n\n".join(notes))
+        return None
 
     async def _prose_turn(self, reply: str, sandbox: Sandbox, last_turn: bool) -> Outcome | None:
         """A reply without code: accept a ``FINAL`` written in prose (once code has looked),
