@@ -147,16 +147,16 @@ async def client_load(
 
 async def direct_peer(project: Path, n: int) -> float:
     """Seconds per task for the engine run directly with a warm sandbox (no daemon)."""
-    from rlmd.engine import RunConfig, run_task
+    from rlmd.context import load_codebase
+    from rlmd.engine import RunConfig, prepare_sandbox, run_task
     from rlmd.models.registry import Registry
     from rlmd.sandbox import create_sandbox
-    from rlmd.workspace.context import load_codebase
-    from rlmd.workspace.manager import WarmSandbox
 
     registry = Registry.load(None)
     ctx = load_codebase(project)
-    box = WarmSandbox(create_sandbox("subprocess"))
+    box = create_sandbox("subprocess")
     try:
+        await prepare_sandbox(box, ctx)  # bound once, as a daemon workspace does
         for _ in range(2):  # warm-up
             await run_task(
                 QUESTION, ctx, RunConfig(root_model=CELLS), get_model=registry.get, sandbox=box

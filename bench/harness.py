@@ -45,15 +45,15 @@ from rlm.core.types import ModelUsageSummary, UsageSummary
 from rlm.environments.local_repl import LocalREPL
 from rlm.logger import RLMLogger
 
+from rlmd.context import load_context
 from rlmd.engine import Budget, RunConfig, run_task
 from rlmd.engine.budget import Ledger
-from rlmd.engine.events import EventBus
-from rlmd.engine.loop import RLMRun, Runtime
+from rlmd.engine.events import CellFinished, EventBus
+from rlmd.engine.loop import RLMRun, Runtime, prepare_sandbox
 from rlmd.models.base import ModelSpec
 from rlmd.models.scripted import ScriptedModel
 from rlmd.sandbox import CallError, Sandbox, create_sandbox
 from rlmd.store import Store
-from rlmd.workspace.context import load_context
 
 HERE = Path(__file__).resolve().parent
 OUT_FILE = HERE / "out" / "harness.json"
@@ -425,11 +425,13 @@ async def rlmd_whole_run(
 
     def tracker(event: Any) -> None:
         seen["events"] += 1
-        if event.kind == "cell.finished":
+        if isinstance(event, CellFinished):
             seen["last_cell"] = time.perf_counter()
 
     store = Store(store_path) if store_path is not None else None
     sinks = (store.record, tracker) if store is not None else (tracker,)
+    if warm is not None:  # the owner of a kept REPL binds each run's context
+        await prepare_sandbox(warm, load_context(context))
     try:
         result = await run_task(
             QUESTION,
@@ -504,6 +506,10 @@ async def _no_calls(fn: str, args: dict[str, Any]) -> Any:
     raise CallError("this benchmark makes no host calls")
 
 
+async def _no_child_runs(request: Any) -> Any:
+    raise CallError("this benchmark starts no child runs")
+
+
 async def _started(kind: str, handler, context: str) -> tuple[Sandbox, float]:
     sandbox = create_sandbox(kind)
     t0 = time.perf_counter()
@@ -555,7 +561,7 @@ async def bench_cell(p: dict[str, Any]) -> dict[str, Any]:
 
 
 async def bench_llm_query(p: dict[str, Any]) -> dict[str, Any]:
-    # rlmd: the engine's host path (RLMRun._handle_call: budget check, events, usage,
+    # rlmd: the engine's host path (RLMRun.host: budget check, events, usage,
     # window check, the scripted model) behind each sandbox, and a bare handler that only
     # calls the model, to separate the engine's share from the transport's.
     models = RlmdScript()
@@ -568,6 +574,7 @@ async def bench_llm_query(p: dict[str, Any]) -> dict[str, Any]:
             lambda: create_sandbox("subprocess"),
             EventBus(),
             Ledger(config.budget),
+            start_child=_no_child_runs,
         )
         runs.append(RLMRun(rt, QUESTION, load_context(SMALL_CONTEXT)))
     sub_model = models.models["sub"]
@@ -579,8 +586,8 @@ async def bench_llm_query(p: dict[str, Any]) -> dict[str, Any]:
         c = await sub_model.complete([{"role": "user", "content": args["prompt"]}])
         return c.text
 
-    sub, _ = await _started("subprocess", runs[0]._handle_call, SMALL_CONTEXT)
-    inp, _ = await _started("inprocess", runs[1]._handle_call, SMALL_CONTEXT)
+    sub, _ = await _started("subprocess", runs[0].host, SMALL_CONTEXT)
+    inp, _ = await _started("inprocess", runs[1].host, SMALL_CONTEXT)
     sub_bare, _ = await _started("subprocess", bare, SMALL_CONTEXT)
 
     global _rlms_client

@@ -27,7 +27,8 @@ import time
 from dataclasses import dataclass, field
 from typing import Any
 
-from rlmd.engine import Budget, RunConfig, run_task
+from rlmd.context import load_context
+from rlmd.engine import Budget, RunConfig, prepare_sandbox, run_task
 from rlmd.models.base import ModelSpec
 from rlmd.models.registry import Registry
 
@@ -283,9 +284,12 @@ class RLM:
                 self._sandbox = create_sandbox(self.config.sandbox, **self.config.sandbox_options)
             sandbox = self._sandbox
         try:
+            context = load_context(prompt)
+            if sandbox is not None:  # our persistent REPL: this call's prompt is its `context`
+                await prepare_sandbox(sandbox, context)
             return await run_task(
                 root_prompt,
-                prompt,
+                context,
                 self.config,
                 get_model=self.registry.get,
                 sinks=tuple(sinks),

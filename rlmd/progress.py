@@ -2,10 +2,21 @@
 
 from __future__ import annotations
 
+from typing import Any
+
 from rich.console import Console
 from rich.markup import escape
 
-from rlmd.engine.events import Event
+from rlmd.engine.events import (
+    CellFinished,
+    CellStarted,
+    Compaction,
+    Event,
+    IterationStarted,
+    ModelCallFinished,
+    RunFinished,
+    RunStarted,
+)
 
 
 class ProgressPrinter:
@@ -23,57 +34,66 @@ class ProgressPrinter:
 
     def __call__(self, event: Event) -> None:
         pad = "  " * event.depth
-        d = event.data
         c = self.console
-        if event.kind == "run.started":
-            ctx = d.get("context") or {}
-            what = f"{ctx.get('kind')} · {ctx.get('chars', 0):,} chars · ~{ctx.get('tokens', 0):,} tokens"
-            if ctx.get("files") is not None:
-                what += f" · {ctx['files']:,} files"
-            label = "run" if event.depth == 0 else "child run"
-            c.print(
-                f"{pad}[bold cyan]▶ {label}[/] {event.run_id} · depth {event.depth} · "
-                f"model {escape(d['models']['root']['name'])} · context {what}"
-            )
-        elif event.kind == "iteration.started":
-            c.print(f"{pad}[bold]iteration {d['index'] + 1}[/]")
-        elif event.kind == "model_call.finished":
-            if d.get("error"):
+        match event:
+            case RunStarted(context=meta, models=models):
+                ctx: dict[str, Any] = dict(meta or {})
+                what = f"{ctx.get('kind')} · {ctx.get('chars', 0):,} chars · ~{ctx.get('tokens', 0):,} tokens"
+                if ctx.get("files") is not None:
+                    what += f" · {ctx['files']:,} files"
+                label = "run" if event.depth == 0 else "child run"
+                root = (models or {}).get("root") or {}
                 c.print(
-                    f"{pad}  [red]✗ {d['role']} call to {escape(d['model'])} failed:[/] {escape(d['error'])}"
+                    f"{pad}[bold cyan]▶ {label}[/] {event.run_id} · depth {event.depth} · "
+                    f"model {escape(str(root.get('name')))} · context {what}"
                 )
-                return
-            self.calls += 1
-            self.tokens += d["input_tokens"] + d["output_tokens"]
-            self.usd += d["cost_usd"]
-            c.print(
-                f"{pad}  [magenta]{d['role']} call[/] {escape(d['model'])} "
-                f"{d['input_tokens']:,}→{d['output_tokens']:,} tok · {d['latency_s']:.1f}s · "
-                f"total {self.tokens:,} tok · ${self.usd:.4f}"
-            )
-        elif event.kind == "cell.started" and self.show_code:
-            first = d["code"].strip().splitlines()[0] if d["code"].strip() else ""
-            c.print(f"{pad}  [dim]cell {d['index'] + 1}: {escape(first[:90])}[/]")
-        elif event.kind == "cell.finished":
-            if d.get("error"):
-                last = d["error"].strip().splitlines()[-1] if d["error"].strip() else "error"
-                c.print(f"{pad}  [yellow]cell {d['index'] + 1} raised[/] {escape(last[:120])}")
-            else:
-                out = (d.get("stdout") or "").strip().splitlines()
-                preview = escape(out[0][:100]) if out else "(no output)"
+            case IterationStarted(index=index):
+                c.print(f"{pad}[bold]iteration {index + 1}[/]")
+            case ModelCallFinished(error=str(error)):
                 c.print(
-                    f"{pad}  [green]cell {d['index'] + 1} ok[/] {d['duration_s'] * 1000:.0f} ms · {preview}"
+                    f"{pad}  [red]✗ {event.role} call to {escape(event.model)} failed:[/] {escape(error)}"
                 )
-            if d.get("final") is not None:
-                c.print(f"{pad}  [bold green]FINAL[/] {escape(str(d['final'])[:200])}")
-        elif event.kind == "compaction":
-            c.print(f"{pad}  [blue]compacted {d['summarised_messages']} messages[/]")
-        elif event.kind == "run.finished":
-            u = (d.get("usage") or {}).get("total", {})
-            style = "green" if d["status"] == "completed" else "yellow"
+            case ModelCallFinished():
+                self.calls += 1
+                self.tokens += event.input_tokens + event.output_tokens
+                self.usd += event.cost_usd
+                c.print(
+                    f"{pad}  [magenta]{event.role} call[/] {escape(event.model)} "
+                    f"{event.input_tokens:,}→{event.output_tokens:,} tok · {event.latency_s:.1f}s · "
+                    f"total {self.tokens:,} tok · ${self.usd:.4f}"
+                )
+            case CellStarted(index=index, code=code) if self.show_code:
+                first = code.strip().splitlines()[0] if code.strip() else ""
+                c.print(f"{pad}  [dim]cell {index + 1}: {escape(first[:90])}[/]")
+            case CellFinished():
+                self._cell(pad, event)
+            case Compaction(summarised_messages=n):
+                c.print(f"{pad}  [blue]compacted {n} messages[/]")
+            case RunFinished():
+                self._run_finished(pad, event)
+
+    def _cell(self, pad: str, event: CellFinished) -> None:
+        c = self.console
+        if event.error:
+            last = event.error.strip().splitlines()[-1] if event.error.strip() else "error"
+            c.print(f"{pad}  [yellow]cell {event.index + 1} raised[/] {escape(last[:120])}")
+        else:
+            out = (event.stdout or "").strip().splitlines()
+            preview = escape(out[0][:100]) if out else "(no output)"
             c.print(
-                f"{pad}[{style}]■ {d['status']}[/] · {d.get('iterations', 0)} iterations · "
-                f"{u.get('calls', 0)} model calls · {u.get('total_tokens', 0):,} tokens · "
-                f"${u.get('cost_usd', 0):.4f} · {(d.get('usage') or {}).get('wall_time_s', 0):.1f}s"
-                + (f" · {escape(d['error'])}" if d.get("error") else "")
+                f"{pad}  [green]cell {event.index + 1} ok[/] {event.duration_s * 1000:.0f} ms · {preview}"
             )
+        if event.final is not None:
+            c.print(f"{pad}  [bold green]FINAL[/] {escape(str(event.final)[:200])}")
+
+    def _run_finished(self, pad: str, event: RunFinished) -> None:
+        usage = event.usage
+        u: dict[str, Any] = dict(usage["total"]) if usage else {}
+        wall = usage["wall_time_s"] if usage else 0
+        style = "green" if event.status == "completed" else "yellow"
+        self.console.print(
+            f"{pad}[{style}]■ {event.status}[/] · {event.iterations} iterations · "
+            f"{u.get('calls', 0)} model calls · {u.get('total_tokens', 0):,} tokens · "
+            f"${u.get('cost_usd', 0):.4f} · {wall:.1f}s"
+            + (f" · {escape(event.error)}" if event.error else "")
+        )

@@ -839,3 +839,40 @@ async def test_the_root_prompt_example_uses_the_runs_question():
 
     await go(scripted_registry(root=root, sub=root), "the code of red-fox?", "abc", config())
     assert "'red-fox' in line.lower()" in seen[0][0]["content"]
+
+
+async def test_child_runs_start_through_the_injected_starter():
+    """``rlm_query`` asks the tree's child starter (the seam a cluster executor plugs into)
+    with what the child needs; its answer comes back to the parent's code."""
+    from rlmd.engine import ChildRequest, RunResult
+    from rlmd.engine.usage import Usage
+
+    asked: list[ChildRequest] = []
+
+    async def elsewhere(request: ChildRequest) -> RunResult:
+        asked.append(request)
+        return RunResult(
+            "remote0000000000000",
+            "completed",
+            "from afar",
+            "final",
+            Usage().to_dict(),
+            1,
+            request.depth,
+        )
+
+    def root(messages):
+        if turn_of(messages) == 0:
+            return repl("got = rlm_query('sum these', context=[1, 2])\nprint(got)")
+        return repl("FINAL(got)")
+
+    registry = scripted_registry(root=root, sub=root)
+    try:
+        result = await run_task("q", "ctx", config(), get_model=registry.get, start_child=elsewhere)
+    finally:
+        await registry.aclose()
+    assert (result.status, result.answer) == ("completed", "from afar")
+    [request] = asked
+    assert (request.question, request.context.value, request.depth) == ("sum these", [1, 2], 1)
+    assert request.parent_run_id == result.run_id == request.root_run_id
+    assert request.parent_node_id is not None and request.model is None

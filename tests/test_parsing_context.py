@@ -6,6 +6,7 @@ import json
 
 import pytest
 
+from rlmd.context import load_codebase, load_context, summarise_tree
 from rlmd.engine.budget import Budget, BudgetExhausted, Ledger
 from rlmd.engine.parsing import (
     answer_in_outputs,
@@ -21,7 +22,6 @@ from rlmd.engine.parsing import (
     is_short_answer,
 )
 from rlmd.engine.usage import Usage
-from rlmd.workspace.context import load_codebase, load_context, summarise_tree
 
 
 def test_code_blocks_repl_and_python_fences_in_order_others_ignored():

@@ -14,7 +14,20 @@ from typing import Any
 
 import pytest
 
-from rlmd.engine.events import Event, new_id
+from rlmd.engine.events import (
+    CellFinished,
+    CellStarted,
+    Compaction,
+    Event,
+    IterationStarted,
+    ModelCallFinished,
+    ModelCallStarted,
+    RunFinished,
+    RunStarted,
+    SandboxStarted,
+    new_id,
+)
+from rlmd.sandbox.base import VarInfo
 from rlmd.store import SCHEMA_VERSION, Store, StoreVersionError, export_run, tree_from_jsonl
 
 # -- a synthetic engine ----------------------------------------------------------------------
@@ -28,12 +41,26 @@ class Emitter:
         self.run_id = run_id or new_id()
         self.depth = depth
         self.t = 1_700_000_000.0 + depth * 100
+        self.iterations = 0
 
     def emit(
-        self, kind: str, node_id: str | None = None, parent_id: str | None = None, **data: Any
+        self,
+        event_type: type[Event],
+        node_id: str | None = None,
+        parent_id: str | None = None,
+        **data: Any,
     ) -> None:
         self.t += 1.0
-        self.sink(Event(kind, self.run_id, self.depth, node_id, parent_id, data, ts=self.t))
+        self.sink(
+            event_type(
+                run_id=self.run_id,
+                depth=self.depth,
+                node_id=node_id,
+                parent_id=parent_id,
+                ts=self.t,
+                **data,
+            )
+        )
 
     def start(
         self, question: str, *, parent: Emitter | None = None, cell: str | None = None, **extra: Any
@@ -51,11 +78,12 @@ class Emitter:
             "parent_node_id": cell,
             "root_run_id": None,
         }
-        self.emit("run.started", **{**data, **extra})
+        self.emit(RunStarted, **{**data, **extra})
 
     def iteration(self, index: int) -> str:
+        self.iterations += 1
         node = new_id()
-        self.emit("iteration.started", node, None, index=index)
+        self.emit(IterationStarted, node, None, index=index)
         return node
 
     def call(
@@ -67,12 +95,13 @@ class Emitter:
             "model": "root-m" if role == "root" else "sub-m",
             "messages": messages,
         }
-        self.emit("model_call.started", node, parent, **base)
+        self.emit(ModelCallStarted, node, parent, **base)
         self.emit(
-            "model_call.finished",
+            ModelCallFinished,
             node,
             parent,
-            **base,
+            role=role,
+            model=base["model"],
             response=response,
             input_tokens=tin,
             output_tokens=tout,
@@ -85,7 +114,7 @@ class Emitter:
 
     def cell_start(self, it: str, index: int, code: str) -> str:
         node = new_id()
-        self.emit("cell.started", node, it, index=index, code=code)
+        self.emit(CellStarted, node, it, index=index, code=code)
         return node
 
     def cell_finish(
@@ -99,7 +128,7 @@ class Emitter:
         timed_out: bool = False,
     ) -> None:
         self.emit(
-            "cell.finished",
+            CellFinished,
             node,
             it,
             index=index,
@@ -108,7 +137,7 @@ class Emitter:
             stderr="",
             error=error,
             final=None,
-            variables=[{"name": "x", "type": "int", "size": None, "preview": "1"}],
+            variables=[VarInfo(name="x", type="int", size=None, preview="1")],
             restored=[],
             duration_s=0.25,
             timed_out=timed_out,
@@ -124,11 +153,12 @@ class Emitter:
         error: str | None = None,
     ) -> None:
         self.emit(
-            "run.finished",
+            RunFinished,
             status=status,
             answer=answer,
             answer_source="final" if answer else None,
             usage=usage,
+            iterations=self.iterations,
             error=error,
         )
 
@@ -210,7 +240,7 @@ def record_three_depths(store: Store) -> dict[str, str]:
 
     root.cell_finish(c3, it2, 0, "print(rlm_query('sub question'))", stdout="42 from child\n")
     ids["compaction"] = new_id()
-    root.emit("compaction", ids["compaction"], it2, summarised_messages=4, summary="short summary")
+    root.emit(Compaction, ids["compaction"], it2, summarised_messages=4, summary="short summary")
     root.finish(answer="42", usage=USAGE)
     return ids
 
@@ -338,7 +368,7 @@ def test_list_runs_newest_first_and_paging(store: Store) -> None:
 def test_sandbox_started_merges_into_run(store: Store) -> None:
     e = Emitter(store.record)
     e.start("q")
-    e.emit("sandbox.started", sandbox={"kind": "subprocess", "isolation": {"process": True}})
+    e.emit(SandboxStarted, sandbox={"kind": "subprocess", "isolation": {"process": True}})
     run = store.get_run(e.run_id)
     assert run["sandbox"] == {"kind": "subprocess", "isolation": {"process": True}}
     assert not store.anomalies
@@ -356,7 +386,7 @@ def _crashing_writer(path: str, run_id: str, cell_id: str) -> None:
     e.call(
         it, "root", [{"role": "user", "content": "hello"}], "```repl\nwhile True: pass\n```", 10, 5
     )
-    e.emit("cell.started", cell_id, it, index=0, code="while True: pass")
+    e.emit(CellStarted, cell_id, it, index=0, code="while True: pass")
     os._exit(0)  # no run.finished, no close
 
 
@@ -666,15 +696,18 @@ def test_background_checkpoints(tmp_path: Path, monkeypatch: pytest.MonkeyPatch)
 
 
 def test_unknown_runs_and_odd_events_do_not_raise(store: Store) -> None:
-    store.record(Event("iteration.started", "ghost", 1, "n1", None, {"index": 0}))
-    store.record(Event("cell.finished", "ghost", 1, "n2", "n1", {"code": "x", "stdout": "boo"}))
+    store.record(IterationStarted(run_id="ghost", depth=1, node_id="n1", index=0))
     store.record(
-        Event("model_call.finished", "ghost", 1, None, "n1", {"role": "sub", "input_tokens": 3})
+        CellFinished(run_id="ghost", depth=1, node_id="n2", parent_id="n1", code="x", stdout="boo")
     )
-    store.record(Event("weird.kind.here", "ghost", 1))
-    store.record(Event("cell.started", "ghost", 1, "n3", "n1", None))  # type: ignore[arg-type]
-    store.record(Event("run.finished", "ghost2", 0, data={"status": "failed", "answer": {"x": 1}}))
-    store.record(Event("cell.started", "ghost", 1, "n4", "n1", {"code": object()}))
+    store.record(
+        ModelCallFinished(run_id="ghost", depth=1, parent_id="n1", role="sub", input_tokens=3)
+    )
+    store.record(Event(run_id="ghost", depth=1))  # not a kind the store knows
+    store.record(CellStarted(run_id="ghost", depth=1, node_id="n3", parent_id="n1"))
+    answer: Any = {"x": 1}  # not the str the type says: stored as JSON
+    store.record(RunFinished(run_id="ghost2", depth=0, status="failed", answer=answer))
+    store.record(CellStarted(run_id="ghost", depth=1, node_id="n4", parent_id="n1", code=object()))  # type: ignore[arg-type]
     assert store.errors == []
     assert store.anomalies["unknown_run"] == 2
     assert store.anomalies["unknown_node"] == 2 and store.anomalies["missing_node_id"] == 1
@@ -697,7 +730,7 @@ def test_unknown_runs_and_odd_events_do_not_raise(store: Store) -> None:
     assert ghost["question"] == "late start" and ghost["error"] is None and ghost["iterations"] == 1
 
     store.close()
-    store.record(Event("run.started", "after-close", 0))  # closed store: counted, not raised
+    store.record(RunStarted(run_id="after-close", depth=0))  # closed store: counted, not raised
     assert store.anomalies["error"] == 1 and store.errors
 
 

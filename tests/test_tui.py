@@ -12,7 +12,7 @@ from server_helpers import CELLS, Daemon, finished, make_project, question
 from textual.command import CommandList, CommandPalette
 from textual.widgets import DataTable, Input, TextArea, Tree
 
-from rlmd.engine.events import Event
+from rlmd.engine.events import RunStarted
 from rlmd.store import Store
 from tui.app import RlmdApp
 from tui.backend import DaemonBackend, MemoryBackend, StoreBackend
@@ -216,7 +216,7 @@ async def test_store_without_daemon(daemon, tmp_path):
         await until(pilot, lambda: len(row_keys(app)) == 3, what="all runs")
         writer = Store(daemon.home / "rlmd.db")
         try:
-            writer.record(Event("run.started", "rwritten000000001", 0, data={"question": "new"}))
+            writer.record(RunStarted(run_id="rwritten000000001", depth=0, question="new"))
         finally:
             writer.close()
         await until(pilot, lambda: "rwritten000000001" in row_keys(app), what="the new run")

@@ -12,6 +12,7 @@ from textual.app import App, SystemCommand
 from textual.binding import Binding
 from textual.message import Message
 
+from rlmd.engine.events import RunFinished, RunStarted, type_of
 from tui.backend import Backend, DaemonBackend, StoreBackend
 from tui.screens import (
     HelpScreen,
@@ -124,10 +125,8 @@ class RlmdApp(App):
         method = message.note.get("method")
         for screen in self.screen_stack:
             if isinstance(screen, RunsScreen) and method in ("rlmd/taskStatus", "rlmd/event"):
-                if method == "rlmd/taskStatus" or params.get("kind") in (
-                    "run.started",
-                    "run.finished",
-                ):
+                kind = type_of(params.get("kind"))
+                if method == "rlmd/taskStatus" or kind in (RunStarted, RunFinished):
                     screen.schedule_reload()
             elif isinstance(screen, TrajectoryScreen) and screen.follow:
                 if params.get("task_id") == screen.run_id or params.get("run_id") == screen.run_id:

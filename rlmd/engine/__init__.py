@@ -1,7 +1,13 @@
 """The RLM engine: run a question over a context with a root model, sub-calls and child runs.
 
 Public surface: :func:`run_task` (async), :class:`RunConfig`, :class:`RunResult`,
-:class:`Budget`, :class:`Event`.
+:class:`Budget`, the typed events of :mod:`rlmd.engine.events`, :func:`prepare_sandbox` and
+the child-run seam (:data:`ChildStarter`, :class:`ChildRequest`).
+
+Layout: ``loop.py`` the loop itself; ``metered.py`` the metered model call and what a tree
+shares; ``host.py`` what REPL code asks of the host; ``feedback.py`` the after-cell rules;
+``fallbacks.py`` extraction and compaction; ``config.py``, ``budget.py``, ``usage.py``,
+``events.py``, ``prompts.py``, ``parsing.py``.
 """
 
 from __future__ import annotations
@@ -9,21 +15,27 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any
 
+from rlmd.context import Context, load_context
 from rlmd.engine.budget import RUN_STATUSES, Budget, BudgetExhausted, Ledger
+from rlmd.engine.config import RunConfig, RunResult
 from rlmd.engine.events import Event, EventBus, EventSink
-from rlmd.engine.loop import RLMRun, RunConfig, RunResult, Runtime
+from rlmd.engine.host import ChildRequest
+from rlmd.engine.loop import RLMRun, prepare_sandbox, run_child_here
+from rlmd.engine.metered import ChildStarter, Runtime
 from rlmd.models.base import Model
 from rlmd.sandbox.base import Sandbox
-from rlmd.workspace.context import Context, load_context
 
 __all__ = [
     "RUN_STATUSES",
     "Budget",
     "BudgetExhausted",
+    "ChildRequest",
+    "ChildStarter",
     "Event",
     "EventSink",
     "RunConfig",
     "RunResult",
+    "prepare_sandbox",
     "run_task",
 ]
 
@@ -38,22 +50,27 @@ async def run_task(
     make_sandbox: Callable[[], Sandbox] | None = None,
     sandbox: Sandbox | None = None,
     run_id: str | None = None,
+    start_child: ChildStarter | None = None,
 ) -> RunResult:
     """Answer ``question`` about ``context`` with a recursive, code-executing loop.
 
     Args:
         question: the user's question (shown to the root model in full).
-        context: a :class:`~rlmd.workspace.context.Context`, or anything
-            :func:`~rlmd.workspace.context.load_context` takes (str, list, dict, Path).
+        context: a :class:`~rlmd.context.Context`, or anything
+            :func:`~rlmd.context.load_context` takes (str, list, dict, Path).
         config: models, sandbox, budgets and tools.
         get_model: registry lookup, name → :class:`~rlmd.models.base.Model`
             (``KeyError`` for an unknown name).
         sinks: event listeners (the store's ``record``, a progress display...).
         make_sandbox: factory for each run's sandbox; defaults to ``config.sandbox``.
-        sandbox: an already started-or-not sandbox to use for the root run (a workspace's
-            warm REPL); it is not closed at the end. Child runs always get fresh ones.
+        sandbox: the root run's REPL, prepared by its owner (started, ``context`` bound:
+            a workspace's warm REPL, or see :func:`prepare_sandbox`); the run only attaches
+            its host-call handler and tools, and does not close it. ``None``: a fresh one
+            from ``make_sandbox``, closed at the end. Child runs always get fresh ones.
         run_id: the root run's id (default: a new :func:`~rlmd.engine.events.new_id`); the
             daemon picks it up front so a queued task has its id before it starts.
+        start_child: how child runs (``rlm_query``) start; default: in this event loop
+            (:func:`~rlmd.engine.loop.run_child_here`).
 
     Returns:
         The root :class:`RunResult`; its usage covers the whole tree.
@@ -72,5 +89,9 @@ async def run_task(
 
     ctx = context if isinstance(context, Context) else load_context(context)
     ledger = Ledger(config.budget, reserve_s=config.extraction_reserve_s())
-    rt = Runtime(config, get_model, make_sandbox, EventBus(*sinks), ledger)
+
+    async def here(request: ChildRequest) -> RunResult:
+        return await run_child_here(rt, request)
+
+    rt = Runtime(config, get_model, make_sandbox, EventBus(*sinks), ledger, start_child or here)
     return await RLMRun(rt, question, ctx, sandbox=sandbox, run_id=run_id).run()

@@ -8,7 +8,8 @@ model call and every sub-call, not only between iterations.
 from __future__ import annotations
 
 import time
-from dataclasses import asdict, dataclass, fields
+from dataclasses import dataclass, fields
+from typing import TypedDict
 
 RUN_STATUSES = (
     "running",
@@ -26,6 +27,19 @@ RUN_STATUSES = (
 """Every status a run can end with. ``max_*`` name the budget that ended it; ``failed`` is an
 error outside the model's control (model unavailable, sandbox dead); ``interrupted`` is set by
 the store for a run whose process died."""
+
+
+class BudgetLimits(TypedDict):
+    """:class:`Budget` as a dict (stored with every run, sent in task statuses)."""
+
+    max_iterations: int
+    max_depth: int
+    max_seconds: float | None
+    max_tokens: int | None
+    max_usd: float | None
+    max_subcalls: int | None
+    max_consecutive_errors: int | None
+    cell_timeout_s: float
 
 
 @dataclass
@@ -61,8 +75,17 @@ class Budget:
         if self.max_iterations < 1:
             raise ValueError("budget max_iterations must be >= 1")
 
-    def to_dict(self) -> dict:
-        return asdict(self)
+    def to_dict(self) -> BudgetLimits:
+        return {
+            "max_iterations": self.max_iterations,
+            "max_depth": self.max_depth,
+            "max_seconds": self.max_seconds,
+            "max_tokens": self.max_tokens,
+            "max_usd": self.max_usd,
+            "max_subcalls": self.max_subcalls,
+            "max_consecutive_errors": self.max_consecutive_errors,
+            "cell_timeout_s": self.cell_timeout_s,
+        }
 
 
 class BudgetExhausted(Exception):

@@ -127,7 +127,8 @@ def final_is_literal(code: str) -> bool:
     if not calls:
         return False
     for call in calls:
-        if call.func.id == "FINAL_VAR" or not call.args:  # type: ignore[union-attr]
+        name = call.func.id if isinstance(call.func, ast.Name) else ""
+        if name == "FINAL_VAR" or not call.args:
             return False
         for node in ast.walk(call.args[0]):
             if isinstance(node, ast.Name | ast.Call | ast.Attribute | ast.Subscript):

@@ -10,8 +10,9 @@ models copy it literally and raise ``NameError`` (14 of 37 cells in the first qu
 from __future__ import annotations
 
 import re
-from typing import Any
+from collections.abc import Callable
 
+from rlmd.context import ContextMeta
 from rlmd.sandbox.base import CellResult
 
 SYSTEM_PROMPT = """\
@@ -115,7 +116,7 @@ def search_term(question: str) -> str | None:
     return max(plain, key=len) if plain else None
 
 
-def context_line(meta: dict[str, Any]) -> str:
+def context_line(meta: ContextMeta) -> str:
     kind = meta["kind"]
     size = f"{meta['chars']:,} characters, about {meta['tokens']:,} tokens"
     if kind == "codebase":
@@ -138,7 +139,7 @@ def example_cells(kind: str, question: str | None = None) -> tuple[str, str]:
 
 
 def system_prompt(
-    meta: dict[str, Any],
+    meta: ContextMeta,
     *,
     sub_window: int,
     output_cap: int,
@@ -149,7 +150,7 @@ def system_prompt(
     """The root model's system prompt.
 
     Args:
-        meta: context metadata from :meth:`rlmd.workspace.context.Context.metadata`.
+        meta: context metadata from :meth:`rlmd.context.Context.metadata`.
         sub_window: the sub-model's context window, tokens.
         output_cap: characters of each cell's output the model is shown.
         tools: user tool names → one-line descriptions.
@@ -170,7 +171,7 @@ def system_prompt(
     )
 
 
-def describe_context(meta: dict[str, Any]) -> str:
+def describe_context(meta: ContextMeta) -> str:
     """The context's metadata as plain sentences. Deliberately not a dict literal: small
     models read ``{"files": 33}`` as keys of ``context`` and write ``context['files']``."""
     size = f"{meta['chars']:,} characters, about {meta['tokens']:,} tokens"
@@ -194,7 +195,7 @@ def describe_context(meta: dict[str, Any]) -> str:
     return f"`context` is a string of {size}."
 
 
-def first_user_message(question: str, meta: dict[str, Any]) -> str:
+def first_user_message(question: str, meta: ContextMeta) -> str:
     """The opening user turn: the question plus the context's metadata (never its content)."""
     lines = [f"Question: {question}", "", f"About `context`: {describe_context(meta)}"]
     if meta.get("tree"):
@@ -243,7 +244,9 @@ CODEBASE_KEY_HINT = (
 )
 
 
-def cell_feedback(index: int, code: str, result: CellResult, output_cap: int, cap) -> str:
+def cell_feedback(
+    index: int, code: str, result: CellResult, output_cap: int, cap: Callable[[str, int], str]
+) -> str:
     """What the model is told about one executed cell (output capped by ``cap``)."""
     parts = [f"[cell {index + 1}]"]
     out = result.stdout

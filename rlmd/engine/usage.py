@@ -4,6 +4,29 @@ from __future__ import annotations
 
 import time
 from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, TypedDict
+
+if TYPE_CHECKING:
+    from rlmd.engine.events import Event
+
+
+class TallyDict(TypedDict):
+    """One slice of usage: tokens, model calls, USD."""
+
+    input_tokens: int
+    output_tokens: int
+    total_tokens: int
+    calls: int
+    cost_usd: float
+
+
+class UsageSummary(TypedDict):
+    """A run tree's usage (:meth:`Usage.to_dict`); ``by_depth`` keys are depths as strings."""
+
+    total: TallyDict
+    by_model: dict[str, TallyDict]
+    by_depth: dict[str, TallyDict]
+    wall_time_s: float
 
 
 @dataclass
@@ -21,7 +44,7 @@ class Tally:
         self.calls += 1
         self.cost_usd += cost_usd
 
-    def to_dict(self) -> dict:
+    def to_dict(self) -> TallyDict:
         return {
             "input_tokens": self.input_tokens,
             "output_tokens": self.output_tokens,
@@ -64,7 +87,7 @@ class Usage:
     def wall_time_s(self) -> float:
         return (self.finished or time.monotonic()) - self.started
 
-    def to_dict(self) -> dict:
+    def to_dict(self) -> UsageSummary:
         """``{"total": tally, "by_model": {name: tally}, "by_depth": {"0": tally},
         "wall_time_s": float}`` where a tally is ``{input_tokens, output_tokens, total_tokens,
         calls, cost_usd}``."""
@@ -73,4 +96,58 @@ class Usage:
             "by_model": {k: v.to_dict() for k, v in sorted(self.by_model.items())},
             "by_depth": {str(k): v.to_dict() for k, v in sorted(self.by_depth.items())},
             "wall_time_s": round(self.wall_time_s(), 4),
+        }
+
+
+class LiveTotals(TypedDict):
+    """:class:`LiveUsage` as a dict (the daemon's task status ``usage``)."""
+
+    input_tokens: int
+    output_tokens: int
+    cost_usd: float
+    model_calls: int
+    runs: int
+
+
+@dataclass
+class LiveUsage:
+    """What a run tree has used so far, folded from its events as they arrive: the numbers a
+    task shows while it runs. Unlike :class:`Usage` it counts failed model calls too, and
+    the runs of the tree (the root and every child run).
+
+    Attributes:
+        input_tokens / output_tokens: tokens of finished model calls.
+        cost_usd: US dollars (rounded to 8 places at each step).
+        model_calls: model calls finished, failed ones included.
+        runs: runs started in the tree, the root included.
+    """
+
+    input_tokens: int = 0
+    output_tokens: int = 0
+    cost_usd: float = 0.0
+    model_calls: int = 0
+    runs: int = 1
+
+    def observe(self, event: Event) -> bool:
+        """Fold in one event of the tree; returns whether the totals changed."""
+        from rlmd.engine.events import ModelCallFinished, RunStarted
+
+        if isinstance(event, ModelCallFinished):
+            self.input_tokens += int(event.input_tokens or 0)
+            self.output_tokens += int(event.output_tokens or 0)
+            self.cost_usd = round(self.cost_usd + float(event.cost_usd or 0.0), 8)
+            self.model_calls += 1
+            return True
+        if isinstance(event, RunStarted) and event.is_child_run:
+            self.runs += 1
+            return True
+        return False
+
+    def to_dict(self) -> LiveTotals:
+        return {
+            "input_tokens": self.input_tokens,
+            "output_tokens": self.output_tokens,
+            "cost_usd": self.cost_usd,
+            "model_calls": self.model_calls,
+            "runs": self.runs,
         }

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import asyncio
 import time
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -51,7 +51,7 @@ class CallContext:
     work_done_token: str | int | None = None
 
 
-Handler = Callable[[DaemonCore, Params, CallContext], Awaitable[dict[str, Any]]]
+Handler = Callable[[DaemonCore, Params, CallContext], Awaitable[Mapping[str, Any]]]
 COMMANDS: dict[str, Handler] = {}
 
 
@@ -72,7 +72,7 @@ async def execute(core: DaemonCore, name: str, raw: Any, ctx: CallContext) -> di
     handler = COMMANDS.get(name)
     if handler is None:
         raise invalid(f"unknown command {name!r}; known: {', '.join(sorted(COMMANDS))}", "command")
-    return await handler(core, Params(raw), ctx)
+    return dict(await handler(core, Params(raw), ctx))
 
 
 # -- helpers ------------------------------------------------------------------------------
@@ -137,7 +137,7 @@ async def _stop_tasks(core: DaemonCore, ws: Workspace, cancel: bool) -> list[str
 
 
 @command("rlmd.task.start")
-async def task_start(core: DaemonCore, p: Params, ctx: CallContext) -> dict[str, Any]:
+async def task_start(core: DaemonCore, p: Params, ctx: CallContext) -> Mapping[str, Any]:
     core.check_open()
     folder = _folder(p)
     question = p.text("question", required=True, max_len=MAX_QUESTION)
@@ -218,7 +218,7 @@ async def task_start(core: DaemonCore, p: Params, ctx: CallContext) -> dict[str,
 
 
 @command("rlmd.task.cancel")
-async def task_cancel(core: DaemonCore, p: Params, ctx: CallContext) -> dict[str, Any]:
+async def task_cancel(core: DaemonCore, p: Params, ctx: CallContext) -> Mapping[str, Any]:
     run_id = p.text("run_id", required=True, max_len=200)
     p.done()
     assert run_id is not None
@@ -226,7 +226,7 @@ async def task_cancel(core: DaemonCore, p: Params, ctx: CallContext) -> dict[str
 
 
 @command("rlmd.task.status")
-async def task_status(core: DaemonCore, p: Params, ctx: CallContext) -> dict[str, Any]:
+async def task_status(core: DaemonCore, p: Params, ctx: CallContext) -> Mapping[str, Any]:
     run_id = p.text("run_id", required=True, max_len=200)
     p.done()
     assert run_id is not None
@@ -412,7 +412,7 @@ async def workspace_variables(core: DaemonCore, p: Params, ctx: CallContext) -> 
             "workspace": ws.folder,
             "source": "repl",
             "variables": [v.__dict__ for v in infos],
-            "not_restored": (ws.last_restore or {}).get("not_restored", {}),
+            "not_restored": ws.last_restore["not_restored"] if ws.last_restore else {},
         }
     saved = ckpt_mod.load(ckpt_mod.checkpoint_path(folder))
     if saved is None:

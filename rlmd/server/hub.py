@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import json
 import logging
+from collections.abc import Mapping
 from typing import Any, Protocol
 
 log = logging.getLogger("rlmd.server")
@@ -72,7 +73,7 @@ class Hub:
     def remove(self, sub: Subscriber) -> None:
         self.subscribers.discard(sub)
 
-    def publish(self, method: str, params: dict[str, Any], *, event: bool = False) -> int:
+    def publish(self, method: str, params: Mapping[str, Any], *, event: bool = False) -> int:
         """Send a notification to every subscriber; returns its ``seq``.
 
         Args:

@@ -8,23 +8,33 @@ to the hub. Tasks in different workspaces run in parallel (one asyncio task each
 Cancelling a task cancels its asyncio task: while queued it leaves the line; while running,
 the engine stops the whole run tree and records it as ``"cancelled"`` with the spend so far.
 A task that never reached the engine (cancelled in line, or its sandbox could not start) is
-still recorded as a run (``run.started`` + ``run.finished``) so it shows in the run list.
+still recorded as a run (the engine's :func:`~rlmd.engine.events.never_ran` events) so it
+shows in the run list.
 """
 
 from __future__ import annotations
 
 import asyncio
+import enum
 import logging
-import os
 import time
 from collections import OrderedDict
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Any
+from typing import NotRequired, TypedDict
 
 from rlmd.engine import RunConfig, RunResult, run_task
 from rlmd.engine import prompts as engine_prompts
-from rlmd.engine.events import Event
+from rlmd.engine.budget import BudgetLimits
+from rlmd.engine.events import (
+    CellFinished,
+    Event,
+    IterationStarted,
+    ModelCallFinished,
+    RunFinished,
+    never_ran,
+)
+from rlmd.engine.usage import LiveTotals, LiveUsage, UsageSummary
 from rlmd.models.registry import Registry
 from rlmd.sandbox.base import SandboxError
 from rlmd.server.errors import not_found
@@ -37,6 +47,55 @@ MAX_FINISHED_KEPT = 1000
 """Finished tasks kept in memory for ``rlmd.task.status`` (older ones come from the store)."""
 
 
+class TaskStatus(TypedDict):
+    """A task as the protocol shows it (``docs/protocol.md``, TaskStatus); ``update`` is
+    added on ``rlmd/taskStatus`` notifications."""
+
+    run_id: str
+    workspace: str
+    question: str
+    state: str
+    status: str | None
+    queue_position: int | None
+    created_at: float
+    started_at: float | None
+    finished_at: float | None
+    iterations: int
+    usage: LiveTotals
+    final_usage: UsageSummary | None
+    answer: str | None
+    answer_source: str | None
+    error: str | None
+    sandbox_restarts: int
+    notes: list[str]
+    cancel_requested: bool
+    models: dict[str, str]
+    sandbox: str
+    budget: BudgetLimits
+    origin: str | None
+    update: NotRequired[str]
+
+
+class TaskState(enum.StrEnum):
+    """Where a task is; the value is the wire's ``state`` string."""
+
+    QUEUED = "queued"
+    RUNNING = "running"
+    FINISHED = "finished"
+
+
+class TaskPhase(enum.StrEnum):
+    """Where a task is inside its state (internal: cancellation depends on it). ``waiting``
+    in line, ``starting`` its workspace's sandbox, in the ``engine``, ``finishing`` (the
+    workspace's after-task checkpoint), ``done``."""
+
+    WAITING = "waiting"
+    STARTING = "starting"
+    ENGINE = "engine"
+    FINISHING = "finishing"
+    DONE = "done"
+
+
 @dataclass
 class Task:
     """One task (see ``docs/protocol.md``, TaskStatus, for the dict form)."""
@@ -47,8 +106,8 @@ class Task:
     config: RunConfig
     registry: Registry
     origin: str | None = None
-    state: str = "queued"
-    phase: str = "waiting"
+    state: TaskState = TaskState.QUEUED
+    phase: TaskPhase = TaskPhase.WAITING
     status: str | None = None
     created_at: float = field(default_factory=time.time)
     started_at: float | None = None
@@ -57,22 +116,14 @@ class Task:
     answer_source: str | None = None
     error: str | None = None
     iterations: int = 0
-    usage: dict[str, Any] = field(
-        default_factory=lambda: {
-            "input_tokens": 0,
-            "output_tokens": 0,
-            "cost_usd": 0.0,
-            "model_calls": 0,
-            "runs": 1,
-        }
-    )
-    final_usage: dict[str, Any] | None = None
+    usage: LiveUsage = field(default_factory=LiveUsage)
+    final_usage: UsageSummary | None = None
     sandbox_restarts: int = 0
     notes: list[str] = field(default_factory=list)
     cancel_requested: bool = False
     handle: asyncio.Task[None] | None = None
 
-    def to_dict(self, queue_position: int | None = None) -> dict[str, Any]:
+    def to_dict(self, queue_position: int | None = None) -> TaskStatus:
         return {
             "run_id": self.run_id,
             "workspace": self.workspace,
@@ -84,7 +135,7 @@ class Task:
             "started_at": self.started_at,
             "finished_at": self.finished_at,
             "iterations": self.iterations,
-            "usage": dict(self.usage),
+            "usage": self.usage.to_dict(),
             "final_usage": self.final_usage,
             "answer": self.answer,
             "answer_source": self.answer_source,
@@ -136,16 +187,20 @@ class TaskManager:
 
     def live(self) -> list[Task]:
         """Tasks queued or running, oldest first."""
-        return [t for t in self.tasks.values() if t.state != "finished"]
+        return [t for t in self.tasks.values() if t.state is not TaskState.FINISHED]
 
-    def status(self, task: Task) -> dict[str, Any]:
+    def status(self, task: Task) -> TaskStatus:
         ws = self.workspaces.workspaces.get(task.workspace)
-        pos = ws.queue_position(task.run_id) if ws is not None and task.state == "queued" else None
+        pos = (
+            ws.queue_position(task.run_id)
+            if ws is not None and task.state is TaskState.QUEUED
+            else None
+        )
         return task.to_dict(pos)
 
     # -- commands -------------------------------------------------------------------------
 
-    def start(self, task: Task) -> dict[str, Any]:
+    def start(self, task: Task) -> TaskStatus:
         """Register ``task`` and start it in the background; returns its status at once."""
         self.tasks[task.run_id] = task
         self.started += 1
@@ -153,7 +208,7 @@ class TaskManager:
         ahead = [
             t
             for t in self.live()
-            if t.workspace == task.workspace and t.state == "queued" and t is not task
+            if t.workspace == task.workspace and t.state is TaskState.QUEUED and t is not task
         ]
         status["queue_position"] = len(ahead) + 1
         # The response to rlmd.task.start goes out from the done-callback of the command's
@@ -166,7 +221,11 @@ class TaskManager:
     def _launch(self, task: Task) -> None:
         if task.cancel_requested:  # cancelled before it was launched
             self._never_ran(task, "cancelled", "the task was cancelled before it started")
-            task.state, task.phase, task.finished_at = "finished", "done", time.time()
+            task.state, task.phase, task.finished_at = (
+                TaskState.FINISHED,
+                TaskPhase.DONE,
+                time.time(),
+            )
             self.finished += 1
             self._publish(task)
             self._prune()
@@ -176,7 +235,7 @@ class TaskManager:
             self._run(task), name=f"task-{task.run_id}"
         )
 
-    def cancel(self, run_id: str) -> dict[str, Any]:
+    def cancel(self, run_id: str) -> TaskStatus:
         """Ask task ``run_id`` to stop; returns its status (``cancel_requested`` is true
         unless it had finished already).
 
@@ -186,7 +245,11 @@ class TaskManager:
         task = self.tasks.get(run_id)
         if task is None:
             raise not_found(f"no task {run_id!r} in this daemon (finished long ago, or never)")
-        if task.state != "finished" and task.phase != "finishing" and not task.cancel_requested:
+        if (
+            task.state is not TaskState.FINISHED
+            and task.phase is not TaskPhase.FINISHING
+            and not task.cancel_requested
+        ):
             task.cancel_requested = True
             if task.handle is not None:
                 task.handle.cancel()
@@ -210,7 +273,11 @@ class TaskManager:
             ws = self.workspaces.get(task.workspace)
             assert ws is not None
             async with ws.hold(task.run_id):
-                task.state, task.phase, task.started_at = "running", "starting", time.time()
+                task.state, task.phase, task.started_at = (
+                    TaskState.RUNNING,
+                    TaskPhase.STARTING,
+                    time.time(),
+                )
                 self._publish(task)
                 try:
                     await ws.ensure_started()
@@ -220,7 +287,7 @@ class TaskManager:
                     return
                 if note:
                     task.config.system_prompt = with_note(task.config.system_prompt, note)
-                task.phase = "engine"
+                task.phase = TaskPhase.ENGINE
                 try:
                     result = await run_task(
                         task.question,
@@ -240,17 +307,17 @@ class TaskManager:
                     log.exception("task %s failed to start", task.run_id)
                     if task.status is None:
                         self._never_ran(task, "failed", f"{type(exc).__name__}: {exc}")
-                task.phase = "finishing"
+                task.phase = TaskPhase.FINISHING
                 task.notes.extend(await ws.finish_task())
         except asyncio.CancelledError:
-            if task.phase in ("waiting", "starting"):
+            if task.phase in (TaskPhase.WAITING, TaskPhase.STARTING):
                 self._never_ran(task, "cancelled", "the task was cancelled before it started")
         except Exception as exc:  # never let a task take the daemon down
             log.exception("task %s crashed", task.run_id)
             if task.status is None:
                 self._never_ran(task, "failed", f"internal error: {type(exc).__name__}: {exc}")
         finally:
-            task.state, task.phase = "finished", "done"
+            task.state, task.phase = TaskState.FINISHED, TaskPhase.DONE
             task.finished_at = time.time()
             self.finished += 1
             self._publish(task)
@@ -267,61 +334,35 @@ class TaskManager:
     def _never_ran(self, task: Task, status: str, error: str) -> None:
         """Record a run for a task that never reached the engine, and tell the clients."""
         task.status, task.error = status, error
-        started = Event(
-            "run.started",
+        for ev in never_ran(
             task.run_id,
-            0,
-            data={
-                "question": task.question,
-                "workspace": task.workspace,
-                "pid": os.getpid(),
-                "budget": task.config.budget.to_dict(),
-                "sandbox": {"kind": task.config.sandbox, "isolation": None},
-                "models": None,
-                "root_run_id": task.run_id,
-            },
-        )
-        finished = Event(
-            "run.finished",
-            task.run_id,
-            0,
-            data={
-                "status": status,
-                "answer": None,
-                "answer_source": None,
-                "usage": None,
-                "iterations": 0,
-                "error": error,
-            },
-        )
-        for ev in (started, finished):
+            question=task.question,
+            sandbox=task.config.sandbox,
+            budget=task.config.budget.to_dict(),
+            workspace=task.workspace,
+            status=status,
+            error=error,
+        ):
             self.record(ev)
             self._on_event(task, ev)
 
     def _on_event(self, task: Task, ev: Event) -> None:
         """Engine sink: keep the task's live numbers, then publish the event."""
-        d = ev.data
-        kind = ev.kind
-        if kind == "iteration.started" and ev.run_id == task.run_id:
-            task.iterations = int(d.get("index", 0)) + 1
-        elif kind == "model_call.finished":
-            u = task.usage
-            u["input_tokens"] += int(d.get("input_tokens") or 0)
-            u["output_tokens"] += int(d.get("output_tokens") or 0)
-            u["cost_usd"] = round(u["cost_usd"] + float(d.get("cost_usd") or 0.0), 8)
-            u["model_calls"] += 1
-        elif kind == "run.started" and ev.run_id != task.run_id:
-            task.usage["runs"] += 1
-        elif kind == "cell.finished" and d.get("kernel_restarted"):
-            task.sandbox_restarts += 1
-            where = "the workspace sandbox" if ev.run_id == task.run_id else "a child run's sandbox"
-            lost = ", ".join(d.get("lost_variables") or []) or "none"
-            why = "a cell timed out" if d.get("timed_out") else "its kernel died"
-            task.notes.append(
-                f"{where} was restarted during the run ({why}); variables lost: {lost}"
-            )
-        elif kind == "run.finished" and ev.run_id == task.run_id:
-            task.status = d.get("status")
+        own = ev.run_id == task.run_id
+        task.usage.observe(ev)
+        match ev:
+            case IterationStarted(index=index) if own:
+                task.iterations = index + 1
+            case CellFinished(kernel_restarted=True):
+                task.sandbox_restarts += 1
+                where = "the workspace sandbox" if own else "a child run's sandbox"
+                lost = ", ".join(ev.lost_variables) or "none"
+                why = "a cell timed out" if ev.timed_out else "its kernel died"
+                task.notes.append(
+                    f"{where} was restarted during the run ({why}); variables lost: {lost}"
+                )
+            case RunFinished(status=status) if own:
+                task.status = status
         self.hub.publish(
             "rlmd/event",
             {"task_id": task.run_id, "workspace": task.workspace, **ev.to_dict()},
@@ -332,7 +373,7 @@ class TaskManager:
                 listener(task, ev)
             except Exception:
                 log.exception("task listener failed")
-        if kind in ("model_call.finished", "run.finished", "iteration.started"):
+        if isinstance(ev, ModelCallFinished | RunFinished | IterationStarted):
             self._publish(task, quiet=True)
 
     def _publish(self, task: Task, *, quiet: bool = False) -> None:
@@ -348,7 +389,7 @@ class TaskManager:
                     log.exception("task listener failed")
 
     def _prune(self) -> None:
-        finished = [k for k, t in self.tasks.items() if t.state == "finished"]
+        finished = [k for k, t in self.tasks.items() if t.state is TaskState.FINISHED]
         for key in finished[: max(0, len(finished) - MAX_FINISHED_KEPT)]:
             self.tasks.pop(key, None)
 

@@ -3,17 +3,18 @@
 Reads live in :mod:`rlmd.store.queries` (mixed into :class:`Store`), the schema in
 :mod:`rlmd.store.schema`.
 
-Event handling (see :mod:`rlmd.engine.events` for the contract):
+Event handling, by event class (see :mod:`rlmd.engine.events` for the contract):
 
-* ``run.started`` inserts the run (status ``"running"``, ``pid`` = the engine's pid if it
+* :class:`RunStarted` inserts the run (status ``"running"``, ``pid`` = the engine's pid if it
   sent one, else this process's).
-* ``<kind>.started`` inserts node ``node_id`` (status ``"running"``); ``<kind>.finished``
-  merges its payload into the node and sets status, ``finished_at``, latency and tokens.
-  A new ``iteration.started`` closes the run's previous iteration.
-* ``compaction`` inserts a finished node.
-* ``sandbox.started`` merges into the run's ``sandbox`` JSON.
-* ``run.finished`` sets status, answer, usage, error, ``finished_at`` and closes the run's
-  nodes still running.
+* :class:`IterationStarted`, :class:`ModelCallStarted`, :class:`CellStarted` insert node
+  ``node_id`` (status ``"running"``); the matching ``*Finished`` merges its payload into the
+  node and sets status, ``finished_at``, latency and tokens. A new iteration closes the
+  run's previous one.
+* :class:`Compaction` inserts a finished node.
+* :class:`SandboxStarted` merges into the run's ``sandbox`` JSON.
+* :class:`RunFinished` sets status, answer, usage, error, ``finished_at`` and closes the
+  run's nodes still running.
 
 Every event is one ``BEGIN IMMEDIATE`` transaction. :meth:`Store.record` never raises:
 events for unknown runs or nodes are stored anyway (a placeholder run row is created) and
@@ -47,7 +48,19 @@ from typing import Any
 
 import sqlite_utils
 
-from rlmd.engine.events import Event, new_id
+from rlmd.engine.events import (
+    CellFinished,
+    CellStarted,
+    Compaction,
+    Event,
+    IterationStarted,
+    ModelCallFinished,
+    ModelCallStarted,
+    RunFinished,
+    RunStarted,
+    SandboxStarted,
+    new_id,
+)
 from rlmd.store import schema
 from rlmd.store.codec import NODE_TEXT_COLUMNS, dumps, loads, merge_text, split_text, to_jsonable
 from rlmd.store.queries import Queries
@@ -55,6 +68,14 @@ from rlmd.store.queries import Queries
 log = logging.getLogger("rlmd.store")
 
 NODE_KINDS = ("iteration", "model_call", "cell", "compaction")
+NODE_STARTS: dict[type[Event], str] = {
+    IterationStarted: "iteration",
+    ModelCallStarted: "model_call",
+    CellStarted: "cell",
+}
+"""Events that insert a node, and the node's kind."""
+NODE_ENDS: dict[type[Event], str] = {ModelCallFinished: "model_call", CellFinished: "cell"}
+"""Events that finish a node, and the node's kind."""
 NODE_STATUSES = ("running", "ok", "error", "timeout")
 MAX_ERRORS_KEPT = 100
 CHECKPOINT_EVERY = 250
@@ -197,7 +218,7 @@ class Store(Queries):
     def record(self, event: Event) -> None:
         """Store one engine event (an :data:`rlmd.engine.events.EventSink`).
 
-        Input: an :class:`~rlmd.engine.events.Event`; its ``data`` is made JSON-safe and
+        Input: a typed :class:`~rlmd.engine.events.Event`; its ``data`` is made JSON-safe and
         passed through :func:`rlmd.models.redact.redact` (when that module exists) first.
         Never raises: failures are logged, counted as ``anomalies["error"]`` and appended to
         :attr:`errors`.
@@ -227,30 +248,33 @@ class Store(Queries):
     def _redactor(self) -> Callable[[Any], Any]:
         """``rlmd.models.redact.redact`` if importable, else the identity (resolved once)."""
         if self._redact is None:
+            chosen: Callable[[Any], Any] = _identity
             try:
                 from rlmd.models.redact import redact
+
+                chosen = redact
             except ImportError:
                 log.warning("rlmd.models.redact is missing: events are stored unredacted")
-                redact = _identity
-            self._redact = redact
+            self._redact = chosen
         return self._redact
 
     def _dispatch(self, event: Event, data: dict[str, Any]) -> None:
-        kind = event.kind
-        if kind == "run.started":
-            self._run_started(event, data)
-        elif kind == "run.finished":
-            self._run_finished(event, data)
-        elif kind == "sandbox.started":
-            self._sandbox_started(event, data)
-        elif kind == "compaction":
-            self._node_point(event, data, "compaction")
-        elif kind.endswith(".started") and kind.count(".") == 1:
-            self._node_started(event, data, kind.split(".")[0])
-        elif kind.endswith(".finished") and kind.count(".") == 1:
-            self._node_finished(event, data, kind.split(".")[0])
-        else:
-            self._anomaly("unknown_kind", f"event kind {kind!r} is not stored")
+        match event:
+            case RunStarted():
+                self._run_started(event, data)
+            case RunFinished():
+                self._run_finished(event, data)
+            case SandboxStarted():
+                self._sandbox_started(event, data)
+            case Compaction():
+                self._node_point(event, data, "compaction")
+            case _ if type(event) in NODE_STARTS:
+                self._node_started(event, data, NODE_STARTS[type(event)])
+            case _ if type(event) in NODE_ENDS:
+                self._node_finished(event, data, NODE_ENDS[type(event)])
+            case _:
+                kind = getattr(event, "kind", type(event).__name__)
+                self._anomaly("unknown_kind", f"event kind {kind!r} is not stored")
 
     def _anomaly(self, name: str, message: str) -> None:
         if not self.anomalies[name]:
@@ -274,7 +298,8 @@ class Store(Queries):
         return {d[0]: value for d, value in zip(cursor.description, row, strict=True)}
 
     def _run_started(self, event: Event, data: dict[str, Any]) -> None:
-        models = data.get("models") if isinstance(data.get("models"), dict) else {}
+        raw_models = data.get("models")
+        models = raw_models if isinstance(raw_models, dict) else {}
         parent_run_id = data.get("parent_run_id")
         parent = self._run_row(parent_run_id) if parent_run_id else None
         root_run_id = data.get("root_run_id") or (
@@ -335,7 +360,8 @@ class Store(Queries):
 
     def _sandbox_started(self, event: Event, data: dict[str, Any]) -> None:
         self._ensure_run(event)
-        current = loads(self._run_row(event.run_id)["sandbox"])
+        row = self._run_row(event.run_id)
+        current = loads(row["sandbox"]) if row is not None else None
         merged = dict(current) if isinstance(current, dict) else {}
         sandbox = data.get("sandbox")
         merged.update(sandbox if isinstance(sandbox, dict) else data)
@@ -473,6 +499,7 @@ class Store(Queries):
             self._anomaly("unknown_node", f"{kind}.finished for unknown node {node_id}")
             self._insert_node(event, node_id, kind, data, status="running")
             row = self._node_row(node_id)
+            assert row is not None  # inserted just now, in this transaction
         started = row["started_at"] if row["started_at"] is not None else event.ts
         latency = _number(data.get("latency_s"))
         if latency is None:

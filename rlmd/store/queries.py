@@ -72,7 +72,7 @@ def build_tree(
     if root_id not in run_map:
         raise KeyError(root_id)
     node_map: dict[str, dict[str, Any]] = {}
-    per_run: dict[str, list[dict[str, Any]]] = {}
+    per_run: dict[str | None, list[dict[str, Any]]] = {}
     for node in sorted(nodes, key=lambda n: (n.get("run_id") or "", n.get("seq") or 0)):
         copy = {**node, "children": [], "runs": []}
         node_map[node["id"]] = copy
@@ -80,7 +80,8 @@ def build_tree(
     for run_id, run_nodes in per_run.items():
         run = run_map.get(run_id)
         for node in run_nodes:
-            parent = node_map.get(node.get("parent_id"))
+            parent_id = node.get("parent_id")
+            parent = node_map.get(parent_id) if parent_id is not None else None
             if parent is not None and parent["run_id"] == run_id and parent["seq"] < node["seq"]:
                 parent["children"].append(node)
             elif run is not None:
@@ -100,7 +101,8 @@ def build_tree(
             if child["id"] in seen:
                 continue
             seen.add(child["id"])
-            cell = node_map.get(child.get("parent_node_id"))
+            cell_id = child.get("parent_node_id")
+            cell = node_map.get(cell_id) if cell_id is not None else None
             if cell is not None and cell["run_id"] == run["id"]:
                 cell["runs"].append(child)
             else:

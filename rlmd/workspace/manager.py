@@ -28,17 +28,18 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import enum
 import logging
 import time
 from collections.abc import AsyncIterator, Callable
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, NotRequired, TypedDict
 
+from rlmd.context import Context, load_codebase
 from rlmd.sandbox import create_sandbox
 from rlmd.sandbox.base import CallError, CellResult, Sandbox, SandboxError, VarInfo
 from rlmd.workspace import checkpoint as ckpt_mod
-from rlmd.workspace.context import Context, load_codebase
 
 log = logging.getLogger("rlmd.workspace")
 
@@ -53,97 +54,66 @@ async def _no_calls(fn: str, args: dict[str, Any]) -> Any:
     )
 
 
-class WorkspaceContext(Context):
-    """A codebase context whose metadata is computed once per model name.
+class StartInfo(TypedDict):
+    """What starting a workspace's sandbox did (the ``"started"`` change)."""
 
-    The engine asks for the context's metadata at the start of every run; for a workspace
-    that means counting the tokens of the whole codebase again for every task, on the event
-    loop. The codebase does not change while the sandbox runs, so the answer is kept.
-    """
-
-    def metadata(self, count_tokens, *, tree_lines: int = 30) -> dict[str, Any]:
-        owner = getattr(count_tokens, "__self__", None)
-        key = (getattr(owner, "name", None) or id(count_tokens), tree_lines)
-        cache = self.__dict__.setdefault("_meta_cache", {})
-        if key not in cache:
-            cache[key] = super().metadata(count_tokens, tree_lines=tree_lines)
-        return dict(cache[key])
+    files: int
+    chars: int
+    sandbox: str
+    restored: list[str]
+    not_restored: dict[str, str]
+    checkpoint_taken_at: float | None
 
 
-class WarmSandbox(Sandbox):
-    """A sandbox wrapper that binds each context value once.
+class CheckpointInfo(TypedDict):
+    """The last checkpoint written: when, which variables, which were skipped and why, and
+    the file's size in bytes."""
 
-    The engine calls ``load_context`` at the start of every run; for a workspace whose codebase
-    is already bound that would copy the whole codebase into the REPL again. Everything else
-    is passed through to the wrapped sandbox.
-    """
+    taken_at: float
+    variables: list[str]
+    skipped: dict[str, str]
+    bytes: int
 
-    def __init__(self, inner: Sandbox) -> None:
-        self.inner = inner
-        self._bound: Any = None
 
-    @property
-    def kind(self) -> str:  # type: ignore[override]
-        return self.inner.kind
+class RestoreInfo(TypedDict):
+    """The last restore from a checkpoint: when, what came back, what did not and why."""
 
-    @property
-    def isolation(self) -> dict[str, Any]:
-        return self.inner.isolation
+    at: float
+    restored: list[str]
+    not_restored: dict[str, str]
+    files: NotRequired[int]
+    chars: NotRequired[int]
+    sandbox: NotRequired[str]
+    checkpoint_taken_at: NotRequired[float | None]
 
-    @property
-    def restarts(self) -> int:
-        """How many times the kernel was restarted (0 for backends that do not count)."""
-        return int(getattr(self.inner, "restarts", 0) or 0)
 
-    async def start(self, handler) -> None:
-        await self.inner.start(handler)
+class WorkspaceInfo(TypedDict):
+    """A workspace as the protocol shows it (``docs/protocol.md``, WorkspaceInfo)."""
 
-    async def load_context(self, value: Any, *, codebase: bool = False) -> None:
-        if value is self._bound:
-            return
-        await self.inner.load_context(value, codebase=codebase)
-        self._bound = value
+    workspace: str
+    state: str
+    busy: bool
+    holder: str | None
+    queued: list[str]
+    sandbox: str
+    pid: int | None
+    files: int | None
+    idle_timeout_s: float | None
+    idle_s: float
+    kernel_restarts: int
+    last_checkpoint: CheckpointInfo | None
+    last_restore: RestoreInfo | None
+    checkpoint_file: str
 
-    async def define_tools(self, callables: list[str], values: dict[str, Any]) -> None:
-        await self.inner.define_tools(callables, values)
 
-    async def execute(self, code: str, *, timeout_s: float | None = None) -> CellResult:
-        return await self.inner.execute(code, timeout_s=timeout_s)
+class WorkspaceState(enum.StrEnum):
+    """Where a workspace is in its life cycle (see the module docstring); the value is the
+    wire's ``state`` string."""
 
-    async def set_variable(self, name: str, value: Any) -> None:
-        await self.inner.set_variable(name, value)
-
-    async def get_variable(self, name: str) -> Any:
-        return await self.inner.get_variable(name)
-
-    async def list_variables(self) -> list[VarInfo]:
-        return await self.inner.list_variables()
-
-    async def close(self) -> None:
-        await self.inner.close()
-
-    @property
-    def limits(self):  # type: ignore[override]
-        return self.inner.limits
-
-    @property
-    def uncontained(self) -> frozenset[str]:  # type: ignore[override]
-        return self.inner.uncontained
-
-    async def interrupt(self) -> bool:
-        return await self.inner.interrupt()
-
-    async def restart(self) -> list[str]:
-        return await self.inner.restart()
-
-    async def upload(self, path: str, data: bytes) -> None:
-        await self.inner.upload(path, data)
-
-    async def download(self, path: str) -> bytes:
-        return await self.inner.download(path)
-
-    async def health(self) -> dict[str, Any]:
-        return await self.inner.health()
+    STOPPED = "stopped"
+    STARTING = "starting"
+    READY = "ready"
+    CLOSED = "closed"
 
 
 @dataclass
@@ -182,8 +152,8 @@ class Workspace:
         self.folder = str(folder)
         self.settings = settings
         self._on_change = on_change
-        self.state = "stopped"
-        self.sandbox: WarmSandbox | None = None
+        self.state = WorkspaceState.STOPPED
+        self.sandbox: Sandbox | None = None
         self.context: Context | None = None
         self._lock = asyncio.Lock()
         self.holder: str | None = None
@@ -191,8 +161,8 @@ class Workspace:
         self.last_used = time.monotonic()
         self.created_at = time.time()
         self.pending_notes: list[str] = []
-        self.last_checkpoint: dict[str, Any] | None = None
-        self.last_restore: dict[str, Any] | None = None
+        self.last_checkpoint: CheckpointInfo | None = None
+        self.last_restore: RestoreInfo | None = None
         self.kernel_restarts = 0
         self._restarts_seen = 0
 
@@ -239,7 +209,7 @@ class Workspace:
 
     # -- the sandbox (callers hold the workspace) ----------------------------------------------
 
-    async def ensure_started(self) -> dict[str, Any] | None:
+    async def ensure_started(self) -> StartInfo | None:
         """Start the sandbox if it is stopped: load the codebase from disk, bind it as
         ``context``, restore the checkpoint. Returns what happened (``None`` if it was
         running already).
@@ -250,17 +220,15 @@ class Workspace:
         """
         if self.sandbox is not None:
             return None
-        self.state = "starting"
+        self.state = WorkspaceState.STARTING
         try:
-            loaded = await asyncio.to_thread(load_codebase, Path(self.folder))
-            ctx = WorkspaceContext(loaded.value, loaded.kind, loaded.source, loaded.skipped)
+            ctx = await asyncio.to_thread(load_codebase, Path(self.folder))
             try:
-                inner = create_sandbox(self.settings.sandbox, **self.settings.sandbox_options)
+                sandbox = create_sandbox(self.settings.sandbox, **self.settings.sandbox_options)
             except (ValueError, TypeError) as exc:
                 raise SandboxError(
                     f"cannot create the {self.settings.sandbox!r} sandbox: {exc}"
                 ) from None
-            sandbox = WarmSandbox(inner)
             try:
                 await sandbox.start(_no_calls)
                 await sandbox.load_context(ctx.value, codebase=True)
@@ -268,11 +236,11 @@ class Workspace:
                 await asyncio.shield(sandbox.close())
                 raise
         except BaseException:
-            self.state = "stopped"
+            self.state = WorkspaceState.STOPPED
             raise
         self.sandbox, self.context = sandbox, ctx
-        self._restarts_seen = sandbox.restarts
-        info: dict[str, Any] = {
+        self._restarts_seen = _restarts(sandbox)
+        info: StartInfo = {
             "files": len(ctx.value),
             "chars": ctx.chars(),
             "sandbox": self.settings.sandbox,
@@ -283,15 +251,16 @@ class Workspace:
         saved = ckpt_mod.load(ckpt_mod.checkpoint_path(self.folder))
         if saved is not None:
             restored, missing = await ckpt_mod.restore(sandbox, saved)
-            info.update(restored=restored, not_restored=missing, checkpoint_taken_at=saved.taken_at)
+            info["restored"], info["not_restored"] = restored, missing
+            info["checkpoint_taken_at"] = saved.taken_at
             self.last_restore = {"at": time.time(), **info}
             if restored or missing:
                 self.pending_notes.append(_restore_note(saved.taken_at, restored, missing))
-        self.state = "ready"
+        self.state = WorkspaceState.READY
         self._emit("started", **info)
         return info
 
-    async def checkpoint(self) -> dict[str, Any] | None:
+    async def checkpoint(self) -> CheckpointInfo | None:
         """Write the REPL's saveable variables to disk. ``None`` if the sandbox is stopped.
 
         Raises:
@@ -327,7 +296,7 @@ class Workspace:
                 log.warning("workspace %s: %s", self.folder, problem)
         sandbox, self.sandbox, self.context = self.sandbox, None, None
         await asyncio.shield(sandbox.close())
-        self.state = "stopped"
+        self.state = WorkspaceState.STOPPED
         self._emit("stopped", reason=reason, checkpoint_error=problem)
 
     async def reset(self) -> None:
@@ -415,7 +384,7 @@ class Workspace:
         """If the kernel restarted since we last looked, bind the checkpoint's variables it
         lacks and queue a note for the next model. Returns the note (or ``None``)."""
         assert self.sandbox is not None
-        now = self.sandbox.restarts
+        now = _restarts(self.sandbox)
         if now == self._restarts_seen:
             return None
         self.kernel_restarts += now - self._restarts_seen
@@ -436,7 +405,7 @@ class Workspace:
         self.pending_notes.append(note)
         return note
 
-    def describe(self) -> dict[str, Any]:
+    def describe(self) -> WorkspaceInfo:
         """The workspace as a JSON-able dict (see ``docs/protocol.md``, WorkspaceInfo)."""
         return {
             "workspace": self.folder,
@@ -445,7 +414,7 @@ class Workspace:
             "holder": self.holder,
             "queued": list(self.waiting),
             "sandbox": self.settings.sandbox,
-            "pid": getattr(self.sandbox.inner, "pid", None) if self.sandbox else None,
+            "pid": getattr(self.sandbox, "pid", None) if self.sandbox else None,
             "files": len(self.context.value) if self.context is not None else None,
             "idle_timeout_s": self.settings.idle_timeout_s,
             "idle_s": round(time.monotonic() - self.last_used, 3),
@@ -454,6 +423,11 @@ class Workspace:
             "last_restore": self.last_restore,
             "checkpoint_file": str(ckpt_mod.checkpoint_path(self.folder)),
         }
+
+
+def _restarts(sandbox: Sandbox) -> int:
+    """How many times the sandbox restarted its kernel (0 for backends that do not count)."""
+    return int(getattr(sandbox, "restarts", 0) or 0)
 
 
 def _restore_note(taken_at: float, restored: list[str], missing: dict[str, str]) -> str:
@@ -527,7 +501,7 @@ class WorkspaceManager:
         no task holds or waits for it."""
         async with ws.hold("close"):
             await ws.stop(checkpoint=checkpoint, reason="closed")
-        ws.state = "closed"
+        ws.state = WorkspaceState.CLOSED
         self.workspaces.pop(ws.folder, None)
         ws._emit("closed")
 

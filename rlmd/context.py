@@ -12,9 +12,10 @@ import json
 import os
 import stat
 from collections import Counter
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, NotRequired, TypedDict
 
 import pathspec
 
@@ -37,6 +38,25 @@ ALWAYS_IGNORED = (
 """Ignored even without a .gitignore: VCS internals, caches, virtualenvs, dependencies."""
 
 
+class ContextMeta(TypedDict):
+    """What the root model is told about a context instead of its contents (see
+    :meth:`Context.metadata`): kind, Python type, size; for a list or dict its items, for a
+    codebase its files and a folder summary."""
+
+    kind: str
+    type: str
+    chars: int
+    tokens: int
+    source: NotRequired[str]
+    items: NotRequired[int]
+    item_chars: NotRequired[list[int | str]]
+    keys: NotRequired[list[str]]
+    files: NotRequired[int]
+    example_path: NotRequired[str]
+    tree: NotRequired[list[str]]
+    skipped: NotRequired[dict[str, int]]
+
+
 @dataclass
 class Context:
     """The run's input and what the loader learned about it.
@@ -54,6 +74,9 @@ class Context:
     kind: str
     source: str | None = None
     skipped: dict[str, int] = field(default_factory=dict)
+    _meta_cache: dict[tuple[object, int], ContextMeta] = field(
+        default_factory=dict, init=False, repr=False, compare=False
+    )
 
     @property
     def is_codebase(self) -> bool:
@@ -63,19 +86,31 @@ class Context:
         """Total characters of text in the context (for containers: of their items)."""
         return _chars(self.value)
 
-    def metadata(self, count_tokens, *, tree_lines: int = 30) -> dict[str, Any]:
+    def metadata(self, count_tokens: Callable[[str], int], *, tree_lines: int = 30) -> ContextMeta:
         """What the root model is told about the context instead of its contents.
 
+        Computed once per counting model and ``tree_lines``: a context's value is not changed
+        once loaded, and a daemon workspace's codebase would otherwise be counted again for
+        every task, on the event loop.
+
         Args:
-            count_tokens: ``str -> int`` of the root model.
+            count_tokens: ``str -> int`` of the root model (a bound ``Model.count_tokens``
+                is cached under the model's name).
             tree_lines: at most this many lines of folder summary for a codebase.
 
         Returns:
             ``{"type", "kind", "chars", "tokens", "items"?, "files"?, "tree"?, "skipped"?,
-            "source"?}``; for a long string, ``tokens`` is counted on the text, for a
-            container on its items' text.
+            "source"?}`` (a fresh dict each call); for a long string, ``tokens`` is counted
+            on the text, for a container on its items' text.
         """
-        meta: dict[str, Any] = {
+        owner = getattr(count_tokens, "__self__", None)
+        key = (getattr(owner, "name", None) or count_tokens, tree_lines)
+        if key not in self._meta_cache:
+            self._meta_cache[key] = self._metadata(count_tokens, tree_lines)
+        return self._meta_cache[key].copy()
+
+    def _metadata(self, count_tokens: Callable[[str], int], tree_lines: int) -> ContextMeta:
+        meta: ContextMeta = {
             "kind": self.kind,
             "type": type(self.value).__name__,
             "chars": self.chars(),
@@ -89,7 +124,8 @@ class Context:
                 _chars(v)
                 for v in (self.value.values() if isinstance(self.value, dict) else self.value)
             ]
-            meta["item_chars"] = lengths[:20] + (["..."] if len(lengths) > 20 else [])
+            shown: list[int | str] = [*lengths[:20]]
+            meta["item_chars"] = shown + (["..."] if len(lengths) > 20 else [])
             if isinstance(self.value, dict):
                 meta["keys"] = [str(k)[:80] for k in list(self.value)[:20]]
         if self.is_codebase:
@@ -110,7 +146,7 @@ def _chars(value: Any) -> int:
     return len(str(value))
 
 
-def _tokens(value: Any, count_tokens) -> int:
+def _tokens(value: Any, count_tokens: Callable[[str], int]) -> int:
     if isinstance(value, str):
         return count_tokens(value)
     if isinstance(value, dict):

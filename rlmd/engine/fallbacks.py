@@ -1,0 +1,112 @@
+"""The loop's fallbacks: the extraction call that gives the best available answer after a
+budget ended a run, and the compaction that summarises older turns when the root
+conversation nears the model's window."""
+
+from __future__ import annotations
+
+from rlmd.engine import prompts
+from rlmd.engine.budget import BudgetExhausted
+from rlmd.engine.config import EXTRACTION_MAX_TOKENS, EXTRACTION_TIMEOUT_S
+from rlmd.engine.events import Compaction, new_id
+from rlmd.engine.feedback import LoopState
+from rlmd.engine.metered import Meter
+from rlmd.models.base import Message, Model, ModelError
+from rlmd.sandbox.base import Sandbox
+
+
+async def extract(
+    meter: Meter, model: Model, state: LoopState, question: str, reason: str = ""
+) -> tuple[str | None, str | None]:
+    """The best answer after a budget ran out: one bounded call, marked ``"extraction"``.
+
+    The call continues the root conversation with one more user message (``reason`` and
+    the question), so a server's prompt cache serves everything but that message: on
+    the loaded test machine a fresh 2K-token transcript took longer than the 120 s
+    bound (trajectory ``6179e06561ff141c86a0``). A conversation too long for that falls back
+    to a condensed transcript under its own system prompt.
+
+    Returns:
+        ``(answer, "extraction")``, or ``(None, None)`` when there is nothing to go on (or
+        the run is a child: one extraction at the root is enough), no time is left, or the
+        call fails.
+    """
+    cfg, ledger = meter.rt.config, meter.rt.ledger
+    if (
+        not cfg.extraction
+        or meter.depth > 0
+        or not any(m["role"] == "assistant" for m in state.history)
+    ):
+        # A child's answer only feeds its parent's code, which is ending too.
+        return None, None
+    ask = prompts.EXTRACTION_USER.format(reason=reason or "a limit was reached", question=question)
+    messages: list[Message] = [*state.messages, {"role": "user", "content": ask}]
+    spec = model.spec
+    if model.count_messages(messages) + EXTRACTION_MAX_TOKENS > spec.context_window:
+        # A quarter of the window (at ~3 characters per token, conservative for code)
+        # keeps the extraction call cheap: it runs after a budget is already spent.
+        transcript = condense(state.history[1:], spec.context_window // 4 * 3)
+        messages = [
+            {"role": "system", "content": prompts.EXTRACTION_SYSTEM},
+            {"role": "user", "content": f"Question: {question}\n\nWork so far:\n{transcript}"},
+        ]
+    # Bounded by what the wall-clock budget has left (the loop kept a reserve for this);
+    # a loop that overran its share (a cell or call that ignored cancellation) still
+    # leaves the extraction up to 1 s of its reserve.
+    timeout = EXTRACTION_TIMEOUT_S
+    left = ledger.remaining_seconds(include_reserve=True)
+    if left is not None:
+        timeout = min(timeout, max(left, min(ledger.reserve_s, 1.0)))
+    if timeout <= 0:
+        return None, None
+    try:
+        c = await meter.call(
+            model,
+            messages,
+            None,
+            role="extraction",
+            check=False,
+            max_tokens=EXTRACTION_MAX_TOKENS,
+            timeout_s=timeout,
+        )
+    except (ModelError, BudgetExhausted):
+        return None, None
+    return c.text.strip() or None, "extraction"
+
+
+async def maybe_compact(
+    meter: Meter, model: Model, state: LoopState, it_node: str, sandbox: Sandbox
+) -> None:
+    """Summarise older turns when the conversation nears the root model's window; the full
+    history stays in the REPL as ``history``."""
+    cfg = meter.rt.config
+    if not cfg.compaction or len(state.messages) < 6:
+        return
+    spec = model.spec
+    limit = (spec.context_window - spec.max_output_tokens) * cfg.compaction_threshold
+    if model.count_messages(state.messages) < limit:
+        return
+    head, middle, tail = state.messages[:2], state.messages[2:-2], state.messages[-2:]
+    compacted = await meter.call(
+        model,
+        [
+            {"role": "system", "content": prompts.COMPACTION_SYSTEM},
+            {"role": "user", "content": condense(middle, int(limit * 3))},
+        ],
+        it_node,
+        role="compaction",
+    )
+    summary = compacted.text
+    note: Message = {
+        "role": "user",
+        "content": f"Summary of earlier turns (full log in the REPL variable `history`):\n{summary}",
+    }
+    state.messages = head + [note] + tail
+    state.sent = len(state.messages)
+    await sandbox.set_variable("history", state.history)
+    meter.emit(Compaction, new_id(), it_node, summarised_messages=len(middle), summary=summary)
+
+
+def condense(messages: list[Message], max_chars: int) -> str:
+    """The messages as one transcript of at most ``max_chars`` characters, oldest cut first."""
+    text = "\n\n".join(f"[{m['role']}]\n{m['content']}" for m in messages)
+    return text if len(text) <= max_chars else "[... earlier turns cut ...]\n" + text[-max_chars:]

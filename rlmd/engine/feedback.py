@@ -1,0 +1,166 @@
+"""The loop's state and the rules that turn a turn's results into the next user message:
+hints after a cell, whether a ``FINAL`` answer is accepted, questioned or refused, and the
+end-of-turn notes. Small functions over :class:`LoopState`; the loop applies what they
+decide."""
+
+from __future__ import annotations
+
+import enum
+from dataclasses import dataclass, field
+
+from rlmd.context import Context
+from rlmd.engine import parsing, prompts
+from rlmd.engine.budget import Budget, BudgetExhausted
+from rlmd.engine.config import RunConfig
+from rlmd.models.base import Message
+from rlmd.sandbox.base import CellResult
+
+
+@dataclass
+class LoopState:
+    """What one run's loop knows between turns.
+
+    Attributes:
+        messages: the root conversation as the model sees it (compacted when long).
+        history: every message, never compacted (bound in the REPL as ``history`` after a
+            compaction).
+        sent: messages already recorded in a root model-call event.
+        outputs: every cell's stdout, stderr and error, for answer verification.
+        code_ran: a cell has run.
+        refused: the early-answer refusal is spent.
+        questioned: the answer-verification refusal is spent.
+        errors_in_a_row: iterations in a row whose cells all raised.
+        previous_blocks: the code blocks of the previous turn.
+    """
+
+    messages: list[Message] = field(default_factory=list)
+    history: list[Message] = field(default_factory=list)
+    sent: int = 0
+    outputs: list[str] = field(default_factory=list)
+    code_ran: bool = False
+    refused: bool = False
+    questioned: bool = False
+    errors_in_a_row: int = 0
+    previous_blocks: list[str] = field(default_factory=list)
+
+    def say(self, text: str) -> None:
+        """Append a user message to the conversation."""
+        msg: Message = {"role": "user", "content": text}
+        self.messages.append(msg)
+        self.history.append(msg)
+
+    def reply(self, text: str) -> None:
+        """Append the model's reply to the conversation."""
+        msg: Message = {"role": "assistant", "content": text}
+        self.messages.append(msg)
+        self.history.append(msg)
+
+
+def unverified(cfg: RunConfig, state: LoopState, answer: str) -> bool:
+    """Whether ``verify_answer`` questions ``answer``: short, and in no cell output yet."""
+    return (
+        cfg.verify_answer
+        and parsing.is_short_answer(answer)
+        and not parsing.answer_in_outputs(answer, state.outputs)
+    )
+
+
+def cell_hints(context: Context, code: str, result: CellResult) -> list[str]:
+    """Notes after a cell's output: a FINAL that named nothing or raised, a grep limited to
+    one file that found nothing, a missing codebase key."""
+    notes = []
+    missing = parsing.final_undefined_name(code, result.error)
+    if missing:
+        notes.append(prompts.FINAL_NAME_ERROR.format(name=missing))
+    elif result.error and result.final is None and parsing.has_final_call(code):
+        last = result.error.strip().splitlines()[-1:] or ["an error"]
+        notes.append(prompts.FINAL_RAISED.format(error=last[0][:200]))
+    if (
+        context.is_codebase
+        and result.stdout.strip() in ("[]", "0")
+        and parsing.calls_with_path(code, "grep")
+    ):
+        # The demo's model grepped one file per turn until the turns ran out
+        # (trajectory 617a0e799b08a095d37d).
+        notes.append(prompts.GREP_ALL_HINT)
+    if context.is_codebase and _raised(result, "KeyError"):
+        example = next(iter(context.value), "src/main.py")
+        notes.append(prompts.CODEBASE_KEY_HINT.format(example=example))
+    return notes
+
+
+class Verdict(enum.Enum):
+    """What becomes of a cell's ``FINAL``."""
+
+    NONE = "none"  # no FINAL in the cell
+    ACCEPT = "accept"
+    QUESTION = "question"  # verify_answer's one refusal: print the evidence
+    REFUSE = "refuse"  # the early-answer refusal: look at the context first
+
+
+def judge_final(
+    cfg: RunConfig,
+    state: LoopState,
+    code: str,
+    result: CellResult,
+    *,
+    inspected: bool,
+    last_turn: bool,
+    budget_spent: BudgetExhausted | None,
+) -> Verdict:
+    """Judge the ``FINAL`` of cell ``code``. A FINAL given in the cell that ran out a budget
+    still counts: the model's own answer beats an extraction over its work.
+
+    Args:
+        inspected: some cell of the run (this one included) looked at the context.
+        last_turn: this is the run's last iteration (never questioned there).
+        budget_spent: the tree's exhausted budget, if any (then never questioned).
+    """
+    if result.final is None:
+        return Verdict.NONE
+    if not (inspected or state.refused or not cfg.refuse_early_answer):
+        return Verdict.REFUSE
+    if (
+        not state.questioned
+        and not last_turn
+        and budget_spent is None
+        and (
+            (parsing.final_is_literal(code) and unverified(cfg, state, result.final))
+            or (cfg.verify_answer and parsing.is_empty_answer(result.final))
+        )
+    ):
+        return Verdict.QUESTION
+    return Verdict.ACCEPT
+
+
+def end_of_turn(
+    state: LoopState, blocks: list[str], all_failed: bool, budget: Budget, i: int
+) -> list[str]:
+    """The notes that close turn ``i`` (0-based): a repeated turn, and the turn count (the
+    last turn asks for an answer outright).
+
+    Raises:
+        BudgetExhausted: ``max_errors``, after too many turns in a row whose cells all raised.
+    """
+    notes = []
+    if blocks == state.previous_blocks:
+        notes.append(prompts.REPEATED)
+    state.previous_blocks = blocks
+    state.errors_in_a_row = state.errors_in_a_row + 1 if all_failed else 0
+    limit = budget.max_consecutive_errors
+    if limit is not None and state.errors_in_a_row >= limit:
+        raise BudgetExhausted(
+            "max_errors", f"{state.errors_in_a_row} iterations in a row ended in errors"
+        )
+    if i + 1 < budget.max_iterations:
+        # The 1.5B model found the file in turn 2 and re-ran the same grep until the turns
+        # ran out (trajectory 6179e06561ff141c86a0).
+        last = prompts.LAST_TURN if i + 2 == budget.max_iterations else prompts.NEXT_TURN
+        notes.append(last.format(turn=i + 2, max_turns=budget.max_iterations))
+    return notes
+
+
+def _raised(result: CellResult, name: str) -> bool:
+    """Whether the cell ended with exception ``name`` (its traceback's last line)."""
+    lines = (result.error or "").strip().splitlines()
+    return bool(lines) and lines[-1].startswith(name)

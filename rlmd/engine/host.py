@@ -1,0 +1,258 @@
+"""What code in a run's REPL asks of the host: ``llm_query`` (a metered sub-model call),
+``rlm_query`` (a child run, started through the tree's injected
+:data:`~rlmd.engine.metered.ChildStarter`), their batched forms, user tools, and the policy
+on which model names code may use. A :class:`HostCalls` is the run's
+:data:`~rlmd.sandbox.base.CallHandler`."""
+
+from __future__ import annotations
+
+import asyncio
+import inspect
+import json
+from collections.abc import Awaitable
+from dataclasses import dataclass, field
+from typing import Any
+
+from rlmd.context import Context, load_context
+from rlmd.engine.budget import BudgetExhausted
+from rlmd.engine.metered import Meter
+from rlmd.engine.usage import Usage
+from rlmd.models.base import Message, Model, ModelError
+from rlmd.sandbox.base import CallError
+
+FILE_LOADING_PROVIDERS = frozenset({"scripted", "local"})
+"""Model providers whose ``provider:model`` shorthand names a file the host loads; code in
+the REPL may not name new ones (see :meth:`HostCalls.model_named_by_code`)."""
+
+MAX_INLINE_QUESTION = 4000
+"""A context-less ``rlm_query`` prompt longer than this (characters) is cut in the child's
+question; the child's ``context`` holds it in full."""
+
+
+@dataclass(frozen=True)
+class ChildRequest:
+    """A child run asked for by ``rlm_query``, for the tree's child starter.
+
+    Attributes:
+        question: the child's question.
+        context: its context (bound in its own REPL).
+        depth: its depth (the parent's + 1).
+        parent_run_id / parent_node_id: the run and cell that asked for it.
+        root_run_id: the tree's root run.
+        parent_usage: the parent's usage, which the child's adds up into.
+        tools: the child's user tools.
+        model: the model code named for it (already allowed by the policy), else ``None``
+            (the configured model for its depth).
+    """
+
+    question: str
+    context: Context
+    depth: int
+    parent_run_id: str
+    parent_node_id: str | None
+    root_run_id: str
+    parent_usage: Usage
+    tools: dict[str, Any] = field(default_factory=dict)
+    model: Model | None = None
+
+
+class HostCalls:
+    """Serves the calls one run's REPL code makes (see ``CallHandler``).
+
+    Args:
+        meter: the run's metered model calls (sub-calls are made through it).
+        root_run_id: the tree's root run.
+        tools: the run's user tools: name → host callable or JSON-able value.
+    """
+
+    def __init__(self, meter: Meter, root_run_id: str, tools: dict[str, Any]) -> None:
+        self.meter = meter
+        self.rt = meter.rt
+        self.cfg = meter.rt.config
+        self.root_run_id = root_run_id
+        self.tools = tools
+        self.cell_node: str | None = None
+        """The cell running now: sub-calls and child runs hang under it."""
+        self._gate = asyncio.Semaphore(max(1, self.cfg.max_concurrent_subcalls))
+
+    async def __call__(self, fn: str, args: dict[str, Any]) -> Any:
+        parent_node = self.cell_node
+        if fn == "llm_query":
+            return await self.llm_query(args.get("prompt"), args.get("model"), parent_node)
+        if fn == "llm_query_batched":
+            prompts_ = _as_list(args.get("prompts"), "prompts")
+            return await self._batched(
+                [self.llm_query(p, args.get("model"), parent_node) for p in prompts_]
+            )
+        if fn == "rlm_query":
+            return await self.rlm_query(
+                args.get("prompt"), args.get("context"), args.get("model"), parent_node
+            )
+        if fn == "rlm_query_batched":
+            prompts_ = _as_list(args.get("prompts"), "prompts")
+            contexts = args.get("contexts")
+            if contexts is not None and len(_as_list(contexts, "contexts")) != len(prompts_):
+                raise CallError(
+                    f"rlm_query_batched got {len(prompts_)} prompts but {len(contexts)} contexts"
+                )
+            ctxs = contexts or [None] * len(prompts_)
+            return await self._batched(
+                [
+                    self.rlm_query(p, c, args.get("model"), parent_node)
+                    for p, c in zip(prompts_, ctxs, strict=True)
+                ]
+            )
+        if fn == "tool":
+            return await self.tool(args)
+        raise CallError(f"unknown host function {fn!r}")
+
+    async def _batched(self, calls: list[Awaitable[str]]) -> list[str]:
+        """Run calls concurrently (bounded); a failed slot holds ``"Error: ..."``, never
+        failing the batch. A budget that runs out still ends the run after the cell."""
+
+        async def one(call: Awaitable[str]) -> str:
+            async with self._gate:
+                try:
+                    return await call
+                except CallError as exc:
+                    return f"Error: {exc}"
+
+        return list(await asyncio.gather(*(one(c) for c in calls)))
+
+    # -- the model-name policy ------------------------------------------------------------
+    def model_named_by_code(self, name: str) -> Model:
+        """The model that sandboxed code asked for by ``name``.
+
+        Model code is untrusted: a ``scripted:file.py:fn`` or ``local:/path`` shorthand would
+        make the host import or parse a file the sandbox just wrote (the kernel's working
+        folder is a host path). So those two providers are allowed only under a name the
+        user configured for this run (root, sub or per-depth model).
+
+        Raises:
+            CallError: unknown model, or a file-loading shorthand the run did not configure.
+        """
+        provider = name.partition(":")[0] if ":" in name else ""
+        if provider in FILE_LOADING_PROVIDERS:
+            configured = {
+                self.cfg.root_model,
+                self.cfg.sub_model,
+                *self.cfg.models_by_depth.values(),
+            }
+            if name not in configured:
+                raise CallError(
+                    f"model {name!r} is not allowed from the REPL: '{provider}:' models load "
+                    "files, so code may only name the models this run was configured with "
+                    "or configured model names"
+                )
+        try:
+            return self.rt.get_model(name)
+        except (KeyError, ValueError) as exc:
+            raise CallError(f"unknown model {name!r}: {exc}") from None
+
+    # -- llm_query ------------------------------------------------------------------------
+    async def llm_query(self, prompt: Any, model_name: str | None, parent_node: str | None) -> str:
+        """One sub-model call at the run's depth + 1; failures become :class:`CallError`."""
+        if not isinstance(prompt, str):
+            raise CallError(f"llm_query needs a str prompt, got {type(prompt).__name__}")
+        depth = self.meter.depth + 1
+        model = self.model_named_by_code(model_name or self.cfg.model_for_depth(depth))
+        messages: list[Message] = [{"role": "user", "content": prompt}]
+        _check_window(model, messages)
+        try:
+            c = await self.meter.call(model, messages, parent_node, role="sub", depth=depth)
+            return c.text
+        except BudgetExhausted as exc:
+            raise CallError(
+                f"budget exhausted: {exc}. The run is ending; no more sub-calls."
+            ) from None
+        except ModelError as exc:
+            raise CallError(f"sub-call to {model.name!r} failed: {exc}") from None
+
+    # -- rlm_query ------------------------------------------------------------------------
+    async def rlm_query(
+        self, prompt: Any, context: Any, model_name: str | None, parent_node: str | None
+    ) -> str:
+        """A child run at depth + 1 (a plain sub-call at the depth limit); its answer, or a
+        :class:`CallError` when it ends without one."""
+        if not isinstance(prompt, str):
+            raise CallError(f"rlm_query needs a str prompt, got {type(prompt).__name__}")
+        child_depth = self.meter.depth + 1
+        if child_depth >= self.cfg.budget.max_depth:
+            # At max depth a child RLM would exceed the limit: a plain sub-call instead.
+            text = prompt if context is None else f"{prompt}\n\nInput:\n{_as_text(context)}"
+            return await self.llm_query(text, model_name, parent_node)
+        try:
+            self.rt.ledger.check(subcall=True)
+        except BudgetExhausted as exc:
+            raise CallError(
+                f"budget exhausted: {exc}. The run is ending; no more sub-calls."
+            ) from None
+        self.rt.ledger.subcalls += 1
+        if context is None:
+            question = (
+                prompt
+                if len(prompt) <= MAX_INLINE_QUESTION
+                else prompt[: MAX_INLINE_QUESTION // 2] + "\n[... the full request is in `context`]"
+            )
+            ctx = load_context(prompt)
+        else:
+            question, ctx = prompt, load_context(context)
+        request = ChildRequest(
+            question=question,
+            context=ctx,
+            depth=child_depth,
+            parent_run_id=self.meter.run_id,
+            parent_node_id=parent_node,
+            root_run_id=self.root_run_id,
+            parent_usage=self.meter.usage,
+            tools=self.cfg.tools if self.cfg.sub_tools is None else self.cfg.sub_tools,
+            model=self.model_named_by_code(model_name) if model_name else None,
+        )
+        result = await self.rt.start_child(request)
+        if result.answer is not None:
+            return result.answer
+        raise CallError(
+            f"child run {result.run_id} ended with status {result.status} and no answer: {result.error}"
+        )
+
+    # -- tools ----------------------------------------------------------------------------
+    async def tool(self, args: dict[str, Any]) -> Any:
+        """Call the user tool ``args["name"]`` with ``args``/``kwargs``; a value that is not
+        JSON-able comes back as its ``repr``."""
+        name = args.get("name")
+        fn = self.tools.get(name) if isinstance(name, str) else None
+        if not callable(fn):
+            raise CallError(f"no tool named {name!r}")
+        try:
+            value = fn(*args.get("args", []), **args.get("kwargs", {}))
+            if inspect.isawaitable(value):
+                value = await value
+        except Exception as exc:
+            raise CallError(f"tool {name} raised {type(exc).__name__}: {exc}") from None
+        try:
+            json.dumps(value)
+            return value
+        except (TypeError, ValueError):
+            return repr(value)
+
+
+def _check_window(model: Model, messages: list[Message]) -> None:
+    tokens = model.count_messages(messages)
+    window, reserve = model.spec.context_window, model.spec.max_output_tokens
+    if tokens > window - reserve:
+        raise CallError(
+            f"prompt too large for model {model.name!r}: {tokens:,} tokens, but only "
+            f"{window - reserve:,} fit ({window:,}-token window minus {reserve:,} reserved for "
+            "the reply). Split the text into smaller chunks (for example llm_query_batched over "
+            "slices), or use rlm_query, whose child keeps the text in its own REPL."
+        )
+
+
+def _as_list(value: Any, what: str) -> list[Any]:
+    if not isinstance(value, list):
+        raise CallError(f"{what} must be a list, got {type(value).__name__}")
+    return value
+
+
+def _as_text(value: Any) -> str:
+    return value if isinstance(value, str) else json.dumps(value, default=str)[:1_000_000]

@@ -1,0 +1,146 @@
+"""A daemon workspace (rlmd/workspace) end to end: a real subprocess sandbox holding a real
+codebase, checkpoints on disk, restore after a stop and after a kernel death, its state
+sequence, and the prepared REPL a task's run attaches to."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+from pathlib import Path
+from typing import Any
+
+import pytest
+from conftest import scripted_registry, turn_of
+
+from rlmd.engine import RunConfig, run_task
+from rlmd.workspace import checkpoint as ckpt
+from rlmd.workspace.manager import (
+    Workspace,
+    WorkspaceManager,
+    WorkspaceSettings,
+    WorkspaceState,
+)
+
+
+class Changes:
+    """Records every ``on_change`` as ``(change, state)`` with its data."""
+
+    def __init__(self) -> None:
+        self.seen: list[tuple[str, str]] = []
+        self.data: dict[str, dict[str, Any]] = {}
+
+    def __call__(self, ws: Workspace, kind: str, data: dict[str, Any]) -> None:
+        self.seen.append((kind, ws.state))
+        self.data[kind] = data
+
+
+@pytest.fixture
+async def manager(codebase: Path):
+    changes = Changes()
+    mgr = WorkspaceManager(lambda folder: WorkspaceSettings(idle_timeout_s=None), changes)
+    mgr.changes = changes  # type: ignore[attr-defined]
+    yield mgr
+    await mgr.shutdown()  # stops what a failed test left running
+
+
+async def test_state_sequence_checkpoint_and_restore_after_a_stop(manager, codebase):
+    changes: Changes = manager.changes
+    ws = manager.get(codebase)
+    assert ws.state is WorkspaceState.STOPPED and ws.describe()["state"] == "stopped"
+
+    starting = asyncio.ensure_future(ws.ensure_started())
+    await asyncio.sleep(0)  # the start runs up to its first await
+    assert ws.state is WorkspaceState.STARTING
+    info = await starting
+    assert ws.state is WorkspaceState.READY
+    assert info is not None and info["files"] == 5 and info["restored"] == []
+    assert await ws.ensure_started() is None  # already running
+
+    made = await ws.run_cell(
+        "import math\ncount = len(context)\nnames = sorted(context)\nsquare = lambda x: x * x",
+        timeout_s=30,
+    )
+    assert made.error is None
+    saved = await ws.checkpoint()
+    assert saved is not None and saved["variables"] == ["count", "names"]
+    assert set(saved["skipped"]) == {"square"}  # modules are never saved, nor listed
+    on_disk = json.loads(ckpt.checkpoint_path(ws.folder).read_text())
+    assert on_disk["variables"]["count"] == 5 and on_disk["workspace"] == ws.folder
+
+    await ws.stop(checkpoint=False, reason="test")
+    assert ws.state is WorkspaceState.STOPPED and ws.sandbox is None
+
+    info = await ws.ensure_started()
+    assert info is not None and sorted(info["restored"]) == ["count", "names"]
+    back = await ws.run_cell("print(count, names[0], 'math' in dir())", timeout_s=30)
+    assert back.stdout == "5 .gitignore False\n"
+    note = await ws.model_note()
+    assert "restored from the workspace checkpoint" in note and "count" in note
+    assert "Imports are not restored" in note
+
+    await ws.reset()
+    assert not ckpt.checkpoint_path(ws.folder).exists()
+    await manager.close(ws)
+    assert ws.state is WorkspaceState.CLOSED and manager.find(codebase) is None
+    assert changes.seen == [
+        ("started", "ready"),
+        ("cell", "ready"),
+        ("checkpointed", "ready"),
+        ("stopped", "stopped"),
+        ("started", "ready"),
+        ("cell", "ready"),
+        ("stopped", "stopped"),  # reset
+        ("reset", "stopped"),
+        ("closed", "closed"),
+    ]
+
+
+async def test_a_dead_kernel_gets_the_checkpoints_variables_back(manager, codebase):
+    changes: Changes = manager.changes
+    ws = manager.get(codebase)
+    await ws.run_cell("kept = [1, 2, 3]", timeout_s=30)
+    await ws.checkpoint()
+    await ws.run_cell("later = 'not checkpointed'", timeout_s=30)
+    died = await ws.run_cell("import os\nos._exit(3)", timeout_s=30)
+    assert died.kernel_restarted and "kept" in died.lost_variables
+    assert ws.kernel_restarts == 1
+    assert changes.data["restored"]["restored"] == ["kept"]
+    again = await ws.run_cell("print(kept, 'later' in dir(), len(context))", timeout_s=30)
+    assert again.stdout == "[1, 2, 3] False 5\n"
+    note = await ws.model_note()
+    assert "died during a cell run by hand" in note and "kept" in note
+
+
+async def test_a_task_attaches_to_the_prepared_repl_and_gives_it_back(manager, codebase):
+    """The workspace bound ``context`` once; the run only attaches its handler: it sees the
+    workspace's variables and its sub-calls work; after the task they are refused again."""
+    seen: list[str] = []
+
+    def root(messages: list[dict]) -> str:
+        if turn_of(messages) == 0:
+            return "```repl\nprint(len(context), before)\nnote = llm_query('hi')\nprint(note)\n```"
+        seen.append(messages[-1]["content"])
+        return "```repl\nFINAL(str(before * 2))\n```"
+
+    ws = manager.get(codebase)
+    await ws.run_cell("before = 21", timeout_s=30)
+    bound = ws.sandbox
+    registry = scripted_registry(root=root, sub=lambda m: "sub says hi")
+    try:
+        result = await run_task(
+            "double it",
+            ws.context,
+            RunConfig(root_model="root", sub_model="sub", workspace=ws.folder),
+            get_model=registry.get,
+            sandbox=ws.sandbox,
+        )
+    finally:
+        await registry.aclose()
+    assert (result.status, result.answer) == ("completed", "42")
+    assert "5 21" in seen[0] and "sub says hi" in seen[0]
+    assert ws.sandbox is bound  # the run neither replaced nor closed the workspace's REPL
+    notes = await ws.finish_task()
+    assert notes == []
+    after = await ws.run_cell("llm_query('hi')", timeout_s=30)
+    assert after.error is not None and "only available while a task runs" in after.error
+    assert (await ws.run_cell("print(note)", timeout_s=30)).stdout == "sub says hi\n"
