@@ -8,17 +8,7 @@ import subprocess
 import sys
 
 import pytest
-
-
-def rlmd(*args, home, input=None, timeout=120):
-    return subprocess.run(
-        [sys.executable, "-m", "rlmd.cli", *args],
-        capture_output=True,
-        text=True,
-        input=input,
-        timeout=timeout,
-        env={**os.environ, "RLMD_HOME": str(home), "COLUMNS": "200"},
-    )
+from helpers.cli import rlmd
 
 
 @pytest.fixture

@@ -8,17 +8,18 @@ import json
 import time
 
 import pytest
-from server_helpers import CELLS, Daemon, finished, make_project, question
+from helpers.server import CELLS, Daemon, finished, make_project, question
+from helpers.tui_memory import MemoryBackend
+from helpers.tui_sample import big_tree, demo_trees
 from textual.command import CommandList, CommandPalette
 from textual.widgets import DataTable, Input, TextArea, Tree
 
 from rlmd.engine.events import Event
 from rlmd.store import Store
-from tui.app import RlmdApp
-from tui.backend import DaemonBackend, MemoryBackend, StoreBackend
-from tui.lineview import LineView
-from tui.sample import big_tree, demo_trees
-from tui.screens import LaunchScreen, RunsScreen, TrajectoryScreen, WorkspaceScreen
+from rlmd_tui.app import RlmdApp
+from rlmd_tui.backend import DaemonBackend, StoreBackend
+from rlmd_tui.lineview import LineView
+from rlmd_tui.screens import LaunchScreen, RunsScreen, TrajectoryScreen, WorkspaceScreen
 
 pytestmark = pytest.mark.timeout(120)
 
