@@ -10,6 +10,7 @@ import pytest
 from helpers.cli import rlmd
 
 from rlmd import config
+from rlmd.sandbox import DEFAULT_BACKEND
 
 
 def write_project(tmp_path, toml: str):
@@ -272,3 +273,41 @@ def test_bad_config_names_the_file_and_key(rlmd_home: Path, toml: str, needle: s
         config.load()
     assert str(path) in str(info.value)
     assert needle in str(info.value)
+
+
+# -- settings + overrides ---------------------------------------------------------------------
+
+
+def test_run_config_is_the_run_table_under_the_overrides(rlmd_home: Path) -> None:
+    write(
+        rlmd_home / "config.toml",
+        '[run]\nmodel = "fast"\nsandbox = "container"\nmax_depth = 2\noutput_cap = 500\n'
+        'models_by_depth = {"2" = "tiny"}\n',
+    )
+    settings = config.load()
+    run = config.build_run_config(
+        settings, sub_model="sub", budget={"max_depth": 3, "max_usd": None}, workspace=rlmd_home
+    )
+    assert (run.root_model, run.sub_model, run.sandbox) == ("fast", "sub", "container")
+    assert (run.budget.max_depth, run.budget.max_usd, run.output_cap) == (3, None, 500)
+    assert run.models_by_depth == {2: "tiny"} and run.workspace == str(rlmd_home)
+    assert config.build_run_config(settings, model="m", sandbox="inprocess").sandbox == "inprocess"
+    plain = config.build_run_config(config.Settings())
+    assert (plain.root_model, plain.sandbox) == (config.DEFAULT_MODEL, DEFAULT_BACKEND)
+    with pytest.raises(ValueError, match=r"unknown run options: \['colour'\]"):
+        config.build_run_config(settings, colour=1)
+    with pytest.raises(ValueError, match=r"unknown budget keys: \['max_fun'\]"):
+        config.build_run_config(settings, budget={"max_fun": 1})
+
+
+def test_workspace_settings_fall_back_to_the_run_table(rlmd_home: Path, tmp_path: Path) -> None:
+    write(rlmd_home / "config.toml", '[run]\nsandbox = "container"\n')
+    project = tmp_path / "proj"
+    write(project / ".rlmd.toml", "[workspace]\nidle_timeout_s = 5\nmax_var_bytes = 1024\n")
+    ws = config.workspace_settings(config.load(project), project, idle_timeout_s=600.0)
+    assert (ws.sandbox, ws.idle_timeout_s, ws.max_var_bytes) == ("container", 5.0, 1024)
+    default = config.workspace_settings(config.Settings(), project, idle_timeout_s=None)
+    assert (default.sandbox, default.idle_timeout_s) == (DEFAULT_BACKEND, None)
+    write(project / ".rlmd.toml", "[workspace]\nidle_timeout_s = 0\n")
+    with pytest.raises(ValueError, match=r"\[workspace\] idle_timeout_s must be a number > 0"):
+        config.workspace_settings(config.load(project), project, idle_timeout_s=None)
