@@ -36,10 +36,10 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
+from rlmd.paths import rss_bytes  # noqa: E402
 from rlmd.server.client import Client  # noqa: E402
-from rlmd.server.core import rss_bytes  # noqa: E402
 
-MODELS = ROOT / "tests" / "scripted_models.py"
+MODELS = ROOT / "tests" / "helpers" / "scripted_models.py"
 CELLS = f"scripted:{MODELS}:cells"
 QUESTION = json.dumps({"cells": ["n = len(context)\ns = llm_query('size ' + str(n))", "FINAL(n)"]})
 
@@ -147,12 +147,12 @@ async def client_load(
 
 async def direct_peer(project: Path, n: int) -> float:
     """Seconds per task for the engine run directly with a warm sandbox (no daemon)."""
+    from rlmd import config
     from rlmd.context import load_codebase
     from rlmd.engine import RunConfig, prepare_sandbox, run_task
-    from rlmd.models.registry import Registry
     from rlmd.sandbox import create_sandbox
 
-    registry = Registry.load(None)
+    registry = config.load(None).registry()
     ctx = load_codebase(project)
     box = create_sandbox("subprocess")
     try:

@@ -22,10 +22,10 @@ import json
 import time
 from pathlib import Path
 
-from tui.app import RlmdApp
-from tui.backend import MemoryBackend
-from tui.lineview import LineView
-from tui.sample import big_tree
+from rlmd_tui.app import RlmdApp
+from rlmd_tui.lineview import LineView
+from tests.helpers.tui_memory import MemoryBackend
+from tests.helpers.tui_sample import big_tree
 
 
 async def measure(nodes: int, mb: int) -> dict[str, float]:

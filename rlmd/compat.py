@@ -27,10 +27,11 @@ import time
 from dataclasses import dataclass, field
 from typing import Any
 
+from rlmd import config
 from rlmd.context import load_context
 from rlmd.engine import Budget, RunConfig, prepare_sandbox, run_task
 from rlmd.models.base import ModelSpec
-from rlmd.models.registry import Registry
+from rlmd.sandbox import DEFAULT_BACKEND
 
 _PROVIDERS = {
     "openai": ("openai", None),
@@ -40,7 +41,7 @@ _PROVIDERS = {
     "local": ("local", None),
     "scripted": ("scripted", None),
 }
-_ENVIRONMENTS = {"local": "subprocess", "subprocess": "subprocess", "inprocess": "inprocess"}
+_ENVIRONMENTS = {"local": DEFAULT_BACKEND, "subprocess": "subprocess", "inprocess": "inprocess"}
 
 
 @dataclass
@@ -168,7 +169,7 @@ class RLM:
             raise ValueError(
                 f"unknown environment {environment!r}; rlmd supports {sorted(_ENVIRONMENTS)}"
             )
-        self.registry = Registry.load(None)
+        self.registry = config.load(None).registry()
         root = _spec("root", backend, backend_kwargs, sampling_args)
         self.registry.add(root)
         sub_name = None
@@ -273,7 +274,7 @@ class RLM:
             store = Store(paths.store_path())
             sinks.append(store.record)
         if self.verbose:
-            from rlmd.progress import ProgressPrinter
+            from rlmd.cli.progress import ProgressPrinter
 
             sinks.append(ProgressPrinter())
         sandbox = None

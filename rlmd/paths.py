@@ -5,14 +5,22 @@ Layout under the home folder:
     rlmd.db            the trajectory store (SQLite, WAL)
     models/            pulled local GGUF models, named with their SHA-256
     run/               sockets and pid files (the daemon)
+
+Also the small process helpers that go with them: is the daemon running, how much memory a
+process holds.
 """
 
 from __future__ import annotations
 
+import hashlib
 import os
+import tempfile
 from pathlib import Path
 
 import platformdirs
+
+MAX_SOCKET_PATH = 100
+"""Unix socket paths are limited to 107 bytes on Linux (103 on macOS); stay under both."""
 
 PROJECT_CONFIG_NAMES = (".rlmd.toml", "rlmd.toml")
 """Project-level config files, looked up in the project folder; they override the user's."""
@@ -48,4 +56,65 @@ def project_config_path(project: Path) -> Path | None:
         candidate = project / name
         if candidate.is_file():
             return candidate
+    return None
+
+
+def run_dir() -> Path:
+    """``<rlmd home>/run`` (created, mode 0700)."""
+    path = home() / "run"
+    path.mkdir(parents=True, exist_ok=True)
+    os.chmod(path, 0o700)
+    return path
+
+
+def socket_path() -> Path:
+    """Where the daemon of this rlmd home listens: ``run/rlmd.sock``, or, when that path is
+    too long for a Unix socket, a short name in ``$XDG_RUNTIME_DIR`` (else a private temp
+    folder) derived from it."""
+    preferred = run_dir() / "rlmd.sock"
+    if len(str(preferred).encode()) <= MAX_SOCKET_PATH:
+        return preferred
+    digest = hashlib.sha256(str(preferred).encode()).hexdigest()[:16]
+    runtime = os.environ.get("XDG_RUNTIME_DIR")
+    if runtime and os.path.isdir(runtime):
+        folder = Path(runtime)
+    else:
+        folder = Path(tempfile.gettempdir()) / f"rlmd-{os.getuid()}"
+        folder.mkdir(mode=0o700, exist_ok=True)
+        os.chmod(folder, 0o700)
+    return folder / f"rlmd-{digest}.sock"
+
+
+def pid_path() -> Path:
+    return run_dir() / "daemon.pid"
+
+
+def log_path() -> Path:
+    return run_dir() / "daemon.log"
+
+
+def running_pid() -> int | None:
+    """The pid in ``daemon.pid`` if that process is alive, else ``None``."""
+    try:
+        pid = int(pid_path().read_text().strip())
+    except (OSError, ValueError):
+        return None
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return None
+    except PermissionError:
+        return pid
+    return pid
+
+
+def rss_bytes(pid: int | str = "self") -> int | None:
+    """Resident memory of a process in bytes (Linux ``/proc``), ``None`` elsewhere."""
+    try:
+        with open(f"/proc/{pid}/status", encoding="ascii") as fh:
+            for line in fh:
+                if line.startswith("VmRSS:"):
+                    return int(line.split()[1]) * 1024
+    except (OSError, ValueError, IndexError):
+        return None
     return None

@@ -1,10 +1,10 @@
-"""rlmd.eval.scoring: the metrics the quality benchmarks report."""
+"""bench.quality.scoring: the metrics the quality benchmarks report."""
 
 from __future__ import annotations
 
 import pytest
 
-from rlmd.eval.scoring import (
+from bench.quality.scoring import (
     METRICS,
     normalize,
     parse_items,

@@ -8,17 +8,7 @@ import subprocess
 import sys
 
 import pytest
-
-
-def rlmd(*args, home, input=None, timeout=120):
-    return subprocess.run(
-        [sys.executable, "-m", "rlmd.cli", *args],
-        capture_output=True,
-        text=True,
-        input=input,
-        timeout=timeout,
-        env={**os.environ, "RLMD_HOME": str(home), "COLUMNS": "200"},
-    )
+from helpers.cli import rlmd
 
 
 @pytest.fixture
@@ -295,3 +285,16 @@ def test_store_and_file_errors_are_messages_not_tracebacks(rlmd_home, tmp_path, 
     assert proc.returncode == 2 and "cannot write" in proc.stderr and "Traceback" not in proc.stderr
     proc = rlmd("runs", home="/proc/nope")
     assert proc.returncode == 2 and "RLMD_HOME" in proc.stderr
+
+
+def test_doctor_prints_every_check_and_exits_with_the_verdict(tmp_path):
+    home = tmp_path / "home"
+    as_json = rlmd("doctor", "--no-sandboxes", "--json", home=home)
+    text = rlmd("doctor", "--no-sandboxes", home=home)
+    checks = json.loads(as_json.stdout)["checks"]
+    assert {"python", "home", "store", "config", "default model"} <= {c["name"] for c in checks}
+    for c in checks:
+        assert f"{c['status']:>4}  {c['name']}: " in text.stdout
+    failed = any(c["status"] == "fail" for c in checks)
+    assert text.returncode == as_json.returncode == (1 if failed else 0)
+    assert text.stdout.rstrip().endswith("some checks failed" if failed else "rlmd is ready")

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import asyncio
 
-from conftest import repl, turn_of
+from helpers.scripted import repl, turn_of
 
 from rlmd import RLM
 from rlmd.store import Store

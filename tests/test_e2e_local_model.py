@@ -1,8 +1,7 @@
 """End to end: the real `rlmd run` command, a real local GGUF model (Qwen2.5-Coder-0.5B,
 greedy, 1 thread), a real codebase (this Python's `json` package), a real SQLite store.
 
-Asserts the protocol only (shared/notes/local-models.md: never assert answer quality on the
-small models): the run ended within its caps, its tree is stored, a real model call happened.
+Asserts the protocol only (never answer quality: the small models are not reliable enough): the run ended within its caps, its tree is stored, a real model call happened.
 """
 
 from __future__ import annotations

@@ -6,7 +6,7 @@ import asyncio
 import json
 
 import pytest
-from conftest import last_user, question_of, repl, scripted_registry, turn_of
+from helpers.scripted import last_user, question_of, repl, scripted_registry, turn_of
 
 from rlmd.engine import Budget, RunConfig, run_task
 from rlmd.store import Store

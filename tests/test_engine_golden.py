@@ -22,7 +22,7 @@ import sqlite3
 from pathlib import Path
 from typing import Any
 
-from conftest import last_user, scripted_registry, turn_of
+from helpers.scripted import last_user, scripted_registry, turn_of
 
 from rlmd.engine import Budget, RunConfig, run_task
 from rlmd.server.core import DaemonCore, DaemonOptions

@@ -3,7 +3,7 @@ not override."""
 
 from __future__ import annotations
 
-from conftest import last_user, repl, scripted_registry, turn_of
+from helpers.scripted import last_user, repl, scripted_registry, turn_of
 
 from rlmd.engine import Budget, RunConfig, run_task
 

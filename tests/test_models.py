@@ -16,20 +16,20 @@ from typing import Any
 
 import pytest
 
+from rlmd import config
 from rlmd.models import (
     Completion,
     ModelError,
     ModelNotAvailable,
     ModelSpec,
-    Registry,
     count_tokens,
     retry,
     tokens,
 )
 from rlmd.models import pull as pull_mod
 from rlmd.models.local import LocalModel
-from rlmd.models.redact import REDACTED, redact, register_secret_env, secret_values
 from rlmd.models.scripted import ScriptedModel
+from rlmd.redact import REDACTED, redact, register_secret_env, secret_values
 
 REAL_RLMD_HOME = os.environ.get("RLMD_HOME")
 
@@ -185,7 +185,7 @@ async def test_scripted_shorthands_via_registry(
         "def reply(messages):\n    return 'py:' + messages[-1]['content']\n"
     )
     monkeypatch.chdir(tmp_path)
-    registry = Registry.load()
+    registry = config.load().registry()
     json_model = registry.get("scripted:s.json")
     assert registry.get("scripted:s.json") is json_model  # cached per name
     assert (await json_model.complete(user("x"))).text == "from json"
@@ -207,136 +207,15 @@ def write(path: Path, text: str) -> Path:
 
 
 def test_registry_builtins() -> None:
-    registry = Registry.load()
+    registry = config.load().registry()
     for name in ("qwen2.5-coder-1.5b", "qwen2.5-coder-0.5b"):
         spec = registry.spec(name)
         assert (spec.provider, spec.model, spec.context_window) == ("local", name, 8192)
         assert (spec.max_output_tokens, spec.price_input, spec.price_output) == (1024, 0.0, 0.0)
 
 
-def test_registry_user_then_project_override(rlmd_home: Path, tmp_path: Path) -> None:
-    write(
-        rlmd_home / "config.toml",
-        """
-[models.fast]
-provider = "openai"
-model = "gpt-4.1-mini"
-price_input = 0.4
-price_output = 1.6
-timeout_s = 30
-[models.fast.sampling]
-temperature = 0.5
-top_p = 0.9
-
-[models."qwen2.5-coder-1.5b"]
-n_threads = 2
-
-[run]
-model = "fast"
-max_depth = 2
-""",
-    )
-    project = tmp_path / "proj"
-    write(
-        project / ".rlmd.toml",
-        """
-[models.fast]
-price_input = 0.0
-[models.fast.sampling]
-temperature = 0
-
-[models.mine]
-provider = "scripted"
-model = "scripts/s.json"
-
-[run]
-max_depth = 1
-sub_model = "qwen2.5-coder-0.5b"
-
-[sandbox]
-kind = "process"
-""",
-    )
-    user_only = Registry.load()
-    assert user_only.spec("fast").base_url is None
-    assert user_only.spec("qwen2.5-coder-1.5b").n_threads == 2
-
-    registry = Registry.load(project)
-    fast = registry.spec("fast")
-    assert fast.provider == "openai" and fast.model == "gpt-4.1-mini"
-    assert fast.base_url is None
-    assert (fast.price_input, fast.price_output, fast.timeout_s) == (0.0, 1.6, 30)
-    assert fast.sampling == {"temperature": 0, "top_p": 0.9}
-    assert registry.spec("mine").model == str(project / "scripts" / "s.json")
-    assert registry.run_defaults == {
-        "model": "fast",
-        "max_depth": 1,
-        "sub_model": "qwen2.5-coder-0.5b",
-    }
-    assert registry.sections == {"sandbox": {"kind": "process"}}
-    assert registry.sources == [rlmd_home / "config.toml", project / ".rlmd.toml"]
-    assert "mine" in registry.names() and "mine" not in user_only.names()
-
-
-@pytest.mark.parametrize(
-    "toml",
-    [
-        '[models.fast]\nbase_url = "http://127.0.0.1:9/v1"\n',
-        '[models.x]\nprovider = "openai"\nmodel = "m"\napi_key_env = "OPENAI_API_KEY"\n',
-        '[providers.openai]\nbase_url = "http://evil.invalid/v1"\n',
-        '[models.x]\nprovider = "scripted"\nmodel = "evil.py:run"\n',
-    ],
-)
-def test_project_config_cannot_steer_keys_or_load_code(
-    rlmd_home: Path, tmp_path: Path, toml: str
-) -> None:
-    """A project's .rlmd.toml comes with the code being asked about: it must not choose where
-    the user's API key goes, nor make rlmd import Python from the repository."""
-    write(rlmd_home / "config.toml", '[models.fast]\nprovider = "openai"\nmodel = "gpt-4.1-mini"\n')
-    project = tmp_path / "cloned"
-    write(project / ".rlmd.toml", toml)
-    with pytest.raises(ValueError, match="only be (set|defined) in the user config"):
-        Registry.load(project)
-    # the same lines are fine in the user's own config
-    write(
-        rlmd_home / "config.toml",
-        toml.replace("[models.fast]", '[models.fast]\nprovider = "openai"'),
-    )
-    Registry.load(None)
-
-
-@pytest.mark.parametrize(
-    ("toml", "needle"),
-    [
-        ('[models.x]\nprovider = "openai"\nmodle = "y"\n', "[models.x]: unknown key 'modle'"),
-        (
-            '[models.x]\nprovider = "openai"\ncontext_window = "big"\n',
-            "[models.x].context_window: expected int",
-        ),
-        (
-            '[models.x]\nprovider = "openai"\nprice_input = true\n',
-            "[models.x].price_input: expected number",
-        ),
-        ('[models.x]\nprovider = "openai"\nn_threads = 0\n', "n_threads: must be >= 1"),
-        ('[models.x]\nprovider = "gemini"\n', "'gemini' is not one of"),
-        ('[models.x]\nmodel = "y"\n', "needs a 'provider' key"),
-        ('[models.x]\nprovider = "openai"\nsampling = 1\n', "sampling: expected dict"),
-        ("[models\n", "invalid TOML"),
-        ('models = "x"\n', "'models' must be a table"),
-        ('[providers.openai]\nmodel = "x"\n', "[providers.openai]: unknown key 'model'"),
-        ("run = 3\n", "'run' must be a table"),
-    ],
-)
-def test_registry_bad_config(rlmd_home: Path, toml: str, needle: str) -> None:
-    path = write(rlmd_home / "config.toml", toml)
-    with pytest.raises(ValueError) as info:
-        Registry.load()
-    assert str(path) in str(info.value)
-    assert needle in str(info.value)
-
-
 def test_registry_shorthands(rlmd_home: Path) -> None:
-    registry = Registry.load()
+    registry = config.load().registry()
     gpt = registry.spec("openai:gpt-4.1-mini")
     assert (gpt.provider, gpt.model, gpt.base_url) == ("openai", "gpt-4.1-mini", None)
     assert gpt.price_input > 0 and gpt.price_output > gpt.price_input  # from HOSTED_MODELS
@@ -382,7 +261,7 @@ provider = "openai"
 model = "other"
 """,
     )
-    registry = Registry.load()
+    registry = config.load().registry()
     spec = registry.spec("openai:qwen2.5-coder-0.5b")
     assert (spec.base_url, spec.api_key_env, spec.model) == (
         "http://127.0.0.1:8765/v1",
@@ -413,11 +292,13 @@ provider = "local"
 model = "/nonexistent/m.gguf"
 """,
     )
-    registry = Registry.load()
+    registry = config.load().registry()
     assert registry.get("gpt") is registry.get("gpt")
     registry.spec("qwen2.5-coder-0.5b").n_threads = 2  # e.g. a --threads flag, before get()
     assert registry.get("qwen2.5-coder-0.5b").spec.n_threads == 2
-    assert Registry.load().spec("qwen2.5-coder-0.5b").n_threads == 1  # nothing global changed
+    assert (
+        config.load().registry().spec("qwen2.5-coder-0.5b").n_threads == 1
+    )  # nothing global changed
     registry.add(ModelSpec(name="gpt", provider="scripted", model="x.json"))
     assert registry.get("gpt").spec.provider == "scripted"
     registry.add(ModelSpec(name="gpt", provider="openai", model="gpt-4.1-mini"))
@@ -444,7 +325,7 @@ async def test_registry_api_key_env_values_are_redacted(
     )
     monkeypatch.setenv("WEIRDLY_NAMED_CRED", "plainsecretvalue123")
     assert redact("x plainsecretvalue123 y") == "x plainsecretvalue123 y"  # not yet known
-    Registry.load()
+    config.load().registry()
     assert redact("x plainsecretvalue123 y") == f"x {REDACTED} y"
 
 

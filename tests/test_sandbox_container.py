@@ -17,7 +17,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from conftest import repl, scripted_registry, turn_of
+from helpers.scripted import repl, scripted_registry, turn_of
 
 from rlmd.sandbox import SandboxError, create_sandbox, unavailable_reason
 from rlmd.sandbox.limits import Limits, MiB

@@ -21,7 +21,7 @@ import time
 from typing import Any
 
 import pytest
-from conftest import repl, scripted_registry, turn_of
+from helpers.scripted import repl, scripted_registry, turn_of
 from test_sandbox import FakeHost
 
 from rlmd.sandbox import BACKENDS, create_sandbox, unavailable_reason

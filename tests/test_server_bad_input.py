@@ -8,7 +8,7 @@ import json
 import socket
 
 import pytest
-from server_helpers import CELLS, Daemon, finished, make_project, question
+from helpers.server import CELLS, Daemon, finished, make_project, question
 
 from rlmd.server.client import Client, RpcError
 

@@ -6,7 +6,7 @@ import json
 import time
 
 import pytest
-from server_helpers import CELLS, Daemon, event, finished, make_project, question, run_to_end
+from helpers.server import CELLS, Daemon, event, finished, make_project, question, run_to_end
 
 pytestmark = pytest.mark.timeout(90)
 

@@ -9,7 +9,7 @@ import subprocess
 import sys
 
 import pytest
-from server_helpers import CELLS, Daemon, event, finished, make_project, question, run_to_end
+from helpers.server import CELLS, Daemon, event, finished, make_project, question, run_to_end
 
 from rlmd.server.client import RpcError
 

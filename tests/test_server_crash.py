@@ -7,7 +7,7 @@ import os
 import signal
 
 import pytest
-from server_helpers import CELLS, ECHO, Daemon, event, finished, make_project, question, run_to_end
+from helpers.server import CELLS, ECHO, Daemon, event, finished, make_project, question, run_to_end
 
 pytestmark = pytest.mark.timeout(90)
 

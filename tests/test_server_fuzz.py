@@ -6,9 +6,9 @@ from __future__ import annotations
 import asyncio
 
 import pytest
+from helpers.server import CELLS, Daemon, make_project
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
-from server_helpers import CELLS, Daemon, make_project
 
 from rlmd.server.client import Client, RpcError
 from rlmd.server.commands import COMMANDS

@@ -6,7 +6,7 @@ import json
 import os
 
 import pytest
-from server_helpers import CELLS, ECHO, Daemon, make_project, question, run_to_end
+from helpers.server import CELLS, ECHO, Daemon, make_project, question, run_to_end
 
 pytestmark = pytest.mark.timeout(60)
 

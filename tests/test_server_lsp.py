@@ -14,9 +14,9 @@ from pathlib import Path
 
 import pytest
 import pytest_lsp
+from helpers.server import CELLS, make_project, question
 from lsprotocol import types
 from pytest_lsp import ClientServerConfig, LanguageClient
-from server_helpers import CELLS, make_project, question
 
 pytestmark = pytest.mark.timeout(60)
 

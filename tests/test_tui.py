@@ -8,17 +8,18 @@ import json
 import time
 
 import pytest
-from server_helpers import CELLS, Daemon, finished, make_project, question
+from helpers.server import CELLS, Daemon, finished, make_project, question
+from helpers.tui_memory import MemoryBackend
+from helpers.tui_sample import big_tree, demo_trees
 from textual.command import CommandList, CommandPalette
 from textual.widgets import DataTable, Input, TextArea, Tree
 
 from rlmd.engine.events import RunStarted
 from rlmd.store import Store
-from tui.app import RlmdApp
-from tui.backend import DaemonBackend, MemoryBackend, StoreBackend
-from tui.lineview import LineView
-from tui.sample import big_tree, demo_trees
-from tui.screens import LaunchScreen, RunsScreen, TrajectoryScreen, WorkspaceScreen
+from rlmd_tui.app import RlmdApp
+from rlmd_tui.backend import DaemonBackend, StoreBackend
+from rlmd_tui.lineview import LineView
+from rlmd_tui.screens import LaunchScreen, RunsScreen, TrajectoryScreen, WorkspaceScreen
 
 pytestmark = pytest.mark.timeout(120)
 
@@ -296,3 +297,17 @@ async def test_demo_runs_sort_filter_and_help():
         await until(pilot, lambda: isinstance(app.screen, LaunchScreen), what="launch form")
         await pilot.press("escape")
         await asyncio.sleep(0)
+
+
+def test_rlmd_tui_command_opens_the_app_of_the_rlmd_tui_package(tmp_path, monkeypatch):
+    """``rlmd tui --no-daemon --store FILE`` reaches the installed ``rlmd_tui`` package and
+    opens the app on that store (the app's own loop is replaced: no terminal here)."""
+    from rlmd.cli.main import main
+
+    opened: list[RlmdApp] = []
+    monkeypatch.setattr(RlmdApp, "run", lambda self, *a, **k: opened.append(self))
+    store = tmp_path / "runs.db"
+    assert main(["tui", "--no-daemon", "--store", str(store)]) == 0
+    (app,) = opened
+    assert isinstance(app.backend, StoreBackend) and app.backend.path == store
+    assert type(app).__module__ == "rlmd_tui.app"

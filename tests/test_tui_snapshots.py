@@ -13,13 +13,13 @@ import time
 from pathlib import Path
 
 import pytest
+from helpers.tui_memory import MemoryBackend
+from helpers.tui_sample import demo_trees
 from textual.widgets import TextArea, Tree
 
-from tui.app import RlmdApp
-from tui.backend import MemoryBackend
-from tui.lineview import LineView
-from tui.sample import demo_trees
-from tui.screens import LaunchScreen, RunsScreen, TrajectoryScreen, WorkspaceScreen
+from rlmd_tui.app import RlmdApp
+from rlmd_tui.lineview import LineView
+from rlmd_tui.screens import LaunchScreen, RunsScreen, TrajectoryScreen, WorkspaceScreen
 
 pytestmark = pytest.mark.timeout(60)
 

@@ -10,7 +10,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from conftest import scripted_registry, turn_of
+from helpers.scripted import scripted_registry, turn_of
 
 from rlmd.engine import RunConfig, run_task
 from rlmd.workspace import checkpoint as ckpt

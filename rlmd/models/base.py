@@ -55,8 +55,8 @@ class ModelSpec:
         price_input: USD per 1,000,000 input tokens.
         price_output: USD per 1,000,000 output tokens.
         sampling: extra sampling arguments passed to the provider (temperature, top_p, seed).
-        n_threads: CPU threads for ``local`` models (default 1: see shared/notes/local-models.md,
-            two spinning ggml threads collapse to ~1.4 tok/s when a core is shared).
+        n_threads: CPU threads for ``local`` models (default 1: measured on a
+            shared 2-core machine, two spinning ggml threads collapse to ~1.4 tok/s when a core is shared).
         timeout_s: per-request timeout in seconds.
         max_retries: retries on rate limits, server errors and timeouts.
         options: provider-specific extras (for ``scripted``: ``callable``).

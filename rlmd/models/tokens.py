@@ -9,7 +9,7 @@ Otherwise :func:`estimate_tokens` counts by character class (see its docstring f
 weights and where they were measured). The old rule of one token per 4 characters is
 wrong both ways: Python code is ~3.9 characters per token with Qwen2.5's tokenizer,
 identifier-heavy renamed code 3.1, English prose 4.3, WordNet glosses 1.9
-(``shared/notes/benchmarks-data.md`` has the same spread for cl100k).
+(cl100k shows the same spread).
 """
 
 from __future__ import annotations

@@ -10,8 +10,11 @@ Modules, one job each:
 * :mod:`~rlmd.server.core`: store, workspaces, tasks, hub (no protocol).
 * :mod:`~rlmd.server.tasks`: queued/running tasks over the engine.
 * :mod:`~rlmd.server.hub`: notification fan-out; :mod:`~rlmd.server.progress`: ``$/progress``.
-* :mod:`~rlmd.server.attach`: the stdio bridge; :mod:`~rlmd.server.client`: a small client.
-* :mod:`~rlmd.server.doctor`: ``rlmd doctor``.
+* :mod:`~rlmd.server.client`: a small client.
+* :mod:`~rlmd.server.doctor`: the setup checks behind ``rlmd doctor``.
+
+Reading the config is :mod:`rlmd.config`'s job; the command-line side (``rlmd serve`` /
+``attach`` / ``doctor`` arguments, the stdio bridge, printing) is in :mod:`rlmd.cli`.
 
 The engine never imports this package; ``docs/protocol.md`` is the wire reference.
 """

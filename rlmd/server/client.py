@@ -181,14 +181,16 @@ class Client:
                         fut.set_exception(exc)
             return
         self.answered_after[msg.get("id")] = len(self.notifications)
-        fut = self.pending.get(msg.get("id"))
-        if fut is None or fut.done():
+        reply = self.pending.get(msg.get("id"))
+        if reply is None or reply.done():
             return
         if "error" in msg:
             err = msg["error"] or {}
-            fut.set_exception(RpcError(err.get("code", 0), err.get("message", ""), err.get("data")))
+            reply.set_exception(
+                RpcError(err.get("code", 0), err.get("message", ""), err.get("data"))
+            )
         else:
-            fut.set_result(msg.get("result"))
+            reply.set_result(msg.get("result"))
 
     def _fail(self, exc: Exception) -> None:
         self.closed = True

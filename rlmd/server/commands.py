@@ -16,9 +16,10 @@ from pathlib import Path
 from typing import Any
 from urllib.parse import unquote, urlparse
 
+from rlmd.config import BUDGET_KEYS, build_run_config
 from rlmd.engine.events import new_id
 from rlmd.models.base import ModelNotAvailable
-from rlmd.runner import BUDGET_KEYS, build_config, check_models
+from rlmd.runner import check_models
 from rlmd.sandbox import BACKENDS
 from rlmd.sandbox.base import SandboxError
 from rlmd.server.core import DaemonCore
@@ -184,9 +185,9 @@ async def task_start(core: DaemonCore, p: Params, ctx: CallContext) -> Mapping[s
             "sandbox",
         )
     try:
-        registry = core.registry_for(ws.folder)
-        config = build_config(
-            registry,
+        settings, registry = core.settings_for(ws.folder)
+        config = build_run_config(
+            settings,
             model=root,
             sub_model=sub,
             sandbox=sandbox or ws.settings.sandbox,
@@ -479,7 +480,7 @@ async def models_list(core: DaemonCore, p: Params, ctx: CallContext) -> dict[str
     p.text("workspace", max_len=4096)
     p.done()
     try:
-        registry = core.registry_for(folder)
+        settings, registry = core.settings_for(folder)
     except ValueError as exc:
         raise CommandError(UNAVAILABLE, f"the config is invalid: {exc}") from None
     models = []
@@ -497,11 +498,11 @@ async def models_list(core: DaemonCore, p: Params, ctx: CallContext) -> dict[str
                 "reason": reason,
             }
         )
-    defaults = {k: v for k, v in registry.run_defaults.items() if isinstance(v, str | int | float)}
+    defaults = {k: v for k, v in settings.run.items() if isinstance(v, str | int | float)}
     return {
         "models": models,
         "run_defaults": defaults,
-        "config_files": [str(s) for s in registry.sources],
+        "config_files": [str(s) for s in settings.sources],
     }
 
 

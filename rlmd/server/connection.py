@@ -85,7 +85,7 @@ class Connection:
         self.server = RlmdServer(self)
         self.protocol = self.server.protocol
         self.protocol.set_writer(self, include_headers=True)
-        self.progress = self.server.progress
+        self.progress = self.server.run_progress
 
     # -- pygls writer interface ---------------------------------------------------------------
 

@@ -17,7 +17,7 @@ from pathlib import Path
 from typing import Any
 
 import rlmd
-from rlmd import paths
+from rlmd import config, paths
 from rlmd.engine.events import Event
 from rlmd.models.registry import Registry
 from rlmd.server.errors import SHUTTING_DOWN, CommandError
@@ -56,18 +56,6 @@ class DaemonOptions:
         return max(0.2, min(30.0, self.idle_timeout_s / 4))
 
 
-def rss_bytes(pid: int | str = "self") -> int | None:
-    """Resident memory of a process in bytes (Linux ``/proc``), ``None`` elsewhere."""
-    try:
-        with open(f"/proc/{pid}/status", encoding="ascii") as fh:
-            for line in fh:
-                if line.startswith("VmRSS:"):
-                    return int(line.split()[1]) * 1024
-    except (OSError, ValueError, IndexError):
-        return None
-    return None
-
-
 class DaemonCore:
     """Everything the commands act on (see the module docstring)."""
 
@@ -78,7 +66,7 @@ class DaemonCore:
         self.hub = Hub()
         self.store = Store(self.options.store_path or paths.store_path())
         self.interrupted_at_start = self.store.mark_interrupted()
-        self._registries: dict[str, tuple[tuple, Registry]] = {}
+        self._configs: dict[str, tuple[tuple, config.Settings, Registry]] = {}
         self.workspaces = WorkspaceManager(self._settings_for, self._workspace_changed)
         self.tasks = TaskManager(self._record, self.hub, self.workspaces)
         self.connections: dict[str, Any] = {}
@@ -105,7 +93,7 @@ class DaemonCore:
             self._sweeper.cancel()
         await self.tasks.shutdown()
         await self.workspaces.shutdown()
-        for registry in {id(r): r for _, r in self._registries.values()}.values():
+        for registry in {id(r): r for _, _, r in self._configs.values()}.values():
             try:
                 await registry.aclose()
             except Exception:
@@ -119,9 +107,9 @@ class DaemonCore:
 
     # -- configuration --------------------------------------------------------------------
 
-    def registry_for(self, folder: str | Path | None) -> Registry:
-        """The model registry of a project (user + project config), reloaded when a config
-        file changes.
+    def settings_for(self, folder: str | Path | None) -> tuple[config.Settings, Registry]:
+        """A project's settings (user + project config) and its model registry, read again
+        when a config file changes.
 
         Raises:
             ValueError: a config file is invalid (the message names it).
@@ -133,36 +121,19 @@ class DaemonCore:
             if found:
                 files.append(found)
         stamp = tuple((str(f), f.stat().st_mtime_ns if f.exists() else 0) for f in files)
-        cached = self._registries.get(key)
+        cached = self._configs.get(key)
         if cached is not None and cached[0] == stamp:
-            return cached[1]
-        registry = Registry.load(Path(folder) if folder else None)
-        self._registries[key] = (stamp, registry)
-        return registry
+            return cached[1], cached[2]
+        settings = config.load(Path(folder) if folder else None)
+        registry = settings.registry()
+        self._configs[key] = (stamp, settings, registry)
+        return settings, registry
 
     def _settings_for(self, folder: Path) -> WorkspaceSettings:
-        registry = self.registry_for(folder)
-        table = registry.sections.get("workspace") or {}
-        if not isinstance(table, dict):
-            raise ValueError(f"{folder}: [workspace] must be a table")
-        settings = WorkspaceSettings(idle_timeout_s=self.options.idle_timeout_s)
-        settings.sandbox = str(
-            table.get("sandbox") or registry.run_defaults.get("sandbox") or "subprocess"
+        settings, _ = self.settings_for(folder)
+        return config.workspace_settings(
+            settings, folder, idle_timeout_s=self.options.idle_timeout_s
         )
-        options = table.get("sandbox_options", registry.run_defaults.get("sandbox_options", {}))
-        if not isinstance(options, dict):
-            raise ValueError(f"{folder}: [workspace] sandbox_options must be a table")
-        settings.sandbox_options = dict(options)
-        if "idle_timeout_s" in table:
-            value = table["idle_timeout_s"]
-            if isinstance(value, bool) or not isinstance(value, int | float) or value <= 0:
-                raise ValueError(f"{folder}: [workspace] idle_timeout_s must be a number > 0")
-            settings.idle_timeout_s = float(value)
-        if "checkpoint_after_task" in table:
-            settings.checkpoint_after_task = bool(table["checkpoint_after_task"])
-        if "max_var_bytes" in table:
-            settings.max_var_bytes = int(table["max_var_bytes"])
-        return settings
 
     # -- events ---------------------------------------------------------------------------
 
@@ -205,7 +176,7 @@ class DaemonCore:
                 "finished": self.tasks.finished,
             },
             "notifications": {"seq": self.hub.seq, "delivered": self.hub.sent},
-            "memory_rss_bytes": rss_bytes(),
+            "memory_rss_bytes": paths.rss_bytes(),
             "interrupted_at_start": self.interrupted_at_start,
             "store_errors": len(self.store.errors) + self.record_errors,
         }

@@ -15,7 +15,7 @@ Files, all under ``<rlmd home>/run/`` (mode 0700):
 Why one asyncio ``start_unix_server`` with one :class:`~rlmd.server.connection.Connection`
 (and one pygls ``LanguageServer``) per client, rather than pygls' ``start_tcp``: pygls'
 built-in servers keep a single protocol object and swap its writer on each new connection,
-so a second client steals the first one's replies (``../shared/notes/editor-and-tui.md``).
+so a second client steals the first one's replies (``tests/test_server_commands.py`` runs two clients at once).
 Here every connection has its own protocol state (request ids, progress tokens, LSP life
 cycle) and all share one pygls-free :class:`~rlmd.server.core.DaemonCore` (store,
 workspaces, tasks, event hub).
@@ -30,24 +30,19 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import fcntl
-import hashlib
 import logging
 import os
 import signal
 import sys
-import tempfile
 from pathlib import Path
 
-from rlmd import paths
+from rlmd.paths import pid_path, run_dir, running_pid, socket_path
 from rlmd.sandbox.reaper import reap_in_background
 from rlmd.server.connection import MAX_HEADER_LINE, Connection
 from rlmd.server.core import DaemonCore, DaemonOptions
 from rlmd.server.protocol import RlmdServer  # noqa: F401 - import pygls/lsprotocol up front
 
 log = logging.getLogger("rlmd.server")
-
-MAX_SOCKET_PATH = 100
-"""Unix socket paths are limited to 107 bytes on Linux (103 on macOS); stay under both."""
 
 EXIT_ALREADY_RUNNING = 3
 
@@ -58,53 +53,6 @@ class AlreadyRunning(Exception):
     def __init__(self, pid: int | None) -> None:
         super().__init__(f"an rlmd daemon is already running (pid {pid or 'unknown'})")
         self.pid = pid
-
-
-def run_dir() -> Path:
-    """``<rlmd home>/run`` (created, mode 0700)."""
-    path = paths.home() / "run"
-    path.mkdir(parents=True, exist_ok=True)
-    os.chmod(path, 0o700)
-    return path
-
-
-def socket_path() -> Path:
-    """Where the daemon of this rlmd home listens (see the module docstring)."""
-    preferred = run_dir() / "rlmd.sock"
-    if len(str(preferred).encode()) <= MAX_SOCKET_PATH:
-        return preferred
-    digest = hashlib.sha256(str(preferred).encode()).hexdigest()[:16]
-    runtime = os.environ.get("XDG_RUNTIME_DIR")
-    if runtime and os.path.isdir(runtime):
-        folder = Path(runtime)
-    else:
-        folder = Path(tempfile.gettempdir()) / f"rlmd-{os.getuid()}"
-        folder.mkdir(mode=0o700, exist_ok=True)
-        os.chmod(folder, 0o700)
-    return folder / f"rlmd-{digest}.sock"
-
-
-def pid_path() -> Path:
-    return run_dir() / "daemon.pid"
-
-
-def log_path() -> Path:
-    return run_dir() / "daemon.log"
-
-
-def running_pid() -> int | None:
-    """The pid in ``daemon.pid`` if that process is alive, else ``None``."""
-    try:
-        pid = int(pid_path().read_text().strip())
-    except (OSError, ValueError):
-        return None
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return None
-    except PermissionError:
-        return pid
-    return pid
 
 
 class DaemonLock:

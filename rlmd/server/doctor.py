@@ -1,4 +1,4 @@
-"""``rlmd doctor``: check the setup and say what to fix.
+"""The setup checks behind ``rlmd doctor`` (drawn by :mod:`rlmd.cli.doctor`).
 
 Each check gives ``ok``, ``warn`` (works, but something is missing or odd) or ``fail``
 (rlmd cannot work this way), a one-line detail, and for anything not ok the fix.
@@ -8,13 +8,12 @@ The exit code is 1 when a check failed, else 0.
 from __future__ import annotations
 
 import asyncio
-import json
 import shutil
 import stat
 import subprocess
 import sys
 import time
-from dataclasses import asdict, dataclass
+from dataclasses import dataclass
 from pathlib import Path
 
 from rlmd import paths
@@ -74,11 +73,9 @@ async def _health(path: Path) -> dict:
 
 
 def check_daemon() -> list[Check]:
-    from rlmd.server import daemon
-
-    path = daemon.socket_path()
+    path = paths.socket_path()
     checks = []
-    run = daemon.run_dir()
+    run = paths.run_dir()
     mode = stat.S_IMODE(run.stat().st_mode)
     checks.append(
         Check("run folder", "ok", f"{run} (mode {mode:o})")
@@ -112,7 +109,7 @@ def check_daemon() -> list[Check]:
     try:
         health = asyncio.run(asyncio.wait_for(_health(path), 10))
     except Exception as exc:
-        pid = daemon.running_pid()
+        pid = paths.running_pid()
         if pid is None:
             checks.append(
                 Check(
@@ -129,7 +126,7 @@ def check_daemon() -> list[Check]:
                     "fail",
                     f"pid {pid} holds the socket but did not answer "
                     f"health: {type(exc).__name__}: {exc}",
-                    f"look at {daemon.log_path()}; restart it: kill {pid}; rlmd serve",
+                    f"look at {paths.log_path()}; restart it: kill {pid}; rlmd serve",
                 )
             )
         return checks
@@ -193,24 +190,25 @@ def check_sandboxes() -> list[Check]:
 
 
 def check_models(project: Path) -> list[Check]:
-    from rlmd.models.registry import Registry
-    from rlmd.runner import DEFAULT_MODEL
+    from rlmd import config
 
     try:
-        registry = Registry.load(project)
+        settings = config.load(project)
+        registry = settings.registry()
     except ValueError as exc:
         return [Check("config", "fail", str(exc), "fix the config file named in the message")]
     checks = [
         Check(
             "config",
             "ok",
-            ", ".join(str(s) for s in registry.sources) or "no config files (defaults)",
+            ", ".join(str(s) for s in settings.sources) or "no config files (defaults)",
         )
     ]
-    usable, unusable = [], []
+    usable: list[tuple[str, str | None]] = []
+    unusable: list[tuple[str, str | None]] = []
     for spec, reason in registry.list():
         (usable if reason is None else unusable).append((spec.name, reason))
-    default = registry.run_defaults.get("model") or DEFAULT_MODEL
+    default = settings.run.get("model") or config.DEFAULT_MODEL
     try:
         reason = registry.get(default).availability()
     except (KeyError, ValueError) as exc:
@@ -284,29 +282,3 @@ def run_checks(project: Path, *, sandboxes: bool = True) -> list[Check]:
     checks += check_models(project)
     checks.append(check_docker())
     return checks
-
-
-def main(*, as_json: bool = False, sandboxes: bool = True) -> int:
-    """``rlmd doctor``: print the checks; exit code 1 if one failed."""
-    checks = run_checks(Path.cwd(), sandboxes=sandboxes)
-    failed = any(c.status == "fail" for c in checks)
-    if as_json:
-        print(json.dumps({"ok": not failed, "checks": [asdict(c) for c in checks]}, indent=1))
-        return 1 if failed else 0
-    from rich.console import Console
-    from rich.markup import escape
-
-    console = Console(highlight=False)
-    colour = {"ok": "green", "warn": "yellow", "fail": "red", "skip": "dim"}
-    for c in checks:
-        console.print(
-            f"[{colour[c.status]}]{c.status:>4}[/]  [bold]{c.name}[/]: {escape(c.detail)}"
-        )
-        if c.fix:
-            console.print(f"       fix: {escape(c.fix)}")
-    console.print("[red]some checks failed[/]" if failed else "[green]rlmd is ready[/]")
-    return 1 if failed else 0
-
-
-if __name__ == "__main__":  # pragma: no cover
-    sys.exit(main())

@@ -40,7 +40,7 @@ class RlmdProtocol(LanguageServerProtocol):
     _server: RlmdServer
 
     @lsp_method(types.EXIT)
-    def lsp_exit(self, *args: Any) -> None:
+    def lsp_exit(self, *args: Any) -> None:  # type: ignore[override]  # pygls takes plain handlers too
         """End this client's connection (never the daemon's process)."""
         self._server.connection.drop("exit")
 
@@ -83,7 +83,8 @@ class RlmdServer(LanguageServer):
 
         self.feature(types.INITIALIZE)(on_initialize)
         self.feature(types.WINDOW_WORK_DONE_PROGRESS_CANCEL)(on_progress_cancel)
-        self.progress = ProgressTracker(self, connection)
+        # not "progress": that name is pygls' own method for sending $/progress
+        self.run_progress = ProgressTracker(self, connection)
 
     def report_server_error(self, error: Exception, source: Any) -> None:
         """Log only (pygls would show a message box in the client)."""
@@ -101,7 +102,7 @@ class RlmdServer(LanguageServer):
                 conn.progress_mode = opts["progress"]
 
     def _on_progress_cancel(self, params: types.WorkDoneProgressCancelParams) -> None:
-        run_id = self.progress.run_for(params.token)
+        run_id = self.run_progress.run_for(params.token)
         if run_id is not None:
             try:
                 self.connection.core.tasks.cancel(run_id)

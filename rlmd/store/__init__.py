@@ -2,7 +2,7 @@
 
 ``Store(path)`` opens (and migrates) the database; ``store.record`` is the engine's event
 sink; ``list_runs`` / ``get_run`` / ``nodes`` / ``tree`` / ``search`` read it back;
-:func:`export_run` serialises a run tree; :mod:`rlmd.store.render` draws them with rich.
+:func:`export_run` serialises a run tree; :mod:`rlmd.cli.render` draws them with rich.
 """
 
 from __future__ import annotations

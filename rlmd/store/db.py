@@ -40,7 +40,7 @@ import sys
 import threading
 import time
 from collections import Counter
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
 from functools import lru_cache
 from pathlib import Path
@@ -61,6 +61,7 @@ from rlmd.engine.events import (
     SandboxStarted,
     new_id,
 )
+from rlmd.redact import redact
 from rlmd.store import schema
 from rlmd.store.codec import NODE_TEXT_COLUMNS, dumps, loads, merge_text, split_text, to_jsonable
 from rlmd.store.queries import Queries
@@ -137,7 +138,6 @@ class Store(Queries):
         self._lock = threading.RLock()
         self.anomalies: Counter[str] = Counter()
         self.errors: list[str] = []
-        self._redact: Callable[[Any], Any] | None = None
         self._known_runs: set[str] = set()  # run rows seen committed (rows are never deleted)
         self._checkpointer: _Checkpointer | None = None
         self._events = 0
@@ -218,8 +218,8 @@ class Store(Queries):
     def record(self, event: Event) -> None:
         """Store one engine event (an :data:`rlmd.engine.events.EventSink`).
 
-        Input: a typed :class:`~rlmd.engine.events.Event`; its ``data`` is made JSON-safe and
-        passed through :func:`rlmd.models.redact.redact` (when that module exists) first.
+        Input: an :class:`~rlmd.engine.events.Event`; its ``data`` is made JSON-safe and
+        passed through :func:`rlmd.redact.redact` first.
         Never raises: failures are logged, counted as ``anomalies["error"]`` and appended to
         :attr:`errors`.
         """
@@ -227,7 +227,7 @@ class Store(Queries):
         try:
             with self._lock:
                 data = event.data if isinstance(event.data, dict) else {"value": event.data}
-                data = self._redactor()(to_jsonable(data))
+                data = redact(to_jsonable(data))
                 if not isinstance(data, dict):
                     data = {"value": data}
                 with self._write():
@@ -244,19 +244,6 @@ class Store(Queries):
             )
 
     __call__ = record
-
-    def _redactor(self) -> Callable[[Any], Any]:
-        """``rlmd.models.redact.redact`` if importable, else the identity (resolved once)."""
-        if self._redact is None:
-            chosen: Callable[[Any], Any] = _identity
-            try:
-                from rlmd.models.redact import redact
-
-                chosen = redact
-            except ImportError:
-                log.warning("rlmd.models.redact is missing: events are stored unredacted")
-            self._redact = chosen
-        return self._redact
 
     def _dispatch(self, event: Event, data: dict[str, Any]) -> None:
         match event:
@@ -657,10 +644,6 @@ def _finish_status(data: dict[str, Any]) -> str:
     if data.get("error"):
         return "error"
     return "ok"
-
-
-def _identity(obj: Any) -> Any:
-    return obj
 
 
 @lru_cache(maxsize=64)

@@ -15,7 +15,7 @@ const [codeServer, vsix, python, repo] = process.argv.slice(2);
 const HERE = dirname(fileURLToPath(import.meta.url));
 const ARTIFACTS = resolve(HERE, "..", "test-artifacts");
 const CHROMIUM = process.env.CHROMIUM || "/usr/bin/chromium";
-const CELLS = `scripted:${join(repo, "tests/scripted_models.py")}:cells`;
+const CELLS = `scripted:${join(repo, "tests/helpers/scripted_models.py")}:cells`;
 mkdirSync(ARTIFACTS, { recursive: true });
 
 const t0 = Date.now();

@@ -1,5 +1,5 @@
 // The protocol layer against the REAL daemon: `rlmd attach --stdio` (which starts a daemon in a
-// temp RLMD_HOME) with the scripted model from tests/scripted_models.py. No VS Code needed.
+// temp RLMD_HOME) with the scripted model from tests/helpers/scripted_models.py. No VS Code needed.
 import { test, before, after } from "node:test";
 import assert from "node:assert/strict";
 import { spawn, ChildProcess } from "node:child_process";
@@ -13,7 +13,7 @@ import { rlmdCommand, startParams, daemonEnv, scopedQuestion } from "../src/rpc/
 
 const REPO = resolve(__dirname, "../../../..");
 const PYTHON = process.env.RLMD_PYTHON || join(REPO, ".venv/bin/python");
-const CELLS = `scripted:${join(REPO, "tests/scripted_models.py")}:cells`;
+const CELLS = `scripted:${join(REPO, "tests/helpers/scripted_models.py")}:cells`;
 
 let home: string;
 let project: string;

@@ -98,8 +98,8 @@ def _parser() -> argparse.ArgumentParser:
     pull = msub.add_parser("pull", help="install a known local model into the rlmd home")
     pull.add_argument("name")
 
-    from rlmd.sandbox.commands import add_parser as add_sandbox_command
-    from rlmd.server.cli_args import add_server_commands
+    from rlmd.cli.sandbox import add_parser as add_sandbox_command
+    from rlmd.cli.serve import add_server_commands
 
     add_sandbox_command(sub)
 
@@ -171,17 +171,18 @@ def _read_context(arg: str | None):
 
 
 def cmd_run(args: argparse.Namespace) -> int:
+    from rlmd import config
+    from rlmd.cli.progress import ProgressPrinter
     from rlmd.models.base import ModelNotAvailable
-    from rlmd.models.registry import Registry
-    from rlmd.progress import ProgressPrinter
-    from rlmd.runner import build_config, run_question
+    from rlmd.runner import run_question
 
     try:
         context = _read_context(args.context)
         project = context if isinstance(context, Path) and context.is_dir() else Path.cwd()
-        registry = Registry.load(project)
-        config = build_config(
-            registry,
+        settings = config.load(project)
+        registry = settings.registry()
+        run_config = config.build_run_config(
+            settings,
             model=args.model,
             sub_model=args.sub_model,
             sandbox=args.sandbox or ("container" if args.template else None),
@@ -198,9 +199,9 @@ def cmd_run(args: argparse.Namespace) -> int:
             },
         )
         if args.template:
-            config.sandbox_options = {**config.sandbox_options, "template": args.template}
+            run_config.sandbox_options = {**run_config.sandbox_options, "template": args.template}
         if args.threads:
-            for name in {config.root_model, config.model_for_depth(1)}:
+            for name in {run_config.root_model, run_config.model_for_depth(1)}:
                 registry.spec(name).n_threads = args.threads
     except (FileNotFoundError, ValueError, KeyError) as exc:
         err.print(f"[red]error:[/] {escape(str(exc))}")
@@ -213,7 +214,7 @@ def cmd_run(args: argparse.Namespace) -> int:
         asyncio.get_running_loop().add_signal_handler(signal.SIGTERM, asyncio.current_task().cancel)
         try:
             return await run_question(
-                args.question, context, config, registry=registry, sinks=sinks
+                args.question, context, run_config, registry=registry, sinks=sinks
             )
         finally:
             await registry.aclose()
@@ -267,7 +268,7 @@ def _store():
 
 
 def cmd_runs(args: argparse.Namespace) -> int:
-    from rlmd.store.render import runs_table
+    from rlmd.cli.render import runs_table
 
     store = _store()
     runs = store.list_runs(limit=args.limit, status=args.status, search=args.search)
@@ -299,7 +300,7 @@ def _find_run(store, ref: str):
 
 
 def cmd_show(args: argparse.Namespace) -> int:
-    from rlmd.store.render import run_summary, run_tree
+    from rlmd.cli.render import run_summary, run_tree
 
     store = _store()
     run = _find_run(store, args.run)
@@ -334,19 +335,19 @@ def cmd_export(args: argparse.Namespace) -> int:
 
 
 def cmd_tui(args: argparse.Namespace) -> int:
-    from tui.app import run
+    from rlmd_tui.app import run
 
     return run(args)
 
 
 def cmd_sandbox(args: argparse.Namespace) -> int:
-    from rlmd.sandbox.commands import run
+    from rlmd.cli.sandbox import run
 
     return run(args)
 
 
 def cmd_server(args: argparse.Namespace) -> int:
-    from rlmd.server.cli_args import run_server_command
+    from rlmd.cli.serve import run_server_command
 
     return run_server_command(args)
 
@@ -354,7 +355,7 @@ def cmd_server(args: argparse.Namespace) -> int:
 def cmd_models(args: argparse.Namespace) -> int:
     from rich.table import Table
 
-    from rlmd.models.registry import Registry
+    from rlmd import config
 
     if args.models_command == "pull":
         from rlmd.models.pull import KNOWN_LOCAL_MODELS, pull
@@ -367,7 +368,7 @@ def cmd_models(args: argparse.Namespace) -> int:
         path = pull(args.name, progress=lambda msg: err.print(msg))
         print(path)
         return 0
-    registry = Registry.load(Path.cwd())
+    registry = config.load(Path.cwd()).registry()
     table = Table("name", "provider", "model", "window", "$/M in", "$/M out", "usable")
     for spec, reason in registry.list():
         table.add_row(

@@ -1,14 +1,13 @@
-"""Tests for the rich renderables of rlmd.store.render."""
+"""Tests for the rich renderables of rlmd.cli.render."""
 
 from __future__ import annotations
 
 from pathlib import Path
 
+from helpers.store_events import Emitter, record_three_depths
 from rich.console import Console
-from test_store import Emitter, record_three_depths
 
-from rlmd.store import Store
-from rlmd.store.render import (
+from rlmd.cli.render import (
     fmt_cost,
     fmt_duration,
     fmt_tokens,
@@ -17,6 +16,7 @@ from rlmd.store.render import (
     runs_table,
     short_ids,
 )
+from rlmd.store import Store
 
 
 def text_of(renderable) -> str:

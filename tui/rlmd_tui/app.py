@@ -13,8 +13,8 @@ from textual.binding import Binding
 from textual.message import Message
 
 from rlmd.engine.events import RunFinished, RunStarted, type_of
-from tui.backend import Backend, DaemonBackend, StoreBackend
-from tui.screens import (
+from rlmd_tui.backend import Backend, DaemonBackend, StoreBackend
+from rlmd_tui.screens import (
     HelpScreen,
     LaunchScreen,
     RunsScreen,
@@ -109,9 +109,8 @@ class RlmdApp(App):
 
     async def _connect(self) -> Backend:
         from rlmd import paths
-        from rlmd.server import daemon
 
-        socket = self.socket if self.socket is not None else daemon.socket_path()
+        socket = self.socket if self.socket is not None else paths.socket_path()
         try:
             return await DaemonBackend.connect(socket)
         except (OSError, TimeoutError):

@@ -45,7 +45,7 @@ def run(args: argparse.Namespace) -> int:
     finally:
         if folder and saved is None:
             os.environ.pop("RLMD_SANDBOXES_DIR", None)
-        elif folder:
+        elif folder and saved is not None:
             os.environ["RLMD_SANDBOXES_DIR"] = saved
 
 

@@ -49,9 +49,9 @@ def run_server_command(args: argparse.Namespace) -> int:
             log_level=args.log_level,
         )
     if args.command == "attach":
-        from rlmd.server import attach
+        from rlmd.cli import attach
 
         return attach.main(autostart=not args.no_start, timeout_s=args.timeout)
-    from rlmd.server import doctor
+    from rlmd.cli import doctor
 
     return doctor.main(as_json=args.json, sandboxes=not args.no_sandboxes)

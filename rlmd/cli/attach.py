@@ -16,6 +16,7 @@ import threading
 import time
 from pathlib import Path
 
+from rlmd import paths
 from rlmd.server import daemon
 
 START_TIMEOUT_S = 15.0
@@ -35,7 +36,7 @@ def try_connect(path: Path) -> socket.socket | None:
 def start_daemon(extra_args: list[str] | None = None) -> subprocess.Popen:
     """Start ``rlmd serve`` in the background (its own session, logging to
     ``run/daemon.log``); returns the process (it outlives this one)."""
-    cmd = [sys.executable, "-m", "rlmd", "serve", "--log-file", str(daemon.log_path())]
+    cmd = [sys.executable, "-m", "rlmd", "serve", "--log-file", str(paths.log_path())]
     cmd += extra_args or []
     return subprocess.Popen(
         cmd,
@@ -59,7 +60,7 @@ def connect_or_start(
         ConnectionError: no daemon, and none could be started in ``timeout_s`` seconds (the
             message points at the daemon log).
     """
-    path = daemon.socket_path()
+    path = paths.socket_path()
     sock = try_connect(path)
     if sock is not None:
         return sock
@@ -76,7 +77,7 @@ def connect_or_start(
             break
         time.sleep(0.05)
     raise ConnectionError(
-        f"could not start the rlmd daemon (socket {path}); see {daemon.log_path()}"
+        f"could not start the rlmd daemon (socket {path}); see {paths.log_path()}"
     )
 
 

@@ -28,8 +28,8 @@ from textual.widgets import (
 )
 from textual.widgets.tree import TreeNode
 
-from rlmd.store.render import fmt_cost, fmt_duration, fmt_tokens, run_duration, status_text
-from tui.format import (
+from rlmd.cli.render import fmt_cost, fmt_duration, fmt_tokens, run_duration, status_text
+from rlmd_tui.format import (
     detail_lines,
     node_label,
     one_line,
@@ -38,7 +38,7 @@ from tui.format import (
     tokens_of,
     when,
 )
-from tui.lineview import LineView
+from rlmd_tui.lineview import LineView
 
 COLUMNS: list[tuple[str, str]] = [
     ("status", "status"),

@@ -10,7 +10,7 @@ from rich.style import Style
 from rich.syntax import Syntax
 from rich.text import Text
 
-from rlmd.store.render import fmt_cost, fmt_duration, fmt_tokens, run_duration, status_text
+from rlmd.cli.render import fmt_cost, fmt_duration, fmt_tokens, run_duration, status_text
 
 RED = Style(color="red", bold=True)
 YELLOW = Style(color="yellow")

@@ -1,0 +1,477 @@
+"""Configuration: the user's and the project's TOML files, read once into :class:`Settings`;
+every rule about what an untrusted project file may set; run and workspace settings built
+from them plus overrides (command-line flags or protocol parameters).
+
+Files, later layers override earlier ones key by key:
+
+1. built-in entries for the known local models (``qwen2.5-coder-1.5b``, ``qwen2.5-coder-0.5b``);
+2. the user config, ``paths.user_config_path()`` (``$RLMD_HOME/config.toml``): trusted, it
+   may say anything;
+3. the project config, ``.rlmd.toml`` or ``rlmd.toml`` in the project folder: untrusted.
+
+A project's file arrives with the code being asked about, so it may make a run *safer or
+cheaper*, never riskier. It may not choose where API keys are sent (``base_url``,
+``api_key_env``), load the project's files as code or models (``scripted`` ``file.py:func``,
+``local`` GGUF paths, ``scripted:``/``local:`` shorthands in ``[run]``), raise a budget, the
+output cap or sub-call concurrency above the user's config or the default, or loosen the
+sandbox: no ``sandbox = "inprocess"`` (model code in the daemon's own process), no
+``sandbox_options.python`` (its own file as the kernel's interpreter), no network, no limit
+above the default, no paid cloud VM. The checks are :func:`check_project_models`,
+:func:`check_project_run` and :func:`check_project_sandbox`; each error names the file and
+the table and says to set the value in the user config or on the command line instead.
+
+Config format::
+
+    [models.fast]                      # a model named "fast"
+    provider = "openai"                # openai | anthropic | local | scripted
+    model = "qwen2.5-coder"            # provider's id; default: the entry's name
+    base_url = "http://127.0.0.1:8765/v1"
+    api_key_env = "MY_SERVER_KEY"      # the variable's NAME; keys are never written in config
+    context_window = 32768             # tokens
+    max_output_tokens = 1024           # tokens per call
+    price_input = 0.15                 # USD per 1M input tokens
+    price_output = 0.60                # USD per 1M output tokens
+    n_threads = 1                      # local models only
+    timeout_s = 120                    # seconds per request
+    max_retries = 3
+    [models.fast.sampling]             # passed to the provider as is
+    temperature = 0
+    [models.fast.options]              # provider extras (local: n_ctx)
+    n_ctx = 8192
+
+    [providers.openai]                 # defaults for every "openai:MODEL" shorthand
+    base_url = "http://127.0.0.1:8765/v1"
+
+    [run]                              # run defaults (RunConfig and Budget fields)
+    model = "fast"
+    max_depth = 1
+
+    [workspace]                        # daemon workspaces of this project
+    sandbox = "container"
+    idle_timeout_s = 300
+
+Relative paths in ``model`` of ``local`` and ``scripted`` entries are relative to the
+config file's folder. Other top-level tables are kept in :attr:`Settings.sections`.
+"""
+
+from __future__ import annotations
+
+import tomllib
+from dataclasses import dataclass, field, fields
+from pathlib import Path
+from typing import Any
+
+from rlmd import paths
+from rlmd.engine.budget import Budget
+from rlmd.engine.loop import RunConfig
+from rlmd.models.pull import KNOWN_LOCAL_MODELS
+from rlmd.models.registry import PROVIDERS, Registry, builtin_entries, merge_entries
+from rlmd.sandbox import DEFAULT_BACKEND
+from rlmd.sandbox.limits import Limits
+from rlmd.workspace.manager import WorkspaceSettings
+
+DEFAULT_MODEL = "qwen2.5-coder-1.5b"
+"""The root model when neither the command line nor a config names one: the local 1.5B
+Qwen2.5-Coder GGUF (``rlmd models pull qwen2.5-coder-1.5b``)."""
+
+BUDGET_KEYS = {f.name for f in fields(Budget)}
+"""``[run]`` keys (and ``budget`` overrides) that are :class:`Budget` fields."""
+
+FIELDS: dict[str, type | tuple[type, ...]] = {
+    "provider": str,
+    "model": str,
+    "base_url": str,
+    "api_key_env": str,
+    "context_window": int,
+    "max_output_tokens": int,
+    "price_input": (int, float),
+    "price_output": (int, float),
+    "n_threads": int,
+    "timeout_s": (int, float),
+    "max_retries": int,
+    "sampling": dict,
+    "options": dict,
+}
+"""Keys allowed in a ``[models.NAME]`` table, with their TOML types."""
+
+_MINIMUM: dict[str, int] = {
+    "context_window": 1,
+    "max_output_tokens": 1,
+    "n_threads": 1,
+    "max_retries": 0,
+    "price_input": 0,
+    "price_output": 0,
+}
+
+
+@dataclass
+class Settings:
+    """The configuration of one project folder (or of no project), as read from the files.
+
+    Attributes:
+        models: model entries by name (built-ins, then the files' ``[models.NAME]``), checked.
+        providers: defaults for ``provider:model`` shorthands (``[providers.NAME]``), checked.
+        run: the ``[run]`` table (project over user); checked against the project rules,
+            interpreted by :func:`build_run_config`.
+        sections: every other top-level table (``workspace``, ...), project over user.
+        sources: the config files that were read, in order.
+    """
+
+    models: dict[str, dict[str, Any]] = field(default_factory=builtin_entries)
+    providers: dict[str, dict[str, Any]] = field(default_factory=dict)
+    run: dict[str, Any] = field(default_factory=dict)
+    sections: dict[str, Any] = field(default_factory=dict)
+    sources: list[Path] = field(default_factory=list)
+
+    def registry(self) -> Registry:
+        """A new :class:`Registry` of these models (each call: its own model instances)."""
+        return Registry(self.models, self.providers)
+
+
+def load(project_dir: Path | None = None) -> Settings:
+    """Built-ins, then the user config, then the project config of ``project_dir``.
+
+    Raises:
+        ValueError: a config file is not valid TOML, has an unknown key or a value of the
+            wrong type, or (a project's file) sets what only the user may set; the message
+            names the file and the key.
+    """
+    settings = Settings()
+    user = paths.user_config_path()
+    if user.is_file():
+        read_file(settings, user)
+    if project_dir is not None:
+        project = paths.project_config_path(Path(project_dir))
+        if project is not None:
+            read_file(settings, project, trusted=False)
+    return settings
+
+
+def read_file(settings: Settings, path: Path, *, trusted: bool = True) -> None:
+    """Apply one TOML config file on top of ``settings`` (in place).
+
+    Args:
+        trusted: ``False`` for a project's own config file (see the module docstring).
+
+    Raises:
+        ValueError: invalid TOML, unknown key or wrong type (naming ``path`` and the key),
+            or, for an untrusted file, a key only the user config may set.
+    """
+    try:
+        data = tomllib.loads(path.read_text(encoding="utf-8"))
+    except tomllib.TOMLDecodeError as exc:
+        raise ValueError(f"{path}: invalid TOML: {exc}") from None
+    models = data.pop("models", {})
+    if not isinstance(models, dict):
+        raise ValueError(f"{path}: 'models' must be a table of [models.NAME] tables")
+    for name, table in models.items():
+        entry = _check_fields(table, f"{path}: [models.{name}]", set(FIELDS))
+        if not trusted:
+            check_project_models(entry, f"{path}: [models.{name}]")
+        if "provider" not in entry and "provider" not in settings.models.get(name, {}):
+            raise ValueError(f"{path}: [models.{name}] needs a 'provider' key")
+        base = settings.models.get(name, {})
+        _fix_relative(entry, entry.get("provider", base.get("provider")), path.parent)
+        settings.models[name] = merge_entries(base, entry)
+    providers = data.pop("providers", {})
+    if not isinstance(providers, dict):
+        raise ValueError(f"{path}: 'providers' must be a table of [providers.NAME] tables")
+    for provider, table in providers.items():
+        if provider not in PROVIDERS:
+            raise ValueError(f"{path}: [providers.{provider}]: unknown provider")
+        allowed = set(FIELDS) - {"provider", "model"}
+        entry = _check_fields(table, f"{path}: [providers.{provider}]", allowed)
+        if not trusted:
+            check_project_models(entry, f"{path}: [providers.{provider}]")
+        settings.providers[provider] = merge_entries(settings.providers.get(provider, {}), entry)
+    run = data.pop("run", {})
+    if not isinstance(run, dict):
+        raise ValueError(f"{path}: 'run' must be a table")
+    if not trusted:
+        check_project_run(run, settings.run, f"{path}: [run]")
+        workspace = data.get("workspace")
+        if isinstance(workspace, dict):
+            check_project_sandbox(workspace, f"{path}: [workspace]")
+    settings.run.update(run)
+    settings.sections.update(data)
+    settings.sources.append(path)
+
+
+# -- what a project's file may set --------------------------------------------------------
+
+HINT = "set it in your user config or pass it on the command line instead"
+
+UNTRUSTED_KEYS = ("base_url", "api_key_env")
+"""Model keys a project config may not set: with them a cloned repository could send your
+API key to a server of its choosing."""
+
+PROJECT_BACKENDS = ("subprocess", "container")
+"""Backends a project config may choose: both isolate model code on this machine."""
+
+PROJECT_OPTIONS = ("limits", "template")
+"""``sandbox_options`` keys a project config may set (limits only tighter than the defaults)."""
+
+LOWER_ONLY_OPTIONS = ("output_cap", "max_concurrent_subcalls")
+"""Numeric ``[run]`` options besides the budget that a project's file may only lower."""
+
+
+def check_project_models(entry: dict[str, Any], where: str) -> None:
+    """Refuse, in a project's ``[models.NAME]`` or ``[providers.NAME]`` table, what would let
+    the project's files steer keys or run code.
+
+    Raises:
+        ValueError: ``base_url`` / ``api_key_env``, a scripted ``file.py:func`` model or a
+            local model file that is not a known local model.
+    """
+    for key in UNTRUSTED_KEYS:
+        if key in entry:
+            raise ValueError(
+                f"{where}: '{key}' may only be set in the user config "
+                f"({paths.user_config_path()}), not in a project's file, which comes with the "
+                "code you are asking about and could send your API key elsewhere"
+            )
+    model = entry.get("model")
+    if entry.get("provider") == "scripted" and isinstance(model, str) and _split_py_ref(model):
+        raise ValueError(
+            f"{where}: a scripted model that loads Python code ({model!r}) may only be defined "
+            f"in the user config ({paths.user_config_path()}), not in a project's file"
+        )
+    if entry.get("provider") == "local" and model is not None and model not in KNOWN_LOCAL_MODELS:
+        raise ValueError(
+            f"{where}: a local model file ({model!r}) may only be named in the user config "
+            f"({paths.user_config_path()}); a project's file may use the known local models "
+            f"({', '.join(sorted(KNOWN_LOCAL_MODELS))})"
+        )
+
+
+def check_project_run(run: dict[str, Any], user: dict[str, Any], where: str) -> None:
+    """Refuse, in a project's ``[run]`` table, a looser sandbox, model names that load the
+    project's files, and budgets above ``user`` (the user's ``[run]``) or the defaults.
+
+    Raises:
+        ValueError: see :func:`check_project_sandbox`, :func:`_check_model_names` and
+            :func:`_check_budget`.
+    """
+    check_project_sandbox(run, where)
+    _check_model_names(run, where)
+    _check_budget(run, user, where)
+
+
+def check_project_sandbox(table: dict[str, Any], where: str) -> None:
+    """Refuse sandbox settings in a project's ``[run]`` or ``[workspace]`` table that would
+    loosen isolation.
+
+    Args:
+        table: the table as parsed from TOML.
+        where: the file and table, for the message (``"/p/.rlmd.toml: [run]"``).
+
+    Raises:
+        ValueError: a backend outside :data:`PROJECT_BACKENDS`, a ``sandbox_options`` key
+            outside :data:`PROJECT_OPTIONS`, a limit above the default, or ``network = true``;
+            the message says to set it in the user config instead.
+    """
+    backend = table.get("sandbox")
+    if backend is not None and backend not in PROJECT_BACKENDS:
+        raise ValueError(
+            f"{where}: a project config may choose sandbox "
+            f"{' or '.join(repr(b) for b in PROJECT_BACKENDS)}, not {backend!r}; {HINT}"
+        )
+    options = table.get("sandbox_options")
+    if options is None:
+        return
+    if not isinstance(options, dict):
+        raise ValueError(f"{where}: sandbox_options must be a table")
+    for key in options:
+        if key not in PROJECT_OPTIONS:
+            raise ValueError(
+                f"{where}: a project config may not set sandbox_options.{key} "
+                f"(only {', '.join(PROJECT_OPTIONS)}); {HINT}"
+            )
+    limits = options.get("limits")
+    if limits is None:
+        return
+    if not isinstance(limits, dict):
+        raise ValueError(f"{where}: sandbox_options.limits must be a table")
+    try:
+        asked = Limits.from_dict(limits)
+    except ValueError as exc:
+        raise ValueError(f"{where}: sandbox_options.limits: {exc}") from None
+    default = Limits()
+    if asked.network:
+        raise ValueError(f"{where}: a project config may not give the sandbox a network; {HINT}")
+    for key, value in limits.items():
+        ceiling = getattr(default, key)
+        if key != "network" and ceiling is not None and value > ceiling:
+            raise ValueError(
+                f"{where}: a project config may only lower limits; sandbox_options.limits.{key} "
+                f"= {value} is above the default {ceiling}; {HINT}"
+            )
+
+
+def _check_model_names(run: dict[str, Any], where: str) -> None:
+    """Refuse ``scripted:`` or ``local:FILE`` shorthands in ``model``, ``sub_model`` and
+    ``models_by_depth`` (the host would import or parse a file of the project)."""
+    names: list[tuple[str, Any]] = [(k, run.get(k)) for k in ("model", "sub_model")]
+    by_depth = run.get("models_by_depth")
+    if isinstance(by_depth, dict):
+        names += [(f"models_by_depth.{k}", v) for k, v in by_depth.items()]
+    for key, name in names:
+        if not isinstance(name, str):
+            continue
+        provider, sep, rest = name.partition(":")
+        if sep and (
+            provider == "scripted" or (provider == "local" and rest not in KNOWN_LOCAL_MODELS)
+        ):
+            raise ValueError(
+                f"{where}: {key} = {name!r} loads a file; a project's file may only name "
+                f"configured models (set it in the user config {paths.user_config_path()} or "
+                "pass --model)"
+            )
+
+
+def _check_budget(run: dict[str, Any], user: dict[str, Any], where: str) -> None:
+    """Refuse a budget (or output cap, sub-call concurrency) above what the user config or
+    the built-in default allows: a cloned repository must not raise what a run may spend or
+    how long a cell may spin."""
+    defaults = {f.name: f.default for f in fields(Budget)}
+    defaults.update({f.name: f.default for f in fields(RunConfig) if f.name in LOWER_ONLY_OPTIONS})
+    for key, value in run.items():
+        if key not in defaults or isinstance(value, bool) or not isinstance(value, int | float):
+            continue
+        ceiling = user.get(key, defaults[key])
+        if isinstance(ceiling, int | float) and not value <= ceiling:
+            raise ValueError(
+                f"{where}: {key} = {value!r} is above {ceiling!r} (your config or the default); "
+                "a project's file may only lower budgets. Raise it in your user config "
+                f"({paths.user_config_path()}) or on the command line"
+            )
+
+
+# -- model tables -------------------------------------------------------------------------
+
+
+def _check_fields(table: Any, where: str, allowed: set[str]) -> dict[str, Any]:
+    """Validate one model table; ``where`` names the file and table in errors."""
+    if not isinstance(table, dict):
+        raise ValueError(f"{where}: must be a table")
+    for key, value in table.items():
+        if key not in allowed:
+            raise ValueError(f"{where}: unknown key {key!r}; allowed: {', '.join(sorted(allowed))}")
+        expected = FIELDS[key]
+        number: Any = value  # compared below only for the numeric keys
+        if isinstance(value, bool) or not isinstance(value, expected):
+            names = "number" if isinstance(expected, tuple) else expected.__name__
+            raise ValueError(f"{where}.{key}: expected {names}, got {type(value).__name__}")
+        if key in _MINIMUM and number < _MINIMUM[key]:
+            raise ValueError(f"{where}.{key}: must be >= {_MINIMUM[key]}, got {value}")
+        if key == "timeout_s" and number <= 0:
+            raise ValueError(f"{where}.{key}: must be > 0, got {value}")
+    if "provider" in table and table["provider"] not in PROVIDERS:
+        raise ValueError(
+            f"{where}.provider: {table['provider']!r} is not one of {', '.join(PROVIDERS)}"
+        )
+    return dict(table)
+
+
+def _split_py_ref(model: str) -> tuple[str, str] | None:
+    """``("file.py", "func")`` for a ``file.py:func`` reference, else ``None``."""
+    file, sep, func = model.rpartition(":")
+    if sep and file.endswith(".py") and func.isidentifier():
+        return file, func
+    return None
+
+
+def _fix_relative(entry: dict[str, Any], provider: str | None, folder: Path) -> None:
+    """Make a relative file path in ``entry["model"]`` relative to the config's ``folder``."""
+    model = entry.get("model")
+    if not model or provider not in ("local", "scripted"):
+        return
+    if model in KNOWN_LOCAL_MODELS:
+        return
+    ref = _split_py_ref(model)
+    file, suffix = (ref[0], ":" + ref[1]) if ref else (model, "")
+    if not Path(file).expanduser().is_absolute():
+        entry["model"] = str(folder / file) + suffix
+
+
+# -- settings + overrides -----------------------------------------------------------------
+
+
+def build_run_config(
+    settings: Settings,
+    *,
+    model: str | None = None,
+    sub_model: str | None = None,
+    sandbox: str | None = None,
+    budget: dict[str, Any] | None = None,
+    workspace: Path | None = None,
+    **options: Any,
+) -> RunConfig:
+    """A :class:`RunConfig` from explicit arguments over the settings' ``[run]`` defaults.
+
+    Args:
+        model, sub_model, sandbox: override the ``[run]`` values (``None``: keep them; the
+            fallbacks are :data:`DEFAULT_MODEL` and :data:`rlmd.sandbox.DEFAULT_BACKEND`).
+        budget: overrides of :class:`Budget` fields (``None`` values are ignored).
+        workspace: the project folder the run is about.
+        options: other :class:`RunConfig` fields (tools, output_cap, ...).
+
+    Raises:
+        ValueError: an unknown budget or option key in the arguments or the ``[run]`` table.
+    """
+    defaults = dict(settings.run)
+    budget_args = {k: defaults.pop(k) for k in list(defaults) if k in BUDGET_KEYS}
+    budget_args.update({k: v for k, v in (budget or {}).items() if v is not None})
+    unknown = set(budget_args) - BUDGET_KEYS
+    if unknown:
+        raise ValueError(f"unknown budget keys: {sorted(unknown)}; known: {sorted(BUDGET_KEYS)}")
+    # Pop first so the config's values never reach **merged, then let arguments win.
+    root = defaults.pop("model", None)
+    sub = defaults.pop("sub_model", None)
+    box = defaults.pop("sandbox", None)
+    by_depth = {int(k): v for k, v in defaults.pop("models_by_depth", {}).items()}
+    known = {f.name for f in fields(RunConfig)}
+    merged = {**defaults, **options}
+    bad = set(merged) - known
+    if bad:
+        raise ValueError(f"unknown run options: {sorted(bad)}")
+    return RunConfig(
+        root_model=model or root or DEFAULT_MODEL,
+        sub_model=sub_model or sub,
+        models_by_depth=by_depth,
+        sandbox=sandbox or box or DEFAULT_BACKEND,
+        budget=Budget(**budget_args),
+        workspace=str(workspace) if workspace else None,
+        **merged,
+    )
+
+
+def workspace_settings(
+    settings: Settings, folder: Path, *, idle_timeout_s: float | None
+) -> WorkspaceSettings:
+    """A daemon workspace's settings from the ``[workspace]`` table (falling back to
+    ``[run]`` for the sandbox), with ``idle_timeout_s`` (seconds, the daemon's flag) as the
+    default idle time.
+
+    Raises:
+        ValueError: a malformed ``[workspace]`` table (the message names ``folder``).
+    """
+    table = settings.sections.get("workspace") or {}
+    if not isinstance(table, dict):
+        raise ValueError(f"{folder}: [workspace] must be a table")
+    result = WorkspaceSettings(idle_timeout_s=idle_timeout_s)
+    result.sandbox = str(table.get("sandbox") or settings.run.get("sandbox") or DEFAULT_BACKEND)
+    options = table.get("sandbox_options", settings.run.get("sandbox_options", {}))
+    if not isinstance(options, dict):
+        raise ValueError(f"{folder}: [workspace] sandbox_options must be a table")
+    result.sandbox_options = dict(options)
+    if "idle_timeout_s" in table:
+        value = table["idle_timeout_s"]
+        if isinstance(value, bool) or not isinstance(value, int | float) or value <= 0:
+            raise ValueError(f"{folder}: [workspace] idle_timeout_s must be a number > 0")
+        result.idle_timeout_s = float(value)
+    if "checkpoint_after_task" in table:
+        result.checkpoint_after_task = bool(table["checkpoint_after_task"])
+    if "max_var_bytes" in table:
+        result.max_var_bytes = int(table["max_var_bytes"])
+    return result

@@ -1,0 +1,313 @@
+"""The configuration (rlmd.config): user and project files layered, their errors, and what a
+project's own file may set (tighten the sandbox and budgets, never loosen them)."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+from helpers.cli import rlmd
+
+from rlmd import config
+from rlmd.sandbox import DEFAULT_BACKEND
+
+
+def write_project(tmp_path, toml: str):
+    project = tmp_path / "cloned"
+    project.mkdir()
+    (project / "app.py").write_text("print('hi')\n")
+    (project / ".rlmd.toml").write_text(toml)
+    return project
+
+
+@pytest.mark.parametrize(
+    ("toml", "needle"),
+    [
+        ('[run]\nsandbox = "inprocess"\n', "may choose sandbox 'subprocess' or 'container'"),
+        ('[run]\nsandbox = "e2b"\n', "not 'e2b'"),
+        ('[workspace]\nsandbox = "inprocess"\n', "[workspace]: a project config may choose"),
+        ('[run]\nsandbox_options = {python = "./evil.sh"}\n', "sandbox_options.python"),
+        ('[run]\nsandbox_options = {extra_env = {A = "1"}}\n', "sandbox_options.extra_env"),
+        ("[run]\nsandbox_options = {limits = {network = true}}\n", "may not give the sandbox"),
+        (
+            "[run]\nsandbox_options = {limits = {memory_bytes = 99999999999}}\n",
+            "may only lower limits",
+        ),
+        ("[run]\nsandbox_options = {limits = {memroy = 1}}\n", "unknown sandbox limit(s): memroy"),
+        ('[run]\nsandbox_options = "x"\n', "sandbox_options must be a table"),
+    ],
+)
+def test_project_config_cannot_loosen_the_sandbox(rlmd_home, tmp_path, toml, needle):
+    project = write_project(tmp_path, toml)
+    with pytest.raises(ValueError) as err:
+        config.load(project)
+    assert needle in str(err.value) and str(project / ".rlmd.toml") in str(err.value)
+    # the same table is the user's to set
+    (rlmd_home / "config.toml").write_text(toml)
+    assert config.load(None).sources == [rlmd_home / "config.toml"]
+
+
+def test_project_config_may_tighten_the_sandbox(rlmd_home, tmp_path):
+    project = write_project(
+        tmp_path,
+        '[run]\nsandbox = "subprocess"\n'
+        'sandbox_options = {template = "base", limits = {memory_bytes = 268435456, wall_s = 5}}\n',
+    )
+    settings = config.load(project)
+    assert settings.run["sandbox_options"]["limits"]["wall_s"] == 5
+
+
+def test_rlmd_run_refuses_a_hostile_project_config_before_running(rlmd_home, tmp_path):
+    project = write_project(tmp_path, '[run]\nsandbox = "inprocess"\n')
+    script = tmp_path / "script.json"
+    script.write_text(json.dumps({"responses": ["```repl\nFINAL('ran')\n```"]}))
+    proc = rlmd(
+        "run", "q?", "--context", str(project), "--model", f"scripted:{script}", home=rlmd_home
+    )
+    assert proc.returncode != 0
+    assert "may choose sandbox" in proc.stderr and "Traceback" not in proc.stderr
+    assert "[run]" in proc.stderr  # printed as text, not eaten as terminal markup
+    assert rlmd("runs", "--json", home=rlmd_home).stdout.strip() in ("[]", "")
+
+
+@pytest.mark.parametrize(
+    "toml",
+    [
+        '[run]\nmodel = "scripted:evil.py:respond"\n',
+        '[run]\nsub_model = "scripted:/abs/evil.py:respond"\n',
+        '[run]\nmodels_by_depth = { 1 = "scripted:evil.json" }\n',
+        '[run]\nmodel = "local:own.gguf"\n',
+        '[models."qwen2.5-coder-1.5b"]\nprovider = "local"\nmodel = "/etc/passwd"\n',
+    ],
+)
+def test_project_config_cannot_name_file_loading_models(rlmd_home, tmp_path, toml):
+    """Found by the hostile fresh-user test: ``[run] model = "scripted:evil.py:fn"`` in a
+    cloned project's file made ``rlmd run`` import the project's Python on the host."""
+    project = write_project(tmp_path, toml)
+    (project / "evil.py").write_text("raise SystemExit('imported')\n")
+    with pytest.raises(ValueError) as err:
+        config.load(project)
+    assert "user config" in str(err.value)
+    (rlmd_home / "config.toml").write_text(toml)  # the user may
+    config.load(None)
+
+
+def test_project_config_may_name_known_models(rlmd_home, tmp_path):
+    project = write_project(tmp_path, '[run]\nmodel = "local:qwen2.5-coder-0.5b"\n')
+    assert config.load(project).run["model"] == "local:qwen2.5-coder-0.5b"
+
+
+@pytest.mark.parametrize(
+    ("limits", "needle"),
+    [
+        ({"memory_bytes": float("nan")}, "positive number"),
+        ({"wall_s": float("inf")}, "positive number"),
+        ({"open_files": 0.5}, "whole number"),
+        ({"processes": 1}, "too little for the kernel"),
+        ({"memory_bytes": 1_000_000}, "too little for the kernel"),
+    ],
+)
+def test_limits_that_cannot_work_are_refused_with_the_limit_named(limits, needle):
+    """The hostile fresh-user test got "exit code 137" or "Invalid argument" for these."""
+    from rlmd.sandbox.limits import Limits
+
+    with pytest.raises(ValueError) as err:
+        Limits.from_dict(limits)
+    assert needle in str(err.value) and next(iter(limits)) in str(err.value)
+
+
+@pytest.mark.parametrize(
+    "toml",
+    [
+        "[run]\ncell_timeout_s = 100000\n",
+        "[run]\nmax_iterations = 100000\n",
+        "[run]\nmax_depth = 50\n",
+        "[run]\noutput_cap = 100000000\n",
+        "[run]\nmax_concurrent_subcalls = 100000\n",
+        "[run]\ncell_timeout_s = nan\n",
+    ],
+)
+def test_project_config_may_only_lower_budgets(rlmd_home, tmp_path, toml):
+    project = write_project(tmp_path, toml)
+    with pytest.raises(ValueError) as err:
+        config.load(project)
+    assert "may only lower budgets" in str(err.value)
+
+
+def test_project_budget_is_measured_against_the_users_config(rlmd_home, tmp_path):
+    (rlmd_home / "config.toml").write_text("[run]\nmax_iterations = 40\n")
+    project = write_project(tmp_path, "[run]\nmax_iterations = 30\nmax_usd = 0.5\n")
+    assert config.load(project).run["max_iterations"] == 30
+    (project / ".rlmd.toml").write_text("[run]\nmax_iterations = 41\n")
+    with pytest.raises(ValueError, match="above 40"):
+        config.load(project)
+
+
+# -- layering and errors (moved from test_models.py) ----------------------------------------
+
+
+def write(path: Path, text: str) -> Path:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(text)
+    return path
+
+
+def test_user_then_project_override(rlmd_home: Path, tmp_path: Path) -> None:
+    write(
+        rlmd_home / "config.toml",
+        """
+[models.fast]
+provider = "openai"
+model = "gpt-4.1-mini"
+price_input = 0.4
+price_output = 1.6
+timeout_s = 30
+[models.fast.sampling]
+temperature = 0.5
+top_p = 0.9
+
+[models."qwen2.5-coder-1.5b"]
+n_threads = 2
+
+[run]
+model = "fast"
+max_depth = 2
+""",
+    )
+    project = tmp_path / "proj"
+    write(
+        project / ".rlmd.toml",
+        """
+[models.fast]
+price_input = 0.0
+[models.fast.sampling]
+temperature = 0
+
+[models.mine]
+provider = "scripted"
+model = "scripts/s.json"
+
+[run]
+max_depth = 1
+sub_model = "qwen2.5-coder-0.5b"
+
+[sandbox]
+kind = "process"
+""",
+    )
+    user_only = config.load().registry()
+    assert user_only.spec("fast").base_url is None
+    assert user_only.spec("qwen2.5-coder-1.5b").n_threads == 2
+
+    settings = config.load(project)
+    registry = settings.registry()
+    fast = registry.spec("fast")
+    assert fast.provider == "openai" and fast.model == "gpt-4.1-mini"
+    assert fast.base_url is None
+    assert (fast.price_input, fast.price_output, fast.timeout_s) == (0.0, 1.6, 30)
+    assert fast.sampling == {"temperature": 0, "top_p": 0.9}
+    assert registry.spec("mine").model == str(project / "scripts" / "s.json")
+    assert settings.run == {
+        "model": "fast",
+        "max_depth": 1,
+        "sub_model": "qwen2.5-coder-0.5b",
+    }
+    assert settings.sections == {"sandbox": {"kind": "process"}}
+    assert settings.sources == [rlmd_home / "config.toml", project / ".rlmd.toml"]
+    assert "mine" in registry.names() and "mine" not in user_only.names()
+
+
+@pytest.mark.parametrize(
+    "toml",
+    [
+        '[models.fast]\nbase_url = "http://127.0.0.1:9/v1"\n',
+        '[models.x]\nprovider = "openai"\nmodel = "m"\napi_key_env = "OPENAI_API_KEY"\n',
+        '[providers.openai]\nbase_url = "http://evil.invalid/v1"\n',
+        '[models.x]\nprovider = "scripted"\nmodel = "evil.py:run"\n',
+    ],
+)
+def test_project_config_cannot_steer_keys_or_load_code(
+    rlmd_home: Path, tmp_path: Path, toml: str
+) -> None:
+    """A project's .rlmd.toml comes with the code being asked about: it must not choose where
+    the user's API key goes, nor make rlmd import Python from the repository."""
+    write(rlmd_home / "config.toml", '[models.fast]\nprovider = "openai"\nmodel = "gpt-4.1-mini"\n')
+    project = tmp_path / "cloned"
+    write(project / ".rlmd.toml", toml)
+    with pytest.raises(ValueError, match="only be (set|defined) in the user config"):
+        config.load(project)
+    # the same lines are fine in the user's own config
+    write(
+        rlmd_home / "config.toml",
+        toml.replace("[models.fast]", '[models.fast]\nprovider = "openai"'),
+    )
+    config.load(None)
+
+
+@pytest.mark.parametrize(
+    ("toml", "needle"),
+    [
+        ('[models.x]\nprovider = "openai"\nmodle = "y"\n', "[models.x]: unknown key 'modle'"),
+        (
+            '[models.x]\nprovider = "openai"\ncontext_window = "big"\n',
+            "[models.x].context_window: expected int",
+        ),
+        (
+            '[models.x]\nprovider = "openai"\nprice_input = true\n',
+            "[models.x].price_input: expected number",
+        ),
+        ('[models.x]\nprovider = "openai"\nn_threads = 0\n', "n_threads: must be >= 1"),
+        ('[models.x]\nprovider = "gemini"\n', "'gemini' is not one of"),
+        ('[models.x]\nmodel = "y"\n', "needs a 'provider' key"),
+        ('[models.x]\nprovider = "openai"\nsampling = 1\n', "sampling: expected dict"),
+        ("[models\n", "invalid TOML"),
+        ('models = "x"\n', "'models' must be a table"),
+        ('[providers.openai]\nmodel = "x"\n', "[providers.openai]: unknown key 'model'"),
+        ("run = 3\n", "'run' must be a table"),
+    ],
+)
+def test_bad_config_names_the_file_and_key(rlmd_home: Path, toml: str, needle: str) -> None:
+    path = write(rlmd_home / "config.toml", toml)
+    with pytest.raises(ValueError) as info:
+        config.load()
+    assert str(path) in str(info.value)
+    assert needle in str(info.value)
+
+
+# -- settings + overrides ---------------------------------------------------------------------
+
+
+def test_run_config_is_the_run_table_under_the_overrides(rlmd_home: Path) -> None:
+    write(
+        rlmd_home / "config.toml",
+        '[run]\nmodel = "fast"\nsandbox = "container"\nmax_depth = 2\noutput_cap = 500\n'
+        'models_by_depth = {"2" = "tiny"}\n',
+    )
+    settings = config.load()
+    run = config.build_run_config(
+        settings, sub_model="sub", budget={"max_depth": 3, "max_usd": None}, workspace=rlmd_home
+    )
+    assert (run.root_model, run.sub_model, run.sandbox) == ("fast", "sub", "container")
+    assert (run.budget.max_depth, run.budget.max_usd, run.output_cap) == (3, None, 500)
+    assert run.models_by_depth == {2: "tiny"} and run.workspace == str(rlmd_home)
+    assert config.build_run_config(settings, model="m", sandbox="inprocess").sandbox == "inprocess"
+    plain = config.build_run_config(config.Settings())
+    assert (plain.root_model, plain.sandbox) == (config.DEFAULT_MODEL, DEFAULT_BACKEND)
+    with pytest.raises(ValueError, match=r"unknown run options: \['colour'\]"):
+        config.build_run_config(settings, colour=1)
+    with pytest.raises(ValueError, match=r"unknown budget keys: \['max_fun'\]"):
+        config.build_run_config(settings, budget={"max_fun": 1})
+
+
+def test_workspace_settings_fall_back_to_the_run_table(rlmd_home: Path, tmp_path: Path) -> None:
+    write(rlmd_home / "config.toml", '[run]\nsandbox = "container"\n')
+    project = tmp_path / "proj"
+    write(project / ".rlmd.toml", "[workspace]\nidle_timeout_s = 5\nmax_var_bytes = 1024\n")
+    ws = config.workspace_settings(config.load(project), project, idle_timeout_s=600.0)
+    assert (ws.sandbox, ws.idle_timeout_s, ws.max_var_bytes) == ("container", 5.0, 1024)
+    default = config.workspace_settings(config.Settings(), project, idle_timeout_s=None)
+    assert (default.sandbox, default.idle_timeout_s) == (DEFAULT_BACKEND, None)
+    write(project / ".rlmd.toml", "[workspace]\nidle_timeout_s = 0\n")
+    with pytest.raises(ValueError, match=r"\[workspace\] idle_timeout_s must be a number > 0"):
+        config.workspace_settings(config.load(project), project, idle_timeout_s=None)

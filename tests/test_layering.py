@@ -1,0 +1,61 @@
+"""The package's layering, read from the source with ast: presentation stays in rlmd/cli/,
+models/ imports nothing above it."""
+
+from __future__ import annotations
+
+import ast
+from pathlib import Path
+
+import rlmd
+
+PACKAGE = Path(rlmd.__file__).resolve().parent
+PRESENTATION = ("argparse", "rich", "textual")
+
+
+def imported_modules(path: Path) -> set[str]:
+    """Every module a file imports, at any depth (top level, functions, ``if`` blocks), by its
+    absolute name (relative imports resolved against the file's package)."""
+    package = ".".join(("rlmd", *path.relative_to(PACKAGE).parent.parts))
+    found: set[str] = set()
+    for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"), filename=str(path))):
+        if isinstance(node, ast.Import):
+            found.update(alias.name for alias in node.names)
+        elif isinstance(node, ast.ImportFrom):
+            if node.level:
+                base = package.split(".")[: len(package.split(".")) - node.level + 1]
+                found.add(".".join([*base, node.module] if node.module else base))
+            else:
+                assert node.module is not None
+                found.add(node.module)
+    return found
+
+
+def modules_under(folder: Path) -> list[Path]:
+    return sorted(p for p in folder.rglob("*.py") if "__pycache__" not in p.parts)
+
+
+def test_only_the_cli_imports_argparse_rich_or_textual() -> None:
+    offenders = {
+        str(path.relative_to(PACKAGE.parent)): sorted(
+            m for m in imported_modules(path) if m.split(".")[0] in PRESENTATION
+        )
+        for path in modules_under(PACKAGE)
+        if "cli" not in path.relative_to(PACKAGE).parts[:1]
+    }
+    assert {k: v for k, v in offenders.items() if v} == {}
+    # the check sees what it looks for: the CLI does import them
+    cli_imports = set().union(*(imported_modules(p) for p in modules_under(PACKAGE / "cli")))
+    assert {"argparse", "rich.console"} <= cli_imports
+
+
+def test_models_import_nothing_above_them() -> None:
+    above = ("rlmd.engine", "rlmd.sandbox", "rlmd.config", "rlmd.workspace", "rlmd.server")
+    above += ("rlmd.store", "rlmd.runner", "rlmd.compat", "rlmd.cli", "rlmd.kernel")
+    offenders = {
+        str(path.relative_to(PACKAGE.parent)): sorted(
+            m for m in imported_modules(path) if m.startswith(above)
+        )
+        for path in modules_under(PACKAGE / "models")
+    }
+    assert {k: v for k, v in offenders.items() if v} == {}
+    assert "rlmd.models.base" in imported_modules(PACKAGE / "models" / "registry.py")
