@@ -9,6 +9,7 @@ from typing import Any
 from rlmd.engine import prompts
 from rlmd.engine.budget import Budget
 from rlmd.engine.usage import UsageSummary
+from rlmd.sandbox import DEFAULT_BACKEND
 from rlmd.sandbox.base import CODEBASE_HELPERS, RESERVED_NAMES
 
 EXTRACTION_MAX_TOKENS = 512
@@ -75,7 +76,7 @@ class RunConfig:
     root_model: str
     sub_model: str | None = None
     models_by_depth: dict[int, str] = field(default_factory=dict)
-    sandbox: str = "subprocess"
+    sandbox: str = DEFAULT_BACKEND
     sandbox_options: dict[str, Any] = field(default_factory=dict)
     budget: Budget = field(default_factory=Budget)
     tools: dict[str, Any] = field(default_factory=dict)

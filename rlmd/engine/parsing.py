@@ -9,8 +9,8 @@ import re
 from rlmd.sandbox.base import CODEBASE_HELPERS, RESERVED_NAMES
 
 CODE_LANGUAGES = ("repl", "python", "python3", "py")
-"""Fence languages that run. Small models write ```python when asked for ```repl
-(shared/notes/local-models.md, "Lessons the engine must enforce" 1), so both are accepted."""
+"""Fence languages that run. Small models (Qwen2.5-Coder 0.5B and 1.5B, seen in recorded
+runs) often write ```python when asked for ```repl, so both are accepted."""
 
 _FENCE = re.compile(r"```[ \t]*([A-Za-z0-9_+-]*)[^\n]*\n(.*?)(?:```|\Z)", re.DOTALL)
 _PROSE_FINAL = re.compile(r"^\s*FINAL\((.*)\)\s*$", re.MULTILINE | re.DOTALL)

@@ -37,7 +37,7 @@ from pathlib import Path
 from typing import Any, NotRequired, TypedDict
 
 from rlmd.context import Context, load_codebase
-from rlmd.sandbox import create_sandbox
+from rlmd.sandbox import DEFAULT_BACKEND, create_sandbox
 from rlmd.sandbox.base import CallError, CellResult, Sandbox, SandboxError, VarInfo
 from rlmd.workspace import checkpoint as ckpt_mod
 
@@ -129,7 +129,7 @@ class WorkspaceSettings:
         max_var_bytes: largest JSON text of one checkpointed variable, bytes.
     """
 
-    sandbox: str = "subprocess"
+    sandbox: str = DEFAULT_BACKEND
     sandbox_options: dict[str, Any] = field(default_factory=dict)
     idle_timeout_s: float | None = 600.0
     checkpoint_after_task: bool = True
