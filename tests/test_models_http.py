@@ -20,8 +20,8 @@ from rlmd.models import ModelError, ModelNotAvailable, ModelSpec
 from rlmd.models.anthropic import AnthropicModel, to_anthropic
 from rlmd.models.openai import DUMMY_KEY, OpenAIModel
 
-Reply = tuple[int, dict[str, Any], dict[str, str]] | str
-"""``(status, json body, headers)`` or ``"hang"`` (never answer)."""
+Reply = tuple[int, dict[str, Any] | bytes, dict[str, str]] | str
+"""``(status, json body or raw bytes, headers)`` or ``"hang"`` (never answer)."""
 
 
 class FakeServer:
@@ -29,6 +29,8 @@ class FakeServer:
 
     ``replies`` is consumed one per request; when empty, ``default(request)`` answers.
     A reply may also be a callable ``request -> Reply`` (to echo headers back).
+    A chat.completion body is streamed when the request asks for it, unless
+    ``ignores_stream`` is set (as some OpenAI-compatible proxies do).
     """
 
     def __init__(self, default: Callable[[dict[str, Any]], Reply]) -> None:
@@ -57,14 +59,14 @@ class FakeServer:
                     server.release.wait(10)
                     return
                 status, body, headers = reply
-                if request["body"].get("stream") and status == 200 and "choices" in body:
+                streamed = request["body"].get("stream") and not server.ignores_stream
+                if streamed and status == 200 and isinstance(body, dict) and "choices" in body:
                     self.stream(request, body)
                     return
-                data = json.dumps(body).encode()
+                data = body if isinstance(body, bytes) else json.dumps(body).encode()
                 self.send_response(status)
-                self.send_header("content-type", "application/json")
                 self.send_header("content-length", str(len(data)))
-                for k, v in headers.items():
+                for k, v in {"content-type": "application/json", **headers}.items():
                     self.send_header(k, v)
                 self.end_headers()
                 self.wfile.write(data)
@@ -101,6 +103,7 @@ class FakeServer:
                 except OSError:
                     server.disconnected.set()
 
+        self.ignores_stream = False
         self.chunks_sent = 0
         self.chunk_delay_s = 0.0
         self.disconnected = threading.Event()
@@ -420,6 +423,45 @@ async def test_openai_not_streamed_still_cuts_at_stop_but_cannot_report_it(
     assert "stream" not in body and body["stop"] == ["\n```\n"]
 
 
+async def test_openai_server_that_ignores_stream_true_still_gives_the_reply(
+    openai_server: FakeServer, key: str
+) -> None:
+    openai_server.ignores_stream = True  # one JSON body, as some proxies answer
+    openai_server.replies.append(openai_reply("```repl\nx = 1\n```\nOutput: 3"))
+    model = OpenAIModel(openai_spec(openai_server))
+    assert model.streams
+    c = await model.complete(USER, stop=["\n```\n"])
+    await model.aclose()
+    assert (c.text, c.stop_sequence, c.finish_reason) == ("```repl\nx = 1", "\n```\n", "stop")
+    assert (c.input_tokens, c.output_tokens) == (11, 7)
+    assert openai_server.requests[0]["body"]["stream"] is True
+
+
+EMPTY_BODIES = {
+    "no bytes": (b"", "application/json"),
+    "an empty object": (b"{}", "application/json"),
+    "no choices": (b'{"id": "c", "object": "chat.completion", "choices": []}', "application/json"),
+    "an event stream with no events": (b"", "text/event-stream"),
+    "an event stream of [DONE] only": (b"data: [DONE]\n\n", "text/event-stream"),
+}
+
+
+@pytest.mark.parametrize("stream", [True, False], ids=["streamed", "not streamed"])
+@pytest.mark.parametrize("empty", list(EMPTY_BODIES))
+async def test_openai_empty_reply_is_an_error_naming_the_server(
+    openai_server: FakeServer, key: str, empty: str, stream: bool
+) -> None:
+    body, content_type = EMPTY_BODIES[empty]
+    openai_server.default = lambda request: (200, body, {"content-type": content_type})
+    spec = openai_spec(openai_server, options={"stream": stream, "retry_base_delay_s": 0.01})
+    model = OpenAIModel(spec)
+    with pytest.raises(ModelError, match="empty reply") as info:
+        await model.complete(USER)
+    await model.aclose()
+    assert f"127.0.0.1:{openai_server.port}" in str(info.value)
+    assert key not in all_text(info.value)
+
+
 # ----------------------------------------------------------------------------- Anthropic
 
 
@@ -526,6 +568,19 @@ async def test_anthropic_timeout(anthropic_server: FakeServer, key: str) -> None
     await model.aclose()
     assert info.value.retryable is True
     assert time.monotonic() - start < 2.0
+
+
+@pytest.mark.parametrize("body", [b"", b"{}", b'{"type": "message", "content": []}'])
+async def test_anthropic_empty_reply_is_an_error_naming_the_server(
+    anthropic_server: FakeServer, key: str, body: bytes
+) -> None:
+    anthropic_server.default = lambda request: (200, body, {})
+    model = AnthropicModel(anthropic_spec(anthropic_server))
+    with pytest.raises(ModelError, match="empty reply") as info:
+        await model.complete(USER)
+    await model.aclose()
+    assert f"127.0.0.1:{anthropic_server.port}" in str(info.value)
+    assert key not in all_text(info.value)
 
 
 async def test_anthropic_missing_key(monkeypatch: pytest.MonkeyPatch) -> None:

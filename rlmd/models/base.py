@@ -31,6 +31,19 @@ class ModelError(Exception):
         self.status_code = status_code
 
 
+class EmptyReply(ModelError):
+    """A server answered a request successfully but with no reply in it: no text and no
+    finish reason (an empty or non-JSON body, no choices, an event stream with no events).
+
+    Raised instead of returning ``""``, which would read as a model that said nothing. Not
+    retryable: a proxy that answers this way does so every time. The message names the
+    server (its base URL) and what was missing.
+    """
+
+    def __init__(self, server: str, what: str) -> None:
+        super().__init__(f"{server} sent an empty reply ({what})")
+
+
 class ModelNotAvailable(ModelError):
     """The model cannot be used on this machine now (missing key, file, or package).
 
