@@ -225,8 +225,11 @@ def test_registry_shorthands(rlmd_home: Path) -> None:
         "claude-sonnet-4-5",
         200_000,
     )
+    assert gpt.priced and claude.priced
     unknown_price = registry.spec("openai:some-new-model")
-    assert (unknown_price.price_input, unknown_price.price_output) == (0.0, 0.0)
+    assert (unknown_price.price_input, unknown_price.price_output) == (None, None)
+    assert not unknown_price.priced  # not $0: a USD budget refuses it
+    assert registry.spec("qwen2.5-coder-1.5b").priced  # local: free, with no price set
     local = registry.spec("local:qwen2.5-coder-1.5b")
     assert (local.name, local.provider, local.model) == (
         "local:qwen2.5-coder-1.5b",

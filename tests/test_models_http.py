@@ -12,9 +12,11 @@ import time
 import traceback
 from collections.abc import Callable, Iterator
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from pathlib import Path
 from typing import Any
 
 import pytest
+from helpers.cli import rlmd
 
 from rlmd.models import ModelError, ModelNotAvailable, ModelSpec
 from rlmd.models.anthropic import AnthropicModel, to_anthropic
@@ -612,3 +614,56 @@ def test_rlm_api_key_in_code_is_sent_but_never_stored(openai_server: FakeServer,
         path = rlmd_home / name
         if path.exists():
             assert value.encode() not in path.read_bytes()
+
+
+# ----------------------------------------------------------------------------- prices
+
+
+def test_max_usd_refuses_a_model_with_no_known_price(
+    openai_server: FakeServer, rlmd_home: Path
+) -> None:
+    """A proxy model with no price counted as $0, so `--max-usd 0.5` let 10M tokens through:
+    the run is now refused before its first call, and binds once the model has a price."""
+    entry = f'[models.proxy]\nprovider = "openai"\nmodel = "m"\nbase_url = "{openai_server_url(openai_server)}"\n'
+    (rlmd_home / "config.toml").write_text(entry)
+    run = ("run", "q", "--context", "-", "--model", "proxy", "--json")
+
+    refused = rlmd(*run, "--max-usd", "0.5", home=rlmd_home, input="x")
+    assert refused.returncode == 2, refused.stderr
+    assert "'proxy' has no known price" in refused.stderr
+    assert "price_input and price_output" in refused.stderr
+    assert openai_server.requests == []
+
+    openai_server.default = lambda request: openai_reply("```repl\nFINAL('done')\n```")
+    unbudgeted = rlmd(*run, home=rlmd_home, input="x")  # no USD budget: nothing to refuse
+    assert unbudgeted.returncode == 0, unbudgeted.stderr
+    assert json.loads(unbudgeted.stdout)["answer"] == "done"
+
+    # priced: 18 tokens a call at $10,000 per 1M is $0.18; the budget ends the run
+    (rlmd_home / "config.toml").write_text(entry + "price_input = 1e4\nprice_output = 1e4\n")
+    openai_server.default = lambda request: openai_reply("```repl\nprint(1)\n```")
+    budgeted = rlmd(*run, "--max-usd", "0.5", home=rlmd_home, input="x")
+    assert json.loads(budgeted.stdout)["status"] == "max_usd", budgeted.stderr
+
+
+def test_rlm_max_budget_refuses_an_unpriced_model_and_prices_known_ones(
+    openai_server: FakeServer, rlmd_home: Path
+) -> None:
+    from rlmd import RLM
+
+    openai_server.default = lambda request: openai_reply("```repl\nFINAL('done')\n```")
+    kwargs = {"model_name": "m", "base_url": openai_server_url(openai_server), "api_key": "k"}
+    with RLM(backend="openai", backend_kwargs=kwargs, max_budget=0.5) as rlm:
+        with pytest.raises(ValueError, match="'root' has no known price"):
+            rlm.completion("abc", root_prompt="q")
+    assert openai_server.requests == []
+    priced = {**kwargs, "price_input": 0.0, "price_output": 0.0}  # a server you do not pay for
+    with RLM(backend="openai", backend_kwargs=priced, max_budget=0.5) as rlm:
+        assert rlm.completion("abc", root_prompt="q").response == "done"
+    with RLM(backend="openai", backend_kwargs={"model_name": "gpt-4.1-mini"}) as rlm:
+        spec = rlm.registry.spec("root")  # the official API: rlmd's price table
+        assert spec.priced and spec.price_input and spec.price_input > 0
+
+
+def openai_server_url(server: FakeServer) -> str:
+    return f"http://127.0.0.1:{server.port}/v1"

@@ -51,6 +51,10 @@ class ModelNotAvailable(ModelError):
     """
 
 
+FREE_PROVIDERS = ("local", "scripted")
+"""Providers whose calls cost nothing (they run on this machine): priced without a price."""
+
+
 @dataclass
 class ModelSpec:
     """A named model from the registry (TOML config or ``provider:model`` shorthand).
@@ -65,8 +69,8 @@ class ModelSpec:
             stored in a spec, the store, a log or a sandbox.
         context_window: the model's window in tokens (prompt + completion).
         max_output_tokens: cap on generated tokens per call (small models loop without it).
-        price_input: USD per 1,000,000 input tokens.
-        price_output: USD per 1,000,000 output tokens.
+        price_input: USD per 1,000,000 input tokens; ``None``: not known (see :attr:`priced`).
+        price_output: USD per 1,000,000 output tokens; ``None``: not known.
         sampling: extra sampling arguments passed to the provider (temperature, top_p, seed).
         n_threads: CPU threads for ``local`` models (default 1: measured on a
             shared 2-core machine, two spinning ggml threads collapse to ~1.4 tok/s when a core is shared).
@@ -82,17 +86,28 @@ class ModelSpec:
     api_key_env: str | None = None
     context_window: int = 32_768
     max_output_tokens: int = 1_024
-    price_input: float = 0.0
-    price_output: float = 0.0
+    price_input: float | None = None
+    price_output: float | None = None
     sampling: dict[str, Any] = field(default_factory=dict)
     n_threads: int = 1
     timeout_s: float = 600.0
     max_retries: int = 3
     options: dict[str, Any] = field(default_factory=dict)
 
+    @property
+    def priced(self) -> bool:
+        """Whether :meth:`cost_usd` is what the calls really cost: both prices are known
+        (configured, or from :data:`rlmd.models.registry.HOSTED_MODELS`), or the provider
+        runs on this machine (:data:`FREE_PROVIDERS`). A run with a USD budget refuses an
+        unpriced model (:func:`rlmd.runner.check_models`): its calls would count as $0."""
+        known = self.price_input is not None and self.price_output is not None
+        return known or self.provider in FREE_PROVIDERS
+
     def cost_usd(self, input_tokens: int, output_tokens: int) -> float:
-        """USD for one call, from the per-million-token prices in the config."""
-        return (input_tokens * self.price_input + output_tokens * self.price_output) / 1e6
+        """USD for one call, from the per-million-token prices; an unknown price counts as
+        0 (see :attr:`priced`)."""
+        price_in, price_out = self.price_input or 0.0, self.price_output or 0.0
+        return (input_tokens * price_in + output_tokens * price_out) / 1e6
 
     def public_dict(self) -> dict[str, Any]:
         """The spec as stored in trajectories: no callables, never a key (only its env name)."""
