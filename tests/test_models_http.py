@@ -616,6 +616,26 @@ def test_rlm_api_key_in_code_is_sent_but_never_stored(openai_server: FakeServer,
             assert value.encode() not in path.read_bytes()
 
 
+def test_a_one_character_key_leaves_the_models_code_as_written(
+    openai_server: FakeServer, rlmd_home: Path
+) -> None:
+    """A local server that takes any key, given "x": every x of the model's code was
+    replaced by [REDACTED] before it ran and in the store."""
+    from rlmd import RLM
+    from rlmd.store import Store
+
+    code = "xs = [3, 1, 2]\nFINAL(max(xs))"
+    openai_server.default = lambda request: openai_reply(f"```repl\n{code}\n```")
+    kwargs = {"model_name": "m", "base_url": openai_server_url(openai_server), "api_key": "x"}
+    with RLM(backend="openai", backend_kwargs=kwargs) as rlm:
+        result = rlm.completion("abc", root_prompt="q")
+    assert openai_server.requests[0]["headers"]["authorization"] == "Bearer x"
+    assert result.response == "3"
+    with Store() as store:
+        cells = [node["data"] for node in store.nodes(result.run_id) if node["kind"] == "cell"]
+    assert [cell["code"].strip() for cell in cells] == [code]
+
+
 # ----------------------------------------------------------------------------- prices
 
 

@@ -27,7 +27,7 @@ from rlmd.models.base import (
     ModelSpec,
 )
 from rlmd.models.retry import DEFAULT_BASE_DELAY_S, call_with_retries
-from rlmd.redact import REDACTED
+from rlmd.redact import remove_values
 
 DEFAULT_KEY_ENV = "ANTHROPIC_API_KEY"
 _FINISH = {"end_turn": "stop", "stop_sequence": "stop", "max_tokens": "length"}
@@ -147,7 +147,7 @@ class AnthropicModel(Model):
         )
         latency = time.monotonic() - start
 
-        text = _text(response).replace(key, REDACTED)  # a server that echoes the key back
+        text = remove_values(_text(response), (key,))  # a server that echoes the key back
         usage = response.usage
         input_tokens = getattr(usage, "input_tokens", None)
         output_tokens = getattr(usage, "output_tokens", None)

@@ -41,7 +41,7 @@ from rlmd.models.base import (
     cut_at_stop,
 )
 from rlmd.models.retry import DEFAULT_BASE_DELAY_S, call_with_retries
-from rlmd.redact import REDACTED
+from rlmd.redact import remove_values
 
 DEFAULT_KEY_ENV = "OPENAI_API_KEY"
 DUMMY_KEY = "rlmd-no-key"
@@ -162,8 +162,7 @@ class OpenAIModel(Model):
             base_delay_s=self.spec.options.get("retry_base_delay_s", DEFAULT_BASE_DELAY_S),
         )
         latency = time.monotonic() - start
-        for secret in secrets:
-            text = text.replace(secret, REDACTED)  # a server that echoes the key back
+        text = remove_values(text, secrets)  # a server that echoes the key back
         input_tokens = getattr(usage, "prompt_tokens", None)
         output_tokens = getattr(usage, "completion_tokens", None)
         if input_tokens is None:
