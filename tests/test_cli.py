@@ -298,3 +298,39 @@ def test_doctor_prints_every_check_and_exits_with_the_verdict(tmp_path):
     failed = any(c["status"] == "fail" for c in checks)
     assert text.returncode == as_json.returncode == (1 if failed else 0)
     assert text.stdout.rstrip().endswith("some checks failed" if failed else "rlmd is ready")
+
+
+def test_sandbox_commands_without_the_docker_sdk_say_what_to_install(rlmd_home, tmp_path):
+    """`rlmd sandbox ls` printed a ModuleNotFoundError traceback when the container extra
+    (the docker SDK) was not installed."""
+    hide = tmp_path / "no-docker"
+    hide.mkdir()
+    (hide / "sitecustomize.py").write_text("import sys\nsys.modules['docker'] = None\n")
+    (tmp_path / "tpl" / "mine").mkdir(parents=True)
+    (tmp_path / "tpl" / "mine" / "Dockerfile").write_text("FROM scratch\n")
+    env = {
+        **os.environ,
+        "RLMD_HOME": str(rlmd_home),
+        "COLUMNS": "200",
+        "PYTHONPATH": os.pathsep.join([str(hide), os.environ.get("PYTHONPATH", "")]),
+    }
+
+    def sandbox(*args: str) -> subprocess.CompletedProcess[str]:
+        command = [sys.executable, "-m", "rlmd.cli", "sandbox", *args]
+        return subprocess.run(command, capture_output=True, text=True, env=env, timeout=120)
+
+    probe = subprocess.run(
+        [sys.executable, "-c", "import docker"], capture_output=True, text=True, env=env
+    )
+    assert probe.returncode == 1 and "ModuleNotFoundError" in probe.stderr  # the SDK is hidden
+
+    listed = sandbox("ls", "--dir", str(tmp_path / "tpl"))
+    assert listed.returncode == 0, listed.stderr
+    assert "mine" in listed.stdout  # the templates are still listed, none as built
+    as_json = sandbox("ls", "--json", "--dir", str(tmp_path / "tpl"))
+    assert [(t["name"], t["image_id"]) for t in json.loads(as_json.stdout)] == [("mine", None)]
+    reaped = sandbox("reap")
+    assert reaped.returncode == 1
+    for proc in (listed, as_json, reaped):
+        assert "Traceback" not in proc.stderr
+        assert "pip install 'rlmd[container]'" in proc.stderr, proc.stderr
