@@ -13,6 +13,7 @@ from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 from typing import Any
 
+from rlmd.kernel import protocol
 from rlmd.sandbox.limits import Limits
 
 CallHandler = Callable[[str, dict[str, Any]], Awaitable[Any]]
@@ -23,21 +24,10 @@ Args are what the kernel stub received (for ``"tool"``: ``{"name", "args", "kwar
 Raising :class:`CallError` makes the same message raise inside the kernel as ``RuntimeError``.
 """
 
-RESERVED_NAMES = (
-    "context",
-    "llm_query",
-    "llm_query_batched",
-    "rlm_query",
-    "rlm_query_batched",
-    "SHOW_VARS",
-    "FINAL",
-    "FINAL_VAR",
-    "history",
-)
-"""Names the kernel restores after every cell if model code rebinds them."""
-
-CODEBASE_HELPERS = ("list_files", "read_file", "grep")
-"""Extra reserved helpers present when ``context`` is a codebase."""
+# The kernel's own lists (it imports nothing from the host): names restored after every
+# cell if model code rebinds them, and the extra helpers of a codebase context.
+RESERVED_NAMES = protocol.RESERVED_NAMES
+CODEBASE_HELPERS = protocol.CODEBASE_HELPERS
 
 
 class CallError(Exception):
