@@ -520,7 +520,7 @@ async def test_modal_calls_exist_in_the_real_sdk(tmp_path, monkeypatch):
 
 @pytest.fixture
 async def real_e2b(tmp_path, monkeypatch):
-    """An :class:`E2BSandbox` on the real e2b SDK against the fake envd, started."""
+    """An ``e2b`` sandbox on the real e2b SDK against the fake envd, started."""
     sb = FAKE_BACKENDS["e2b-envd"](tmp_path, monkeypatch, timeout_s=30, interrupt_grace_s=1)
     from fakes.envd import shared_envd
 

@@ -140,6 +140,16 @@ class Sandbox(abc.ABC):
     #: really enforces is in ``isolation["enforced"]``)
     limits: Limits
 
+    @property
+    def timeout_s(self) -> float | None:
+        """Default wall-clock seconds per cell (``limits.wall_s``; ``None``: no limit)."""
+        return self.limits.wall_s
+
+    @property
+    def max_output_chars(self) -> int:
+        """Cap per stream per cell (``limits.output_bytes``, else the kernel's default)."""
+        return int(self.limits.output_bytes or protocol.DEFAULT_MAX_OUTPUT)
+
     #: hostile-code cases this backend documents it cannot contain, by the case names of
     #: ``tests/test_sandbox_hostile.py`` (``"memory_bomb"``, ``"os_exit"``, ``"kill_parent"``,
     #: ...); the hostile suite skips those, naming them. A backend may compute it per

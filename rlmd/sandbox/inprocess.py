@@ -20,7 +20,6 @@ import time
 from collections.abc import Callable
 from typing import Any
 
-from rlmd.kernel import protocol
 from rlmd.kernel.core import CellInterrupted, Kernel, json_copy
 from rlmd.sandbox.base import CallError, CallHandler, CellResult, Sandbox, SandboxError, VarInfo
 from rlmd.sandbox.channel import result_from_kernel, wait
@@ -177,16 +176,6 @@ class InProcessSandbox(Sandbox):
         self.bound = Bindings()
         self._orphan: tuple[Kernel, _Worker, asyncio.Future[Any]] | None = None
         self.abandoned_threads = 0
-
-    @property
-    def timeout_s(self) -> float | None:
-        """Default wall-clock seconds per cell (``limits.wall_s``)."""
-        return self.limits.wall_s
-
-    @property
-    def max_output_chars(self) -> int:
-        """Cap per stream per cell (``limits.output_bytes``)."""
-        return int(self.limits.output_bytes or protocol.DEFAULT_MAX_OUTPUT)
 
     @property
     def _closed(self) -> bool:
@@ -457,6 +446,7 @@ class InProcessSandbox(Sandbox):
 
             worker.submit(run)
             self._running, self._interrupted = (kernel, worker, fut), False
+            self.state = SandboxState.RUNNING
             try:
                 res = await wait(asyncio.shield(fut), timeout)
             except asyncio.CancelledError:
@@ -470,6 +460,8 @@ class InProcessSandbox(Sandbox):
                 return with_notice(await self._on_timeout(worker, fut, timeout, t0), notice)
             finally:
                 self._running = None
+                if self.state is SandboxState.RUNNING:
+                    self.state = SandboxState.READY
             if res is _GIVEN_UP:  # interrupt() escalated: the thread would not stop
                 self._abandon(worker)
                 lost = list(self.bound.user_names)

@@ -27,7 +27,6 @@ import logging
 import time
 from typing import Any
 
-from rlmd.kernel import protocol
 from rlmd.sandbox.base import CallHandler, CellResult, Sandbox, SandboxError, VarInfo
 from rlmd.sandbox.channel import KernelDied, result_from_kernel, wait
 from rlmd.sandbox.limits import Limits
@@ -214,16 +213,6 @@ class SandboxSession(Sandbox):
         self._stopping: asyncio.Task[None] | None = None
 
     # -- what the transport decides ---------------------------------------------------------
-
-    @property
-    def timeout_s(self) -> float | None:
-        """Default wall-clock seconds per cell (``limits.wall_s``)."""
-        return self.limits.wall_s
-
-    @property
-    def max_output_chars(self) -> int:
-        """Cap per stream per cell (``limits.output_bytes``)."""
-        return int(self.limits.output_bytes or protocol.DEFAULT_MAX_OUTPUT)
 
     @property
     def isolation(self) -> dict[str, Any]:
@@ -527,16 +516,20 @@ class SandboxSession(Sandbox):
             if kernel.kill_reason == "interrupt":
                 how = "an earlier, cancelled cell did not stop when interrupted"
             else:
-                death = await kernel.death(self.limits)
-                if death.limit is not None:
-                    how = limit_phrase(death.limit, getattr(self.limits, death.limit))
-                else:
-                    how = f"it died: {kernel.protocol_error or death.how}"
+                how = await self._why_dead(kernel, "it died: {}")
             log.warning("%s is gone (%s); restarting", kernel.label, how)
             await self._restart_noting(f"the kernel was restarted before this cell ({how})")
             assert self._kernel is not None
             kernel = self._kernel
         return kernel
+
+    async def _why_dead(self, kernel: KernelHandle, died: str) -> str:
+        """Why ``kernel`` died, as a phrase: the limit that killed it, else ``died``
+        formatted with how it ended."""
+        death = await kernel.death(self.limits)
+        if death.limit is not None:
+            return limit_phrase(death.limit, getattr(self.limits, death.limit))
+        return died.format(kernel.protocol_error or death.how)
 
     async def _op_raw(self, obj: dict[str, Any]) -> Any:
         """One request on the current kernel, its ``result``.
@@ -571,12 +564,7 @@ class SandboxSession(Sandbox):
             if isinstance(exc, TimeoutError):
                 what = f"timed out after {self.op_timeout_s:g} s"
             else:
-                death = await kernel.death(self.limits)
-                if death.limit is not None:
-                    why = limit_phrase(death.limit, getattr(self.limits, death.limit))
-                else:
-                    why = f"the kernel died ({death.how})"
-                what = f"failed: {why}"
+                what = "failed: " + await self._why_dead(kernel, "the kernel died ({})")
             await self._restart_noting(f"the kernel was restarted after {obj['op']} {what}")
             raise SandboxError(f"{obj['op']} {what}; the kernel was restarted") from None
 

@@ -11,12 +11,13 @@ only the transport knows about it.
 from __future__ import annotations
 
 import abc
+import asyncio
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any, ClassVar
 
-from rlmd.sandbox.base import CallHandler
-from rlmd.sandbox.channel import KernelChannel
+from rlmd.sandbox.base import CallHandler, SandboxError
+from rlmd.sandbox.channel import KernelChannel, KernelDied
 from rlmd.sandbox.limits import Limits
 
 
@@ -66,6 +67,33 @@ class KernelHandle(KernelChannel):
     @abc.abstractmethod
     async def death(self, limits: Limits) -> Death:
         """Why the (dead) kernel ended, waiting briefly for its exit and last output."""
+
+    async def exit_phrase(self) -> str | None:
+        """How a kernel that failed to start ended (``"exit code 1"``), after waiting
+        briefly for its exit and last output; ``None`` if unknown."""
+        return None
+
+    async def wait_hello(self, timeout_s: float, name: str = "the kernel") -> dict[str, Any]:
+        """The kernel's hello frame.
+
+        Raises:
+            SandboxError: no hello within ``timeout_s`` seconds, or the kernel ended first
+                (it is killed; the message, starting with ``name``, says how, with the end
+                of its stderr).
+        """
+        try:
+            hello: dict[str, Any] = await asyncio.wait_for(asyncio.shield(self.hello), timeout_s)
+            return hello
+        except (TimeoutError, KernelDied) as exc:
+            how = await self.exit_phrase()
+            detail = self.stderr_now().strip()
+            await self.kill()
+            if isinstance(exc, TimeoutError):
+                what = "did not start in time"
+            else:
+                what = "exited" + (f" at start-up ({how})" if how else "")
+            tail = f":\n{detail[-4000:]}" if detail else ""
+            raise SandboxError(f"{name} {what}{tail}") from None
 
     async def facts(self) -> dict[str, Any]:
         """Health facts beyond ``alive``/``pid``/``restarts`` (``health()`` merges them)."""

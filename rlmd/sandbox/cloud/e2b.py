@@ -197,20 +197,8 @@ class E2BTransport(CloudTransport):
 
     kind = "e2b"
 
-    def __init__(
-        self,
-        *,
-        limits: Limits,
-        template: str | None = None,
-        vm_timeout_s: int = 3600,
-        root: str = "/home/user/.rlmd",
-        python: str = "python3",
-        sdk: Any = None,
-    ):
-        provider = E2BProvider(
-            template=template, vm_timeout_s=vm_timeout_s, root=root, python=python, sdk=sdk
-        )
-        super().__init__(provider, limits=limits)
+    def __init__(self, *, limits: Limits, **provider_options: Any):
+        super().__init__(E2BProvider(**provider_options), limits=limits)
 
     @staticmethod
     def unavailable_reason() -> str | None:

@@ -217,30 +217,8 @@ class ModalTransport(CloudTransport):
 
     kind = "modal"
 
-    def __init__(
-        self,
-        *,
-        limits: Limits,
-        app_name: str = "rlmd-sandboxes",
-        image: Any = None,
-        template: str | None = None,
-        vm_timeout_s: int = 3600,
-        cpu: float | None = None,
-        root: str = "/tmp/rlmd",
-        python: str = "python3",
-        sdk: Any = None,
-    ):
-        provider = ModalProvider(
-            app_name=app_name,
-            image=image,
-            template=template,
-            vm_timeout_s=vm_timeout_s,
-            cpu=cpu,
-            root=root,
-            python=python,
-            sdk=sdk,
-        )
-        super().__init__(provider, limits=limits)
+    def __init__(self, *, limits: Limits, **provider_options: Any):
+        super().__init__(ModalProvider(**provider_options), limits=limits)
 
     @staticmethod
     def unavailable_reason() -> str | None:

@@ -28,7 +28,7 @@ from typing import Any
 
 from rlmd.kernel import protocol
 from rlmd.sandbox.base import CallHandler, SandboxError
-from rlmd.sandbox.channel import KernelDied, StderrDrain
+from rlmd.sandbox.channel import StderrDrain
 from rlmd.sandbox.cloud.provider import Provider, RemoteProcess
 from rlmd.sandbox.limits import Limits
 from rlmd.sandbox.transport import Death, KernelHandle, Transport
@@ -206,6 +206,11 @@ class CloudKernel(KernelHandle):
             self.pid = 0
         if self.process is not None:
             await self.process.kill()
+
+    async def exit_phrase(self) -> str | None:
+        with contextlib.suppress(TimeoutError):
+            await asyncio.wait_for(asyncio.shield(self.exited), 1.0)
+        return self.describe_exit()
 
     async def facts(self) -> dict[str, Any]:
         return {"sandbox_id": self.provider.sandbox_id}
@@ -393,21 +398,7 @@ class CloudTransport(Transport):
         except Exception as exc:  # noqa: BLE001
             raise SandboxError(f"{self.kind}: could not start the kernel: {exc}") from exc
         kernel.attach(process)
-        try:
-            await asyncio.wait_for(asyncio.shield(kernel.hello), start_timeout_s)
-        except (TimeoutError, KernelDied) as exc:
-            with contextlib.suppress(TimeoutError):
-                await asyncio.wait_for(asyncio.shield(kernel.exited), 1.0)
-            detail = kernel.stderr_now().strip()
-            await kernel.kill()
-            what = (
-                "did not start in time"
-                if isinstance(exc, TimeoutError)
-                else f"exited at start-up ({kernel.describe_exit()})"
-            )
-            raise SandboxError(
-                f"{self.kind}: the kernel {what}" + (f":\n{detail[-4000:]}" if detail else "")
-            ) from None
+        await kernel.wait_hello(start_timeout_s, f"{self.kind}: the kernel")
         return kernel
 
     # -- files --------------------------------------------------------------------------------

@@ -39,7 +39,6 @@ from pathlib import Path
 from typing import Any
 
 from rlmd.sandbox.base import CallHandler, SandboxError
-from rlmd.sandbox.channel import KernelDied
 from rlmd.sandbox.docker import engine as docker_host
 from rlmd.sandbox.docker import images
 from rlmd.sandbox.docker.attach import KernelConnection
@@ -286,15 +285,15 @@ class ContainerTransport(Transport):
         try:
             created.sock.setblocking(False)
             await loop.create_connection(lambda: kernel, sock=created.sock)
-            hello = await asyncio.wait_for(asyncio.shield(kernel.hello), start_timeout_s)
-        except (TimeoutError, KernelDied, OSError) as exc:
-            detail = kernel.stderr_now().strip()
+        except OSError:
             await kernel.kill()
-            what = "did not start in time" if isinstance(exc, TimeoutError) else "exited"
-            raise SandboxError(
-                f"the kernel in the container {what}" + (f":\n{detail[-4000:]}" if detail else "")
-            ) from None
+            raise SandboxError("the kernel in the container exited") from None
         except BaseException:
+            await kernel.kill()
+            raise
+        try:
+            hello = await kernel.wait_hello(start_timeout_s, "the kernel in the container")
+        except asyncio.CancelledError:
             await kernel.kill()
             raise
         kernel.pid = hello.get("pid")

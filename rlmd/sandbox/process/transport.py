@@ -33,8 +33,7 @@ import threading
 import weakref
 from typing import Any
 
-from rlmd.sandbox.base import CallHandler, SandboxError
-from rlmd.sandbox.channel import KernelDied
+from rlmd.sandbox.base import CallHandler
 from rlmd.sandbox.files import inside, read_file, text_chunks, write_file, write_new
 from rlmd.sandbox.limits import Limits
 from rlmd.sandbox.process import isolate
@@ -275,6 +274,13 @@ class ProcessKernel(KernelHandle):
             return Death(how, "file_size_bytes")
         return Death(how)
 
+    async def exit_phrase(self) -> str | None:
+        with contextlib.suppress(TimeoutError):
+            await asyncio.wait_for(asyncio.shield(self.exited), 0.5)
+        with contextlib.suppress(TimeoutError):
+            await asyncio.wait_for(asyncio.shield(self.stderr_closed), 0.5)
+        return _describe_exit(self.returncode)
+
     async def facts(self) -> dict[str, Any]:
         alive = not self.dead
         return {
@@ -408,23 +414,7 @@ class ProcessTransport(Transport):
             killpg(process.popen.pid)
             process.launch.remove_cgroups()
             raise
-        try:
-            await asyncio.wait_for(asyncio.shield(kernel.hello), start_timeout_s)
-        except (TimeoutError, KernelDied) as exc:
-            with contextlib.suppress(TimeoutError):
-                await asyncio.wait_for(asyncio.shield(kernel.exited), 0.5)
-            with contextlib.suppress(TimeoutError):
-                await asyncio.wait_for(asyncio.shield(kernel.stderr_closed), 0.5)
-            detail = kernel.stderr_now().strip()
-            await kernel.kill()
-            what = (
-                "did not start in time"
-                if isinstance(exc, TimeoutError)
-                else f"exited at start-up ({_describe_exit(kernel.returncode)})"
-            )
-            raise SandboxError(
-                f"the kernel {what}" + (f":\n{detail[-4000:]}" if detail else "")
-            ) from None
+        await kernel.wait_hello(start_timeout_s)
         kernel.kernel_pid()  # known from now on, even if the wrapper dies
         return kernel
 
