@@ -3,6 +3,12 @@
 ``create_sandbox("subprocess")`` (the default: a persistent, hardened child-process kernel),
 ``"inprocess"`` (this process, trusted code only), ``"container"`` (a warm docker container per
 sandbox), ``"e2b"`` / ``"modal"`` (cloud VMs, optional extras).
+
+Layout: ``session.py`` is the one REPL lifecycle (:class:`~rlmd.sandbox.session.SandboxSession`)
+over a :class:`~rlmd.sandbox.transport.Transport` per backend (``process/``, ``docker/``,
+``cloud/``), speaking the kernel protocol through ``channel.py``; ``messages.py`` words what the
+model is told; ``inprocess.py`` is the one other :class:`Sandbox`. Adding a backend is adding a
+transport folder, its line in ``_MODULES`` and its name in the contract suite.
 """
 
 from __future__ import annotations
