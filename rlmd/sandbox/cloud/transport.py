@@ -26,7 +26,7 @@ import posixpath
 import signal
 from typing import Any
 
-from rlmd.kernel import protocol
+from rlmd.kernel import KERNEL_DIR, protocol
 from rlmd.sandbox.base import CallHandler, SandboxError
 from rlmd.sandbox.channel import StderrDrain
 from rlmd.sandbox.cloud.provider import Provider, RemoteProcess
@@ -35,7 +35,6 @@ from rlmd.sandbox.transport import Death, KernelHandle, Transport
 
 log = logging.getLogger(__name__)
 
-_KERNEL_SRC = os.path.dirname(os.path.abspath(protocol.__file__))
 _LAUNCHER = os.path.join(os.path.dirname(os.path.abspath(__file__)), "launcher.py")
 _WRITE_CHUNK = 1 << 20  # provider APIs cap one message; 1 MiB stays well under their caps
 
@@ -333,8 +332,8 @@ class CloudTransport(Transport):
         try:
             self._applied = dict(await self.provider.create(self.limits))
             # Every module of the stdlib-only kernel package, whatever it grows to hold.
-            names = sorted(n for n in os.listdir(_KERNEL_SRC) if n.endswith(".py"))
-            files = {name: os.path.join(_KERNEL_SRC, name) for name in names}
+            names = sorted(n for n in os.listdir(KERNEL_DIR) if n.endswith(".py"))
+            files = {name: os.path.join(KERNEL_DIR, name) for name in names}
             files["launcher.py"] = _LAUNCHER
             blobs = {}
             for name, local in files.items():

@@ -27,7 +27,7 @@ from typing import Any
 import docker.errors
 import docker.types
 
-from rlmd.kernel import protocol
+from rlmd.kernel import KERNEL_DIR
 from rlmd.sandbox.docker import engine as docker_host
 from rlmd.sandbox.docker import images
 from rlmd.sandbox.limits import Limits
@@ -35,7 +35,6 @@ from rlmd.sandbox.spares import SparePool
 
 log = logging.getLogger(__name__)
 
-KERNEL_DIR = os.path.dirname(os.path.abspath(protocol.__file__))
 CONTAINER_KERNEL = "/opt/rlmd/kernel"
 CONTAINER_WORKDIR = "/work"
 

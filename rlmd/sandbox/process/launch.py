@@ -26,12 +26,10 @@ import sys
 import tempfile
 from dataclasses import dataclass
 
-from rlmd.kernel import protocol
+from rlmd.kernel import KERNEL_MAIN
 from rlmd.sandbox.base import SandboxError
 from rlmd.sandbox.process import isolate
 from rlmd.sandbox.spares import SparePool
-
-KERNEL_MAIN = os.path.join(os.path.dirname(os.path.abspath(protocol.__file__)), "main.py")
 
 
 def killpg(pid: int) -> None:
