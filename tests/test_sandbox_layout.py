@@ -18,6 +18,10 @@ SANDBOX_DIR = Path(rlmd.sandbox.__file__).parent
 LIFECYCLES = {"rlmd.sandbox.session", "rlmd.sandbox.inprocess"}
 """The only modules that may define a :class:`Sandbox`: a new backend is a transport."""
 
+LEAVING = {"rlmd.workspace.manager.WarmSandbox"}
+"""Subclasses elsewhere that the renovation removes (the workspace's pass-through goes with
+the prepared-REPL seam); delete the name here once it is gone."""
+
 
 def _all_subclasses(cls: type) -> set[type]:
     out: set[type] = set()
@@ -34,7 +38,7 @@ def test_only_the_session_and_inprocess_subclass_sandbox():
         for cls in _all_subclasses(Sandbox)
         if cls.__module__.startswith("rlmd.")
     }
-    assert owners == {
+    assert owners - LEAVING == {
         "rlmd.sandbox.session.SandboxSession",
         "rlmd.sandbox.inprocess.InProcessSandbox",
     }
