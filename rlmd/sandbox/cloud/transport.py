@@ -202,7 +202,6 @@ class CloudKernel(KernelHandle):
             argv = _signal_argv(self.provider.python, self.pid, signal.SIGKILL, group=True)
             with contextlib.suppress(Exception):
                 await asyncio.wait_for(self.provider.run(argv), 10)
-            self.pid = 0
         if self.process is not None:
             await self.process.kill()
 
