@@ -56,10 +56,10 @@ INSTALL_HINT = "pip install 'rlmd[container]'"
 
 
 def _docker_host() -> tuple[Any, str | None]:
-    """``(rlmd.sandbox.docker_host, None)`` when the docker engine answers, else the module
+    """``(rlmd.sandbox.docker.engine, None)`` when the docker engine answers, else the module
     (``None`` without the docker SDK) and why containers are unavailable."""
     try:
-        from rlmd.sandbox import docker_host
+        from rlmd.sandbox.docker import engine as docker_host
     except ModuleNotFoundError as exc:  # docker_host imports the SDK (and requests) at once
         return None, (
             f"the container extra is not installed (no module {exc.name!r}): {INSTALL_HINT}, "
@@ -74,7 +74,8 @@ def _run(args: argparse.Namespace) -> int:
     from rich.markup import escape
     from rich.table import Table
 
-    from rlmd.sandbox import SandboxError, images
+    from rlmd.sandbox import SandboxError
+    from rlmd.sandbox.docker import images
 
     err = Console(stderr=True, highlight=False, soft_wrap=True)
     cmd = args.sandbox_command
