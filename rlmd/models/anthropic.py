@@ -150,21 +150,15 @@ class AnthropicModel(Model):
         text = remove_values(_text(response), (key,))  # a server that echoes the key back
         usage = response.usage
         input_tokens = getattr(usage, "input_tokens", None)
-        output_tokens = getattr(usage, "output_tokens", None)
-        if input_tokens is None:
-            input_tokens = self.count_messages(messages)
-        else:  # prompt-cache reads and writes are input tokens too
+        if input_tokens is not None:  # prompt-cache reads and writes are input tokens too
             input_tokens += getattr(usage, "cache_creation_input_tokens", None) or 0
             input_tokens += getattr(usage, "cache_read_input_tokens", None) or 0
-        if output_tokens is None:
-            output_tokens = self.count_tokens(text)
-        return Completion(
-            text=text,
+        return self._completion(
+            messages,
+            text,
             input_tokens=input_tokens,
-            output_tokens=output_tokens,
+            output_tokens=getattr(usage, "output_tokens", None),
             latency_s=latency,
-            cost_usd=self.spec.cost_usd(input_tokens, output_tokens),
-            model=self.name,
             finish_reason=_FINISH.get(response.stop_reason or "", response.stop_reason),
             stop_sequence=(
                 getattr(response, "stop_sequence", None)

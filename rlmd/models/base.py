@@ -228,6 +228,34 @@ class Model(abc.ABC):
         self, messages: list[Message], max_tokens: int, stop: list[str] | None = None
     ) -> Completion: ...
 
+    def _completion(
+        self,
+        messages: list[Message],
+        text: str,
+        *,
+        input_tokens: int | None,
+        output_tokens: int | None,
+        latency_s: float,
+        finish_reason: str | None,
+        stop_sequence: str | None = None,
+    ) -> Completion:
+        """The :class:`Completion` of one call: token counts the provider did not report are
+        counted here (:meth:`count_messages`, :meth:`count_tokens`), and priced by the spec."""
+        if input_tokens is None:
+            input_tokens = self.count_messages(messages)
+        if output_tokens is None:
+            output_tokens = self.count_tokens(text)
+        return Completion(
+            text=text,
+            input_tokens=input_tokens,
+            output_tokens=output_tokens,
+            latency_s=latency_s,
+            cost_usd=self.spec.cost_usd(input_tokens, output_tokens),
+            model=self.name,
+            finish_reason=finish_reason,
+            stop_sequence=stop_sequence,
+        )
+
     def count_tokens(self, text: str) -> int:
         """Tokens ``text`` takes in this model's prompt (exact where the tokenizer is local,
         else the estimate of :func:`rlmd.models.tokens.count_tokens`)."""

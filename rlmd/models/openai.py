@@ -163,19 +163,12 @@ class OpenAIModel(Model):
         )
         latency = time.monotonic() - start
         text = remove_values(text, secrets)  # a server that echoes the key back
-        input_tokens = getattr(usage, "prompt_tokens", None)
-        output_tokens = getattr(usage, "completion_tokens", None)
-        if input_tokens is None:
-            input_tokens = self.count_messages(messages)
-        if output_tokens is None:
-            output_tokens = self.count_tokens(text)
-        return Completion(
-            text=text,
-            input_tokens=input_tokens,
-            output_tokens=output_tokens,
+        return self._completion(
+            messages,
+            text,
+            input_tokens=getattr(usage, "prompt_tokens", None),
+            output_tokens=getattr(usage, "completion_tokens", None),
             latency_s=latency,
-            cost_usd=self.spec.cost_usd(input_tokens, output_tokens),
-            model=self.name,
             finish_reason=finish_reason,
             stop_sequence=hit,
         )
