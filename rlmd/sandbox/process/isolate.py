@@ -17,8 +17,9 @@ Everything here is decided and set up by the host, before model code runs:
   root on a cgroup-v1 host): one group per kernel process; the kernel joins it through a
   descriptor the host opened, so model code never sees the cgroup file system writable.
 * **seccomp** (x86-64 only): a small BPF filter, built here and loaded by ``bwrap``, makes
-  ``ptrace``, ``mount``, ``unshare``, ``bpf``, ``keyctl``, module loading and similar calls
-  fail with ``EPERM``.
+  ``ptrace``, ``mount``, ``unshare``, ``bpf``, ``keyctl``, module loading and similar calls,
+  and ``clone`` asking for any new namespace, fail with ``EPERM``, and ``clone3`` with
+  ``ENOSYS`` (glibc then uses ``clone``): model code cannot make a user namespace.
 
 :meth:`Isolation.record` says what a kernel really got; nothing is claimed that was not set.
 """
@@ -138,33 +139,60 @@ _X86_64_DENY = {
 """System calls denied (``EPERM``) to model code on x86-64."""
 
 
+_CLONE_NEW_NAMESPACES = (
+    0x00020000  # CLONE_NEWNS
+    | 0x02000000  # CLONE_NEWCGROUP
+    | 0x04000000  # CLONE_NEWUTS
+    | 0x08000000  # CLONE_NEWIPC
+    | 0x10000000  # CLONE_NEWUSER
+    | 0x20000000  # CLONE_NEWPID
+    | 0x40000000  # CLONE_NEWNET
+)
+"""``clone`` flags that make namespaces: denied (``EPERM``). A user namespace gives model
+code every capability over its own namespaces (nf_tables, mounts): the kernel surface most
+unprivileged-userns privilege escalations go through. All fit in the flags' low 32 bits."""
+
+_X86_64_CLONE, _X86_64_CLONE3 = 56, 435
+_ENOSYS = 38
+
+
 @functools.cache
 def seccomp_program() -> bytes | None:
     """A classic-BPF seccomp filter (``struct sock_filter[]`` bytes, as ``bwrap --seccomp``
-    reads it) that returns ``EPERM`` for :data:`_X86_64_DENY`, for x32 and for 32-bit
-    system calls, and allows the rest. ``None`` on other architectures."""
+    reads it) that returns ``EPERM`` for :data:`_X86_64_DENY`, for ``clone`` with any of
+    :data:`_CLONE_NEW_NAMESPACES`, for x32 and for 32-bit system calls; ``ENOSYS`` for
+    ``clone3`` (its flags sit in memory a filter cannot read; on ``ENOSYS`` glibc falls back
+    to ``clone``, as under Docker's default profile, so threads and subprocesses still
+    work); and allows the rest. ``None`` on other architectures."""
     if sys.platform != "linux" or platform.machine() != "x86_64":
         return None
-    ld_abs, jeq, jge, ret = 0x20, 0x15, 0x35, 0x06
-    allow, eperm = 0x7FFF0000, 0x00050000 | 1
-
-    def ins(code: int, k: int, jt: int = 0, jf: int = 0) -> bytes:
-        return struct.pack("=HBBI", code, jt, jf, k)
-
-    nrs = sorted(_X86_64_DENY.values())
-    n = len(nrs)
-    # Layout: [0] load arch, [1] arch check, [2] load nr, [3] x32 check, [4..4+n) denies,
-    # [4+n] allow, [5+n] eperm. Jump offsets count from the next instruction.
-    prog = [
-        ins(ld_abs, 4),
-        ins(jeq, 0xC000003E, 0, n + 3),  # AUDIT_ARCH_X86_64, else -> eperm
-        ins(ld_abs, 0),
-        ins(jge, 0x40000000, n + 1, 0),  # x32 ABI -> eperm
+    ld_abs, jeq, jge, jset, ret = 0x20, 0x15, 0x35, 0x45, 0x06
+    allow, eperm, enosys = 0x7FFF0000, 0x00050000 | 1, 0x00050000 | _ENOSYS
+    # Each instruction is (code, k, true label, false label); labels are resolved to jump
+    # offsets (counted from the next instruction) at the end. None: fall through.
+    denies = sorted(_X86_64_DENY.values())
+    prog: list[tuple[int, int, str | None, str | None]] = [
+        (ld_abs, 4, None, None),  # seccomp_data.arch
+        (jeq, 0xC000003E, None, "eperm"),  # AUDIT_ARCH_X86_64, else deny
+        (ld_abs, 0, None, None),  # seccomp_data.nr
+        (jge, 0x40000000, "eperm", None),  # x32 ABI
+        (jeq, _X86_64_CLONE3, "enosys", None),
+        (jeq, _X86_64_CLONE, None, "denies"),
+        (ld_abs, 16, None, None),  # low 32 bits of args[0] (clone's flags)
+        (jset, _CLONE_NEW_NAMESPACES, "eperm", "allow"),
     ]
-    for i, nr in enumerate(nrs):
-        prog.append(ins(jeq, nr, n - i, 0))  # -> eperm
-    prog += [ins(ret, allow), ins(ret, eperm)]
-    return b"".join(prog)
+    labels = {"denies": len(prog)}
+    prog += [(jeq, nr, "eperm", None) for nr in denies]
+    labels.update(allow=len(prog), eperm=len(prog) + 1, enosys=len(prog) + 2)
+    prog += [(ret, allow, None, None), (ret, eperm, None, None), (ret, enosys, None, None)]
+
+    def offset(at: int, label: str | None) -> int:
+        return 0 if label is None else labels[label] - at - 1
+
+    return b"".join(
+        struct.pack("=HBBI", code, offset(i, jt), offset(i, jf), k)
+        for i, (code, k, jt, jf) in enumerate(prog)
+    )
 
 
 # -------------------------------------------------------------------------- wrappers

@@ -372,6 +372,8 @@ class ProcessTransport(Transport):
             out.add("read_home")
         if "pids" not in iso.controllers:
             out.add("fork_bomb")
+        if not iso.seccomp:
+            out.add("user_namespace")
         if self.limits.network or not iso.pid_namespace:
             out.add("network")
         return frozenset(out)
