@@ -13,18 +13,22 @@ Limits are small (256 MiB, 2 s, 64 processes) so the suite stays fast on a share
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import json
 import os
 import secrets
 import subprocess
+import threading
 import time
+from collections.abc import Iterator
+from pathlib import Path
 from typing import Any
 
 import pytest
 from helpers.scripted import repl, scripted_registry, turn_of
 from test_sandbox import FakeHost
 
-from rlmd.sandbox import BACKENDS, create_sandbox, unavailable_reason
+from rlmd.sandbox import BACKENDS, create_sandbox, files, unavailable_reason
 from rlmd.sandbox.base import CellResult, Sandbox
 from rlmd.sandbox.limits import Limits, MiB
 
@@ -371,6 +375,90 @@ async def test_planted_symlinks_and_fifos_in_the_working_folder(sb, tmp_path):
         with pytest.raises((ValueError, OSError)):
             await asyncio.wait_for(sb.download(bad), 10)
     assert open("/etc/hostname").read() != "data"
+    await usable(sb)
+
+
+SWAP_TRIES = 2000
+
+
+@contextlib.contextmanager
+def swapping(folder: str, outside: Path) -> Iterator[None]:
+    """While in the block, a thread keeps turning ``folder`` into a real folder, a symlink
+    to ``outside`` and nothing, as fast as it can."""
+    trash = folder + ".trash"
+    os.mkdir(trash)
+    stop = threading.Event()
+
+    def swap() -> None:
+        i = 0
+        while not stop.is_set():
+            i += 1
+            with contextlib.suppress(OSError):
+                os.mkdir(folder)
+            with contextlib.suppress(OSError):
+                os.rename(folder, os.path.join(trash, str(i)))
+            with contextlib.suppress(OSError):
+                os.symlink(outside, folder)
+            with contextlib.suppress(OSError):
+                os.unlink(folder)
+
+    swapper = threading.Thread(target=swap, daemon=True)
+    swapper.start()
+    try:
+        yield
+    finally:
+        stop.set()
+        swapper.join()
+
+
+def test_swapping_a_folder_for_a_symlink_when_the_kernel_has_no_openat2(tmp_path, monkeypatch):
+    """The component-by-component ``O_NOFOLLOW`` walk used where ``openat2`` is missing
+    holds against the same race."""
+    monkeypatch.setattr(files, "_openat2_works", False)
+    root, outside = tmp_path / "work", tmp_path / "outside"
+    root.mkdir()
+    outside.mkdir()
+    (outside / "secret").write_text("outside")
+    read_outside = 0
+    with swapping(str(root / "d"), outside):
+        for _ in range(SWAP_TRIES):
+            with contextlib.suppress(ValueError, OSError):
+                files.upload_file(str(root), "d/planted", b"pwned")
+            with contextlib.suppress(ValueError, OSError):
+                read_outside += files.download_file(str(root), "d/secret") == b"outside"
+    assert sorted(os.listdir(outside)) == ["secret"]
+    assert read_outside == 0
+    files.upload_file(str(root), "e/f/g.txt", b"made")  # and the walk still works
+    assert files.download_file(str(root), "e/f/g.txt") == b"made"
+
+
+async def test_swapping_a_folder_for_a_symlink_outside_during_upload_and_download(sb, tmp_path):
+    """Found by the hostile review: swapping ``d/`` for a symlink to ``/etc`` between the
+    host's path check and its open let a root host read ``/etc/shadow`` and create a file in
+    ``/etc``. A thread swaps ``d`` (folder, symlink to a folder outside, nothing) as fast as
+    it can while the host uploads to and downloads from ``d/``: nothing outside is ever
+    written or read, however the race falls."""
+    contained_or_skip(sb, "write_outside")
+    outside = tmp_path / "outside"
+    outside.mkdir()
+    secret = secrets.token_hex(16)
+    (outside / "secret").write_text(secret)
+    await sb.upload("marker", b"here")
+    assert sb.workdir is not None
+    root = next(
+        f
+        for f in (sb.workdir, os.path.join(sb.workdir, "work"))
+        if os.path.isfile(os.path.join(f, "marker"))
+    )
+    read_outside = 0
+    with swapping(os.path.join(root, "d"), outside):
+        for _ in range(SWAP_TRIES):
+            with contextlib.suppress(ValueError, OSError):
+                await sb.upload("d/planted", b"pwned")
+            with contextlib.suppress(ValueError, OSError):
+                read_outside += secret.encode() in await sb.download("d/secret")
+    assert sorted(os.listdir(outside)) == ["secret"]
+    assert read_outside == 0
     await usable(sb)
 
 

@@ -53,8 +53,9 @@ class Created:
     workdir: str
 
 
-def own(path: str, user: str) -> None:
-    """Give ``path`` to the container user ``uid:gid`` (as root), else make it writable."""
+def own(path: str | int, user: str) -> None:
+    """Give ``path`` (or an open descriptor) to the container user ``uid:gid`` (as root),
+    else make it writable."""
     uid, _, gid = user.partition(":")
     try:
         if os.geteuid() == 0 and uid.isdigit():
