@@ -17,7 +17,10 @@ import contextlib
 import json
 import os
 import secrets
+import shutil
+import socket
 import subprocess
+import tempfile
 import threading
 import time
 from collections.abc import Iterator
@@ -334,6 +337,64 @@ async def test_home_folder_is_hidden(sb, home_marker):
     assert r.error is None, r.error
     assert content not in r.stdout and os.path.basename(path) not in r.stdout
     await usable(sb)
+
+
+@pytest.fixture
+def rlmd_home_outside(monkeypatch):
+    """``$RLMD_HOME`` in a folder outside the home, /tmp and /run (as in
+    ``RLMD_HOME=/var/lib/rlmd``), made readable to the sandbox's uid, with a marker file and
+    a listening socket at ``run/rlmd.sock``; ``(home, marker name, socket path)``."""
+    repo = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+    for base in ("/var/lib", "/srv", repo):
+        if os.access(base, os.W_OK) and not base.startswith(("/home", "/root", "/tmp")):
+            break
+    else:
+        pytest.skip("no writable folder outside the home, /tmp and /run")
+    home = tempfile.mkdtemp(prefix="rlmd-hostile-home-", dir=base)
+    marker = f"marker-{secrets.token_hex(6)}"
+    open(os.path.join(home, marker), "w").close()
+    os.mkdir(os.path.join(home, "run"))
+    path = os.path.join(home, "run", "rlmd.sock")
+    server = socket.socket(socket.AF_UNIX)
+    server.bind(path)
+    server.listen()
+    for p in (home, os.path.join(home, "run")):  # what a same-uid sandbox could pass
+        os.chmod(p, 0o755)
+    os.chmod(path, 0o777)
+    monkeypatch.setenv("RLMD_HOME", home)
+    yield home, marker, path
+    server.close()
+    shutil.rmtree(home)
+
+
+async def test_an_rlmd_home_outside_the_hidden_folders_and_its_socket_are_hidden(
+    rlmd_home_outside,
+):
+    """Found by the hostile review: with ``RLMD_HOME=/var/lib/rlmd`` model code listed the
+    rlmd home and connected to the daemon's socket (a read-only bind does not stop
+    ``connect()``), then asked the daemon for an in-process workspace."""
+    home, marker, sock = rlmd_home_outside
+    reason = unavailable_reason("subprocess")
+    if reason is not None:
+        pytest.skip(f"subprocess cannot start here: {reason}")
+    box = create_sandbox("subprocess", limits=LIMITS, spare_kernel=False)  # made now
+    await box.start(FakeHost())
+    try:
+        contained_or_skip(box, "read_home")
+        code = (
+            "import os, socket\n"
+            f"try:\n    print(sorted(os.listdir({home!r})))\n"
+            "except OSError as e:\n    print('no home', type(e).__name__)\n"
+            f"s = socket.socket(socket.AF_UNIX)\ntry:\n    s.connect({sock!r})\n"
+            "    print('connected')\nexcept OSError as e:\n    print('refused', type(e).__name__)"
+        )
+        r = await cell(box, code)
+        assert r.error is None, r.error
+        assert marker not in r.stdout and "run" not in r.stdout.splitlines()[0]
+        assert "connected" not in r.stdout and "refused" in r.stdout
+        await usable(box)
+    finally:
+        await box.close()
 
 
 async def test_writing_outside_the_working_folder(sb):

@@ -7,7 +7,8 @@ Everything here is decided and set up by the host, before model code runs:
   namespaces (and a network namespace with only loopback when ``limits.network`` is false), a
   fresh ``/proc``, all capabilities dropped, the host file system read-only with the user's
   home, ``/run`` and ``/tmp`` hidden (the interpreter, its site-packages and the kernel bound
-  back read-only) and only the working folder writable. The kernel is PID 1 of its namespace,
+  back read-only), the rlmd home, the daemon socket's folder and ``$XDG_RUNTIME_DIR`` hidden
+  wherever they are (even inside a folder bound back), and only the working folder writable. The kernel is PID 1 of its namespace,
   so it cannot signal host processes and everything it starts dies with it. When the host is
   root, ``setpriv`` drops the kernel to uid/gid 65534 (root without capabilities still owns,
   and reads, every root-only file) and the working folder is given to that uid.
@@ -40,6 +41,7 @@ import uuid
 from dataclasses import dataclass, field
 from typing import Any
 
+from rlmd import paths
 from rlmd.kernel import KERNEL_DIR
 from rlmd.sandbox.limits import Limits
 
@@ -253,6 +255,24 @@ def _hidden_roots() -> list[str]:
     if home not in ("", "/"):
         roots.add(os.path.realpath(home))
     return sorted(r for r in roots if os.path.isdir(r))
+
+
+def _outermost(roots: list[str]) -> list[str]:
+    """``roots`` without those inside another (a tmpfs over the outer one hides them)."""
+    return sorted(r for r in set(roots) if not any(_under(r, o) and r != o for o in roots))
+
+
+def _rlmd_roots() -> list[str]:
+    """Folders hidden whatever their paths, even inside a folder bound back: the rlmd home
+    (the store, the config with its keys, the daemon's socket), the socket's folder when
+    it lies elsewhere, and ``$XDG_RUNTIME_DIR`` (the user's sockets). Model code that could
+    connect to the daemon's socket could ask it to run code unsandboxed."""
+    roots = {str(paths.home()), str(paths.socket_path().parent)}
+    runtime = os.environ.get("XDG_RUNTIME_DIR")
+    if runtime and os.path.isabs(runtime):
+        roots.add(runtime)
+    real = {os.path.realpath(r) for r in roots} - {"/"}
+    return sorted(r for r in real if os.path.isdir(r))
 
 
 @dataclass(frozen=True)
@@ -496,23 +516,38 @@ class Isolation:
         if uid is not None:  # setpriv needs these two to drop to the uid, then drops them
             base += ["--cap-add", "CAP_SETUID", "--cap-add", "CAP_SETGID"]
         args = [exe, *base, *_bwrap_mounts()]
-        hidden = _hidden_roots()
+        secret = _rlmd_roots()
+        hidden = _outermost([*_hidden_roots(), *secret])
         for root in hidden:
             perms = ["--perms", "1777"] if root in ("/tmp", "/var/tmp", "/dev/shm") else []
             args += [*perms, "--tmpfs", root]
-        binds = [p for p in self.config.keep if any(_under(p, r) for r in hidden)]
-        if self.config.project_dir:
-            binds.append(self.config.project_dir)
+        keep = [p for p in self.config.keep if any(_under(p, r) for r in hidden)]
+        binds = keep + ([self.config.project_dir] if self.config.project_dir else [])
         made: set[str] = set()
-        for path in sorted(set(binds), key=len):
-            if not os.path.exists(path):
-                continue
-            # bwrap makes missing parents 0700 (root's); the kernel's uid must pass them.
-            for parent in _parents_below(path, hidden):
-                if parent not in made:
-                    made.add(parent)
-                    args += ["--perms", "0755", "--dir", parent]
-            args += ["--ro-bind", path, path]
+
+        def bind(paths: list[str]) -> None:
+            nonlocal args
+            for path in sorted(set(paths), key=len):
+                if not os.path.exists(path):
+                    continue
+                # bwrap makes missing parents 0700 (root's); the kernel's uid must pass them.
+                for parent in _parents_below(path, hidden):
+                    if parent not in made:
+                        made.add(parent)
+                        args += ["--perms", "0755", "--dir", parent]
+                args += ["--ro-bind", path, path]
+
+        bind(binds)
+        # A folder bound back (the project, an editable install) may hold the rlmd home:
+        # hide it again, then bind back the interpreter's folders that lie inside it.
+        again = [r for r in secret if any(_under(r, b) and r != b for b in binds)]
+        for root in again:
+            args += ["--tmpfs", root]
+        bind([p for p in keep if any(_under(p, r) for r in again)])
+        for parent in _parents_below(workdir, hidden):
+            if parent not in made:
+                made.add(parent)
+                args += ["--perms", "0755", "--dir", parent]
         args += ["--bind", workdir, workdir, "--chdir", workdir]
         if self.seccomp:
             program = seccomp_program()
@@ -550,7 +585,10 @@ class Isolation:
             if os.geteuid() != 0:
                 namespaces.append("user")
         if self.wrapper == "bwrap":
-            filesystem = "host read-only; home, /tmp and /run hidden; working folder writable"
+            filesystem = (
+                "host read-only; home, /tmp, /run, the rlmd home and $XDG_RUNTIME_DIR hidden;"
+                " working folder writable"
+            )
         else:
             filesystem = "host (proc hidden)" if self.wrapper else "host"
         record: dict[str, Any] = {
