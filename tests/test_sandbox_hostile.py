@@ -526,6 +526,29 @@ async def test_swapping_a_folder_for_a_symlink_outside_during_upload_and_downloa
 # --------------------------------------------------------------------------- the REPL itself
 
 
+async def test_a_thread_left_by_an_earlier_cell_cannot_give_the_answer(sb):
+    """Found by the hostile review: a background thread left by one cell called ``FINAL()``
+    during a later cell and became the run's answer."""
+    r = await cell(
+        sb,
+        "import threading\ngo, fin, why = threading.Event(), threading.Event(), []\n"
+        "def later():\n    go.wait()\n    try:\n        FINAL('hijacked')\n"
+        "    except RuntimeError as e:\n        why.append(str(e))\n"
+        "    finally:\n        fin.set()\n"
+        "threading.Thread(target=later, daemon=True).start()",
+    )
+    assert r.error is None and r.final is None, r.error
+    r = await cell(sb, "go.set()\nprint('thread done', fin.wait(60), why)")
+    assert r.stdout.startswith("thread done True"), (r.stdout, r.error)
+    assert "an earlier cell left running" in r.stdout
+    assert r.final is None
+    r = await cell(  # a thread the answering cell starts itself may answer
+        sb,
+        "t = threading.Thread(target=FINAL, args=('from this cell',))\nt.start()\nt.join()",
+    )
+    assert r.final == "from this cell", r.error
+
+
 async def test_overwriting_the_helpers(sb):
     contained_or_skip(sb, "overwrite_helpers")
     r = await cell(

@@ -244,6 +244,15 @@ def var_info(name: str, value: Any) -> dict[str, Any]:
     }
 
 
+def _thread_ids() -> set[int]:
+    """Native ids of this process's threads now, those started with ``_thread`` too
+    (``/proc/self/task``; elsewhere the threads ``threading`` knows)."""
+    try:
+        return {int(t) for t in os.listdir("/proc/self/task")}
+    except (OSError, ValueError):
+        return {t.native_id for t in threading.enumerate() if t.native_id is not None}
+
+
 def _is_kernel_frame(filename: str) -> bool:
     return filename.startswith(KERNEL_DIR + os.sep)
 
@@ -338,6 +347,7 @@ class Kernel:
         self._tool_names: set[str] = set()
         self._codebase: Codebase | None = None
         self._final: str | None = None
+        self._older_threads: set[int] = set()
         self._cell_no = 0
         self.running = False
         self._bind_core_helpers()
@@ -436,7 +446,7 @@ class Kernel:
 
         def FINAL(value: Any) -> None:
             """Finish with ``str(value)`` as the final answer."""
-            kernel._final = str(value)
+            kernel._answer(str(value))
 
         def FINAL_VAR(name: str) -> None:
             """Finish with the value of the variable called ``name`` (a string) as the final
@@ -453,7 +463,7 @@ class Kernel:
                     f"FINAL_VAR: no variable named {key!r}. Variables that exist: {existing}. "
                     "Assign the answer to a variable first, or use FINAL(value)."
                 )
-            kernel._final = str(kernel.ns[key])
+            kernel._answer(str(kernel.ns[key]))
 
         for fn in (
             llm_query,
@@ -480,10 +490,22 @@ class Kernel:
 
     # -- operations ---------------------------------------------------------------------
 
+    def _answer(self, text: str) -> None:
+        """``FINAL``/``FINAL_VAR``: the answer of the cell running now, unless the calling
+        thread was already running when that cell started (a thread an earlier cell left
+        behind must not answer for a later one)."""
+        if threading.get_native_id() in self._older_threads:
+            raise RuntimeError(
+                "FINAL/FINAL_VAR called from a thread an earlier cell left running; only the "
+                "cell running now (or threads it started) can give the answer"
+            )
+        self._final = text
+
     def exec_cell(self, code: str, *, max_output: int = protocol.DEFAULT_MAX_OUTPUT) -> dict:
         """Run one cell; returns the exec result (see ``protocol``)."""
         if not isinstance(code, str):
             raise TypeError("code must be a string")
+        self._older_threads = _thread_ids() - {threading.get_native_id()}
         self._cell_no += 1
         filename = f"<cell-{self._cell_no}>"
         linecache.cache[filename] = (len(code), None, code.splitlines(True), filename)
