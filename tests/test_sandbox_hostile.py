@@ -587,6 +587,31 @@ async def test_corrupting_the_channel(sb):
     await usable(sb)
 
 
+async def test_a_forged_done_frame_with_wrong_field_types_restarts_the_kernel(sb):
+    """Found by the hostile review: model code wrote ``done`` frames (for every likely
+    request id) whose fields had the wrong types; the one that matched the running cell
+    ended the whole run ``failed``. It is a kernel protocol error: the kernel is replaced and
+    the model told, and the sandbox goes on."""
+    contained_or_skip(sb, "close_channel")
+    forge = (
+        "import json, os\nframes = b''\n"
+        "for rid in range(200):\n"
+        "    body = json.dumps({'op': 'done', 'id': rid, 'ok': True, 'result': {\n"
+        "        'stdout': 5, 'stderr': [], 'error': 1, 'final': {}, 'variables': 'x',\n"
+        "        'restored': 3, 'names': 4}}).encode()\n"
+        "    frames += len(body).to_bytes(4, 'big') + body\n"
+        "for fd in range(3, 1024):\n    try:\n        os.write(fd, frames)\n"
+        "    except OSError:\n        pass\n"
+        "print('forged')"
+    )
+    await sb.execute("kept = 1")
+    r = await cell(sb, forge)
+    assert r.error is not None and r.kernel_restarted, (r.stdout, r.error)
+    assert "kernel protocol error: result field 'stdout' is a int" in r.error
+    assert "kept" in r.lost_variables
+    await usable(sb)
+
+
 async def test_forged_huge_frame_length_is_refused_not_buffered(sb):
     """Found by the hostile fresh-user test: a 3 GiB length prefix followed by 1.5 GB of
     spaces grew rlmd itself to 1.6 GB. The host must drop the channel at the length."""

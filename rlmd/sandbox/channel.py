@@ -44,6 +44,49 @@ async def wait(fut: asyncio.Future[Any], timeout: float | None) -> Any:
         handle.cancel()
 
 
+_RESULT_FIELDS: dict[str, tuple[type, ...]] = {
+    "stdout": (str,),
+    "stderr": (str,),
+    "error": (str, type(None)),
+    "final": (str, type(None)),
+    "variables": (list,),
+    "restored": (list,),
+}
+_VAR_FIELDS: dict[str, tuple[type, ...]] = {
+    "name": (str,),
+    "type": (str,),
+    "size": (int, type(None)),
+    "preview": (str,),
+}
+
+
+def exec_done_problem(msg: dict[str, Any]) -> str | None:
+    """What is wrong with the ``done`` frame of an exec request (``None``: a well-formed
+    result that :func:`result_from_kernel` takes). Model code can write frames to the
+    channel, so a frame with the right id may still be forged with any shape."""
+    if msg.get("ok") is not True:
+        return f"the request failed: {str(msg.get('etype'))[:40]}: {str(msg.get('error'))[:200]}"
+    res = msg.get("result")
+    if not isinstance(res, dict):
+        return "the result is not an object"
+    for key, types in _RESULT_FIELDS.items():
+        if not isinstance(res.get(key), types):
+            return f"result field {key!r} is a {type(res.get(key)).__name__}"
+    if not isinstance(res.get("names") or [], list):
+        return "result field 'names' is not a list"
+    if not all(isinstance(n, str) for n in res["restored"] + (res.get("names") or [])):
+        return "a variable name is not a string"
+    for var in res["variables"]:
+        if not isinstance(var, dict) or set(var) - set(_VAR_FIELDS):
+            return "a variable entry is not a {name, type, size, preview} object"
+        for key, types in _VAR_FIELDS.items():
+            if key in var and (not isinstance(var[key], types) or isinstance(var[key], bool)):
+                return f"variable field {key!r} is a {type(var[key]).__name__}"
+        if "name" not in var or "type" not in var:
+            return "a variable entry has no name or type"
+    return None
+
+
 def result_from_kernel(res: dict[str, Any], duration_s: float, fd_text: str = "") -> CellResult:
     """A :class:`CellResult` from the kernel's exec result (see ``rlmd.kernel.protocol``)."""
     return CellResult(

@@ -28,7 +28,7 @@ import time
 from typing import Any
 
 from rlmd.sandbox.base import CallHandler, CellResult, Sandbox, SandboxError, VarInfo
-from rlmd.sandbox.channel import KernelDied, result_from_kernel, wait
+from rlmd.sandbox.channel import KernelDied, exec_done_problem, result_from_kernel, wait
 from rlmd.sandbox.limits import Limits
 from rlmd.sandbox.messages import (
     AFTER_RESTART,
@@ -329,8 +329,13 @@ class SandboxSession(Sandbox):
                 self._running = None
                 if self.state is SandboxState.RUNNING:
                     self.state = SandboxState.READY
-            if not msg.get("ok"):
-                raise kernel_error(msg)
+            problem = exec_done_problem(msg)
+            if problem is not None:
+                # A forged or broken frame (model code can write to the channel): a kernel
+                # protocol error, never the run's failure. Replace the kernel, tell the model.
+                kernel.protocol_error = f"kernel protocol error: {problem}"
+                await kernel.kill()
+                return with_notice(await self._died(kernel, t0, timeout, timed_out), notice)
             result = await self._result(kernel, rid, msg["result"], t0)
             note_stop(result, timeout, timed_out=timed_out, interrupted=self._interrupted)
             return with_notice(result, notice)
