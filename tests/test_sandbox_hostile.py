@@ -526,6 +526,26 @@ async def test_swapping_a_folder_for_a_symlink_outside_during_upload_and_downloa
 # --------------------------------------------------------------------------- the REPL itself
 
 
+async def test_a_hostile_repr_does_not_turn_a_finished_cell_into_a_timeout(sb):
+    """Found by the hostile review: the variable preview after a cell called a ``__repr__``
+    that never returns inside the cell's time, so a finished cell timed out and its output
+    was lost. The preview is cut on its own bound; the output and the REPL are kept."""
+    await sb.execute("kept = 1")
+    r = await cell(
+        sb,
+        "class Hostile:\n    def __repr__(self):\n        while True:\n            pass\n"
+        "h = Hostile()\nprint('finished')",
+    )
+    assert r.error is None and not r.timed_out and not r.kernel_restarted, r.error
+    assert r.stdout == "finished\n"
+    (info,) = [v for v in r.variables if v.name == "h"]
+    assert info.type == "Hostile" and "preview cut" in info.preview
+    r = await cell(sb, "print(kept)")
+    assert r.stdout == "1\n"
+    names = {v.name: v for v in await sb.list_variables()}  # the same bound when listing
+    assert "preview cut" in names["h"].preview
+
+
 async def test_a_thread_left_by_an_earlier_cell_cannot_give_the_answer(sb):
     """Found by the hostile review: a background thread left by one cell called ``FINAL()``
     during a later cell and became the run's answer."""

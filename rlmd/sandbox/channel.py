@@ -201,6 +201,7 @@ class KernelChannel:
     Attributes:
         hello: resolves with the kernel's hello frame (or :class:`KernelDied`).
         pending: request id -> future of its ``done`` frame.
+        ran: exec request id -> future of its ``ran`` frame (see :meth:`ran_future`).
         calls: host calls being served.
         dead: the channel is gone; every pending request failed with :class:`KernelDied`.
         drain: the stderr drain, from hello on.
@@ -221,6 +222,7 @@ class KernelChannel:
         #: why the host dropped the channel (a forged or oversized frame), for the model
         self.protocol_error: str | None = None
         self.pending: dict[int, asyncio.Future[dict[str, Any]]] = {}
+        self.ran: dict[int, asyncio.Future[None]] = {}
         self.calls: set[asyncio.Task[None]] = set()
         self.ids = 0
         self.hello: asyncio.Future[dict[str, Any]] = loop.create_future()
@@ -286,9 +288,12 @@ class KernelChannel:
     def _dispatch(self, msg: dict[str, Any]) -> None:
         op = msg.get("op")
         if op == "done":
+            self._ran(msg.get("id", -1))
             fut = self.pending.pop(msg.get("id", -1), None)
             if fut is not None and not fut.done():
                 fut.set_result(msg)
+        elif op == "ran":
+            self._ran(msg.get("id", -1))
         elif op == "call":
             task = self.loop.create_task(self._serve(msg))
             self.calls.add(task)
@@ -299,6 +304,26 @@ class KernelChannel:
                 self.hello.set_result(msg)
         else:
             log.warning("%s sent an unknown frame op %r", self.label, op)
+
+    def _ran(self, rid: Any) -> None:
+        waiter = self.ran.pop(rid, None) if isinstance(rid, int) else None
+        if waiter is not None and not waiter.done():
+            waiter.set_result(None)
+
+    def ran_future(self, rid: int) -> asyncio.Future[None]:
+        """A future done when exec request ``rid``'s code has finished (its ``ran`` frame or
+        its ``done`` frame came); :class:`KernelDied` if the kernel goes first."""
+        fut = self.ran.get(rid)
+        if fut is None:
+            fut = self.loop.create_future()
+            fut.add_done_callback(lambda f: f.cancelled() or f.exception())
+            if self.dead:
+                fut.set_exception(KernelDied())
+            elif rid in self.pending:
+                self.ran[rid] = fut
+            else:  # its done frame came already
+                fut.set_result(None)
+        return fut
 
     def _encode_reply(self, reply: dict[str, Any]) -> bytes:
         return self.encode(reply)
@@ -375,9 +400,11 @@ class KernelChannel:
             return
         self.dead = True
         err = KernelDied()
-        for fut in [*self.pending.values(), self.hello]:
+        futures: list[asyncio.Future[Any]] = [*self.pending.values(), *self.ran.values()]
+        for fut in [*futures, self.hello]:
             if not fut.done():
                 fut.set_exception(err)
                 fut.exception()  # retrieved: an abandoned future must not log a warning
         self.pending.clear()
+        self.ran.clear()
         self.cancel_calls()

@@ -44,6 +44,11 @@ from rlmd.sandbox.messages import (
 )
 from rlmd.sandbox.transport import KernelHandle, Transport
 
+PREVIEW_GRACE_S = 10.0
+"""Seconds a cell's result may take after its code finished (the kernel's ``ran`` frame):
+the previews' own bound (``rlmd.kernel.core.PREVIEW_BUDGET_S``) plus sending a large
+result over a slow channel. A forged ``ran`` frame buys the code at most this much."""
+
 log = logging.getLogger(__name__)
 
 UNSET: Any = object()
@@ -307,10 +312,15 @@ class SandboxSession(Sandbox):
                 rid, fut = kernel.request(
                     {"op": "exec", "code": code, "max_output": self.max_output_chars}
                 )
+                ran = kernel.ran_future(rid)
                 self._running, self._interrupted = (kernel, fut), False
                 self.state = SandboxState.RUNNING
                 try:
-                    msg = await wait(asyncio.shield(fut), timeout)
+                    # The wall-clock limit covers the code; the variable previews after it
+                    # (model-defined __repr__) have their own bound in the kernel.
+                    await wait(asyncio.shield(ran), timeout)
+                    grace = None if timeout is None else PREVIEW_GRACE_S
+                    msg = await wait(asyncio.shield(fut), grace)
                 except TimeoutError:
                     # Past the wall-clock limit: interrupt, then kill if it will not stop.
                     timed_out = True
