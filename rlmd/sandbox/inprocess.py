@@ -14,13 +14,13 @@ import ctypes
 import os
 import queue
 import shutil
-import tempfile
 import threading
 import time
 from collections.abc import Callable
 from typing import Any
 
 from rlmd.kernel.core import CellInterrupted, Kernel, json_copy
+from rlmd.sandbox import workdirs
 from rlmd.sandbox.base import CallError, CallHandler, CellResult, Sandbox, SandboxError, VarInfo
 from rlmd.sandbox.channel import result_from_kernel, wait
 from rlmd.sandbox.files import download_file, upload_file
@@ -228,7 +228,7 @@ class InProcessSandbox(Sandbox):
         self._loop = asyncio.get_running_loop()
         self._loop_thread = threading.get_ident()
         self._kernel = self._new_kernel()
-        self.workdir = tempfile.mkdtemp(prefix="rlmd-inprocess-")
+        self.workdir = workdirs.make("inprocess")
         self.state = SandboxState.READY
 
     async def close(self) -> None:
