@@ -540,3 +540,15 @@ def test_working_folders_of_a_killed_rlmd_are_removed_when_the_next_one_starts(t
     assert not os.path.exists(left)
     assert not os.path.exists(closed.stdout.strip())  # closed normally: removed by its owner
     assert not_ours.is_dir()
+
+
+async def test_a_sandbox_still_starts_when_the_rlmd_home_cannot_be_made(monkeypatch):
+    """The rlmd home is hidden in every sandbox; one that cannot be made (a read-only or
+    foreign path) holds nothing to hide and must not stop the kernel from starting."""
+    monkeypatch.setenv("RLMD_HOME", "/proc/rlmd-home-that-cannot-be-made")
+    box = create_sandbox("subprocess", spare_kernel=False)
+    await box.start(FakeHost())
+    try:
+        assert (await ok(box, "print(6 * 7)")).stdout == "42\n"
+    finally:
+        await box.close()

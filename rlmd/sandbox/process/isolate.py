@@ -267,7 +267,10 @@ def _rlmd_roots() -> list[str]:
     (the store, the config with its keys, the daemon's socket), the socket's folder when
     it lies elsewhere, and ``$XDG_RUNTIME_DIR`` (the user's sockets). Model code that could
     connect to the daemon's socket could ask it to run code unsandboxed."""
-    roots = {str(paths.home()), str(paths.socket_path().parent)}
+    roots = set()
+    for where in (paths.home, lambda: paths.socket_path().parent):
+        with contextlib.suppress(OSError):  # one that cannot be made holds nothing
+            roots.add(str(where()))
     runtime = os.environ.get("XDG_RUNTIME_DIR")
     if runtime and os.path.isabs(runtime):
         roots.add(runtime)
