@@ -554,6 +554,27 @@ async def test_timeout_inprocess_interrupts_python_loop():
         await sb.close()
 
 
+async def test_two_inprocess_sandboxes_never_move_the_process_working_directory():
+    """Reported against the reference library (``os.chdir`` in its local REPL): two
+    in-process sandboxes ran in each other's folders. Neither changes the process-wide
+    working directory; each one's files stay in its own folder."""
+    here = os.getcwd()
+    a, b = create_sandbox("inprocess", timeout_s=30), create_sandbox("inprocess", timeout_s=30)
+    await a.start(FakeHost())
+    await b.start(FakeHost())
+    try:
+        await a.upload("mine.txt", b"a")
+        await b.upload("mine.txt", b"b")
+        assert (await ok(a, "import os\nprint(os.getcwd())")).stdout == here + "\n"
+        assert (await ok(b, "import os\nprint(os.getcwd())")).stdout == here + "\n"
+        assert os.getcwd() == here
+        assert a.workdir != b.workdir
+        assert (await a.download("mine.txt"), await b.download("mine.txt")) == (b"a", b"b")
+    finally:
+        await a.close()
+        await b.close()
+
+
 async def test_inprocess_cells_share_one_worker_thread():
     """One persistent worker thread runs the cells; an interrupt that times a cell out never
     reaches the idle worker or a later cell."""

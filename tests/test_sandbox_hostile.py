@@ -13,18 +13,25 @@ Limits are small (256 MiB, 2 s, 64 processes) so the suite stays fast on a share
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import json
 import os
 import secrets
+import shutil
+import socket
 import subprocess
+import tempfile
+import threading
 import time
+from collections.abc import Iterator
+from pathlib import Path
 from typing import Any
 
 import pytest
 from helpers.scripted import repl, scripted_registry, turn_of
 from test_sandbox import FakeHost
 
-from rlmd.sandbox import BACKENDS, create_sandbox, unavailable_reason
+from rlmd.sandbox import BACKENDS, create_sandbox, files, unavailable_reason
 from rlmd.sandbox.base import CellResult, Sandbox
 from rlmd.sandbox.limits import Limits, MiB
 
@@ -208,6 +215,48 @@ async def test_privileged_calls_through_ctypes_fail(sb):
 # --------------------------------------------------------------------------- escapes
 
 
+USERNS_ATTACK = """
+import ctypes, errno, os, struct, subprocess, sys, threading
+libc = ctypes.CDLL(None, use_errno=True)
+libc.syscall.restype = ctypes.c_long
+NEW = 0x10000000 | 0x40000000  # CLONE_NEWUSER | CLONE_NEWNET
+
+def outcome(pid):
+    if pid == 0:  # the child, in its new namespaces
+        os._exit(0)
+    if pid > 0:
+        os.waitpid(pid, 0)
+        return 'made a namespace'
+    return errno.errorcode[ctypes.get_errno()]
+
+clone = outcome(libc.syscall(56, NEW | 17, 0, 0, 0, 0))  # 17: SIGCHLD
+args = ctypes.create_string_buffer(struct.pack('8Q', NEW, 0, 0, 0, 17, 0, 0, 0))
+clone3 = outcome(libc.syscall(435, args, 64))
+print('clone', clone, 'clone3', clone3)
+seen = []
+t = threading.Thread(target=seen.append, args=('thread ran',))
+t.start(); t.join()
+print(seen[0], subprocess.run([sys.executable, '-c', 'print(6 * 7)'],
+                             capture_output=True, text=True).stdout.strip())
+"""
+
+
+async def test_making_a_user_namespace_with_clone_or_clone3_through_ctypes_fails(sb):
+    """``unshare`` was blocked but ``clone``/``clone3`` with ``CLONE_NEWUSER|CLONE_NEWNET``
+    gave model code a user and network namespace with every capability in them. Threads
+    and subprocesses (which use ``clone3``, then ``clone``) must still work."""
+    contained_or_skip(sb, "ctypes")
+    contained_or_skip(sb, "user_namespace")
+    r = await cell(sb, USERNS_ATTACK)
+    assert r.error is None, r.error
+    words = r.stdout.splitlines()[0].split()  # clone <outcome> clone3 <outcome>
+    # Docker's default profile answers a namespace flag on clone with EPERM or ENOSYS
+    # (by version); ours with EPERM. Either way no namespace was made.
+    assert words[1] in ("EPERM", "ENOSYS") and words[3] == "ENOSYS", r.stdout
+    assert r.stdout.endswith("\nthread ran 42\n"), r.stdout
+    await usable(sb)
+
+
 async def test_network_connection(sb):
     contained_or_skip(sb, "network")
     r = await cell(
@@ -290,6 +339,64 @@ async def test_home_folder_is_hidden(sb, home_marker):
     await usable(sb)
 
 
+@pytest.fixture
+def rlmd_home_outside(monkeypatch):
+    """``$RLMD_HOME`` in a folder outside the home, /tmp and /run (as in
+    ``RLMD_HOME=/var/lib/rlmd``), made readable to the sandbox's uid, with a marker file and
+    a listening socket at ``run/rlmd.sock``; ``(home, marker name, socket path)``."""
+    repo = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+    for base in ("/var/lib", "/srv", repo):
+        if os.access(base, os.W_OK) and not base.startswith(("/home", "/root", "/tmp")):
+            break
+    else:
+        pytest.skip("no writable folder outside the home, /tmp and /run")
+    home = tempfile.mkdtemp(prefix="rlmd-hostile-home-", dir=base)
+    marker = f"marker-{secrets.token_hex(6)}"
+    open(os.path.join(home, marker), "w").close()
+    os.mkdir(os.path.join(home, "run"))
+    path = os.path.join(home, "run", "rlmd.sock")
+    server = socket.socket(socket.AF_UNIX)
+    server.bind(path)
+    server.listen()
+    for p in (home, os.path.join(home, "run")):  # what a same-uid sandbox could pass
+        os.chmod(p, 0o755)
+    os.chmod(path, 0o777)
+    monkeypatch.setenv("RLMD_HOME", home)
+    yield home, marker, path
+    server.close()
+    shutil.rmtree(home)
+
+
+async def test_an_rlmd_home_outside_the_hidden_folders_and_its_socket_are_hidden(
+    rlmd_home_outside,
+):
+    """Found by the hostile review: with ``RLMD_HOME=/var/lib/rlmd`` model code listed the
+    rlmd home and connected to the daemon's socket (a read-only bind does not stop
+    ``connect()``), then asked the daemon for an in-process workspace."""
+    home, marker, sock = rlmd_home_outside
+    reason = unavailable_reason("subprocess")
+    if reason is not None:
+        pytest.skip(f"subprocess cannot start here: {reason}")
+    box = create_sandbox("subprocess", limits=LIMITS, spare_kernel=False)  # made now
+    await box.start(FakeHost())
+    try:
+        contained_or_skip(box, "read_home")
+        code = (
+            "import os, socket\n"
+            f"try:\n    print(sorted(os.listdir({home!r})))\n"
+            "except OSError as e:\n    print('no home', type(e).__name__)\n"
+            f"s = socket.socket(socket.AF_UNIX)\ntry:\n    s.connect({sock!r})\n"
+            "    print('connected')\nexcept OSError as e:\n    print('refused', type(e).__name__)"
+        )
+        r = await cell(box, code)
+        assert r.error is None, r.error
+        assert marker not in r.stdout and "run" not in r.stdout.splitlines()[0]
+        assert "connected" not in r.stdout and "refused" in r.stdout
+        await usable(box)
+    finally:
+        await box.close()
+
+
 async def test_writing_outside_the_working_folder(sb):
     contained_or_skip(sb, "write_outside")
     target = f"/usr/rlmd-hostile-{secrets.token_hex(6)}"
@@ -332,7 +439,134 @@ async def test_planted_symlinks_and_fifos_in_the_working_folder(sb, tmp_path):
     await usable(sb)
 
 
+SWAP_TRIES = 2000
+
+
+@contextlib.contextmanager
+def swapping(folder: str, outside: Path) -> Iterator[None]:
+    """While in the block, a thread keeps turning ``folder`` into a real folder, a symlink
+    to ``outside`` and nothing, as fast as it can."""
+    trash = folder + ".trash"
+    os.mkdir(trash)
+    stop = threading.Event()
+
+    def swap() -> None:
+        i = 0
+        while not stop.is_set():
+            i += 1
+            with contextlib.suppress(OSError):
+                os.mkdir(folder)
+            with contextlib.suppress(OSError):
+                os.rename(folder, os.path.join(trash, str(i)))
+            with contextlib.suppress(OSError):
+                os.symlink(outside, folder)
+            with contextlib.suppress(OSError):
+                os.unlink(folder)
+
+    swapper = threading.Thread(target=swap, daemon=True)
+    swapper.start()
+    try:
+        yield
+    finally:
+        stop.set()
+        swapper.join()
+
+
+def test_swapping_a_folder_for_a_symlink_when_the_kernel_has_no_openat2(tmp_path, monkeypatch):
+    """The component-by-component ``O_NOFOLLOW`` walk used where ``openat2`` is missing
+    holds against the same race."""
+    monkeypatch.setattr(files, "_openat2_works", False)
+    root, outside = tmp_path / "work", tmp_path / "outside"
+    root.mkdir()
+    outside.mkdir()
+    (outside / "secret").write_text("outside")
+    read_outside = 0
+    with swapping(str(root / "d"), outside):
+        for _ in range(SWAP_TRIES):
+            with contextlib.suppress(ValueError, OSError):
+                files.upload_file(str(root), "d/planted", b"pwned")
+            with contextlib.suppress(ValueError, OSError):
+                read_outside += files.download_file(str(root), "d/secret") == b"outside"
+    assert sorted(os.listdir(outside)) == ["secret"]
+    assert read_outside == 0
+    files.upload_file(str(root), "e/f/g.txt", b"made")  # and the walk still works
+    assert files.download_file(str(root), "e/f/g.txt") == b"made"
+
+
+async def test_swapping_a_folder_for_a_symlink_outside_during_upload_and_download(sb, tmp_path):
+    """Found by the hostile review: swapping ``d/`` for a symlink to ``/etc`` between the
+    host's path check and its open let a root host read ``/etc/shadow`` and create a file in
+    ``/etc``. A thread swaps ``d`` (folder, symlink to a folder outside, nothing) as fast as
+    it can while the host uploads to and downloads from ``d/``: nothing outside is ever
+    written or read, however the race falls."""
+    contained_or_skip(sb, "write_outside")
+    outside = tmp_path / "outside"
+    outside.mkdir()
+    secret = secrets.token_hex(16)
+    (outside / "secret").write_text(secret)
+    await sb.upload("marker", b"here")
+    assert sb.workdir is not None
+    root = next(
+        f
+        for f in (sb.workdir, os.path.join(sb.workdir, "work"))
+        if os.path.isfile(os.path.join(f, "marker"))
+    )
+    read_outside = 0
+    with swapping(os.path.join(root, "d"), outside):
+        for _ in range(SWAP_TRIES):
+            with contextlib.suppress(ValueError, OSError):
+                await sb.upload("d/planted", b"pwned")
+            with contextlib.suppress(ValueError, OSError):
+                read_outside += secret.encode() in await sb.download("d/secret")
+    assert sorted(os.listdir(outside)) == ["secret"]
+    assert read_outside == 0
+    await usable(sb)
+
+
 # --------------------------------------------------------------------------- the REPL itself
+
+
+async def test_a_hostile_repr_does_not_turn_a_finished_cell_into_a_timeout(sb):
+    """Found by the hostile review: the variable preview after a cell called a ``__repr__``
+    that never returns inside the cell's time, so a finished cell timed out and its output
+    was lost. The preview is cut on its own bound; the output and the REPL are kept."""
+    await sb.execute("kept = 1")
+    r = await cell(
+        sb,
+        "class Hostile:\n    def __repr__(self):\n        while True:\n            pass\n"
+        "h = Hostile()\nprint('finished')",
+    )
+    assert r.error is None and not r.timed_out and not r.kernel_restarted, r.error
+    assert r.stdout == "finished\n"
+    (info,) = [v for v in r.variables if v.name == "h"]
+    assert info.type == "Hostile" and "preview cut" in info.preview
+    r = await cell(sb, "print(kept)")
+    assert r.stdout == "1\n"
+    names = {v.name: v for v in await sb.list_variables()}  # the same bound when listing
+    assert "preview cut" in names["h"].preview
+
+
+async def test_a_thread_left_by_an_earlier_cell_cannot_give_the_answer(sb):
+    """Found by the hostile review: a background thread left by one cell called ``FINAL()``
+    during a later cell and became the run's answer."""
+    r = await cell(
+        sb,
+        "import threading\ngo, fin, why = threading.Event(), threading.Event(), []\n"
+        "def later():\n    go.wait()\n    try:\n        FINAL('hijacked')\n"
+        "    except RuntimeError as e:\n        why.append(str(e))\n"
+        "    finally:\n        fin.set()\n"
+        "threading.Thread(target=later, daemon=True).start()",
+    )
+    assert r.error is None and r.final is None, r.error
+    r = await cell(sb, "go.set()\nprint('thread done', fin.wait(60), why)")
+    assert r.stdout.startswith("thread done True"), (r.stdout, r.error)
+    assert "an earlier cell left running" in r.stdout
+    assert r.final is None
+    r = await cell(  # a thread the answering cell starts itself may answer
+        sb,
+        "t = threading.Thread(target=FINAL, args=('from this cell',))\nt.start()\nt.join()",
+    )
+    assert r.final == "from this cell", r.error
 
 
 async def test_overwriting_the_helpers(sb):
@@ -370,6 +604,31 @@ async def test_corrupting_the_channel(sb):
     # Either the garbage never reached the channel (the cell just ends), or the host saw a
     # malformed frame and replaced the kernel; both leave a working sandbox.
     assert r.error is None or "restarted" in r.error
+    await usable(sb)
+
+
+async def test_a_forged_done_frame_with_wrong_field_types_restarts_the_kernel(sb):
+    """Found by the hostile review: model code wrote ``done`` frames (for every likely
+    request id) whose fields had the wrong types; the one that matched the running cell
+    ended the whole run ``failed``. It is a kernel protocol error: the kernel is replaced and
+    the model told, and the sandbox goes on."""
+    contained_or_skip(sb, "close_channel")
+    forge = (
+        "import json, os\nframes = b''\n"
+        "for rid in range(200):\n"
+        "    body = json.dumps({'op': 'done', 'id': rid, 'ok': True, 'result': {\n"
+        "        'stdout': 5, 'stderr': [], 'error': 1, 'final': {}, 'variables': 'x',\n"
+        "        'restored': 3, 'names': 4}}).encode()\n"
+        "    frames += len(body).to_bytes(4, 'big') + body\n"
+        "for fd in range(3, 1024):\n    try:\n        os.write(fd, frames)\n"
+        "    except OSError:\n        pass\n"
+        "print('forged')"
+    )
+    await sb.execute("kept = 1")
+    r = await cell(sb, forge)
+    assert r.error is not None and r.kernel_restarted, (r.stdout, r.error)
+    assert "kernel protocol error: result field 'stdout' is a int" in r.error
+    assert "kept" in r.lost_variables
     await usable(sb)
 
 

@@ -5,6 +5,7 @@ from __future__ import annotations
 import asyncio
 import os
 import signal
+import subprocess
 import sys
 import time
 
@@ -491,3 +492,63 @@ async def test_kernel_runs_as_an_unprivileged_user_when_the_host_is_root(sb):
     )
     assert r.stdout == "for the kernel\n"
     assert await sb.download("sub/dir/out.txt") == b"y"
+
+
+_START_AND_DIE = """
+import asyncio, os, signal, sys
+from rlmd.sandbox import create_sandbox
+
+async def handler(fn, args):
+    return None
+
+async def main():
+    box = create_sandbox("subprocess", spare_kernel=False)
+    await box.start(handler)
+    await box.upload("big.bin", b"x" * 100_000)
+    print(box.workdir, flush=True)
+    if sys.argv[1] == "kill":
+        os.kill(os.getpid(), signal.SIGKILL)
+    await box.close()
+
+asyncio.run(main())
+"""
+
+
+def test_working_folders_of_a_killed_rlmd_are_removed_when_the_next_one_starts(tmp_path):
+    """Found by the hostile review: every kill of rlmd left its sandbox's working folder
+    (whatever model code had written there) in the temporary folder for good. The next
+    rlmd process to make a working folder removes those of dead owners, and only those."""
+    env = {**os.environ, "TMPDIR": str(tmp_path)}
+
+    def rlmd_process(how: str) -> subprocess.CompletedProcess[str]:
+        return subprocess.run(
+            [sys.executable, "-c", _START_AND_DIE, how],
+            env=env,
+            capture_output=True,
+            text=True,
+            timeout=120,
+        )
+
+    killed = rlmd_process("kill")
+    assert killed.returncode == -signal.SIGKILL, killed.stderr
+    left = killed.stdout.strip()
+    assert os.path.isdir(left) and os.path.dirname(left) == str(tmp_path)
+    not_ours = tmp_path / "rlmd-sandbox-not-a-working-folder"
+    not_ours.mkdir()
+    closed = rlmd_process("close")
+    assert closed.returncode == 0, closed.stderr
+    assert not os.path.exists(left)
+    assert not os.path.exists(closed.stdout.strip())  # closed normally: removed by its owner
+    assert not_ours.is_dir()
+
+
+async def test_a_sandbox_still_starts_when_the_rlmd_home_cannot_be_made(monkeypatch):
+    """The rlmd home is hidden in every sandbox; one that cannot be made (a read-only or
+    foreign path) holds nothing to hide and must not stop the kernel from starting."""
+    monkeypatch.setenv("RLMD_HOME", "/proc/rlmd-home-that-cannot-be-made")
+    box = create_sandbox("subprocess", spare_kernel=False)
+    await box.start(FakeHost())
+    try:
+        assert (await ok(box, "print(6 * 7)")).stdout == "42\n"
+    finally:
+        await box.close()

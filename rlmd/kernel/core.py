@@ -23,7 +23,7 @@ import threading
 import time
 import types
 from collections.abc import Callable, Iterator
-from contextlib import contextmanager
+from contextlib import contextmanager, suppress
 
 from . import protocol
 from .codebase import Codebase, helpers
@@ -244,6 +244,73 @@ def var_info(name: str, value: Any) -> dict[str, Any]:
     }
 
 
+PREVIEW_BUDGET_S = 0.5
+"""Seconds all variable previews of one cell (or one ``list_vars``) may take together: they
+call the variables' ``__repr__``/``__len__``, which model code defines. Past it, the rest
+say so instead; the cell's output is kept either way."""
+
+
+class _PreviewCut(BaseException):
+    """Raised into a preview thread past :data:`PREVIEW_BUDGET_S` (never caught by a
+    hostile ``except Exception``)."""
+
+
+def _cut_info(name: str, value: Any) -> dict[str, Any]:
+    cls = type(value)
+    type_name = type.__dict__["__name__"].__get__(cls, type)  # no metaclass property runs
+    return {
+        "name": name,
+        "type": type_name,
+        "size": None,
+        "preview": f"<preview cut: repr/len took over {PREVIEW_BUDGET_S:g} s>",
+    }
+
+
+def bounded_var_infos(items: list[tuple[str, Any]]) -> list[dict[str, Any]]:
+    """:func:`var_info` of each ``(name, value)``, computed in a helper thread within
+    :data:`PREVIEW_BUDGET_S` in all; entries not done by then get a "preview cut" text and
+    the helper is stopped (a ``__repr__`` looping in C keeps only that helper busy)."""
+    if not items:
+        return []
+    done: list[dict[str, Any]] = []
+
+    def work() -> None:
+        with suppress(_PreviewCut):
+            for name, value in items:
+                done.append(var_info(name, value))
+
+    helper = threading.Thread(target=work, name="rlmd-preview", daemon=True)
+    try:
+        helper.start()
+    except RuntimeError:  # no thread to spare (process limit): no previews this time
+        return [_cut_info(n, v) for n, v in items]
+    helper.join(PREVIEW_BUDGET_S)
+    if helper.is_alive():
+        _raise_in(helper, _PreviewCut)
+    finished = list(done)
+    return finished + [_cut_info(n, v) for n, v in items[len(finished) :]]
+
+
+def _raise_in(thread: threading.Thread, exc: type[BaseException]) -> None:
+    """Raise ``exc`` in ``thread`` at its next bytecode (the helper owns nothing else, so a
+    late delivery only ends it)."""
+    import ctypes
+
+    if thread.ident is not None:
+        ctypes.pythonapi.PyThreadState_SetAsyncExc(
+            ctypes.c_ulong(thread.ident), ctypes.py_object(exc)
+        )
+
+
+def _thread_ids() -> set[int]:
+    """Native ids of this process's threads now, those started with ``_thread`` too
+    (``/proc/self/task``; elsewhere the threads ``threading`` knows)."""
+    try:
+        return {int(t) for t in os.listdir("/proc/self/task")}
+    except (OSError, ValueError):
+        return {t.native_id for t in threading.enumerate() if t.native_id is not None}
+
+
 def _is_kernel_frame(filename: str) -> bool:
     return filename.startswith(KERNEL_DIR + os.sep)
 
@@ -338,6 +405,7 @@ class Kernel:
         self._tool_names: set[str] = set()
         self._codebase: Codebase | None = None
         self._final: str | None = None
+        self._older_threads: set[int] = set()
         self._cell_no = 0
         self.running = False
         self._bind_core_helpers()
@@ -436,7 +504,7 @@ class Kernel:
 
         def FINAL(value: Any) -> None:
             """Finish with ``str(value)`` as the final answer."""
-            kernel._final = str(value)
+            kernel._answer(str(value))
 
         def FINAL_VAR(name: str) -> None:
             """Finish with the value of the variable called ``name`` (a string) as the final
@@ -453,7 +521,7 @@ class Kernel:
                     f"FINAL_VAR: no variable named {key!r}. Variables that exist: {existing}. "
                     "Assign the answer to a variable first, or use FINAL(value)."
                 )
-            kernel._final = str(kernel.ns[key])
+            kernel._answer(str(kernel.ns[key]))
 
         for fn in (
             llm_query,
@@ -480,10 +548,30 @@ class Kernel:
 
     # -- operations ---------------------------------------------------------------------
 
-    def exec_cell(self, code: str, *, max_output: int = protocol.DEFAULT_MAX_OUTPUT) -> dict:
-        """Run one cell; returns the exec result (see ``protocol``)."""
+    def _answer(self, text: str) -> None:
+        """``FINAL``/``FINAL_VAR``: the answer of the cell running now, unless the calling
+        thread was already running when that cell started (a thread an earlier cell left
+        behind must not answer for a later one)."""
+        if threading.get_native_id() in self._older_threads:
+            raise RuntimeError(
+                "FINAL/FINAL_VAR called from a thread an earlier cell left running; only the "
+                "cell running now (or threads it started) can give the answer"
+            )
+        self._final = text
+
+    def exec_cell(
+        self,
+        code: str,
+        *,
+        max_output: int = protocol.DEFAULT_MAX_OUTPUT,
+        on_ran: Callable[[], None] | None = None,
+    ) -> dict:
+        """Run one cell; returns the exec result (see ``protocol``). ``on_ran`` is called
+        when the cell's code has finished, before the variable previews (bounded on their
+        own, see :data:`PREVIEW_BUDGET_S`) are made."""
         if not isinstance(code, str):
             raise TypeError("code must be a string")
+        self._older_threads = _thread_ids() - {threading.get_native_id()}
         self._cell_no += 1
         filename = f"<cell-{self._cell_no}>"
         linecache.cache[filename] = (len(code), None, code.splitlines(True), filename)
@@ -507,6 +595,8 @@ class Kernel:
             except BaseException as exc:
                 error = format_exception(exc)
         duration = time.perf_counter() - t0
+        if on_ran is not None:
+            on_ran()
         return self._cell_result(out, err, error, before, duration)
 
     def _run_code(self, code: str, filename: str) -> None:
@@ -532,14 +622,15 @@ class Kernel:
         self, out: Capture, err: Capture, error: str | None, before: dict, duration: float
     ) -> dict:
         restored = self.restore_reserved()
-        variables = []
+        changed = []
         names = []
         for name, value in list(self.ns.items()):
             if not self.is_user_name(name, value):
                 continue
             names.append(name)
             if name not in before or before[name] is not value:
-                variables.append(var_info(name, value))
+                changed.append((name, value))
+        variables = bounded_var_infos(changed)
         return {
             "stdout": out.getvalue(),
             "stderr": err.getvalue(),
@@ -610,7 +701,7 @@ class Kernel:
                 return f"<{type(value).__name__} object (repr failed: {exc})>"
 
     def list_vars(self) -> list[dict]:
-        return [var_info(k, v) for k, v in self.user_items()]
+        return bounded_var_infos(self.user_items())
 
     def handle(self, req: dict) -> Any:
         """Run one request (any op but ``exec``, which needs the transport's sentinel)."""

@@ -25,6 +25,7 @@ provider APIs carry stdin/stdout as text; see ``protocol.py``); the default is `
 from __future__ import annotations
 
 import collections
+import functools
 import importlib
 import io
 import itertools
@@ -497,7 +498,11 @@ def main() -> None:
         try:
             if req.get("op") == "exec":
                 max_output = int(req.get("max_output") or protocol.DEFAULT_MAX_OUTPUT)
-                result = kernel.exec_cell(req.get("code"), max_output=max_output)
+                result = kernel.exec_cell(
+                    req.get("code"),
+                    max_output=max_output,
+                    on_ran=functools.partial(channel.send, {"op": "ran", "id": rid}),
+                )
                 channel.interrupt_pending = False
                 if reap:
                     _reap_others()

@@ -30,6 +30,10 @@ Kernel -> host
     The answer to request ``id``. ``etype`` is the kernel-side exception class name; the host
     re-raises ``KeyError`` / ``ValueError`` / ``TypeError`` as such and anything else as
     ``SandboxError``.
+``{"op": "ran", "id": int}``
+    The code of exec request ``id`` has finished; its ``done`` frame follows once the
+    variable previews are made (bounded on their own). The host's wall-clock limit stops
+    here; a forged one only buys the code the host's short preview grace.
 ``{"op": "call", "call": int, "fn": str, "args": {...}}``
     Model code called a host function (``llm_query``, ``llm_query_batched``, ``rlm_query``,
     ``rlm_query_batched`` or ``tool``). The calling thread blocks until the matching reply.

@@ -44,6 +44,49 @@ async def wait(fut: asyncio.Future[Any], timeout: float | None) -> Any:
         handle.cancel()
 
 
+_RESULT_FIELDS: dict[str, tuple[type, ...]] = {
+    "stdout": (str,),
+    "stderr": (str,),
+    "error": (str, type(None)),
+    "final": (str, type(None)),
+    "variables": (list,),
+    "restored": (list,),
+}
+_VAR_FIELDS: dict[str, tuple[type, ...]] = {
+    "name": (str,),
+    "type": (str,),
+    "size": (int, type(None)),
+    "preview": (str,),
+}
+
+
+def exec_done_problem(msg: dict[str, Any]) -> str | None:
+    """What is wrong with the ``done`` frame of an exec request (``None``: a well-formed
+    result that :func:`result_from_kernel` takes). Model code can write frames to the
+    channel, so a frame with the right id may still be forged with any shape."""
+    if msg.get("ok") is not True:
+        return f"the request failed: {str(msg.get('etype'))[:40]}: {str(msg.get('error'))[:200]}"
+    res = msg.get("result")
+    if not isinstance(res, dict):
+        return "the result is not an object"
+    for key, types in _RESULT_FIELDS.items():
+        if not isinstance(res.get(key), types):
+            return f"result field {key!r} is a {type(res.get(key)).__name__}"
+    if not isinstance(res.get("names") or [], list):
+        return "result field 'names' is not a list"
+    if not all(isinstance(n, str) for n in res["restored"] + (res.get("names") or [])):
+        return "a variable name is not a string"
+    for var in res["variables"]:
+        if not isinstance(var, dict) or set(var) - set(_VAR_FIELDS):
+            return "a variable entry is not a {name, type, size, preview} object"
+        for key, types in _VAR_FIELDS.items():
+            if key in var and (not isinstance(var[key], types) or isinstance(var[key], bool)):
+                return f"variable field {key!r} is a {type(var[key]).__name__}"
+        if "name" not in var or "type" not in var:
+            return "a variable entry has no name or type"
+    return None
+
+
 def result_from_kernel(res: dict[str, Any], duration_s: float, fd_text: str = "") -> CellResult:
     """A :class:`CellResult` from the kernel's exec result (see ``rlmd.kernel.protocol``)."""
     return CellResult(
@@ -158,6 +201,7 @@ class KernelChannel:
     Attributes:
         hello: resolves with the kernel's hello frame (or :class:`KernelDied`).
         pending: request id -> future of its ``done`` frame.
+        ran: exec request id -> future of its ``ran`` frame (see :meth:`ran_future`).
         calls: host calls being served.
         dead: the channel is gone; every pending request failed with :class:`KernelDied`.
         drain: the stderr drain, from hello on.
@@ -178,6 +222,7 @@ class KernelChannel:
         #: why the host dropped the channel (a forged or oversized frame), for the model
         self.protocol_error: str | None = None
         self.pending: dict[int, asyncio.Future[dict[str, Any]]] = {}
+        self.ran: dict[int, asyncio.Future[None]] = {}
         self.calls: set[asyncio.Task[None]] = set()
         self.ids = 0
         self.hello: asyncio.Future[dict[str, Any]] = loop.create_future()
@@ -243,9 +288,12 @@ class KernelChannel:
     def _dispatch(self, msg: dict[str, Any]) -> None:
         op = msg.get("op")
         if op == "done":
+            self._ran(msg.get("id", -1))
             fut = self.pending.pop(msg.get("id", -1), None)
             if fut is not None and not fut.done():
                 fut.set_result(msg)
+        elif op == "ran":
+            self._ran(msg.get("id", -1))
         elif op == "call":
             task = self.loop.create_task(self._serve(msg))
             self.calls.add(task)
@@ -256,6 +304,26 @@ class KernelChannel:
                 self.hello.set_result(msg)
         else:
             log.warning("%s sent an unknown frame op %r", self.label, op)
+
+    def _ran(self, rid: Any) -> None:
+        waiter = self.ran.pop(rid, None) if isinstance(rid, int) else None
+        if waiter is not None and not waiter.done():
+            waiter.set_result(None)
+
+    def ran_future(self, rid: int) -> asyncio.Future[None]:
+        """A future done when exec request ``rid``'s code has finished (its ``ran`` frame or
+        its ``done`` frame came); :class:`KernelDied` if the kernel goes first."""
+        fut = self.ran.get(rid)
+        if fut is None:
+            fut = self.loop.create_future()
+            fut.add_done_callback(lambda f: f.cancelled() or f.exception())
+            if self.dead:
+                fut.set_exception(KernelDied())
+            elif rid in self.pending:
+                self.ran[rid] = fut
+            else:  # its done frame came already
+                fut.set_result(None)
+        return fut
 
     def _encode_reply(self, reply: dict[str, Any]) -> bytes:
         return self.encode(reply)
@@ -332,9 +400,11 @@ class KernelChannel:
             return
         self.dead = True
         err = KernelDied()
-        for fut in [*self.pending.values(), self.hello]:
+        futures: list[asyncio.Future[Any]] = [*self.pending.values(), *self.ran.values()]
+        for fut in [*futures, self.hello]:
             if not fut.done():
                 fut.set_exception(err)
                 fut.exception()  # retrieved: an abandoned future must not log a warning
         self.pending.clear()
+        self.ran.clear()
         self.cancel_calls()

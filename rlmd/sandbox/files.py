@@ -5,22 +5,32 @@ folder, the container's ``/work`` mount). Model code can plant a symlink, a FIFO
 at any name there, so the host (often root) never opens a name there the ordinary way:
 
 * new files get a fresh random name created with ``O_EXCL`` (nothing planted can be at it);
-* files at a name the user chose (uploads, downloads) are opened with ``O_NOFOLLOW`` and
-  ``O_NONBLOCK`` and must turn out to be regular files, so a FIFO cannot block the host and a
-  symlink cannot lead it to another file.
+* files at a name the user chose (uploads, downloads) are resolved one component at a
+  time from a descriptor of the working folder (``openat2`` with ``RESOLVE_BENEATH`` and
+  ``RESOLVE_NO_SYMLINKS`` where the kernel has it), never through a symlink at any
+  component, opened ``O_NONBLOCK`` and must turn out to be regular files: a FIFO cannot
+  block the host, and a folder swapped for a symlink between a check and the open cannot
+  lead it out (there is no check apart from the open).
 
 Found by the hostile fresh-user test: the container backend wrote a large context through a
 planted symlink over a root-owned host file, and a FIFO at the subprocess backend's
-predictable context-file name hung the host in ``open()``.
+predictable context-file name hung the host in ``open()``; and swapping ``d/`` for a symlink
+to ``/etc`` between the old path check and the open let the host read ``/etc/shadow``.
 """
 
 from __future__ import annotations
 
 import contextlib
+import ctypes
+import errno
+import functools
 import os
 import stat
+import struct
+import sys
 import tempfile
-from collections.abc import Iterable, Iterator
+from collections.abc import Callable, Iterable, Iterator
+from typing import Any
 
 from rlmd.sandbox.base import SandboxError
 
@@ -62,78 +72,183 @@ def text_chunks(text: str, chunk: int = _CHUNK) -> Iterator[bytes]:
         yield text[i : i + chunk].encode("utf-8", "surrogatepass")
 
 
-def open_regular(path: str, flags: int, uid: int | None = None) -> int:
-    """Open ``path`` with ``flags`` (``os.O_RDONLY``, or ``os.O_WRONLY | os.O_CREAT | ...``)
-    never through a symlink and never blocking; returns the descriptor (blocking again).
+def parts_of(path: str) -> list[str]:
+    """The components of ``path``, a path relative to a working folder.
 
     Raises:
-        ValueError: ``path`` is not a regular file (a FIFO, device, socket or folder).
-        OSError: as ``os.open`` (``ELOOP`` for a symlink, ``ENOENT``, ``ENXIO`` for a FIFO
-            opened for writing with no reader).
+        ValueError: ``path`` is not a string, is empty, absolute, holds a NUL, or has a
+            ``..`` component (it could only lead out).
     """
-    fd = os.open(path, flags | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC, 0o600)
+    if not isinstance(path, str) or not path or "\x00" in path or os.path.isabs(path):
+        raise ValueError(f"path {path!r} must be relative to the working folder")
+    parts = [p for p in path.split("/") if p not in ("", ".")]
+    if not parts or ".." in parts:
+        raise ValueError(f"path {path!r} escapes the working folder")
+    return parts
+
+
+# openat2(2) (Linux 5.6+): resolve a whole path below a folder's descriptor in the kernel,
+# refusing symlinks and ``..`` escapes, with no window between check and use.
+_SYS_OPENAT2 = 437  # the same number on every Linux architecture
+_RESOLVE = 0x02 | 0x04 | 0x08  # RESOLVE_NO_MAGICLINKS | RESOLVE_NO_SYMLINKS | RESOLVE_BENEATH
+_openat2_works: bool | None = None if sys.platform == "linux" else False
+
+
+@functools.cache
+def _libc() -> Any:
+    libc = ctypes.CDLL(None, use_errno=True)
+    libc.syscall.restype = ctypes.c_long
+    return libc
+
+
+def _openat2(dir_fd: int, rel: str, flags: int, mode: int) -> int | None:
+    """``openat2(dir_fd, rel, RESOLVE_BENEATH | RESOLVE_NO_SYMLINKS)``; ``None`` where the
+    kernel (or a seccomp profile) does not have it. Raises OSError as ``open``."""
+    global _openat2_works
+    if _openat2_works is False:
+        return None
+    libc = _libc()
+    how = struct.pack("=QQQ", flags, mode if flags & os.O_CREAT else 0, _RESOLVE)
+    fd = libc.syscall(
+        ctypes.c_long(_SYS_OPENAT2),
+        ctypes.c_int(dir_fd),
+        ctypes.c_char_p(os.fsencode(rel)),
+        ctypes.c_char_p(how),
+        ctypes.c_size_t(len(how)),
+    )
+    if fd >= 0:
+        _openat2_works = True
+        return int(fd)
+    err = ctypes.get_errno()
+    if err in (errno.ENOSYS, errno.EPERM) and not _openat2_works:
+        _openat2_works = False
+        return None
+    raise OSError(err, os.strerror(err), rel)
+
+
+def _open_beneath(dir_fd: int, parts: list[str], flags: int, mode: int = 0o600) -> int:
+    """Open ``parts`` below ``dir_fd`` following no symlink at any component: with
+    openat2 where the kernel has it, else one ``O_NOFOLLOW`` component at a time, each
+    opened from the descriptor of the one before (a folder swapped for a symlink between
+    two steps makes the next open fail, never lead out).
+
+    Raises:
+        ValueError: a component is a symlink. OSError: as ``open``.
+    """
+    try:
+        return _open_nofollow(dir_fd, parts, flags, mode)
+    except OSError as exc:
+        if exc.errno in (errno.ELOOP, errno.EXDEV):
+            path = "/".join(parts)
+            raise ValueError(f"{path!r} leads through a symlink (never followed)") from exc
+        raise
+
+
+def _open_nofollow(dir_fd: int, parts: list[str], flags: int, mode: int) -> int:
+    flags |= os.O_NOFOLLOW | os.O_CLOEXEC
+    fd = _openat2(dir_fd, "/".join(parts), flags, mode)
+    if fd is not None:
+        return fd
+    at = dir_fd
+    try:
+        for name in parts[:-1]:
+            step = os.open(name, _DIR_FLAGS, dir_fd=at)
+            if at != dir_fd:
+                os.close(at)
+            at = step
+        return os.open(parts[-1], flags, mode, dir_fd=at)
+    finally:
+        if at != dir_fd:
+            os.close(at)
+
+
+_DIR_FLAGS = os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC
+
+
+def _regular(fd: int, path: str) -> int:
     try:
         if not stat.S_ISREG(os.fstat(fd).st_mode):
             raise ValueError(f"{path} is not a regular file")
         os.set_blocking(fd, True)
-        if uid is not None and flags & os.O_CREAT:
-            os.fchown(fd, uid, uid)
     except BaseException:
         os.close(fd)
         raise
     return fd
 
 
-def inside(workdir: str | None, path: str) -> str:
-    """``path`` resolved under the host folder ``workdir`` (symlinks followed on the host).
+def _make_folders(root_fd: int, parts: list[str], own: Callable[[int], None] | None) -> int:
+    """A descriptor of the folder ``parts`` below ``root_fd``, making missing ones (each
+    given to ``own``); never through a symlink."""
+    at = os.dup(root_fd)
+    try:
+        for name in parts:
+            try:
+                step = _open_beneath(at, [name], _DIR_FLAGS)
+            except FileNotFoundError:
+                with contextlib.suppress(FileExistsError):  # made meanwhile: opened below
+                    os.mkdir(name, 0o755, dir_fd=at)
+                step = _open_beneath(at, [name], _DIR_FLAGS)
+                if own is not None:
+                    own(step)
+            os.close(at)
+            at = step
+    except BaseException:
+        os.close(at)
+        raise
+    return at
 
-    Raises:
-        ValueError: ``path`` is absolute, empty, or escapes ``workdir``.
-        SandboxError: ``workdir`` is ``None`` (the sandbox is not started).
-    """
+
+def _root_fd(workdir: str | None) -> int:
     if workdir is None:
         raise SandboxError("the sandbox is not started")
-    if not isinstance(path, str) or not path or "\x00" in path or os.path.isabs(path):
-        raise ValueError(f"path {path!r} must be relative to the working folder")
-    root = os.path.realpath(workdir)
-    full = os.path.realpath(os.path.join(root, path))
-    if not full.startswith(root + os.sep):
-        raise ValueError(f"path {path!r} escapes the working folder")
-    return full
+    return os.open(workdir, _DIR_FLAGS)
 
 
-def makedirs_owned(folder: str, root: str, uid: int | None) -> None:
-    """``os.makedirs(folder)``; with ``uid``, every folder made below ``root`` is given to
-    the kernel's uid (it must be able to write there too)."""
-    missing = []
-    path = folder
-    while path != root and not os.path.isdir(path):
-        missing.append(path)
-        path = os.path.dirname(path)
-    os.makedirs(folder, exist_ok=True)
-    if uid is not None:
-        for made in missing:
-            os.chown(made, uid, uid)
-
-
-def write_file(path: str, data: bytes, root: str, uid: int | None = None) -> None:
-    """Write ``data`` to ``path`` (parents made below ``root``), never through a symlink or
-    into a FIFO model code put at ``path``; owned by ``uid`` if given.
+def upload_file(
+    workdir: str | None, path: str, data: bytes, own: Callable[[int], None] | None = None
+) -> None:
+    """Write ``data`` to ``path`` below the host folder ``workdir``, making missing folders.
+    Every component is resolved from a descriptor of ``workdir`` and no symlink is followed,
+    so model code swapping a folder for a symlink at any moment cannot lead the write out;
+    a FIFO cannot block it. New folders and the file are given to ``own`` (a function of a
+    descriptor: the kernel's uid must be able to write them too).
 
     Raises:
-        ValueError: something other than a regular file is at ``path``.
+        ValueError: a bad ``path`` (see :func:`parts_of`), or something other than a regular
+            file is at it. SandboxError: ``workdir`` is ``None`` (not started).
+        OSError: ``ELOOP``/``ENOTDIR``/``EXDEV`` for a symlink on the way, disk full, ...
     """
-    makedirs_owned(os.path.dirname(path), root, uid)
-    flags = os.O_WRONLY | os.O_CREAT | os.O_TRUNC
-    with os.fdopen(open_regular(path, flags, uid), "wb") as f:
+    parts = parts_of(path)
+    root = _root_fd(workdir)
+    try:
+        folder = _make_folders(root, parts[:-1], own)
+    finally:
+        os.close(root)
+    try:
+        flags = os.O_WRONLY | os.O_CREAT | os.O_NONBLOCK
+        fd = _regular(_open_beneath(folder, parts[-1:], flags), path)
+    finally:
+        os.close(folder)
+    with os.fdopen(fd, "wb") as f:
+        if own is not None:
+            own(fd)
+        f.truncate()  # after the checks: a planted FIFO or device is never truncated
         f.write(data)
 
 
-def read_file(path: str) -> bytes:
-    """The bytes of the regular file at ``path`` (no symlink, FIFO or device).
+def download_file(workdir: str | None, path: str) -> bytes:
+    """The bytes of the regular file at ``path`` below the host folder ``workdir``, resolved
+    as :func:`upload_file` does (no symlink at any component, no FIFO or device).
 
     Raises:
-        ValueError: not a regular file. OSError: as ``os.open``.
+        ValueError: a bad ``path``, or not a regular file. SandboxError: not started.
+        OSError: as ``open`` (``ENOENT``; ``ELOOP``/``ENOTDIR``/``EXDEV`` for a symlink).
     """
-    with os.fdopen(open_regular(path, os.O_RDONLY), "rb") as f:
+    parts = parts_of(path)
+    root = _root_fd(workdir)
+    try:
+        fd = _regular(_open_beneath(root, parts, os.O_RDONLY | os.O_NONBLOCK), path)
+    finally:
+        os.close(root)
+    with os.fdopen(fd, "rb") as f:
         return f.read()

@@ -14,16 +14,16 @@ import ctypes
 import os
 import queue
 import shutil
-import tempfile
 import threading
 import time
 from collections.abc import Callable
 from typing import Any
 
 from rlmd.kernel.core import CellInterrupted, Kernel, json_copy
+from rlmd.sandbox import workdirs
 from rlmd.sandbox.base import CallError, CallHandler, CellResult, Sandbox, SandboxError, VarInfo
 from rlmd.sandbox.channel import result_from_kernel, wait
-from rlmd.sandbox.files import inside
+from rlmd.sandbox.files import download_file, upload_file
 from rlmd.sandbox.limits import Limits
 from rlmd.sandbox.messages import AFTER_RESTART, join_names, note_stop, with_notice
 from rlmd.sandbox.session import UNSET, Bindings, SandboxState, resolve_limits
@@ -228,7 +228,7 @@ class InProcessSandbox(Sandbox):
         self._loop = asyncio.get_running_loop()
         self._loop_thread = threading.get_ident()
         self._kernel = self._new_kernel()
-        self.workdir = tempfile.mkdtemp(prefix="rlmd-inprocess-")
+        self.workdir = workdirs.make("inprocess")
         self.state = SandboxState.READY
 
     async def close(self) -> None:
@@ -276,18 +276,11 @@ class InProcessSandbox(Sandbox):
             self._replace_kernel()
             return lost
 
-    def _inside(self, path: str) -> str:
-        return inside(self.workdir, path)
-
     async def upload(self, path: str, data: bytes) -> None:
-        full = self._inside(path)
-        os.makedirs(os.path.dirname(full), exist_ok=True)
-        with open(full, "wb") as f:
-            f.write(bytes(data))
+        upload_file(self.workdir, path, bytes(data))
 
     async def download(self, path: str) -> bytes:
-        with open(self._inside(path), "rb") as f:
-            return f.read()
+        return download_file(self.workdir, path)
 
     async def health(self) -> dict[str, Any]:
         return {

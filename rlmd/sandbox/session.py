@@ -28,7 +28,7 @@ import time
 from typing import Any
 
 from rlmd.sandbox.base import CallHandler, CellResult, Sandbox, SandboxError, VarInfo
-from rlmd.sandbox.channel import KernelDied, result_from_kernel, wait
+from rlmd.sandbox.channel import KernelDied, exec_done_problem, result_from_kernel, wait
 from rlmd.sandbox.limits import Limits
 from rlmd.sandbox.messages import (
     AFTER_RESTART,
@@ -43,6 +43,11 @@ from rlmd.sandbox.messages import (
     with_notice,
 )
 from rlmd.sandbox.transport import KernelHandle, Transport
+
+PREVIEW_GRACE_S = 10.0
+"""Seconds a cell's result may take after its code finished (the kernel's ``ran`` frame):
+the previews' own bound (``rlmd.kernel.core.PREVIEW_BUDGET_S``) plus sending a large
+result over a slow channel. A forged ``ran`` frame buys the code at most this much."""
 
 log = logging.getLogger(__name__)
 
@@ -307,10 +312,15 @@ class SandboxSession(Sandbox):
                 rid, fut = kernel.request(
                     {"op": "exec", "code": code, "max_output": self.max_output_chars}
                 )
+                ran = kernel.ran_future(rid)
                 self._running, self._interrupted = (kernel, fut), False
                 self.state = SandboxState.RUNNING
                 try:
-                    msg = await wait(asyncio.shield(fut), timeout)
+                    # The wall-clock limit covers the code; the variable previews after it
+                    # (model-defined __repr__) have their own bound in the kernel.
+                    await wait(asyncio.shield(ran), timeout)
+                    grace = None if timeout is None else PREVIEW_GRACE_S
+                    msg = await wait(asyncio.shield(fut), grace)
                 except TimeoutError:
                     # Past the wall-clock limit: interrupt, then kill if it will not stop.
                     timed_out = True
@@ -329,8 +339,13 @@ class SandboxSession(Sandbox):
                 self._running = None
                 if self.state is SandboxState.RUNNING:
                     self.state = SandboxState.READY
-            if not msg.get("ok"):
-                raise kernel_error(msg)
+            problem = exec_done_problem(msg)
+            if problem is not None:
+                # A forged or broken frame (model code can write to the channel): a kernel
+                # protocol error, never the run's failure. Replace the kernel, tell the model.
+                kernel.protocol_error = f"kernel protocol error: {problem}"
+                await kernel.kill()
+                return with_notice(await self._died(kernel, t0, timeout, timed_out), notice)
             result = await self._result(kernel, rid, msg["result"], t0)
             note_stop(result, timeout, timed_out=timed_out, interrupted=self._interrupted)
             return with_notice(result, notice)

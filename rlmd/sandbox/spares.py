@@ -72,17 +72,18 @@ class SparePool(Generic[S, T]):
         with self._lock:
             self._starts[spec] += 1
             spare = self._ready.pop(spec, None)
-            refill = self._starts[spec] >= 2 and not self._closed and spec not in self._launching
-            if refill:
+            if self._starts[spec] >= 2 and not self._closed and spec not in self._launching:
                 thread = threading.Thread(
                     target=self._refill,
                     args=(spec,),
                     name=f"rlmd-spare-{self._what}",
                     daemon=True,
                 )
+                # Started before the lock is let go: a thread other callers can see in
+                # _launching is always started, so their join() never raises. (The
+                # refill takes the lock only after making the spare.)
+                thread.start()
                 self._launching[spec] = thread
-        if refill:
-            thread.start()
         if spare is not None and self._alive is not None and not self._alive(spare):
             self._discard(spare)  # died while waiting
             spare = None

@@ -19,6 +19,8 @@ import docker
 import docker.errors
 import requests.exceptions
 
+from rlmd.sandbox.workdirs import owner_alive, start_time
+
 log = logging.getLogger(__name__)
 
 LABEL = "rlmd.sandbox"
@@ -101,20 +103,10 @@ def engine_facts() -> dict[str, Any]:
     return _facts
 
 
-def _start_time(pid: int) -> str | None:
-    """The start time of process ``pid`` in clock ticks since boot (Linux), else ``None``."""
-    try:
-        with open(f"/proc/{pid}/stat", "rb") as f:
-            stat = f.read()
-        return stat[stat.rindex(b")") + 2 :].split()[19].decode()
-    except (OSError, ValueError, IndexError):
-        return None
-
-
 def owner_labels() -> dict[str, str]:
     """The labels that mark a container as this process's."""
     labels = {LABEL: "1", LABEL_HOST: socket.gethostname(), LABEL_PID: str(os.getpid())}
-    start = _start_time(os.getpid())
+    start = start_time(os.getpid())
     if start is not None:
         labels[LABEL_PID_START] = start
     return labels
@@ -127,14 +119,7 @@ def _owner_alive(labels: dict[str, str]) -> bool:
         pid = int(labels.get(LABEL_PID, ""))
     except ValueError:
         return False
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:
-        pass
-    start = labels.get(LABEL_PID_START)
-    return start is None or start == _start_time(pid)
+    return owner_alive(pid, labels.get(LABEL_PID_START))
 
 
 def reap_orphans(engine: Any | None = None) -> list[str]:

@@ -20,7 +20,6 @@ import os
 import resource
 import shutil
 import socket
-import tempfile
 from dataclasses import dataclass
 from typing import Any
 
@@ -28,6 +27,7 @@ import docker.errors
 import docker.types
 
 from rlmd.kernel import KERNEL_DIR
+from rlmd.sandbox import workdirs
 from rlmd.sandbox.docker import engine as docker_host
 from rlmd.sandbox.docker import images
 from rlmd.sandbox.limits import Limits
@@ -53,8 +53,9 @@ class Created:
     workdir: str
 
 
-def own(path: str, user: str) -> None:
-    """Give ``path`` to the container user ``uid:gid`` (as root), else make it writable."""
+def own(path: str | int, user: str) -> None:
+    """Give ``path`` (or an open descriptor) to the container user ``uid:gid`` (as root),
+    else make it writable."""
     uid, _, gid = user.partition(":")
     try:
         if os.geteuid() == 0 and uid.isdigit():
@@ -166,7 +167,7 @@ class LaunchSpec:
         """
         made = workdir is None
         if workdir is None:
-            workdir = tempfile.mkdtemp(prefix="rlmd-container-")
+            workdir = workdirs.make("container")
             os.mkdir(os.path.join(workdir, "work"))
             own(os.path.join(workdir, "work"), self.user)
         api = docker_host.client().api

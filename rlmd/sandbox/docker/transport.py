@@ -30,6 +30,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import functools
 import json
 import logging
 import os
@@ -51,7 +52,7 @@ from rlmd.sandbox.docker.launch import (
     own,
     remove_container,
 )
-from rlmd.sandbox.files import open_regular, text_chunks, write_new
+from rlmd.sandbox.files import download_file, text_chunks, upload_file, write_new
 from rlmd.sandbox.limits import Limits, MiB
 from rlmd.sandbox.transport import Cleanup, Death, KernelHandle, Transport
 
@@ -392,48 +393,27 @@ class ContainerTransport(Transport):
         request = {"op": "bind_context", "path": inside, "format": "json", "codebase": True}
         return request, path.unlink
 
-    def _host_path(self, path: str) -> Path:
-        """The host path of ``path`` (relative, or absolute under ``/work``) in the working
-        folder; symlinks are resolved on the host, so none can lead out.
+    def _host_folder(self, path: str) -> tuple[str | None, str]:
+        """The host folder behind ``/work`` and ``path`` relative to it (``path`` may be
+        relative or absolute under ``/work``); :mod:`rlmd.sandbox.files` resolves it there
+        without following any symlink.
 
         Raises:
-            ValueError: ``path`` leads out of the working folder. SandboxError: not started.
+            ValueError: ``path`` is absolute outside ``/work``.
         """
-        if self._workdir is None:
-            raise SandboxError("the sandbox is not started")
-        root = Path(self._workdir, "work").resolve()
         rel = path
-        if path.startswith(CONTAINER_WORKDIR + "/"):
+        if isinstance(path, str) and path.startswith(CONTAINER_WORKDIR + "/"):
             rel = path[len(CONTAINER_WORKDIR) + 1 :]
-        if os.path.isabs(rel):
+        if isinstance(rel, str) and os.path.isabs(rel):
             raise ValueError(f"path {path!r} is outside the sandbox's working folder")
-        target = (root / rel).resolve()
-        if target == root or root not in target.parents:
-            raise ValueError(f"path {path!r} is outside the sandbox's working folder")
-        return target
-
-    def _write_file(self, target: Path, data: bytes) -> None:
-        root = Path(self._workdir or "", "work").resolve()
-        target.parent.mkdir(parents=True, exist_ok=True)
-        flags = os.O_WRONLY | os.O_CREAT | os.O_TRUNC
-        with os.fdopen(open_regular(str(target), flags), "wb") as f:  # no symlink, no FIFO
-            f.write(data)
-        for part in [target, *target.parents]:
-            if part == root:
-                break
-            own(str(part), self.user)
+        folder = None if self._workdir is None else os.path.join(self._workdir, "work")
+        return folder, rel
 
     async def upload(self, path: str, data: bytes) -> None:
-        target = self._host_path(path)
-        await asyncio.to_thread(self._write_file, target, data)
+        folder, rel = self._host_folder(path)
+        own_fd = functools.partial(own, user=self.user)
+        await asyncio.to_thread(upload_file, folder, rel, data, own_fd)
 
     async def download(self, path: str) -> bytes:
-        target = self._host_path(path)
-        if not target.is_file():
-            raise FileNotFoundError(f"no such file in the sandbox: {path}")
-
-        def read() -> bytes:  # no symlink swapped in since, no FIFO
-            with os.fdopen(open_regular(str(target), os.O_RDONLY), "rb") as f:
-                return f.read()
-
-        return await asyncio.to_thread(read)
+        folder, rel = self._host_folder(path)
+        return await asyncio.to_thread(download_file, folder, rel)

@@ -7,7 +7,8 @@ Everything here is decided and set up by the host, before model code runs:
   namespaces (and a network namespace with only loopback when ``limits.network`` is false), a
   fresh ``/proc``, all capabilities dropped, the host file system read-only with the user's
   home, ``/run`` and ``/tmp`` hidden (the interpreter, its site-packages and the kernel bound
-  back read-only) and only the working folder writable. The kernel is PID 1 of its namespace,
+  back read-only), the rlmd home, the daemon socket's folder and ``$XDG_RUNTIME_DIR`` hidden
+  wherever they are (even inside a folder bound back), and only the working folder writable. The kernel is PID 1 of its namespace,
   so it cannot signal host processes and everything it starts dies with it. When the host is
   root, ``setpriv`` drops the kernel to uid/gid 65534 (root without capabilities still owns,
   and reads, every root-only file) and the working folder is given to that uid.
@@ -17,8 +18,9 @@ Everything here is decided and set up by the host, before model code runs:
   root on a cgroup-v1 host): one group per kernel process; the kernel joins it through a
   descriptor the host opened, so model code never sees the cgroup file system writable.
 * **seccomp** (x86-64 only): a small BPF filter, built here and loaded by ``bwrap``, makes
-  ``ptrace``, ``mount``, ``unshare``, ``bpf``, ``keyctl``, module loading and similar calls
-  fail with ``EPERM``.
+  ``ptrace``, ``mount``, ``unshare``, ``bpf``, ``keyctl``, module loading and similar calls,
+  and ``clone`` asking for any new namespace, fail with ``EPERM``, and ``clone3`` with
+  ``ENOSYS`` (glibc then uses ``clone``): model code cannot make a user namespace.
 
 :meth:`Isolation.record` says what a kernel really got; nothing is claimed that was not set.
 """
@@ -39,6 +41,7 @@ import uuid
 from dataclasses import dataclass, field
 from typing import Any
 
+from rlmd import paths
 from rlmd.kernel import KERNEL_DIR
 from rlmd.sandbox.limits import Limits
 
@@ -138,33 +141,60 @@ _X86_64_DENY = {
 """System calls denied (``EPERM``) to model code on x86-64."""
 
 
+_CLONE_NEW_NAMESPACES = (
+    0x00020000  # CLONE_NEWNS
+    | 0x02000000  # CLONE_NEWCGROUP
+    | 0x04000000  # CLONE_NEWUTS
+    | 0x08000000  # CLONE_NEWIPC
+    | 0x10000000  # CLONE_NEWUSER
+    | 0x20000000  # CLONE_NEWPID
+    | 0x40000000  # CLONE_NEWNET
+)
+"""``clone`` flags that make namespaces: denied (``EPERM``). A user namespace gives model
+code every capability over its own namespaces (nf_tables, mounts): the kernel surface most
+unprivileged-userns privilege escalations go through. All fit in the flags' low 32 bits."""
+
+_X86_64_CLONE, _X86_64_CLONE3 = 56, 435
+_ENOSYS = 38
+
+
 @functools.cache
 def seccomp_program() -> bytes | None:
     """A classic-BPF seccomp filter (``struct sock_filter[]`` bytes, as ``bwrap --seccomp``
-    reads it) that returns ``EPERM`` for :data:`_X86_64_DENY`, for x32 and for 32-bit
-    system calls, and allows the rest. ``None`` on other architectures."""
+    reads it) that returns ``EPERM`` for :data:`_X86_64_DENY`, for ``clone`` with any of
+    :data:`_CLONE_NEW_NAMESPACES`, for x32 and for 32-bit system calls; ``ENOSYS`` for
+    ``clone3`` (its flags sit in memory a filter cannot read; on ``ENOSYS`` glibc falls back
+    to ``clone``, as under Docker's default profile, so threads and subprocesses still
+    work); and allows the rest. ``None`` on other architectures."""
     if sys.platform != "linux" or platform.machine() != "x86_64":
         return None
-    ld_abs, jeq, jge, ret = 0x20, 0x15, 0x35, 0x06
-    allow, eperm = 0x7FFF0000, 0x00050000 | 1
-
-    def ins(code: int, k: int, jt: int = 0, jf: int = 0) -> bytes:
-        return struct.pack("=HBBI", code, jt, jf, k)
-
-    nrs = sorted(_X86_64_DENY.values())
-    n = len(nrs)
-    # Layout: [0] load arch, [1] arch check, [2] load nr, [3] x32 check, [4..4+n) denies,
-    # [4+n] allow, [5+n] eperm. Jump offsets count from the next instruction.
-    prog = [
-        ins(ld_abs, 4),
-        ins(jeq, 0xC000003E, 0, n + 3),  # AUDIT_ARCH_X86_64, else -> eperm
-        ins(ld_abs, 0),
-        ins(jge, 0x40000000, n + 1, 0),  # x32 ABI -> eperm
+    ld_abs, jeq, jge, jset, ret = 0x20, 0x15, 0x35, 0x45, 0x06
+    allow, eperm, enosys = 0x7FFF0000, 0x00050000 | 1, 0x00050000 | _ENOSYS
+    # Each instruction is (code, k, true label, false label); labels are resolved to jump
+    # offsets (counted from the next instruction) at the end. None: fall through.
+    denies = sorted(_X86_64_DENY.values())
+    prog: list[tuple[int, int, str | None, str | None]] = [
+        (ld_abs, 4, None, None),  # seccomp_data.arch
+        (jeq, 0xC000003E, None, "eperm"),  # AUDIT_ARCH_X86_64, else deny
+        (ld_abs, 0, None, None),  # seccomp_data.nr
+        (jge, 0x40000000, "eperm", None),  # x32 ABI
+        (jeq, _X86_64_CLONE3, "enosys", None),
+        (jeq, _X86_64_CLONE, None, "denies"),
+        (ld_abs, 16, None, None),  # low 32 bits of args[0] (clone's flags)
+        (jset, _CLONE_NEW_NAMESPACES, "eperm", "allow"),
     ]
-    for i, nr in enumerate(nrs):
-        prog.append(ins(jeq, nr, n - i, 0))  # -> eperm
-    prog += [ins(ret, allow), ins(ret, eperm)]
-    return b"".join(prog)
+    labels = {"denies": len(prog)}
+    prog += [(jeq, nr, "eperm", None) for nr in denies]
+    labels.update(allow=len(prog), eperm=len(prog) + 1, enosys=len(prog) + 2)
+    prog += [(ret, allow, None, None), (ret, eperm, None, None), (ret, enosys, None, None)]
+
+    def offset(at: int, label: str | None) -> int:
+        return 0 if label is None else labels[label] - at - 1
+
+    return b"".join(
+        struct.pack("=HBBI", code, offset(i, jt), offset(i, jf), k)
+        for i, (code, k, jt, jf) in enumerate(prog)
+    )
 
 
 # -------------------------------------------------------------------------- wrappers
@@ -225,6 +255,27 @@ def _hidden_roots() -> list[str]:
     if home not in ("", "/"):
         roots.add(os.path.realpath(home))
     return sorted(r for r in roots if os.path.isdir(r))
+
+
+def _outermost(roots: list[str]) -> list[str]:
+    """``roots`` without those inside another (a tmpfs over the outer one hides them)."""
+    return sorted(r for r in set(roots) if not any(_under(r, o) and r != o for o in roots))
+
+
+def _rlmd_roots() -> list[str]:
+    """Folders hidden whatever their paths, even inside a folder bound back: the rlmd home
+    (the store, the config with its keys, the daemon's socket), the socket's folder when
+    it lies elsewhere, and ``$XDG_RUNTIME_DIR`` (the user's sockets). Model code that could
+    connect to the daemon's socket could ask it to run code unsandboxed."""
+    roots = set()
+    for where in (paths.home, lambda: paths.socket_path().parent):
+        with contextlib.suppress(OSError):  # one that cannot be made holds nothing
+            roots.add(str(where()))
+    runtime = os.environ.get("XDG_RUNTIME_DIR")
+    if runtime and os.path.isabs(runtime):
+        roots.add(runtime)
+    real = {os.path.realpath(r) for r in roots} - {"/"}
+    return sorted(r for r in real if os.path.isdir(r))
 
 
 @dataclass(frozen=True)
@@ -468,23 +519,38 @@ class Isolation:
         if uid is not None:  # setpriv needs these two to drop to the uid, then drops them
             base += ["--cap-add", "CAP_SETUID", "--cap-add", "CAP_SETGID"]
         args = [exe, *base, *_bwrap_mounts()]
-        hidden = _hidden_roots()
+        secret = _rlmd_roots()
+        hidden = _outermost([*_hidden_roots(), *secret])
         for root in hidden:
             perms = ["--perms", "1777"] if root in ("/tmp", "/var/tmp", "/dev/shm") else []
             args += [*perms, "--tmpfs", root]
-        binds = [p for p in self.config.keep if any(_under(p, r) for r in hidden)]
-        if self.config.project_dir:
-            binds.append(self.config.project_dir)
+        keep = [p for p in self.config.keep if any(_under(p, r) for r in hidden)]
+        binds = keep + ([self.config.project_dir] if self.config.project_dir else [])
         made: set[str] = set()
-        for path in sorted(set(binds), key=len):
-            if not os.path.exists(path):
-                continue
-            # bwrap makes missing parents 0700 (root's); the kernel's uid must pass them.
-            for parent in _parents_below(path, hidden):
-                if parent not in made:
-                    made.add(parent)
-                    args += ["--perms", "0755", "--dir", parent]
-            args += ["--ro-bind", path, path]
+
+        def bind(paths: list[str]) -> None:
+            nonlocal args
+            for path in sorted(set(paths), key=len):
+                if not os.path.exists(path):
+                    continue
+                # bwrap makes missing parents 0700 (root's); the kernel's uid must pass them.
+                for parent in _parents_below(path, hidden):
+                    if parent not in made:
+                        made.add(parent)
+                        args += ["--perms", "0755", "--dir", parent]
+                args += ["--ro-bind", path, path]
+
+        bind(binds)
+        # A folder bound back (the project, an editable install) may hold the rlmd home:
+        # hide it again, then bind back the interpreter's folders that lie inside it.
+        again = [r for r in secret if any(_under(r, b) and r != b for b in binds)]
+        for root in again:
+            args += ["--tmpfs", root]
+        bind([p for p in keep if any(_under(p, r) for r in again)])
+        for parent in _parents_below(workdir, hidden):
+            if parent not in made:
+                made.add(parent)
+                args += ["--perms", "0755", "--dir", parent]
         args += ["--bind", workdir, workdir, "--chdir", workdir]
         if self.seccomp:
             program = seccomp_program()
@@ -522,7 +588,10 @@ class Isolation:
             if os.geteuid() != 0:
                 namespaces.append("user")
         if self.wrapper == "bwrap":
-            filesystem = "host read-only; home, /tmp and /run hidden; working folder writable"
+            filesystem = (
+                "host read-only; home, /tmp, /run, the rlmd home and $XDG_RUNTIME_DIR hidden;"
+                " working folder writable"
+            )
         else:
             filesystem = "host (proc hidden)" if self.wrapper else "host"
         record: dict[str, Any] = {

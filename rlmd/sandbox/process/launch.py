@@ -23,10 +23,10 @@ import shutil
 import signal
 import subprocess
 import sys
-import tempfile
 from dataclasses import dataclass
 
 from rlmd.kernel import KERNEL_MAIN
+from rlmd.sandbox import workdirs
 from rlmd.sandbox.base import SandboxError
 from rlmd.sandbox.process import isolate
 from rlmd.sandbox.spares import SparePool
@@ -127,7 +127,7 @@ def launch(spec: LaunchSpec, workdir: str | None = None) -> KernelProcess:
         SandboxError: the interpreter cannot be executed.
     """
     owned = workdir is None
-    folder = tempfile.mkdtemp(prefix="rlmd-sandbox-") if workdir is None else workdir
+    folder = workdirs.make("sandbox") if workdir is None else workdir
     plan: isolate.Launch | None = None
     try:
         if spec.isolation is not None:

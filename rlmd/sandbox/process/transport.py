@@ -34,7 +34,7 @@ import weakref
 from typing import Any
 
 from rlmd.sandbox.base import CallHandler
-from rlmd.sandbox.files import inside, read_file, text_chunks, write_file, write_new
+from rlmd.sandbox.files import download_file, text_chunks, upload_file, write_new
 from rlmd.sandbox.limits import Limits
 from rlmd.sandbox.process import isolate
 from rlmd.sandbox.process import launch as processes
@@ -372,6 +372,8 @@ class ProcessTransport(Transport):
             out.add("read_home")
         if "pids" not in iso.controllers:
             out.add("fork_bomb")
+        if not iso.seccomp:
+            out.add("user_namespace")
         if self.limits.network or not iso.pid_namespace:
             out.add("network")
         return frozenset(out)
@@ -440,16 +442,20 @@ class ProcessTransport(Transport):
         return {"op": "bind_context_file", "path": path}, lambda: os.unlink(path)
 
     async def upload(self, path: str, data: bytes) -> None:
-        full = inside(self._workdir, path)
-        root = os.path.realpath(self._workdir or "")
-        await asyncio.to_thread(write_file, full, data, root, self._sandbox_uid())
+        uid = self._sandbox_uid()
+        own = None if uid is None else functools.partial(_give, uid=uid)
+        await asyncio.to_thread(upload_file, self._workdir, path, data, own)
 
     async def download(self, path: str) -> bytes:
-        return await asyncio.to_thread(read_file, inside(self._workdir, path))
+        return await asyncio.to_thread(download_file, self._workdir, path)
 
     async def close(self) -> None:
         if self._workdir_finalizer is not None:
             self._workdir_finalizer()  # removes the working folder (once)
+
+
+def _give(fd: int, *, uid: int) -> None:
+    os.fchown(fd, uid, uid)
 
 
 async def _drop_cgroups(launch: isolate.Launch) -> None:
