@@ -298,3 +298,46 @@ def test_doctor_prints_every_check_and_exits_with_the_verdict(tmp_path):
     failed = any(c["status"] == "fail" for c in checks)
     assert text.returncode == as_json.returncode == (1 if failed else 0)
     assert text.stdout.rstrip().endswith("some checks failed" if failed else "rlmd is ready")
+
+
+SLOW_DISK_RUN = """
+import sys, time
+import rlmd.context as context
+
+read = context._read_text
+
+def slow_read(path, max_bytes, skipped):
+    print("reading", path, flush=True)
+    time.sleep(1.0)  # a slow disk: this codebase takes minutes to read
+    return read(path, max_bytes, skipped)
+
+context._read_text = slow_read
+from rlmd.cli.main import main
+sys.exit(main(sys.argv[1:]))
+"""
+
+
+def test_sigterm_acts_while_the_codebase_is_still_loading(rlmd_home, tmp_path):
+    """SIGTERM during the load of a slow codebase ends `rlmd run` long before the load
+    could finish (600 files at 1 s each): the load runs off the event loop and stops."""
+    import signal
+
+    folder = tmp_path / "big"
+    folder.mkdir()
+    for i in range(600):
+        (folder / f"m{i:03}.py").write_text(f"x = {i}\n")
+    script = tmp_path / "never.json"
+    script.write_text(json.dumps(["```repl\nFINAL('too late')\n```"]))
+    proc = subprocess.Popen(
+        [sys.executable, "-c", SLOW_DISK_RUN, "run", "q", "--context", str(folder)]
+        + ["--model", f"scripted:{script}", "--json"],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        env={**os.environ, "RLMD_HOME": str(rlmd_home)},
+    )
+    assert proc.stdout is not None
+    assert proc.stdout.readline().startswith("reading ")  # the load is under way
+    proc.send_signal(signal.SIGTERM)
+    assert proc.wait(timeout=60) == 143, proc.stderr.read() if proc.stderr else ""
+    assert json.loads(rlmd("runs", "--json", home=rlmd_home).stdout) == []  # no model request
