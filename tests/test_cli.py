@@ -341,3 +341,33 @@ def test_sigterm_acts_while_the_codebase_is_still_loading(rlmd_home, tmp_path):
     proc.send_signal(signal.SIGTERM)
     assert proc.wait(timeout=60) == 143, proc.stderr.read() if proc.stderr else ""
     assert json.loads(rlmd("runs", "--json", home=rlmd_home).stdout) == []  # no model request
+
+
+PROVIDER_SDKS_AFTER = """
+import sys
+from rlmd.cli.main import main
+
+try:
+    main(["--help"])
+except SystemExit:
+    pass
+helped = sorted(m for m in sys.modules if m.split(".")[0] in ("openai", "anthropic"))
+code = main(sys.argv[1:])
+ran = sorted(m for m in sys.modules if m.split(".")[0] in ("openai", "anthropic"))
+print(code, helped, ran, file=sys.stderr)
+sys.exit(0 if code == 0 and not helped and not ran else 1)
+"""
+
+
+def test_help_and_a_scripted_run_do_not_import_provider_sdks(rlmd_home, codebase, script):
+    """openai costs ~1.4 s to import: only a run that calls an OpenAI model pays it."""
+    proc = subprocess.run(
+        [sys.executable, "-c", PROVIDER_SDKS_AFTER, "run", "Where is Engine defined?"]
+        + ["--context", str(codebase), "--model", f"scripted:{script}", "--json"],
+        capture_output=True,
+        text=True,
+        env={**os.environ, "RLMD_HOME": str(rlmd_home)},
+        timeout=120,
+    )
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    assert json.loads(proc.stdout.splitlines()[-1])["status"] == "completed"

@@ -882,3 +882,21 @@ async def test_local_timeout_stops_generation_and_long_prompt_errors(
         assert (await model.complete(user("Say hi"), max_tokens=4)).text  # still usable
     finally:
         await model.aclose()
+
+
+def test_count_messages_counts_each_message_once_as_history_grows() -> None:
+    """A loop re-sends its whole history every iteration; each message is counted once."""
+    counted: list[str] = []
+
+    class Counting(ScriptedModel):
+        def count_tokens(self, text: str) -> int:
+            counted.append(text)
+            return super().count_tokens(text)
+
+    model = Counting(ModelSpec(name="c", provider="scripted", model="c", options={"responses": []}))
+    history: list[Any] = [{"role": "system", "content": "You are a REPL agent."}]
+    for i in range(50):
+        history.append({"role": "user" if i % 2 else "assistant", "content": f"turn {i} " * 40})
+        expected = sum(count_tokens(m["content"]) + 4 for m in history) + 2
+        assert model.count_messages(history) == expected
+    assert len(counted) == len(history)  # not 1 + 2 + ... + 51
