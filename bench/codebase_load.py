@@ -77,8 +77,8 @@ def time_rlmd(folder: Path, work: Path, env: dict[str, str]) -> tuple[float, dic
     cmd = [sys.executable, "-m", "rlmd", "run", "Say ok.", "--context", str(folder)]
     cmd += ["--model", f"scripted:{model}:first", "--json", "--quiet"]
     t0 = time.time()
-    proc = subprocess.run(
-        cmd, capture_output=True, text=True, env={**env, "RLMD_BENCH_MARK": str(mark)}
+    proc = subprocess.run(  # cwd: not a checkout, so -m rlmd imports --rlmd-root's
+        cmd, capture_output=True, text=True, env={**env, "RLMD_BENCH_MARK": str(mark)}, cwd=work
     )
     out = json.loads(proc.stdout or "{}") if proc.returncode == 0 else {}
     if out.get("answer") != "ok" or not mark.exists():
@@ -98,6 +98,9 @@ def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--folder", type=Path, help="the codebase (default: a stdlib copy)")
     ap.add_argument("--reps", type=int, default=3)
+    ap.add_argument(
+        "--rlmd-root", type=Path, default=ROOT, help="the rlmd checkout to time (before/after)"
+    )
     args = ap.parse_args()
     load0 = os.getloadavg()
     work = Path(tempfile.mkdtemp(prefix="rlmd-codebase-load-"))
@@ -108,7 +111,7 @@ def main() -> int:
         env = {
             **os.environ,
             "RLMD_HOME": str(work / "home"),
-            "PYTHONPATH": os.pathsep.join([str(ROOT), os.environ.get("PYTHONPATH", "")]),
+            "PYTHONPATH": os.pathsep.join([str(args.rlmd_root), os.environ.get("PYTHONPATH", "")]),
         }
         time_floor(folder, env)  # warm the page cache for both
         rlmd_s, floor_s, files = [], [], 0
@@ -135,7 +138,10 @@ def main() -> int:
     }
     (ROOT / "bench" / "out").mkdir(exist_ok=True)
     (ROOT / "bench" / "out" / "codebase_load.json").write_text(json.dumps(report, indent=1))
-    print(f"codebase: {report['folder']} ({files} files), {args.reps} repetitions")
+    print(
+        f"codebase: {report['folder']} ({files} files), {args.reps} repetitions, "
+        f"rlmd from {args.rlmd_root}"
+    )
     print(f"{'':<34}{'median s':>10}{'min s':>8}")
     print(f"{'rlmd run -> first model request':<34}{rlmd_med:>10.2f}{min(rlmd_s):>8.2f}")
     print(f"{'floor: read every file (python)':<34}{floor_med:>10.2f}{min(floor_s):>8.2f}")
