@@ -40,7 +40,9 @@ ALWAYS_IGNORED = (
     ".tox/",
     "*.pyc",
 )
-"""Ignored even without a .gitignore: VCS internals, caches, virtualenvs, dependencies."""
+"""Ignored even without a .gitignore: VCS internals, caches, virtualenvs, dependencies. A
+folder holding a ``pyvenv.cfg`` (a virtualenv under any name: ``venv/``, ``env/``...) is
+skipped too; all are counted as ``skipped["ignored"]``."""
 
 
 class ContextMeta(TypedDict):
@@ -249,9 +251,10 @@ def load_codebase(
     """Load a folder as a codebase context.
 
     Walks ``root``; applies ``ALWAYS_IGNORED`` and every ``.gitignore`` found (patterns of a
-    nested .gitignore apply below its folder); skips files over ``max_file_bytes`` bytes,
-    files with a NUL byte in their first 8 KiB (binary) and files that do not decode as
-    UTF-8 (counted as binary). Symlinks are not followed.
+    nested .gitignore apply below its folder; an ignored folder is not walked at all);
+    skips virtualenvs under any name (a folder with ``pyvenv.cfg``), files over
+    ``max_file_bytes`` bytes, files with a NUL byte in their first 8 KiB (binary) and files
+    that do not decode as UTF-8 (counted as binary). Symlinks are not followed.
 
     Returns:
         A ``Context`` of kind ``"codebase"`` whose value maps POSIX relative paths, sorted,
@@ -293,7 +296,12 @@ def load_codebase(
                 skipped["unreadable"] += 1
         kept = []
         for d in sorted(dirnames):
-            if os.path.islink(os.path.join(dirpath, d)) or ignored(rel_dir + d, True):
+            full = os.path.join(dirpath, d)
+            if (
+                os.path.islink(full)
+                or ignored(rel_dir + d, True)
+                or os.path.isfile(os.path.join(full, "pyvenv.cfg"))  # a virtualenv
+            ):
                 skipped["ignored"] += 1
             else:
                 kept.append(d)

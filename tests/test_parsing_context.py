@@ -303,3 +303,19 @@ async def test_cancelled_codebase_load_stops_its_worker_thread(tmp_path, monkeyp
     release.set()
     await asyncio.to_thread(thread_done.wait)
     assert len(files_read) == 1  # stopped after the file in hand, not after all 50
+
+
+def test_virtualenvs_under_any_name_and_node_modules_are_skipped(tmp_path):
+    (tmp_path / "app.py").write_text("x = 1\n")
+    for venv in ("venv", "env", "tools/py311"):
+        (tmp_path / venv / "lib").mkdir(parents=True)
+        (tmp_path / venv / "pyvenv.cfg").write_text("home = /usr/bin\n")
+        (tmp_path / venv / "lib" / "site.py").write_text("y = 2\n")
+    (tmp_path / "node_modules" / "left-pad").mkdir(parents=True)
+    (tmp_path / "node_modules" / "left-pad" / "index.js").write_text("module.exports = 1\n")
+    (tmp_path / "environment").mkdir()  # no pyvenv.cfg: an ordinary folder
+    (tmp_path / "environment" / "setup.py").write_text("z = 3\n")
+    ctx = load_codebase(tmp_path)
+    assert sorted(ctx.value) == ["app.py", "environment/setup.py"]
+    assert ctx.skipped["ignored"] == 4
+    assert ctx.metadata(len)["skipped"] == {"ignored": 4}  # the model is told
