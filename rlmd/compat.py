@@ -12,7 +12,10 @@ and meanings follow ``rlms`` 0.1.3; where rlmd differs, it says so here:
   default is 2 so ``rlm_query`` starts a real child run unless you lower it.
 - Budgets (``max_budget``, ``max_timeout``, ``max_tokens``, ``max_errors``) end the run with a
   status and a marked best-available answer instead of raising; ``status`` and
-  ``answer_source`` are on the result.
+  ``answer_source`` are on the result. ``max_budget`` needs every model's price: rlmd's
+  table (:data:`rlmd.models.registry.HOSTED_MODELS`) for the official OpenAI and Anthropic
+  APIs, else ``price_input``/``price_output`` (USD per 1M tokens) in ``backend_kwargs``; a
+  model with no known price is refused (``ValueError``) instead of counting as $0.
 - Every completion is recorded as a trajectory in rlmd's store (``rlmd show RUN_ID``).
 - API keys passed in ``backend_kwargs`` are used for calls but never stored.
 - ``persistent=True`` keeps one REPL across calls; each call rebinds ``context`` to the new
@@ -31,6 +34,7 @@ from rlmd import config
 from rlmd.context import load_context
 from rlmd.engine import Budget, RunConfig, prepare_sandbox, run_task
 from rlmd.models.base import ModelSpec
+from rlmd.models.registry import HOSTED_MODELS
 from rlmd.sandbox import DEFAULT_BACKEND
 
 _PROVIDERS = {
@@ -115,6 +119,9 @@ def _spec(
         sampling=sampling_args,
         options=options,
     )
+    if spec.base_url is None:  # the official API: its published price, unless given below
+        known = HOSTED_MODELS.get(f"{provider}:{model}", {})
+        spec.price_input, spec.price_output = known.get("price_input"), known.get("price_output")
     for key in (
         "context_window",
         "max_output_tokens",

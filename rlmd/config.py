@@ -11,7 +11,8 @@ Files, later layers override earlier ones key by key:
 
 A project's file arrives with the code being asked about, so it may make a run *safer or
 cheaper*, never riskier. It may not choose where API keys are sent (``base_url``,
-``api_key_env``), load the project's files as code or models (``scripted`` ``file.py:func``,
+``api_key_env``), set a model's price (``price_input``/``price_output``: a low one would let
+a USD budget through), load the project's files as code or models (``scripted`` ``file.py:func``,
 ``local`` GGUF paths, ``scripted:``/``local:`` shorthands in ``[run]``), raise a budget, the
 output cap or sub-call concurrency above the user's config or the default, or loosen the
 sandbox: no ``sandbox = "inprocess"`` (model code in the daemon's own process), no
@@ -29,8 +30,8 @@ Config format::
     api_key_env = "MY_SERVER_KEY"      # the variable's NAME; keys are never written in config
     context_window = 32768             # tokens
     max_output_tokens = 1024           # tokens per call
-    price_input = 0.15                 # USD per 1M input tokens
-    price_output = 0.60                # USD per 1M output tokens
+    price_input = 0.15                 # USD per 1M input tokens (default: unknown, which
+    price_output = 0.60                # max_usd refuses; local and scripted models are free)
     n_threads = 1                      # local models only
     timeout_s = 120                    # seconds per request
     max_retries = 3
@@ -56,6 +57,7 @@ config file's folder. Other top-level tables are kept in :attr:`Settings.section
 
 from __future__ import annotations
 
+import math
 import tomllib
 from dataclasses import dataclass, field, fields
 from pathlib import Path
@@ -205,6 +207,10 @@ UNTRUSTED_KEYS = ("base_url", "api_key_env")
 """Model keys a project config may not set: with them a cloned repository could send your
 API key to a server of its choosing."""
 
+PRICE_KEYS = ("price_input", "price_output")
+"""Model keys a project config may not set: a price of 0 for a model you pay for would let
+a USD budget (``max_usd``) through."""
+
 PROJECT_BACKENDS = ("subprocess", "container")
 """Backends a project config may choose: both isolate model code on this machine."""
 
@@ -220,15 +226,20 @@ def check_project_models(entry: dict[str, Any], where: str) -> None:
     the project's files steer keys or run code.
 
     Raises:
-        ValueError: ``base_url`` / ``api_key_env``, a scripted ``file.py:func`` model or a
-            local model file that is not a known local model.
+        ValueError: ``base_url`` / ``api_key_env``, a price, a scripted ``file.py:func``
+            model or a local model file that is not a known local model.
     """
-    for key in UNTRUSTED_KEYS:
+    for key in (*UNTRUSTED_KEYS, *PRICE_KEYS):
         if key in entry:
+            harm = (
+                "could send your API key elsewhere"
+                if key in UNTRUSTED_KEYS
+                else "could understate what a model costs you and so defeat max_usd"
+            )
             raise ValueError(
                 f"{where}: '{key}' may only be set in the user config "
                 f"({paths.user_config_path()}), not in a project's file, which comes with the "
-                "code you are asking about and could send your API key elsewhere"
+                f"code you are asking about and {harm}"
             )
     model = entry.get("model")
     if entry.get("provider") == "scripted" and isinstance(model, str) and _split_py_ref(model):
@@ -364,6 +375,8 @@ def _check_fields(table: Any, where: str, allowed: set[str]) -> dict[str, Any]:
             raise ValueError(f"{where}.{key}: expected {names}, got {type(value).__name__}")
         if key in _MINIMUM and number < _MINIMUM[key]:
             raise ValueError(f"{where}.{key}: must be >= {_MINIMUM[key]}, got {value}")
+        if key in PRICE_KEYS and not math.isfinite(number):  # NaN would never reach max_usd
+            raise ValueError(f"{where}.{key}: must be a finite number, got {value}")
         if key == "timeout_s" and number <= 0:
             raise ValueError(f"{where}.{key}: must be > 0, got {value}")
     if "provider" in table and table["provider"] not in PROVIDERS:

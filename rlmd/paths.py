@@ -1,4 +1,6 @@
-"""Where rlmd keeps its state: one folder, ``$RLMD_HOME`` or the platform's user data folder.
+"""Where rlmd keeps its state: one folder, ``$RLMD_HOME`` or the platform's user data folder,
+private to the user (mode 0700, the store 0600: it holds every question, answer and code
+context).
 
 Layout under the home folder:
     config.toml        user-level configuration (models, run defaults)
@@ -14,6 +16,7 @@ from __future__ import annotations
 
 import hashlib
 import os
+import stat
 import tempfile
 from pathlib import Path
 
@@ -27,12 +30,40 @@ PROJECT_CONFIG_NAMES = (".rlmd.toml", "rlmd.toml")
 
 
 def home() -> Path:
-    """The rlmd home folder (created if missing): ``$RLMD_HOME`` if set, else
-    ``platformdirs.user_data_dir("rlmd")``."""
+    """The rlmd home folder: ``$RLMD_HOME`` if set, else ``platformdirs.user_data_dir("rlmd")``.
+    Created if missing with mode 0700; an existing one of this user's that others may read
+    is made private (see :func:`make_private`)."""
     env = os.environ.get("RLMD_HOME")
     path = Path(env).expanduser() if env else Path(platformdirs.user_data_dir("rlmd"))
-    path.mkdir(parents=True, exist_ok=True)
+    path.mkdir(mode=0o700, parents=True, exist_ok=True)
+    make_private(path)
     return path
+
+
+def make_private(path: str | Path) -> None:
+    """Take the group and other permissions off ``path`` (0755 -> 0700, 0644 -> 0600) when
+    this user owns it; a missing path, someone else's or one on a read-only file system is
+    left as it is. Works on the path, never an open descriptor (closing one on a SQLite file
+    drops the locks the process holds on it)."""
+    try:
+        st = os.stat(path)
+        if st.st_uid == os.getuid() and st.st_mode & 0o077:
+            os.chmod(path, stat.S_IMODE(st.st_mode) & 0o700)
+    except OSError:
+        pass
+
+
+def create_private_file(path: str | Path) -> None:
+    """Create ``path`` empty with mode 0600 unless it exists (then :func:`make_private`). An
+    existing file is never opened, so this is safe on a database the process holds open.
+
+    Raises:
+        OSError: the folder is missing or not writable.
+    """
+    try:
+        os.close(os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW, 0o600))
+    except FileExistsError:
+        make_private(path)
 
 
 def store_path() -> Path:

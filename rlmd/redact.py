@@ -9,8 +9,10 @@
 * strings shaped like common API keys: ``sk-...`` (OpenAI), ``sk-ant-...`` (Anthropic),
   ``ghp_...``-style GitHub tokens, ``hf_...`` Hugging Face tokens, ``AKIA...`` AWS key ids.
 
-Environment values shorter than 8 characters are not treated as secrets (``FOO_TOKEN=1`` would
-otherwise wipe every "1"). The secret values found in the environment are cached and found
+Only values of a credible length are secrets: :data:`MIN_SECRET_LEN` (8) characters or more,
+whether from the environment or passed in (``FOO_TOKEN=1`` or a local server's key ``"x"``
+would otherwise wipe every "1" or "x" of stored code and messages). A shorter key is used but
+not hidden. The secret values found in the environment are cached and found
 again whenever ``os.environ`` changes (checked at every call by comparing it with a snapshot,
 about a microsecond) or a variable is registered, so keys set later are covered too.
 """
@@ -24,6 +26,7 @@ from typing import Any
 
 REDACTED = "[REDACTED]"
 MIN_SECRET_LEN = 8
+"""Characters a value needs to be redacted: shorter ones are too common in ordinary text."""
 
 _SECRET_NAME = re.compile(r".*_(API_KEY|KEY|TOKEN|SECRET|PASSWORD)$", re.IGNORECASE)
 # Common API key shapes. The first letter is matched before the look-behind so that the
@@ -71,21 +74,29 @@ def _env_secrets() -> tuple[str, ...]:
     if cache is not None and cache[0] == generation and cache[1] == env:
         return cache[2]
     snapshot = dict(env)  # taken first: a change made meanwhile shows at the next call
-    values = {
-        v
-        for k, v in os.environ.items()
-        if (_SECRET_NAME.match(k) or k in _registered) and len(v) >= MIN_SECRET_LEN
-    }
+    values = set(
+        credible(v for k, v in os.environ.items() if _SECRET_NAME.match(k) or k in _registered)
+    )
     literals = tuple(sorted(values, key=len, reverse=True))
     _cache = (generation, snapshot, literals)
     return literals
 
 
+def credible(values: Iterable[str]) -> list[str]:
+    """The ``values`` long enough to be redacted (:data:`MIN_SECRET_LEN` characters or more)."""
+    return [v for v in values if v and len(v) >= MIN_SECRET_LEN]
+
+
 def secret_values(extra: Iterable[str] = ()) -> frozenset[str]:
-    """The secret strings :func:`redact` currently removes (env values and ``extra``)."""
-    values = set(_env_secrets())
-    values.update(v for v in extra if v)
-    return frozenset(values)
+    """The secret strings :func:`redact` currently removes (env values and credible ``extra``)."""
+    return frozenset((*_env_secrets(), *credible(extra)))
+
+
+def remove_values(text: str, secrets: Iterable[str]) -> str:
+    """``text`` with each credible value of ``secrets`` replaced by ``[REDACTED]``, and
+    nothing else changed (no environment values, no key shapes): for a model's reply, whose
+    code runs as written, when the server might echo the key back."""
+    return _replace(text, tuple(sorted(credible(secrets), key=len, reverse=True)))
 
 
 def redact(obj: Any, secrets: Iterable[str] = ()) -> Any:
@@ -94,24 +105,29 @@ def redact(obj: Any, secrets: Iterable[str] = ()) -> Any:
     Args:
         obj: a string, or dicts / lists / tuples nesting strings (dict keys are kept as they
             are); any other value is returned unchanged.
-        secrets: extra literal values to remove, whatever their length (for example an
-            API key the caller holds).
+        secrets: extra literal values to remove (for example an API key the caller holds);
+            those shorter than :data:`MIN_SECRET_LEN` are left in the text.
 
     Returns:
         The same shape as ``obj``; strings without secrets are returned as they are.
     """
     literals: tuple[str, ...] = _env_secrets()
-    extra = [v for v in secrets if v]
+    extra = credible(secrets)
     if extra:
         literals = tuple(sorted(set(literals).union(extra), key=len, reverse=True))
     return _walk(obj, literals)
 
 
-def _scrub(text: str, literals: tuple[str, ...]) -> str:
+def _replace(text: str, literals: tuple[str, ...]) -> str:
+    """``text`` with each of ``literals`` (longest first) replaced by ``[REDACTED]``."""
     for value in literals:
         if value in text:
             text = text.replace(value, REDACTED)
-    return _KEY_SHAPES.sub(REDACTED, text)
+    return text
+
+
+def _scrub(text: str, literals: tuple[str, ...]) -> str:
+    return _KEY_SHAPES.sub(REDACTED, _replace(text, literals))
 
 
 def _walk(obj: Any, literals: tuple[str, ...]) -> Any:

@@ -5,19 +5,40 @@ from __future__ import annotations
 
 from typing import Any
 
+from rlmd import paths
 from rlmd.engine import EventSink, RunConfig, RunResult, run_task
 from rlmd.models.base import ModelNotAvailable
 from rlmd.models.registry import Registry
 
 
 def check_models(registry: Registry, config: RunConfig) -> None:
-    """Raise :class:`ModelNotAvailable` (with the fix in the message) when a model the run
-    needs cannot be used here."""
+    """Check the models a run is configured with before it starts (every way of starting a
+    run, the CLI, the daemon and :class:`rlmd.RLM`, calls this).
+
+    Raises:
+        KeyError / ValueError: an unknown model name (see :meth:`Registry.spec`).
+        ModelNotAvailable: a model cannot be used here (the fix is in the message).
+        ValueError: the run has a USD budget (``max_usd``) and a model's price is unknown
+            (:attr:`rlmd.models.base.ModelSpec.priced`): its calls would count as $0 and
+            the budget would never stop them. The message names the model and where to set
+            its price.
+    """
     names = {config.root_model, config.model_for_depth(1), *config.models_by_depth.values()}
     for name in sorted(names):
         reason = registry.get(name).availability()
         if reason:
             raise ModelNotAvailable(f"model {name!r} is not usable: {reason}")
+    if config.budget.max_usd is None:
+        return
+    for name in sorted(names):
+        if not registry.spec(name).priced:
+            raise ValueError(
+                f"model {name!r} has no known price, so a USD budget (max_usd "
+                f"{config.budget.max_usd:g}) cannot limit it: its calls would count as $0. "
+                "Set price_input and price_output (USD per 1M tokens) in its [models.NAME] "
+                f"table in your user config ({paths.user_config_path()}), or run without "
+                "max_usd"
+            )
 
 
 async def run_question(
@@ -34,7 +55,6 @@ async def run_question(
     check_models(registry, config)
     store = None
     if record:
-        from rlmd import paths
         from rlmd.store import Store
 
         store = Store(paths.store_path())

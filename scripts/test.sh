@@ -11,6 +11,7 @@ RLMD_TEST_MODEL="$(rlmd models pull qwen2.5-coder-0.5b)"
 export RLMD_TEST_MODEL
 ruff check rlmd tui tests bench
 ruff format --check rlmd tui tests bench
+mypy  # the package's types (config in pyproject.toml)
 pytest -q -p no:cacheprovider "$@"
 # The VS Code extension (clients/vscode): type check, protocol tests against a real daemon, then
 # the real workbench (code-server + playwright-core + Chromium; installs itself, cached).

@@ -371,3 +371,39 @@ def test_help_and_a_scripted_run_do_not_import_provider_sdks(rlmd_home, codebase
     )
     assert proc.returncode == 0, proc.stderr[-2000:]
     assert json.loads(proc.stdout.splitlines()[-1])["status"] == "completed"
+
+
+def test_sandbox_commands_without_the_docker_sdk_say_what_to_install(rlmd_home, tmp_path):
+    """`rlmd sandbox ls` printed a ModuleNotFoundError traceback when the container extra
+    (the docker SDK) was not installed."""
+    hide = tmp_path / "no-docker"
+    hide.mkdir()
+    (hide / "sitecustomize.py").write_text("import sys\nsys.modules['docker'] = None\n")
+    (tmp_path / "tpl" / "mine").mkdir(parents=True)
+    (tmp_path / "tpl" / "mine" / "Dockerfile").write_text("FROM scratch\n")
+    env = {
+        **os.environ,
+        "RLMD_HOME": str(rlmd_home),
+        "COLUMNS": "200",
+        "PYTHONPATH": os.pathsep.join([str(hide), os.environ.get("PYTHONPATH", "")]),
+    }
+
+    def sandbox(*args: str) -> subprocess.CompletedProcess[str]:
+        command = [sys.executable, "-m", "rlmd.cli", "sandbox", *args]
+        return subprocess.run(command, capture_output=True, text=True, env=env, timeout=120)
+
+    probe = subprocess.run(
+        [sys.executable, "-c", "import docker"], capture_output=True, text=True, env=env
+    )
+    assert probe.returncode == 1 and "ModuleNotFoundError" in probe.stderr  # the SDK is hidden
+
+    listed = sandbox("ls", "--dir", str(tmp_path / "tpl"))
+    assert listed.returncode == 0, listed.stderr
+    assert "mine" in listed.stdout  # the templates are still listed, none as built
+    as_json = sandbox("ls", "--json", "--dir", str(tmp_path / "tpl"))
+    assert [(t["name"], t["image_id"]) for t in json.loads(as_json.stdout)] == [("mine", None)]
+    reaped = sandbox("reap")
+    assert reaped.returncode == 1
+    for proc in (listed, as_json, reaped):
+        assert "Traceback" not in proc.stderr
+        assert "pip install 'rlmd[container]'" in proc.stderr, proc.stderr

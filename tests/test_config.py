@@ -180,7 +180,7 @@ max_depth = 2
         project / ".rlmd.toml",
         """
 [models.fast]
-price_input = 0.0
+timeout_s = 10
 [models.fast.sampling]
 temperature = 0
 
@@ -205,7 +205,7 @@ kind = "process"
     fast = registry.spec("fast")
     assert fast.provider == "openai" and fast.model == "gpt-4.1-mini"
     assert fast.base_url is None
-    assert (fast.price_input, fast.price_output, fast.timeout_s) == (0.0, 1.6, 30)
+    assert (fast.price_input, fast.price_output, fast.timeout_s) == (0.4, 1.6, 10)
     assert fast.sampling == {"temperature": 0, "top_p": 0.9}
     assert registry.spec("mine").model == str(project / "scripts" / "s.json")
     assert settings.run == {
@@ -225,13 +225,17 @@ kind = "process"
         '[models.x]\nprovider = "openai"\nmodel = "m"\napi_key_env = "OPENAI_API_KEY"\n',
         '[providers.openai]\nbase_url = "http://evil.invalid/v1"\n',
         '[models.x]\nprovider = "scripted"\nmodel = "evil.py:run"\n',
+        "[models.fast]\nprice_input = 0.0\n",  # free, as far as max_usd could tell
+        '[models.x]\nprovider = "openai"\nmodel = "o1-pro"\nprice_output = 0.001\n',
+        "[providers.anthropic]\nprice_input = 0\n",
     ],
 )
 def test_project_config_cannot_steer_keys_or_load_code(
     rlmd_home: Path, tmp_path: Path, toml: str
 ) -> None:
     """A project's .rlmd.toml comes with the code being asked about: it must not choose where
-    the user's API key goes, nor make rlmd import Python from the repository."""
+    the user's API key goes, what a model costs (a USD budget counts by it), nor make rlmd
+    import Python from the repository."""
     write(rlmd_home / "config.toml", '[models.fast]\nprovider = "openai"\nmodel = "gpt-4.1-mini"\n')
     project = tmp_path / "cloned"
     write(project / ".rlmd.toml", toml)
@@ -258,6 +262,8 @@ def test_project_config_cannot_steer_keys_or_load_code(
             "[models.x].price_input: expected number",
         ),
         ('[models.x]\nprovider = "openai"\nn_threads = 0\n', "n_threads: must be >= 1"),
+        ('[models.x]\nprovider = "openai"\nprice_output = nan\n', "must be a finite number"),
+        ('[models.x]\nprovider = "openai"\nprice_input = -1\n', "price_input: must be >= 0"),
         ('[models.x]\nprovider = "gemini"\n', "'gemini' is not one of"),
         ('[models.x]\nmodel = "y"\n', "needs a 'provider' key"),
         ('[models.x]\nprovider = "openai"\nsampling = 1\n', "sampling: expected dict"),

@@ -227,8 +227,11 @@ def test_registry_shorthands(rlmd_home: Path) -> None:
         "claude-sonnet-4-5",
         200_000,
     )
+    assert gpt.priced and claude.priced
     unknown_price = registry.spec("openai:some-new-model")
-    assert (unknown_price.price_input, unknown_price.price_output) == (0.0, 0.0)
+    assert (unknown_price.price_input, unknown_price.price_output) == (None, None)
+    assert not unknown_price.priced  # not $0: a USD budget refuses it
+    assert registry.spec("qwen2.5-coder-1.5b").priced  # local: free, with no price set
     local = registry.spec("local:qwen2.5-coder-1.5b")
     assert (local.name, local.provider, local.model) == (
         "local:qwen2.5-coder-1.5b",
@@ -684,12 +687,24 @@ def test_redact_env_secrets_and_key_shapes(monkeypatch: pytest.MonkeyPatch) -> N
         "keys": f"{REDACTED} and {REDACTED} and sk-learn 1",
     }
     assert obj["a"] == "key=abc123secretvalue!"  # input untouched
-    assert redact("a literal one", secrets=["literal"]) == f"a {REDACTED} one"
+    assert redact("a literal-1 one", secrets=["literal-1"]) == f"a {REDACTED} one"
     fake = "abcdefghij" * 2 + "klmn"  # built here so no key-shaped literal is committed
     inside_word = f"ta{'sk'}-{fake}"  # "sk-..." but part of a longer word
     assert redact(f"{inside_word} ({'sk'}-{fake})") == f"{inside_word} ({REDACTED})"
     assert redact("sk-ant-api03-abcdefgh") == REDACTED  # at the very start
     assert redact(None) is None and redact(3.5) == 3.5
+
+
+def test_a_key_too_short_to_be_a_secret_is_not_redacted(monkeypatch: pytest.MonkeyPatch) -> None:
+    """A 1-character key ("x", a local server that takes any key) would turn every "x" of
+    stored code and messages into [REDACTED]: only keys of 8 characters or more are removed."""
+    code = "x = max(xs)\nprint(x)"
+    for short in ("x", "1234567"):
+        assert redact(code + short, secrets=[short]) == code + short
+    monkeypatch.setenv("LOCAL_API_KEY", "x")
+    register_secret_env("LOCAL_API_KEY")
+    assert redact(code) == code
+    assert redact(f"{code} 12345678", secrets=["12345678"]) == f"{code} {REDACTED}"
 
 
 def test_redact_registered_env_and_speed(monkeypatch: pytest.MonkeyPatch) -> None:

@@ -12,16 +12,18 @@ import time
 import traceback
 from collections.abc import Callable, Iterator
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from pathlib import Path
 from typing import Any
 
 import pytest
+from helpers.cli import rlmd
 
 from rlmd.models import ModelError, ModelNotAvailable, ModelSpec
 from rlmd.models.anthropic import AnthropicModel, to_anthropic
 from rlmd.models.openai import DUMMY_KEY, OpenAIModel
 
-Reply = tuple[int, dict[str, Any], dict[str, str]] | str
-"""``(status, json body, headers)`` or ``"hang"`` (never answer)."""
+Reply = tuple[int, dict[str, Any] | bytes, dict[str, str]] | str
+"""``(status, json body or raw bytes, headers)`` or ``"hang"`` (never answer)."""
 
 
 class FakeServer:
@@ -29,6 +31,8 @@ class FakeServer:
 
     ``replies`` is consumed one per request; when empty, ``default(request)`` answers.
     A reply may also be a callable ``request -> Reply`` (to echo headers back).
+    A chat.completion body is streamed when the request asks for it, unless
+    ``ignores_stream`` is set (as some OpenAI-compatible proxies do).
     """
 
     def __init__(self, default: Callable[[dict[str, Any]], Reply]) -> None:
@@ -57,14 +61,14 @@ class FakeServer:
                     server.release.wait(10)
                     return
                 status, body, headers = reply
-                if request["body"].get("stream") and status == 200 and "choices" in body:
+                streamed = request["body"].get("stream") and not server.ignores_stream
+                if streamed and status == 200 and isinstance(body, dict) and "choices" in body:
                     self.stream(request, body)
                     return
-                data = json.dumps(body).encode()
+                data = body if isinstance(body, bytes) else json.dumps(body).encode()
                 self.send_response(status)
-                self.send_header("content-type", "application/json")
                 self.send_header("content-length", str(len(data)))
-                for k, v in headers.items():
+                for k, v in {"content-type": "application/json", **headers}.items():
                     self.send_header(k, v)
                 self.end_headers()
                 self.wfile.write(data)
@@ -101,6 +105,7 @@ class FakeServer:
                 except OSError:
                     server.disconnected.set()
 
+        self.ignores_stream = False
         self.chunks_sent = 0
         self.chunk_delay_s = 0.0
         self.disconnected = threading.Event()
@@ -420,6 +425,45 @@ async def test_openai_not_streamed_still_cuts_at_stop_but_cannot_report_it(
     assert "stream" not in body and body["stop"] == ["\n```\n"]
 
 
+async def test_openai_server_that_ignores_stream_true_still_gives_the_reply(
+    openai_server: FakeServer, key: str
+) -> None:
+    openai_server.ignores_stream = True  # one JSON body, as some proxies answer
+    openai_server.replies.append(openai_reply("```repl\nx = 1\n```\nOutput: 3"))
+    model = OpenAIModel(openai_spec(openai_server))
+    assert model.streams
+    c = await model.complete(USER, stop=["\n```\n"])
+    await model.aclose()
+    assert (c.text, c.stop_sequence, c.finish_reason) == ("```repl\nx = 1", "\n```\n", "stop")
+    assert (c.input_tokens, c.output_tokens) == (11, 7)
+    assert openai_server.requests[0]["body"]["stream"] is True
+
+
+EMPTY_BODIES = {
+    "no bytes": (b"", "application/json"),
+    "an empty object": (b"{}", "application/json"),
+    "no choices": (b'{"id": "c", "object": "chat.completion", "choices": []}', "application/json"),
+    "an event stream with no events": (b"", "text/event-stream"),
+    "an event stream of [DONE] only": (b"data: [DONE]\n\n", "text/event-stream"),
+}
+
+
+@pytest.mark.parametrize("stream", [True, False], ids=["streamed", "not streamed"])
+@pytest.mark.parametrize("empty", list(EMPTY_BODIES))
+async def test_openai_empty_reply_is_an_error_naming_the_server(
+    openai_server: FakeServer, key: str, empty: str, stream: bool
+) -> None:
+    body, content_type = EMPTY_BODIES[empty]
+    openai_server.default = lambda request: (200, body, {"content-type": content_type})
+    spec = openai_spec(openai_server, options={"stream": stream, "retry_base_delay_s": 0.01})
+    model = OpenAIModel(spec)
+    with pytest.raises(ModelError, match="empty reply") as info:
+        await model.complete(USER)
+    await model.aclose()
+    assert f"127.0.0.1:{openai_server.port}" in str(info.value)
+    assert key not in all_text(info.value)
+
+
 # ----------------------------------------------------------------------------- Anthropic
 
 
@@ -528,6 +572,19 @@ async def test_anthropic_timeout(anthropic_server: FakeServer, key: str) -> None
     assert time.monotonic() - start < 2.0
 
 
+@pytest.mark.parametrize("body", [b"", b"{}", b'{"type": "message", "content": []}'])
+async def test_anthropic_empty_reply_is_an_error_naming_the_server(
+    anthropic_server: FakeServer, key: str, body: bytes
+) -> None:
+    anthropic_server.default = lambda request: (200, body, {})
+    model = AnthropicModel(anthropic_spec(anthropic_server))
+    with pytest.raises(ModelError, match="empty reply") as info:
+        await model.complete(USER)
+    await model.aclose()
+    assert f"127.0.0.1:{anthropic_server.port}" in str(info.value)
+    assert key not in all_text(info.value)
+
+
 async def test_anthropic_missing_key(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.delenv("ANTHROPIC_API_KEY", raising=False)
     model = AnthropicModel(ModelSpec(name="c", provider="anthropic", model="claude"))
@@ -557,3 +614,76 @@ def test_rlm_api_key_in_code_is_sent_but_never_stored(openai_server: FakeServer,
         path = rlmd_home / name
         if path.exists():
             assert value.encode() not in path.read_bytes()
+
+
+def test_a_one_character_key_leaves_the_models_code_as_written(
+    openai_server: FakeServer, rlmd_home: Path
+) -> None:
+    """A local server that takes any key, given "x": every x of the model's code was
+    replaced by [REDACTED] before it ran and in the store."""
+    from rlmd import RLM
+    from rlmd.store import Store
+
+    code = "xs = [3, 1, 2]\nFINAL(max(xs))"
+    openai_server.default = lambda request: openai_reply(f"```repl\n{code}\n```")
+    kwargs = {"model_name": "m", "base_url": openai_server_url(openai_server), "api_key": "x"}
+    with RLM(backend="openai", backend_kwargs=kwargs) as rlm:
+        result = rlm.completion("abc", root_prompt="q")
+    assert openai_server.requests[0]["headers"]["authorization"] == "Bearer x"
+    assert result.response == "3"
+    with Store() as store:
+        cells = [node["data"] for node in store.nodes(result.run_id) if node["kind"] == "cell"]
+    assert [cell["code"].strip() for cell in cells] == [code]
+
+
+# ----------------------------------------------------------------------------- prices
+
+
+def test_max_usd_refuses_a_model_with_no_known_price(
+    openai_server: FakeServer, rlmd_home: Path
+) -> None:
+    """A proxy model with no price counted as $0, so `--max-usd 0.5` let 10M tokens through:
+    the run is now refused before its first call, and binds once the model has a price."""
+    entry = f'[models.proxy]\nprovider = "openai"\nmodel = "m"\nbase_url = "{openai_server_url(openai_server)}"\n'
+    (rlmd_home / "config.toml").write_text(entry)
+    run = ("run", "q", "--context", "-", "--model", "proxy", "--json")
+
+    refused = rlmd(*run, "--max-usd", "0.5", home=rlmd_home, input="x")
+    assert refused.returncode == 2, refused.stderr
+    assert "'proxy' has no known price" in refused.stderr
+    assert "price_input and price_output" in refused.stderr
+    assert openai_server.requests == []
+
+    openai_server.default = lambda request: openai_reply("```repl\nFINAL('done')\n```")
+    unbudgeted = rlmd(*run, home=rlmd_home, input="x")  # no USD budget: nothing to refuse
+    assert unbudgeted.returncode == 0, unbudgeted.stderr
+    assert json.loads(unbudgeted.stdout)["answer"] == "done"
+
+    # priced: 18 tokens a call at $10,000 per 1M is $0.18; the budget ends the run
+    (rlmd_home / "config.toml").write_text(entry + "price_input = 1e4\nprice_output = 1e4\n")
+    openai_server.default = lambda request: openai_reply("```repl\nprint(1)\n```")
+    budgeted = rlmd(*run, "--max-usd", "0.5", home=rlmd_home, input="x")
+    assert json.loads(budgeted.stdout)["status"] == "max_usd", budgeted.stderr
+
+
+def test_rlm_max_budget_refuses_an_unpriced_model_and_prices_known_ones(
+    openai_server: FakeServer, rlmd_home: Path
+) -> None:
+    from rlmd import RLM
+
+    openai_server.default = lambda request: openai_reply("```repl\nFINAL('done')\n```")
+    kwargs = {"model_name": "m", "base_url": openai_server_url(openai_server), "api_key": "k"}
+    with RLM(backend="openai", backend_kwargs=kwargs, max_budget=0.5) as rlm:
+        with pytest.raises(ValueError, match="'root' has no known price"):
+            rlm.completion("abc", root_prompt="q")
+    assert openai_server.requests == []
+    priced = {**kwargs, "price_input": 0.0, "price_output": 0.0}  # a server you do not pay for
+    with RLM(backend="openai", backend_kwargs=priced, max_budget=0.5) as rlm:
+        assert rlm.completion("abc", root_prompt="q").response == "done"
+    with RLM(backend="openai", backend_kwargs={"model_name": "gpt-4.1-mini"}) as rlm:
+        spec = rlm.registry.spec("root")  # the official API: rlmd's price table
+        assert spec.priced and spec.price_input and spec.price_input > 0
+
+
+def openai_server_url(server: FakeServer) -> str:
+    return f"http://127.0.0.1:{server.port}/v1"

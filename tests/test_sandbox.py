@@ -673,6 +673,29 @@ async def test_interrupt_keeps_the_state(sandbox):
     assert r.stdout == "yes True\n"
 
 
+async def test_state_follows_the_lifecycle(sandbox):
+    from rlmd.sandbox.session import SandboxState
+
+    assert sandbox.state is SandboxState.READY
+    task = asyncio.create_task(sandbox.execute("n = 0\nwhile True:\n    n += 1"))
+    deadline = time.monotonic() + 30
+    while sandbox.state is not SandboxState.RUNNING and time.monotonic() < deadline:
+        await asyncio.sleep(0.01)
+    assert sandbox.state is SandboxState.RUNNING
+    assert await sandbox.interrupt() is True
+    await asyncio.wait_for(task, 30)
+    assert sandbox.state is SandboxState.READY
+    await sandbox.close()
+    assert sandbox.state is SandboxState.CLOSED
+
+
+def test_a_new_sandbox_is_stopped():
+    from rlmd.sandbox.session import SandboxState
+
+    for name in ("subprocess", "inprocess"):
+        assert create_sandbox(name).state is SandboxState.STOPPED
+
+
 async def test_interrupt_escalates_to_a_restart():
     for name in ("subprocess",):  # inprocess: covered by its blocked-thread test
         sb = create_sandbox(name, timeout_s=30, interrupt_grace_s=0.3)

@@ -25,8 +25,6 @@ from test_sandbox import FakeHost, ok, run
 
 from rlmd.sandbox import create_sandbox, unavailable_reason
 from rlmd.sandbox.base import SandboxError
-from rlmd.sandbox.cloud.e2b import E2BSandbox
-from rlmd.sandbox.cloud.modal import ModalSandbox
 from rlmd.sandbox.limits import Limits, MiB
 
 
@@ -320,7 +318,7 @@ async def test_provider_failure_is_a_sandbox_error_and_nothing_is_left(tmp_path,
         monkeypatch.setenv(name, value)
     sdk = fake_e2b()
     sdk.fail_create = RuntimeError("quota exceeded")
-    sb = E2BSandbox(sdk=sdk, root=str(tmp_path / "vm"))
+    sb = create_sandbox("e2b", sdk=sdk, root=str(tmp_path / "vm"))
     with pytest.raises(SandboxError, match="e2b: could not create the sandbox: quota exceeded"):
         await sb.start(FakeHost())
     assert sdk.instances == []
@@ -332,7 +330,7 @@ async def test_kernel_that_cannot_start_is_a_sandbox_error_and_the_vm_is_killed(
     for name, value in FAKE_CREDENTIALS.items():
         monkeypatch.setenv(name, value)
     sdk = fake_e2b()
-    sb = E2BSandbox(sdk=sdk, root=str(tmp_path / "vm"), python="/nonexistent/python3")
+    sb = create_sandbox("e2b", sdk=sdk, root=str(tmp_path / "vm"), python="/nonexistent/python3")
     with pytest.raises(SandboxError, match="could not start the kernel"):
         await sb.start(FakeHost())
     assert sdk.instances[0].killed
@@ -364,11 +362,11 @@ async def test_missing_credentials_is_a_clear_error(backend, tmp_path, monkeypat
     monkeypatch.setenv("MODAL_CONFIG_PATH", str(tmp_path / "no-such.toml"))
     if backend == "e2b":
         sdk = fake_e2b()
-        sb = E2BSandbox(sdk=sdk, root=str(tmp_path / "vm"))
+        sb = create_sandbox("e2b", sdk=sdk, root=str(tmp_path / "vm"))
         match = "no E2B_API_KEY set"
     else:
         sdk = FakeModal()
-        sb = ModalSandbox(sdk=sdk, root=str(tmp_path / "vm"))
+        sb = create_sandbox("modal", sdk=sdk, root=str(tmp_path / "vm"))
         match = "MODAL_TOKEN_ID and MODAL_TOKEN_SECRET"
     with pytest.raises(SandboxError, match=match):
         await sb.start(FakeHost())
@@ -396,7 +394,9 @@ async def test_limits_go_to_the_provider_and_the_launcher(make):
         enforced = sb.isolation["enforced"]
         assert enforced["open_files"] == "RLIMIT_NOFILE" and enforced["network"]
         assert enforced["cpu_s"] is None  # no CPU limit was asked for
-        assert sb.isolation["limits"] == limits.to_dict()
+        # The record holds the limits really applied: ``timeout_s=30`` (see ``started``) is
+        # the wall-clock limit, as on every transport.
+        assert sb.isolation["limits"] == {**limits.to_dict(), "wall_s": 30}
         r = await ok(sb, "import resource\nprint(resource.getrlimit(resource.RLIMIT_NOFILE))")
         assert r.stdout == "(64, 64)\n"
         r = await run(sb, "big = bytearray(1024 * 1024 * 1024)")
@@ -427,10 +427,15 @@ async def test_network_allowed_is_passed_on(make):
         await sb.close()
 
 
-def test_registry_names_the_classes():
-    assert type(create_sandbox("e2b")) is E2BSandbox
-    assert type(create_sandbox("modal")) is ModalSandbox
-    assert create_sandbox("e2b").kind == "e2b" and create_sandbox("modal").kind == "modal"
+def test_registry_names_the_transports():
+    from rlmd.sandbox.cloud.e2b import E2BTransport
+    from rlmd.sandbox.cloud.modal import ModalTransport
+    from rlmd.sandbox.session import SandboxSession
+
+    e2b, modal = create_sandbox("e2b"), create_sandbox("modal")
+    assert type(e2b) is SandboxSession and type(e2b.transport) is E2BTransport
+    assert type(modal) is SandboxSession and type(modal.transport) is ModalTransport
+    assert e2b.kind == "e2b" and modal.kind == "modal"
 
 
 # --------------------------------------------------------------------------- the real SDKs
@@ -515,7 +520,7 @@ async def test_modal_calls_exist_in_the_real_sdk(tmp_path, monkeypatch):
 
 @pytest.fixture
 async def real_e2b(tmp_path, monkeypatch):
-    """An :class:`E2BSandbox` on the real e2b SDK against the fake envd, started."""
+    """An ``e2b`` sandbox on the real e2b SDK against the fake envd, started."""
     sb = FAKE_BACKENDS["e2b-envd"](tmp_path, monkeypatch, timeout_s=30, interrupt_grace_s=1)
     from fakes.envd import shared_envd
 
@@ -570,7 +575,7 @@ async def test_real_e2b_sdk_without_a_key_is_refused_before_any_request(tmp_path
     for name in ("E2B_API_KEY", "E2B_DEBUG"):
         monkeypatch.delenv(name, raising=False)
     monkeypatch.setenv("E2B_API_URL", "http://127.0.0.1:9")  # would fail loudly if used
-    sb = E2BSandbox(root=str(tmp_path / "vm"))
+    sb = create_sandbox("e2b", root=str(tmp_path / "vm"))
     with pytest.raises(SandboxError, match="no E2B_API_KEY set"):
         await sb.start(FakeHost())
 

@@ -35,14 +35,14 @@ def engine() -> Any:
     reason = unavailable_reason("container")
     if reason is not None and os.geteuid() == 0 and shutil.which("dockerd"):
         subprocess.run(["bash", str(ROOT / "scripts" / "docker-engine.sh")], check=False)
-        from rlmd.sandbox import docker_host
+        from rlmd.sandbox.docker import engine as docker_host
 
         docker_host._probe = None  # probe again now
         reason = unavailable_reason("container")
     if reason is not None:
         print(f"container backend cannot start here: {reason}", file=sys.stderr)
         pytest.skip(f"container backend cannot start here: {reason}")
-    from rlmd.sandbox import docker_host
+    from rlmd.sandbox.docker import engine as docker_host
 
     return docker_host.client()
 
@@ -174,13 +174,13 @@ async def test_timeout_of_a_c_level_loop_restarts_and_rebinds(make):
     await sb.load_context("ctx")
     await sb.define_tools(["search"], {"LIMIT": 3})
     await ok(sb, "a = 1")
-    old = sb.container_id
+    old = sb.kernel.id
     # A cell that SIGINT cannot stop (it ignores the signal) gets its container replaced.
     code = "import signal\nsignal.signal(signal.SIGINT, signal.SIG_IGN)\nwhile True:\n    pass"
     r = await sb.execute(code, timeout_s=0.5)
     assert r.timed_out and r.kernel_restarted and r.lost_variables == ["a"]
     assert "did not stop when interrupted" in r.error
-    assert sb.container_id != old
+    assert sb.kernel.id != old
     r = await ok(sb, "print(context, LIMIT)")
     assert r.stdout == "ctx 3\n"
 
@@ -254,7 +254,7 @@ def _dead_pid() -> int:
 
 
 async def test_orphans_are_reaped_on_start(make, engine):
-    from rlmd.sandbox import docker_host
+    from rlmd.sandbox.docker import engine as docker_host
 
     labels = {
         docker_host.LABEL: "1",
@@ -272,7 +272,7 @@ async def test_orphans_are_reaped_on_start(make, engine):
         ids = {c.id for c in engine.containers.list(all=True)}
         assert orphan.id not in ids  # its owner is dead
         assert mine.id in ids  # its owner (this process) lives
-        assert sb.container_id in ids
+        assert sb.kernel.id in ids
     finally:
         for c in (orphan, mine):
             try:
@@ -282,8 +282,8 @@ async def test_orphans_are_reaped_on_start(make, engine):
 
 
 def test_daemon_start_reaps_in_the_background(engine):
-    from rlmd.sandbox import docker_host
-    from rlmd.sandbox.reaper import reap_in_background
+    from rlmd.sandbox.docker import engine as docker_host
+    from rlmd.sandbox.docker.reaper import reap_in_background
 
     labels = {
         docker_host.LABEL: "1",
@@ -300,7 +300,7 @@ def test_daemon_start_reaps_in_the_background(engine):
 
 async def test_closed_sandbox_leaves_no_container(make, engine):
     sb = await make()
-    cid = sb.container_id
+    cid = sb.kernel.id
     await sb.close()
     assert cid not in {c.id for c in engine.containers.list(all=True)}
 
@@ -414,7 +414,7 @@ def test_run_template_flag_picks_the_container_backend(monkeypatch, capsys):
 async def test_containers_of_a_killed_process_are_reaped(engine, tmp_path):
     """A process that dies by SIGKILL leaves its container behind; the next start (here:
     ``reap_orphans``) removes it."""
-    from rlmd.sandbox import docker_host
+    from rlmd.sandbox.docker import engine as docker_host
 
     script = tmp_path / "owner.py"
     script.write_text(
@@ -424,7 +424,7 @@ async def test_containers_of_a_killed_process_are_reaped(engine, tmp_path):
         "async def main():\n"
         "    sb = create_sandbox('container')\n"
         "    await sb.start(host)\n"
-        "    print(sb.container_id, flush=True)\n"
+        "    print(sb.kernel.id, flush=True)\n"
         "    time.sleep(120)\n"
         "asyncio.run(main())\n"
     )
@@ -446,8 +446,7 @@ async def test_containers_of_a_killed_process_are_reaped(engine, tmp_path):
 async def test_spare_container_is_taken_by_the_next_start(make, engine):
     import asyncio
 
-    from rlmd.sandbox import _launch
-    from rlmd.sandbox.container import close_spare_containers
+    from rlmd.sandbox.docker import launch as _launch
 
     limits = Limits(memory_bytes=300 * MiB)  # a spec of this test's own
     first = await make(limits=limits)
@@ -459,11 +458,11 @@ async def test_spare_container_is_taken_by_the_next_start(make, engine):
         await asyncio.sleep(0.1)
     assert spare is not None
     third = await make(limits=limits)
-    assert third.container_id == spare.cid
+    assert third.kernel.id == spare.cid
     r = await ok(third, "print('from the spare')")
     assert r.stdout == "from the spare\n"
-    assert len({first.container_id, second.container_id, third.container_id}) == 3
-    await asyncio.to_thread(close_spare_containers)
+    assert len({first.kernel.id, second.kernel.id, third.kernel.id}) == 3
+    await asyncio.to_thread(_launch.close_spare_containers)
     assert not _launch.SPARES._ready
 
 
@@ -483,7 +482,7 @@ async def test_container_removed_from_outside_is_replaced(make, engine):
     await ok(sb, "a = 1")
     task = asyncio.ensure_future(sb.execute("import time\ntime.sleep(30)"))
     await asyncio.sleep(0.5)
-    await asyncio.to_thread(engine.api.remove_container, sb.container_id, force=True)
+    await asyncio.to_thread(engine.api.remove_container, sb.kernel.id, force=True)
     r = await task
     assert r.kernel_restarted and r.lost_variables == ["a"]
     assert "died while running the cell" in r.error
@@ -495,7 +494,7 @@ async def test_container_removed_from_outside_is_replaced(make, engine):
 
 def test_stderr_drain_cuts_cells_at_sentinels_split_across_chunks():
     from rlmd.kernel import protocol
-    from rlmd.sandbox._attach import StderrDrain
+    from rlmd.sandbox.docker.attach import StderrDrain
 
     drain = StderrDrain("ab12", cap=10)
     data = b"one\x00two" + protocol.sentinel("ab12", 1) + b"x" * 25 + protocol.sentinel("ab12", 2)
@@ -511,7 +510,7 @@ def test_attach_stream_is_demultiplexed():
     import asyncio
 
     from rlmd.kernel import protocol
-    from rlmd.sandbox._attach import KernelConnection
+    from rlmd.sandbox.docker.attach import KernelConnection
 
     loop = asyncio.new_event_loop()
     try:

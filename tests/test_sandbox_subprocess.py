@@ -11,8 +11,9 @@ import time
 import pytest
 from test_sandbox import FakeHost, ok, run
 
+from rlmd.sandbox import create_sandbox
 from rlmd.sandbox.base import SandboxError
-from rlmd.sandbox.subprocess import SubprocessSandbox, _StderrDrain
+from rlmd.sandbox.channel import StderrDrain
 
 
 def alive(pid: int) -> bool:
@@ -40,7 +41,7 @@ async def gone(pid: int, within: float = 5.0) -> bool:
 
 @pytest.fixture
 async def sb():
-    box = SubprocessSandbox(timeout_s=30)
+    box = create_sandbox("subprocess", timeout_s=30)
     host = FakeHost()
     await box.start(host)
     box.host = host  # type: ignore[attr-defined]
@@ -74,7 +75,7 @@ async def test_fd_output_is_attributed_to_its_cell(sb):
 
 
 async def test_stderr_drain_splits_at_sentinels():
-    drain = _StderrDrain("abcd", cap=1000)
+    drain = StderrDrain("abcd", cap=1000)
     mark = b"\x00rlmd:abcd:7\x00"
     stream = b"one" + mark + b"two"
     for i in range(len(stream)):  # the sentinel may arrive in pieces
@@ -83,9 +84,9 @@ async def test_stderr_drain_splits_at_sentinels():
     assert drain.take_now() == (b"two", 0)
     drain.feed(b"\x00not a sentinel\x00 tail")
     assert drain.take_now() == (b"\x00not a sentinel\x00 tail", 0)
-    small = _StderrDrain("t", cap=4)
+    small = StderrDrain("t", cap=4)
     small.feed(b"0123456789")
-    assert "6 more bytes were dropped" in _StderrDrain.text(small.take_now())
+    assert "6 more bytes were dropped" in StderrDrain.text(small.take_now())
 
 
 async def test_os_exit_restarts_the_kernel(sb):
@@ -135,7 +136,7 @@ STUBBORN_SLEEP = (
 
 async def test_timeout_kills_the_process_group():
     # Without namespaces (host-visible pids) background processes live until the kernel dies.
-    sb = SubprocessSandbox(isolation="none", interrupt_grace_s=0.3)
+    sb = create_sandbox("subprocess", isolation="none", interrupt_grace_s=0.3)
     await sb.start(FakeHost())
     try:
         await ok(
@@ -153,7 +154,7 @@ async def test_timeout_kills_the_process_group():
 
 
 async def test_namespaced_kernel_and_its_cgroups_go_at_close():
-    box = SubprocessSandbox()
+    box = create_sandbox("subprocess")
     await box.start(FakeHost())
     await ok(box, "import subprocess\nchild = subprocess.Popen(['sleep', '60'])\nimport time")
     health = await box.health()
@@ -169,7 +170,7 @@ async def test_namespaced_kernel_and_its_cgroups_go_at_close():
 
 
 async def test_close_leaves_no_process_behind():
-    box = SubprocessSandbox(isolation="none")
+    box = create_sandbox("subprocess", isolation="none")
     await box.start(FakeHost())
     await ok(box, "import subprocess\nchild = subprocess.Popen(['sleep', '60'])\ncp = child.pid")
     pid, child_pid = box.pid, await box.get_variable("cp")
@@ -183,7 +184,7 @@ async def test_close_leaves_no_process_behind():
 
 async def test_clean_environment(monkeypatch):
     monkeypatch.setenv("SECRET_API_KEY", "sk-do-not-leak")
-    box = SubprocessSandbox()
+    box = create_sandbox("subprocess")
     await box.start(FakeHost())
     try:
         r = await ok(
@@ -227,7 +228,7 @@ async def test_calls_overlap_while_the_handler_runs():
         def __init__(self):
             super().__init__(delay=0.5)
 
-    box = SubprocessSandbox()
+    box = create_sandbox("subprocess")
     await box.start(SlowHost())
     try:
         t0 = time.perf_counter()
@@ -248,7 +249,7 @@ async def test_start_failure_is_a_sandbox_error(tmp_path):
     fake_python = tmp_path / "python"
     fake_python.write_text("#!/bin/sh\necho 'no kernel here' >&2\nexit 5\n")
     fake_python.chmod(0o755)
-    box = SubprocessSandbox(python=str(fake_python), isolation="none")
+    box = create_sandbox("subprocess", python=str(fake_python), isolation="none")
     with pytest.raises(SandboxError, match="no kernel here"):
         await box.start(FakeHost())
     await box.close()
@@ -285,7 +286,7 @@ def test_kernel_script_exits_on_eof():
     """The kernel ends by itself when the host goes away (stdin EOF)."""
     import subprocess
 
-    from rlmd.sandbox.subprocess import KERNEL_MAIN
+    from rlmd.sandbox.process.launch import KERNEL_MAIN
 
     proc = subprocess.run(
         [sys.executable, "-I", KERNEL_MAIN],
@@ -321,7 +322,7 @@ def test_kernel_processes_pth_files_like_site(tmp_path):
     the host names (rlmd's own editable install)."""
     import subprocess
 
-    from rlmd.sandbox.subprocess import KERNEL_MAIN, OWN_EDITABLE_PTH
+    from rlmd.sandbox.process.launch import KERNEL_MAIN, OWN_EDITABLE_PTH
 
     (tmp_path / "extra").mkdir()
     (tmp_path / "extra" / "extra_mod.py").write_text("VALUE = 42\n")
@@ -348,20 +349,20 @@ def test_kernel_processes_pth_files_like_site(tmp_path):
 
 
 async def test_spare_kernels(monkeypatch):
-    from rlmd.sandbox import subprocess as backend
+    from rlmd.sandbox.process import launch
 
-    spares = backend._Spares()
-    monkeypatch.setattr(backend, "_SPARES", spares)
-    boxes = [SubprocessSandbox(), SubprocessSandbox()]
+    spares = launch.KernelSpares()
+    monkeypatch.setattr(launch, "SPARES", spares)
+    boxes = [create_sandbox("subprocess"), create_sandbox("subprocess")]
     for box in boxes:  # the second start of the same kind starts a spare
         await box.start(FakeHost())
     await ok(boxes[0], "x = 1")
-    spec = boxes[0]._spec()
+    spec = boxes[0].transport.spec()
     deadline = time.monotonic() + 10
     while spec not in spares._ready and time.monotonic() < deadline:
         await asyncio.sleep(0.01)
     spare = spares._ready[spec]
-    box = SubprocessSandbox()
+    box = create_sandbox("subprocess")
     await box.start(FakeHost())  # takes the spare, starts the next one
     assert box.pid == spare.popen.pid and box.isolation["workdir"] == spare.workdir
     r = await ok(box, "print(x if 'x' in dir() else 'fresh')")
@@ -377,7 +378,7 @@ async def test_spare_kernels(monkeypatch):
     spares.close()
     assert await gone(nxt.popen.pid) and not os.path.exists(nxt.workdir)
 
-    off = SubprocessSandbox(spare_kernel=False)
+    off = create_sandbox("subprocess", spare_kernel=False)
     await off.start(FakeHost())
     await off.close()
     assert spares._ready == {} and spares._starts[spec] == 3  # neither taken nor counted
@@ -393,16 +394,17 @@ def test_spare_kernels_do_not_outlive_the_process(tmp_path):
     script = tmp_path / "host.py"
     script.write_text(
         "import asyncio, time\n"
-        "from rlmd.sandbox.subprocess import SubprocessSandbox, _SPARES\n"
+        "from rlmd.sandbox import create_sandbox\n"
+        "from rlmd.sandbox.process.launch import SPARES\n"
         "async def handler(fn, args):\n    return None\n"
         "async def main():\n"
         "    for _ in range(2):\n"
-        "        box = SubprocessSandbox()\n"
+        "        box = create_sandbox('subprocess')\n"
         "        await box.start(handler)\n"
         "        print(box.pid, flush=True)\n"
-        "    while not _SPARES._ready:\n"
+        "    while not SPARES._ready:\n"
         "        await asyncio.sleep(0.01)\n"
-        "    print(*(p.popen.pid for p in _SPARES._ready.values()), flush=True)\n"
+        "    print(*(p.popen.pid for p in SPARES._ready.values()), flush=True)\n"
         "asyncio.run(main())\n"
     )
     out = subprocess.run(
@@ -445,20 +447,20 @@ async def test_isolation_record_tells_the_truth(sb):
 
 
 async def test_isolation_none_is_recorded_as_such():
-    box = SubprocessSandbox(isolation="none")
+    box = create_sandbox("subprocess", isolation="none")
     assert box.isolation["wrapper"] is None and box.isolation["namespaces"] == []
     assert box.isolation["network"] == "host"
     assert {"kill_parent", "proc_environ", "read_home"} <= box.uncontained
     with pytest.raises(ValueError, match="isolation must be one of"):
-        SubprocessSandbox(isolation="chroot")
+        create_sandbox("subprocess", isolation="chroot")
 
 
 async def test_unshare_fallback_makes_a_pid_namespace():
-    from rlmd.sandbox import isolate
+    from rlmd.sandbox.process import isolate
 
     if isolate.unshare_problem() is not None:
         pytest.skip(f"unshare cannot work here: {isolate.unshare_problem()}")
-    box = SubprocessSandbox(isolation="unshare", spare_kernel=False)
+    box = create_sandbox("subprocess", isolation="unshare", spare_kernel=False)
     await box.start(FakeHost())
     try:
         assert box.isolation["wrapper"] == "unshare" and box.isolation["network"] == "none"

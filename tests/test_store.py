@@ -6,14 +6,18 @@ import json
 import multiprocessing
 import os
 import sqlite3
+import stat
 import time
 import types
 from pathlib import Path
 from typing import Any
 
 import pytest
+from helpers.cli import rlmd
+from helpers.server import Daemon
 from helpers.store_events import USAGE, Emitter, record_three_depths
 
+from rlmd import paths
 from rlmd.engine.events import (
     CellFinished,
     CellStarted,
@@ -526,3 +530,52 @@ def test_memory_store_and_default_path(tmp_path: Path, monkeypatch: pytest.Monke
     monkeypatch.setenv("RLMD_HOME", str(tmp_path / "home"))
     with Store() as s:
         assert Path(s.path) == tmp_path / "home" / "rlmd.db"
+
+
+# -- who may read the store -------------------------------------------------------------------
+
+
+def mode(path: Path) -> int:
+    return stat.S_IMODE(os.stat(path).st_mode)
+
+
+def test_another_user_cannot_read_a_fresh_home_or_its_store(tmp_path: Path) -> None:
+    """With the usual umask 022 the home was 0755 and rlmd.db 0644: any local user could
+    read every question, answer and code context. A run creates them private; the daemon's
+    open store (-wal, -shm) and its socket folder are private too."""
+    home = tmp_path / "nested" / "rlmd"  # does not exist yet
+    script = tmp_path / "s.json"
+    script.write_text(json.dumps({"default": "```repl\nFINAL('ok')\n```"}))
+    old_umask = os.umask(0o022)
+    try:
+        run = rlmd(
+            "run", "q", "--context", "-", "--model", f"scripted:{script}", home=home, input="x"
+        )
+        assert (run.returncode, run.stdout.strip()) == (0, "ok"), run.stderr
+        daemon = Daemon(home).start()  # holds the store open: -wal and -shm exist
+        try:
+            names = ("", "rlmd.db", "rlmd.db-wal", "rlmd.db-shm", "run")
+            modes = {name: mode(home / name) for name in names}
+        finally:
+            daemon.stop()
+    finally:
+        os.umask(old_umask)
+    assert modes == {
+        "": 0o700,
+        "rlmd.db": 0o600,
+        "rlmd.db-wal": 0o600,
+        "rlmd.db-shm": 0o600,
+        "run": 0o700,
+    }
+
+
+def test_an_older_world_readable_home_and_store_are_made_private(rlmd_home: Path) -> None:
+    """A home and store left readable by an older rlmd (and a -wal a crash left behind)."""
+    db = paths.store_path()
+    with Store(db) as store:
+        store.record(RunStarted(run_id=new_id(), depth=0, question="secret"))
+    for path in (rlmd_home, db, Path(f"{db}-wal")):
+        path.touch()
+        os.chmod(path, 0o755 if path.is_dir() else 0o644)
+    with Store(paths.store_path()):
+        assert [mode(p) for p in (rlmd_home, db, Path(f"{db}-wal"))] == [0o700, 0o600, 0o600]

@@ -376,8 +376,8 @@ def cmd_models(args: argparse.Namespace) -> int:
             spec.provider,
             spec.model,
             f"{spec.context_window:,}",
-            f"{spec.price_input:g}",
-            f"{spec.price_output:g}",
+            "?" if spec.price_input is None else f"{spec.price_input:g}",
+            "?" if spec.price_output is None else f"{spec.price_output:g}",
             "[green]yes[/]" if reason is None else f"[yellow]no[/]: {reason}",
         )
     out.print(table)

@@ -5,6 +5,8 @@
     rlmd sandbox reap
 
 Exit codes: 0 done, 1 the build or the engine failed, 2 bad usage (unknown template).
+Without the container extra (the docker SDK) ``ls`` still lists the templates, none as
+built, and every command says what to install.
 """
 
 from __future__ import annotations
@@ -49,24 +51,43 @@ def run(args: argparse.Namespace) -> int:
             os.environ["RLMD_SANDBOXES_DIR"] = saved
 
 
+INSTALL_HINT = "pip install 'rlmd[container]'"
+"""What installs the docker SDK (in a checkout: ``pip install -e '.[container]'``)."""
+
+
+def _docker_host() -> tuple[Any, str | None]:
+    """``(rlmd.sandbox.docker.engine, None)`` when the docker engine answers, else the module
+    (``None`` without the docker SDK) and why containers are unavailable."""
+    try:
+        from rlmd.sandbox.docker import engine as docker_host
+    except ModuleNotFoundError as exc:  # docker_host imports the SDK (and requests) at once
+        return None, (
+            f"the container extra is not installed (no module {exc.name!r}): {INSTALL_HINT}, "
+            "or pip install -e '.[container]' in a checkout of rlmd"
+        )
+    reason = docker_host.engine_unavailable_reason()
+    return docker_host, (f"no docker engine: {reason}" if reason else None)
+
+
 def _run(args: argparse.Namespace) -> int:
     from rich.console import Console
     from rich.markup import escape
     from rich.table import Table
 
-    from rlmd.sandbox import SandboxError, docker_host, images
+    from rlmd.sandbox import SandboxError
+    from rlmd.sandbox.docker import images
 
     err = Console(stderr=True, highlight=False, soft_wrap=True)
     cmd = args.sandbox_command
-    reason = docker_host.engine_unavailable_reason()
+    docker_host, reason = _docker_host()
     if cmd == "ls":
         engine = None if reason else docker_host.client()
         infos = images.list_templates(engine)
+        if reason:
+            err.print(f"[yellow]containers unavailable[/]: {escape(reason)}")
         if args.json:
             print(json.dumps([asdict(i) for i in infos]))
             return 0
-        if reason:
-            err.print(f"[yellow]no docker engine[/]: {escape(str(reason))}")
         if not infos:
             err.print(f"no templates in {images.templates_dir()}")
             return 0
@@ -84,7 +105,7 @@ def _run(args: argparse.Namespace) -> int:
         Console(highlight=False, soft_wrap=True).print(table)
         return 0
     if reason:
-        err.print(f"[red]error:[/] {escape(str(reason))}")
+        err.print(f"[red]error:[/] {escape(reason)}")
         return 1
     if cmd == "reap":
         removed = docker_host.reap_orphans()

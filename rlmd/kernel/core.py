@@ -85,13 +85,13 @@ class Capture(io.TextIOBase):
         self.dropped = 0
 
     @property
-    def buffer(self) -> _ByteSink:  # type: ignore[override]
+    def buffer(self) -> _ByteSink:
         """Binary writes (``sys.stdout.buffer.write(b"...")``), decoded as UTF-8."""
         if self._sink is None:
             self._sink = _ByteSink(self)
         return self._sink
 
-    def write(self, s: str) -> int:  # type: ignore[override]
+    def write(self, s: str) -> int:
         if not isinstance(s, str):
             raise TypeError(f"write() argument must be str, not {type(s).__name__}")
         n = len(s)
@@ -107,7 +107,7 @@ class Capture(io.TextIOBase):
                 self.dropped += n - max(room, 0)
         return n
 
-    def writelines(self, lines: Any) -> None:  # type: ignore[override]
+    def writelines(self, lines: Any) -> None:
         for line in lines:
             self.write(line)
 
@@ -514,7 +514,7 @@ class Kernel:
         trailing expression, if not None, is printed as its repr (what ``python -i`` and
         Jupyter do; models often end a cell with a bare expression and expect to see it)."""
         # compile(), not ast.parse(): a SyntaxError then carries no Python frame of ours.
-        tree = compile(code, filename, "exec", _ast.PyCF_ONLY_AST, dont_inherit=True)
+        tree: Any = compile(code, filename, "exec", _ast.PyCF_ONLY_AST, dont_inherit=True)
         last = tree.body[-1] if tree.body else None
         if isinstance(last, _ast.Expr):
             # One compile for the whole cell: the trailing expression becomes a call to the
@@ -626,10 +626,10 @@ class Kernel:
             self.define_tools(req.get("callables") or [], req.get("values") or {})
             return None
         if op == "set_var":
-            self.set_var(req.get("name"), req.get("value"))
+            self.set_var(req.get("name", ""), req.get("value"))
             return None
         if op == "get_var":
-            return {"value": self.get_var(req.get("name"))}
+            return {"value": self.get_var(req.get("name", ""))}
         if op == "list_vars":
             return self.list_vars()
         raise ValueError(f"unknown op {op!r}")

@@ -165,9 +165,9 @@ def _bootstrap(argv: list[str]) -> None:
         import builtins
 
         eof = "Ctrl-Z plus Return" if os.sep == "\\" else "Ctrl-D (i.e. EOF)"
-        builtins.exit = _sitebuiltins.Quitter("exit", eof)  # type: ignore[attr-defined]
-        builtins.quit = _sitebuiltins.Quitter("quit", eof)  # type: ignore[attr-defined]
-        builtins.help = _sitebuiltins._Helper()  # type: ignore[attr-defined]
+        builtins.exit = _sitebuiltins.Quitter("exit", eof)
+        builtins.quit = _sitebuiltins.Quitter("quit", eof)
+        builtins.help = _sitebuiltins._Helper()
 
 
 def _add_site_packages(folder: str, skip: tuple[str, ...]) -> None:
@@ -324,7 +324,7 @@ class Channel:
                 cond.acquire()
                 self._reading = False
             if msg.get("op") == "reply":
-                self._replies[msg.get("call")] = msg
+                self._replies[msg.get("call", -1)] = msg
             else:
                 self._requests.append(msg)
             cond.notify_all()
@@ -476,7 +476,8 @@ def main() -> None:
         the sentinel after them."""
         for stream in (sys.__stdout__, sys.__stderr__):
             try:
-                stream.flush()
+                if stream is not None:
+                    stream.flush()
             except Exception:  # noqa: BLE001 - model code may have closed them
                 pass
         if _fd_identity(2) != fd2:
@@ -500,7 +501,7 @@ def main() -> None:
                 channel.interrupt_pending = False
                 if reap:
                     _reap_others()
-                result["sentinel"] = end_of_cell(rid)
+                result["sentinel"] = end_of_cell(rid or 0)
             elif req.get("op") == "bind_context_file":
                 result = _bind_context_file(kernel, req)
             else:

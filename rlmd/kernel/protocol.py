@@ -113,11 +113,12 @@ RESERVED_NAMES = (
     "FINAL_VAR",
     "history",
 )
-"""Mirror of :data:`rlmd.sandbox.base.RESERVED_NAMES` (the kernel imports nothing from the
-host package; a test keeps the two equal)."""
+"""Names the kernel restores after every cell if model code rebinds them (the host imports
+this list as :data:`rlmd.sandbox.base.RESERVED_NAMES`; the kernel imports nothing from it)."""
 
 CODEBASE_HELPERS = ("list_files", "read_file", "grep")
-"""Mirror of :data:`rlmd.sandbox.base.CODEBASE_HELPERS`."""
+"""Extra reserved helpers present when ``context`` is a codebase (the host's
+:data:`rlmd.sandbox.base.CODEBASE_HELPERS`)."""
 
 CALL_FNS = ("llm_query", "llm_query_batched", "rlm_query", "rlm_query_batched", "tool")
 

@@ -4,19 +4,30 @@ Chat messages are mapped to what ``/v1/messages`` accepts: system messages are j
 (blank line between them) into ``system=``; consecutive messages of the same role are merged
 into one (blank line between them). The key is read from ``$ANTHROPIC_API_KEY`` or the
 variable named by ``spec.api_key_env``; ``spec.base_url`` points the SDK at another host.
+A reply with no text and no stop reason (an empty or non-JSON body, no content) raises
+:class:`~rlmd.models.base.EmptyReply`, naming the server.
 
 Retries, timeouts and error redaction: :mod:`rlmd.models.retry`.
 """
 
 from __future__ import annotations
 
+import json
 import os
 import time
 from typing import Any
 
-from rlmd.models.base import Completion, Message, Model, ModelError, ModelNotAvailable, ModelSpec
+from rlmd.models.base import (
+    Completion,
+    EmptyReply,
+    Message,
+    Model,
+    ModelError,
+    ModelNotAvailable,
+    ModelSpec,
+)
 from rlmd.models.retry import DEFAULT_BASE_DELAY_S, call_with_retries
-from rlmd.redact import REDACTED
+from rlmd.redact import remove_values
 
 DEFAULT_KEY_ENV = "ANTHROPIC_API_KEY"
 _FINISH = {"end_turn": "stop", "stop_sequence": "stop", "max_tokens": "length"}
@@ -40,6 +51,15 @@ def to_anthropic(messages: list[Message]) -> tuple[str | None, list[dict[str, st
         else:
             merged.append({"role": role, "content": content})
     return ("\n\n".join(system) if system else None), merged
+
+
+def _text(response: Any) -> str:
+    """The text blocks of a Messages API response, joined."""
+    return "".join(
+        getattr(block, "text", "") or ""
+        for block in getattr(response, "content", None) or []
+        if getattr(block, "type", None) == "text"
+    )
 
 
 class AnthropicModel(Model):
@@ -90,7 +110,7 @@ class AnthropicModel(Model):
         Raises:
             ModelNotAvailable: the key is not set.
             ModelError: no user/assistant message, or HTTP error, timeout or connection
-                failure after the retries.
+                failure after the retries, or an empty reply (naming the server).
         """
         import anthropic
 
@@ -106,9 +126,18 @@ class AnthropicModel(Model):
             request["stop_sequences"] = list(stop)
         request.update(self.spec.sampling)
 
+        async def attempt() -> Any:
+            try:
+                response = await client.messages.create(**request)
+            except json.JSONDecodeError:
+                raise EmptyReply(str(client.base_url), "the body is not JSON") from None
+            if not _text(response) and getattr(response, "stop_reason", None) is None:
+                raise EmptyReply(str(client.base_url), "no text and no stop reason")
+            return response
+
         start = time.monotonic()
         response = await call_with_retries(
-            lambda: client.messages.create(**request),
+            attempt,
             what=self.name,
             max_retries=self.spec.max_retries,
             timeout_s=self.spec.timeout_s,
@@ -118,29 +147,18 @@ class AnthropicModel(Model):
         )
         latency = time.monotonic() - start
 
-        text = "".join(
-            getattr(block, "text", "") or ""
-            for block in response.content or []
-            if getattr(block, "type", None) == "text"
-        )
-        text = text.replace(key, REDACTED)  # a server that echoes the key back
+        text = remove_values(_text(response), (key,))  # a server that echoes the key back
         usage = response.usage
         input_tokens = getattr(usage, "input_tokens", None)
-        output_tokens = getattr(usage, "output_tokens", None)
-        if input_tokens is None:
-            input_tokens = self.count_messages(messages)
-        else:  # prompt-cache reads and writes are input tokens too
+        if input_tokens is not None:  # prompt-cache reads and writes are input tokens too
             input_tokens += getattr(usage, "cache_creation_input_tokens", None) or 0
             input_tokens += getattr(usage, "cache_read_input_tokens", None) or 0
-        if output_tokens is None:
-            output_tokens = self.count_tokens(text)
-        return Completion(
-            text=text,
+        return self._completion(
+            messages,
+            text,
             input_tokens=input_tokens,
-            output_tokens=output_tokens,
+            output_tokens=getattr(usage, "output_tokens", None),
             latency_s=latency,
-            cost_usd=self.spec.cost_usd(input_tokens, output_tokens),
-            model=self.name,
             finish_reason=_FINISH.get(response.stop_reason or "", response.stop_reason),
             stop_sequence=(
                 getattr(response, "stop_sequence", None)

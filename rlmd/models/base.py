@@ -31,11 +31,28 @@ class ModelError(Exception):
         self.status_code = status_code
 
 
+class EmptyReply(ModelError):
+    """A server answered a request successfully but with no reply in it: no text and no
+    finish reason (an empty or non-JSON body, no choices, an event stream with no events).
+
+    Raised instead of returning ``""``, which would read as a model that said nothing. Not
+    retryable: a proxy that answers this way does so every time. The message names the
+    server (its base URL) and what was missing.
+    """
+
+    def __init__(self, server: str, what: str) -> None:
+        super().__init__(f"{server} sent an empty reply ({what})")
+
+
 class ModelNotAvailable(ModelError):
     """The model cannot be used on this machine now (missing key, file, or package).
 
     The message says the exact step that fixes it (for example ``rlmd models pull NAME``).
     """
+
+
+FREE_PROVIDERS = ("local", "scripted")
+"""Providers whose calls cost nothing (they run on this machine): priced without a price."""
 
 
 @dataclass
@@ -52,8 +69,8 @@ class ModelSpec:
             stored in a spec, the store, a log or a sandbox.
         context_window: the model's window in tokens (prompt + completion).
         max_output_tokens: cap on generated tokens per call (small models loop without it).
-        price_input: USD per 1,000,000 input tokens.
-        price_output: USD per 1,000,000 output tokens.
+        price_input: USD per 1,000,000 input tokens; ``None``: not known (see :attr:`priced`).
+        price_output: USD per 1,000,000 output tokens; ``None``: not known.
         sampling: extra sampling arguments passed to the provider (temperature, top_p, seed).
         n_threads: CPU threads for ``local`` models (default 1: measured on a
             shared 2-core machine, two spinning ggml threads collapse to ~1.4 tok/s when a core is shared).
@@ -69,20 +86,33 @@ class ModelSpec:
     api_key_env: str | None = None
     context_window: int = 32_768
     max_output_tokens: int = 1_024
-    price_input: float = 0.0
-    price_output: float = 0.0
+    price_input: float | None = None
+    price_output: float | None = None
     sampling: dict[str, Any] = field(default_factory=dict)
     n_threads: int = 1
     timeout_s: float = 600.0
     max_retries: int = 3
     options: dict[str, Any] = field(default_factory=dict)
 
+    @property
+    def priced(self) -> bool:
+        """Whether :meth:`cost_usd` is what the calls really cost: both prices are known
+        (configured, or from :data:`rlmd.models.registry.HOSTED_MODELS`), or the provider
+        runs on this machine (:data:`FREE_PROVIDERS`). A run with a USD budget refuses an
+        unpriced model (:func:`rlmd.runner.check_models`): its calls would count as $0."""
+        known = self.price_input is not None and self.price_output is not None
+        return known or self.provider in FREE_PROVIDERS
+
     def cost_usd(self, input_tokens: int, output_tokens: int) -> float:
-        """USD for one call, from the per-million-token prices in the config."""
-        return (input_tokens * self.price_input + output_tokens * self.price_output) / 1e6
+        """USD for one call, from the per-million-token prices; an unknown price counts as
+        0 (see :attr:`priced`)."""
+        price_in, price_out = self.price_input or 0.0, self.price_output or 0.0
+        return (input_tokens * price_in + output_tokens * price_out) / 1e6
 
     def public_dict(self) -> dict[str, Any]:
-        """The spec as stored in trajectories: no callables, never a key (only its env name)."""
+        """The spec as stored in trajectories: no callables, never a key (only its env name).
+        Prices are ``None`` only when unknown: a model on this machine records 0.0."""
+        free = 0.0 if self.provider in FREE_PROVIDERS else None
         return {
             "name": self.name,
             "provider": self.provider,
@@ -91,8 +121,8 @@ class ModelSpec:
             "api_key_env": self.api_key_env,
             "context_window": self.context_window,
             "max_output_tokens": self.max_output_tokens,
-            "price_input": self.price_input,
-            "price_output": self.price_output,
+            "price_input": free if self.price_input is None else self.price_input,
+            "price_output": free if self.price_output is None else self.price_output,
             "sampling": dict(self.sampling),
         }
 
@@ -201,6 +231,34 @@ class Model(abc.ABC):
     async def _complete(
         self, messages: list[Message], max_tokens: int, stop: list[str] | None = None
     ) -> Completion: ...
+
+    def _completion(
+        self,
+        messages: list[Message],
+        text: str,
+        *,
+        input_tokens: int | None,
+        output_tokens: int | None,
+        latency_s: float,
+        finish_reason: str | None,
+        stop_sequence: str | None = None,
+    ) -> Completion:
+        """The :class:`Completion` of one call: token counts the provider did not report are
+        counted here (:meth:`count_messages`, :meth:`count_tokens`), and priced by the spec."""
+        if input_tokens is None:
+            input_tokens = self.count_messages(messages)
+        if output_tokens is None:
+            output_tokens = self.count_tokens(text)
+        return Completion(
+            text=text,
+            input_tokens=input_tokens,
+            output_tokens=output_tokens,
+            latency_s=latency_s,
+            cost_usd=self.spec.cost_usd(input_tokens, output_tokens),
+            model=self.name,
+            finish_reason=finish_reason,
+            stop_sequence=stop_sequence,
+        )
 
     def count_tokens(self, text: str) -> int:
         """Tokens ``text`` takes in this model's prompt (exact where the tokenizer is local,

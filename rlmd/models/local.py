@@ -244,19 +244,12 @@ class LocalModel(Model):
         choice = response["choices"][0]
         text = choice["message"].get("content") or ""
         usage = response.get("usage") or {}
-        input_tokens = usage.get("prompt_tokens")
-        output_tokens = usage.get("completion_tokens")
-        if input_tokens is None:
-            input_tokens = self.count_messages(messages)
-        if output_tokens is None:
-            output_tokens = self.count_tokens(text)
-        return Completion(
-            text=text,
-            input_tokens=input_tokens,
-            output_tokens=output_tokens,
+        return self._completion(
+            messages,
+            text,
+            input_tokens=usage.get("prompt_tokens"),
+            output_tokens=usage.get("completion_tokens"),
             latency_s=time.monotonic() - start,
-            cost_usd=self.spec.cost_usd(input_tokens, output_tokens),
-            model=self.name,
             finish_reason=choice.get("finish_reason"),
             stop_sequence=response.get("stop_sequence"),
         )

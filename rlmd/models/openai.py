@@ -14,6 +14,10 @@ One code path, the official ``openai`` SDK's ``AsyncOpenAI`` on ``/v1/chat/compl
   generating at its next token; without streaming it finishes the whole reply first. Usage
   comes from the last chunk (``stream_options.include_usage``, where the server supports it;
   ``spec.options["stream_usage"] = False`` leaves the option out), else it is counted locally.
+  A server that ignores ``"stream": true`` and answers one JSON body (some OpenAI-compatible
+  proxies do) is read as a non-streamed reply.
+* A reply with no text and no finish reason (an empty or non-JSON body, no choices, a
+  stream with no events) raises :class:`~rlmd.models.base.EmptyReply`, naming the server.
 * Stop strings are sent as ``stop`` (at most 4, the API's limit) and, when streaming, also
   matched on the streamed text, so :attr:`Completion.stop_sequence` is exact.
 
@@ -22,12 +26,14 @@ Retries, timeouts and error redaction: :mod:`rlmd.models.retry`.
 
 from __future__ import annotations
 
+import json
 import os
 import time
 from typing import Any
 
 from rlmd.models.base import (
     Completion,
+    EmptyReply,
     Message,
     Model,
     ModelNotAvailable,
@@ -35,7 +41,7 @@ from rlmd.models.base import (
     cut_at_stop,
 )
 from rlmd.models.retry import DEFAULT_BASE_DELAY_S, call_with_retries
-from rlmd.redact import REDACTED
+from rlmd.redact import remove_values
 
 DEFAULT_KEY_ENV = "OPENAI_API_KEY"
 DUMMY_KEY = "rlmd-no-key"
@@ -105,7 +111,8 @@ class OpenAIModel(Model):
 
         Raises:
             ModelNotAvailable: the key is not set.
-            ModelError: HTTP error, timeout or connection failure after the retries.
+            ModelError: HTTP error, timeout or connection failure after the retries, or an
+                empty reply (naming the server).
         """
         import openai
 
@@ -130,12 +137,19 @@ class OpenAIModel(Model):
                 request["stream_options"] = {"include_usage": True}
 
         async def attempt() -> tuple[str, str | None, Any, str | None]:
-            if not stream:
+            try:
                 response = await client.chat.completions.create(**request)
-                choice = response.choices[0] if response.choices else None
-                text = (choice.message.content if choice else None) or ""
-                return text, (choice.finish_reason if choice else None), response.usage, None
-            return await _consume(await client.chat.completions.create(**request), stop)
+                if isinstance(response, openai.AsyncStream) and _is_json(response.response):
+                    response = await _read_body(response)  # the server ignored "stream"
+                if isinstance(response, openai.AsyncStream):
+                    reply = await _consume(response, stop)
+                else:
+                    reply = _read_completion(response)
+            except json.JSONDecodeError:
+                raise EmptyReply(str(client.base_url), "the body is not JSON") from None
+            if not reply[0] and reply[1] is None:
+                raise EmptyReply(str(client.base_url), "no text and no finish reason")
+            return reply
 
         start = time.monotonic()
         text, finish_reason, usage, hit = await call_with_retries(
@@ -148,21 +162,13 @@ class OpenAIModel(Model):
             base_delay_s=self.spec.options.get("retry_base_delay_s", DEFAULT_BASE_DELAY_S),
         )
         latency = time.monotonic() - start
-        for secret in secrets:
-            text = text.replace(secret, REDACTED)  # a server that echoes the key back
-        input_tokens = getattr(usage, "prompt_tokens", None)
-        output_tokens = getattr(usage, "completion_tokens", None)
-        if input_tokens is None:
-            input_tokens = self.count_messages(messages)
-        if output_tokens is None:
-            output_tokens = self.count_tokens(text)
-        return Completion(
-            text=text,
-            input_tokens=input_tokens,
-            output_tokens=output_tokens,
+        text = remove_values(text, secrets)  # a server that echoes the key back
+        return self._completion(
+            messages,
+            text,
+            input_tokens=getattr(usage, "prompt_tokens", None),
+            output_tokens=getattr(usage, "completion_tokens", None),
             latency_s=latency,
-            cost_usd=self.spec.cost_usd(input_tokens, output_tokens),
-            model=self.name,
             finish_reason=finish_reason,
             stop_sequence=hit,
         )
@@ -172,6 +178,37 @@ class OpenAIModel(Model):
         if self._client is not None:
             client, self._client = self._client, None
             await client.close()
+
+
+def _is_json(response: Any) -> bool:
+    """Whether an HTTP response's ``content-type`` is JSON (not ``text/event-stream``)."""
+    content_type = response.headers.get("content-type", "").split(";")[0].strip()
+    return bool(content_type.endswith("json"))
+
+
+async def _read_body(stream: Any) -> Any:
+    """The ``ChatCompletion`` in the one JSON body a server sent to a streamed request.
+
+    Raises:
+        json.JSONDecodeError: the body is empty or not JSON.
+    """
+    from openai.types.chat import ChatCompletion
+
+    try:
+        data = json.loads(await stream.response.aread())
+    finally:
+        await stream.close()
+    return ChatCompletion.model_construct(**data) if isinstance(data, dict) else None
+
+
+def _read_completion(response: Any) -> tuple[str, str | None, Any, str | None]:
+    """``(text, finish_reason, usage, None)`` of a non-streamed chat completion; empty
+    text and no finish reason when it has no choices (or is not a chat completion)."""
+    choices = getattr(response, "choices", None)
+    choice = choices[0] if choices else None
+    text = (choice.message.content if choice and choice.message else None) or ""
+    usage = getattr(response, "usage", None)
+    return text, (choice.finish_reason if choice else None), usage, None
 
 
 async def _consume(stream: Any, stop: list[str] | None) -> tuple[str, str | None, Any, str | None]:

@@ -5,8 +5,10 @@ A name that is not configured may be a ``provider:model`` shorthand:
 ``openai:gpt-4.1-mini``, ``anthropic:claude-sonnet-4-5``, ``local:qwen2.5-coder-1.5b``,
 ``local:/path/x.gguf``, ``scripted:FILE.json``, ``scripted:file.py:func``.
 
-Prices default to 0 (no USD accounting) unless the model is in :data:`HOSTED_MODELS`;
-set ``price_input`` / ``price_output`` for anything else you pay for.
+Prices are unknown (``None``) unless configured or the model is in :data:`HOSTED_MODELS`;
+``local`` and ``scripted`` models cost nothing. A run with a USD budget (``max_usd``) refuses
+a model whose price is unknown rather than count its calls as $0: set ``price_input`` /
+``price_output`` in its ``[models.NAME]`` table (``0`` for a server you do not pay for).
 """
 
 from __future__ import annotations

@@ -60,6 +60,8 @@ def describe(exc: BaseException, timeout_s: float) -> str:
     """A one-line description of a failed attempt (not yet redacted)."""
     if isinstance(exc, TimeoutError):
         return f"no response within {timeout_s:g} s"
+    if isinstance(exc, ModelError):  # raised by the provider itself: already a sentence
+        return str(exc)
     code = status_code(exc)
     text = str(exc) or type(exc).__name__
     if code is not None:

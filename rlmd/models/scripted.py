@@ -229,15 +229,12 @@ class ScriptedModel(Model):
             text = self._pick(messages)
             if self._script and self._script.delay_s:
                 await asyncio.sleep(self._script.delay_s)
-        input_tokens = self.count_messages(messages)
-        output_tokens = self.count_tokens(text)
-        return Completion(
-            text=text,
-            input_tokens=input_tokens,
-            output_tokens=output_tokens,
+        return self._completion(
+            messages,
+            text,
+            input_tokens=None,
+            output_tokens=None,
             latency_s=time.monotonic() - start,
-            cost_usd=self.spec.cost_usd(input_tokens, output_tokens),
-            model=self.name,
             finish_reason="stop",
         )
 

@@ -13,6 +13,7 @@ from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 from typing import Any
 
+from rlmd.kernel import protocol
 from rlmd.sandbox.limits import Limits
 
 CallHandler = Callable[[str, dict[str, Any]], Awaitable[Any]]
@@ -23,21 +24,10 @@ Args are what the kernel stub received (for ``"tool"``: ``{"name", "args", "kwar
 Raising :class:`CallError` makes the same message raise inside the kernel as ``RuntimeError``.
 """
 
-RESERVED_NAMES = (
-    "context",
-    "llm_query",
-    "llm_query_batched",
-    "rlm_query",
-    "rlm_query_batched",
-    "SHOW_VARS",
-    "FINAL",
-    "FINAL_VAR",
-    "history",
-)
-"""Names the kernel restores after every cell if model code rebinds them."""
-
-CODEBASE_HELPERS = ("list_files", "read_file", "grep")
-"""Extra reserved helpers present when ``context`` is a codebase."""
+# The kernel's own lists (it imports nothing from the host): names restored after every
+# cell if model code rebinds them, and the extra helpers of a codebase context.
+RESERVED_NAMES = protocol.RESERVED_NAMES
+CODEBASE_HELPERS = protocol.CODEBASE_HELPERS
 
 
 class CallError(Exception):
@@ -149,6 +139,16 @@ class Sandbox(abc.ABC):
     #: the limits this sandbox enforces (see :mod:`rlmd.sandbox.limits`; what each backend
     #: really enforces is in ``isolation["enforced"]``)
     limits: Limits
+
+    @property
+    def timeout_s(self) -> float | None:
+        """Default wall-clock seconds per cell (``limits.wall_s``; ``None``: no limit)."""
+        return self.limits.wall_s
+
+    @property
+    def max_output_chars(self) -> int:
+        """Cap per stream per cell (``limits.output_bytes``, else the kernel's default)."""
+        return int(self.limits.output_bytes or protocol.DEFAULT_MAX_OUTPUT)
 
     #: hostile-code cases this backend documents it cannot contain, by the case names of
     #: ``tests/test_sandbox_hostile.py`` (``"memory_bomb"``, ``"os_exit"``, ``"kill_parent"``,

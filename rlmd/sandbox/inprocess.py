@@ -11,7 +11,6 @@ import asyncio
 import concurrent.futures
 import contextlib
 import ctypes
-import dataclasses
 import os
 import queue
 import shutil
@@ -22,21 +21,13 @@ from collections.abc import Callable
 from typing import Any
 
 from rlmd.kernel.core import CellInterrupted, Kernel, json_copy
-from rlmd.sandbox._common import (
-    AFTER_RESTART,
-    LimitAliases,
-    RebindState,
-    inside,
-    join_names,
-    note_stop,
-    result_from_kernel,
-    wait,
-    with_notice,
-)
 from rlmd.sandbox.base import CallError, CallHandler, CellResult, Sandbox, SandboxError, VarInfo
+from rlmd.sandbox.channel import result_from_kernel, wait
+from rlmd.sandbox.files import inside
 from rlmd.sandbox.limits import Limits
+from rlmd.sandbox.messages import AFTER_RESTART, join_names, note_stop, with_notice
+from rlmd.sandbox.session import UNSET, Bindings, SandboxState, resolve_limits
 
-_UNSET: Any = object()
 _GIVEN_UP: Any = object()  # a cell's future resolved by the host: its thread was abandoned
 
 UNCONTAINED = frozenset(
@@ -124,7 +115,7 @@ class _Worker:
         self._jobs.put(None)
 
 
-class InProcessSandbox(RebindState, LimitAliases, Sandbox):
+class InProcessSandbox(Sandbox):
     """The kernel in this process; cells run in a worker thread that persists between them.
 
     Not isolated. Model code shares the host's process, memory, file system, environment
@@ -164,17 +155,12 @@ class InProcessSandbox(RebindState, LimitAliases, Sandbox):
         self,
         *,
         limits: Limits | None = None,
-        timeout_s: float | None = _UNSET,
-        max_output_chars: int = _UNSET,
+        timeout_s: float | None = UNSET,
+        max_output_chars: int | None = UNSET,
         interrupt_grace_s: float = 1.0,
     ):
-        limits = limits or Limits()
-        overrides: dict[str, Any] = {}
-        if timeout_s is not _UNSET:
-            overrides["wall_s"] = timeout_s
-        if max_output_chars is not _UNSET:
-            overrides["output_bytes"] = int(max_output_chars)
-        self.limits = dataclasses.replace(limits, **overrides) if overrides else limits
+        self.limits = resolve_limits(limits, timeout_s, max_output_chars)
+        self.state = SandboxState.STOPPED
         self.interrupt_grace_s = interrupt_grace_s
         self.workdir: str | None = None
         self.restarts = 0
@@ -187,10 +173,13 @@ class InProcessSandbox(RebindState, LimitAliases, Sandbox):
         self._inflight: set[concurrent.futures.Future[Any]] = set()
         self._worker: _Worker | None = None
         self._lock = asyncio.Lock()
-        self._closed = False
-        self._init_rebind_state()
+        self.bound = Bindings()
         self._orphan: tuple[Kernel, _Worker, asyncio.Future[Any]] | None = None
         self.abandoned_threads = 0
+
+    @property
+    def _closed(self) -> bool:
+        return self.state is SandboxState.CLOSED
 
     @property
     def isolation(self) -> dict[str, Any]:
@@ -240,9 +229,10 @@ class InProcessSandbox(RebindState, LimitAliases, Sandbox):
         self._loop_thread = threading.get_ident()
         self._kernel = self._new_kernel()
         self.workdir = tempfile.mkdtemp(prefix="rlmd-inprocess-")
+        self.state = SandboxState.READY
 
     async def close(self) -> None:
-        self._closed = True
+        self.state = SandboxState.CLOSED
         self._cancel_calls(self._inflight)
         worker, self._worker = self._worker, None
         self._kernel = None
@@ -282,7 +272,7 @@ class InProcessSandbox(RebindState, LimitAliases, Sandbox):
         async with self._lock:
             await self._settle_orphan()
             self._live()
-            lost = list(self._user_names)
+            lost = list(self.bound.user_names)
             self._replace_kernel()
             return lost
 
@@ -369,14 +359,14 @@ class InProcessSandbox(RebindState, LimitAliases, Sandbox):
     def _replace_kernel(self) -> None:
         """A fresh REPL with the context, the tools and ``history`` bound again."""
         kernel = self._new_kernel()
-        if self._context is not None:
-            kernel.bind_context(*self._context)
-        if self._tool_callables or self._tool_values:
-            kernel.define_tools(self._tool_callables, self._tool_values)
-        if self._history is not None:
-            kernel.set_var("history", self._history[0])
+        if self.bound.context is not None:
+            kernel.bind_context(*self.bound.context)
+        if self.bound.tool_callables or self.bound.tool_values:
+            kernel.define_tools(self.bound.tool_callables, self.bound.tool_values)
+        if self.bound.history is not None:
+            kernel.set_var("history", self.bound.history[0])
         self._kernel = kernel
-        self._user_names = []
+        self.bound.user_names = []
         self.restarts += 1
 
     # -- operations ---------------------------------------------------------------------------
@@ -387,7 +377,7 @@ class InProcessSandbox(RebindState, LimitAliases, Sandbox):
             if not isinstance(value, str):
                 value = json_copy(value, "the context")
             kernel.bind_context(value, codebase)
-            self._context = (value, codebase)
+            self.bound.context = (value, codebase)
 
     async def define_tools(self, callables: list[str], values: dict[str, Any]) -> None:
         async with self._lock:
@@ -395,14 +385,14 @@ class InProcessSandbox(RebindState, LimitAliases, Sandbox):
             callables = list(callables)
             values = json_copy(dict(values), "tool values")
             kernel.define_tools(callables, values)
-            self._note_tools(callables, values)
+            self.bound.note_tools(callables, values)
 
     async def set_variable(self, name: str, value: Any) -> None:
         async with self._lock:
             kernel = self._live()
             value = json_copy(value, f"the value of {name!r}")
             kernel.set_var(name, value)
-            self._note_variable(name, value)
+            self.bound.note_variable(name, value)
 
     async def get_variable(self, name: str) -> Any:
         async with self._lock:
@@ -411,7 +401,7 @@ class InProcessSandbox(RebindState, LimitAliases, Sandbox):
     async def list_variables(self) -> list[VarInfo]:
         async with self._lock:
             infos = self._live().list_vars()
-            self._user_names = [v["name"] for v in infos]
+            self.bound.user_names = [v["name"] for v in infos]
             return [VarInfo(**v) for v in infos]
 
     async def execute(self, code: str, *, timeout_s: float | None = None) -> CellResult:
@@ -419,7 +409,7 @@ class InProcessSandbox(RebindState, LimitAliases, Sandbox):
         async with self._lock:
             await self._settle_orphan()
             kernel = self._live()
-            notice, self._notice = self._notice, None
+            notice = self.bound.take_notice()
             loop = asyncio.get_running_loop()
             t0 = time.perf_counter()
             fut: asyncio.Future[Any] = loop.create_future()
@@ -456,6 +446,7 @@ class InProcessSandbox(RebindState, LimitAliases, Sandbox):
 
             worker.submit(run)
             self._running, self._interrupted = (kernel, worker, fut), False
+            self.state = SandboxState.RUNNING
             try:
                 res = await wait(asyncio.shield(fut), timeout)
             except asyncio.CancelledError:
@@ -469,9 +460,11 @@ class InProcessSandbox(RebindState, LimitAliases, Sandbox):
                 return with_notice(await self._on_timeout(worker, fut, timeout, t0), notice)
             finally:
                 self._running = None
+                if self.state is SandboxState.RUNNING:
+                    self.state = SandboxState.READY
             if res is _GIVEN_UP:  # interrupt() escalated: the thread would not stop
                 self._abandon(worker)
-                lost = list(self._user_names)
+                lost = list(self.bound.user_names)
                 self._replace_kernel()
                 return with_notice(
                     CellResult(
@@ -489,7 +482,7 @@ class InProcessSandbox(RebindState, LimitAliases, Sandbox):
                 )
             if isinstance(res, BaseException):
                 raise SandboxError(f"the kernel failed: {res!r}") from res
-            self._user_names = list(res.get("names") or [])
+            self.bound.user_names = list(res.get("names") or [])
             result = result_from_kernel(res, time.perf_counter() - t0)
             note_stop(result, timeout, timed_out=False, interrupted=self._interrupted)
             return with_notice(result, notice)
@@ -503,10 +496,10 @@ class InProcessSandbox(RebindState, LimitAliases, Sandbox):
         kernel, worker, fut = orphan
         if await self._stop(worker, fut) or kernel is not self._kernel:
             return
-        lost = list(self._user_names)
+        lost = list(self.bound.user_names)
         self._abandon(worker)
         self._replace_kernel()
-        self._notice = (
+        self.bound.notice = (
             "[rlmd: an earlier, cancelled cell could not be interrupted; a fresh REPL was "
             f"started; variables lost: {join_names(lost)}]\n",
             lost,
@@ -540,12 +533,12 @@ class InProcessSandbox(RebindState, LimitAliases, Sandbox):
         await self._stop(worker, fut)
         if fut.done() and not isinstance(fut.result(), BaseException):
             res = fut.result()
-            self._user_names = list(res.get("names") or [])
+            self.bound.user_names = list(res.get("names") or [])
             result = result_from_kernel(res, time.perf_counter() - t0)
             return note_stop(result, timeout, timed_out=True, interrupted=False)
         # The thread would not stop: abandon it and start a fresh REPL.
         self._abandon(worker)
-        lost = list(self._user_names)
+        lost = list(self.bound.user_names)
         self._replace_kernel()
         return CellResult(
             error=(

@@ -3,7 +3,8 @@
 Each backend enforces what it can from *outside* the model's code (rlimits and namespaces for
 the subprocess kernel, cgroup limits for containers, the provider's quota for cloud VMs) and
 reports what it really enforced in its ``isolation`` record. When a cell exceeds a limit, the
-cell ends with a model-readable message naming it (:func:`limit_message`), never a hang.
+cell ends with a model-readable message naming it
+(:func:`rlmd.sandbox.messages.limit_message`), never a hang.
 """
 
 from __future__ import annotations
@@ -91,73 +92,3 @@ class Limits:
                 f"unknown sandbox limit(s): {', '.join(unknown)}; known: {', '.join(sorted(known))}"
             )
         return cls(**data)
-
-
-def describe_bytes(n: int) -> str:
-    """``536870912`` -> ``"512 MiB"`` (for messages to the model)."""
-    if n % MiB == 0:
-        return f"{n // MiB} MiB"
-    if n % 1024 == 0:
-        return f"{n // 1024} KiB"
-    return f"{n} bytes"
-
-
-LABELS = {
-    "wall_s": "wall-clock time",
-    "cpu_s": "CPU time",
-    "memory_bytes": "memory",
-    "processes": "process count",
-    "open_files": "open files",
-    "file_size_bytes": "file size",
-    "output_bytes": "output",
-    "network": "network",
-}
-"""How each :class:`Limits` field is named to the model."""
-
-
-def limit_message(limit: str, value: Any, *, restarted: bool, lost: list[str] | None = None) -> str:
-    """The model-readable sentence for an exceeded limit (``limit``: a :class:`Limits` field
-    name), e.g. ``limit_message("memory_bytes", 512 * MiB, restarted=True, lost=["rows"])``
-    -> ``"memory limit 512 MiB exceeded; the kernel was restarted; variables lost: rows."``."""
-    if limit.endswith("_bytes"):
-        shown = describe_bytes(int(value))
-    elif limit.endswith("_s"):
-        shown = f"{value:g} s"
-    else:
-        shown = str(value)
-    text = f"{LABELS.get(limit, limit)} limit {shown} exceeded"
-    if restarted:
-        text += "; the kernel was restarted; variables lost: " + (", ".join(lost or []) or "none")
-    return text + "."
-
-
-_HINTS: tuple[tuple[str, tuple[str, ...], tuple[str, ...]], ...] = (
-    # (limit, one of these on the error's last line, and one of these anywhere, if any)
-    ("memory_bytes", ("MemoryError",), ()),
-    ("file_size_bytes", ("[Errno 27]", "File too large"), ()),
-    ("open_files", ("[Errno 24]", "Too many open files"), ()),
-    (
-        "processes",
-        ("[Errno 11]", "can't start new thread"),
-        ("fork", "Popen", "spawn", "thread", "Process"),
-    ),
-)
-
-
-def limit_hint(error: str | None, limits: Limits) -> str | None:
-    """If the formatted exception ``error`` of a cell is what hitting one of ``limits`` looks
-    like from inside (``MemoryError`` under a memory limit, ``EFBIG`` under a file-size limit,
-    ``EMFILE``, ``EAGAIN`` from ``fork``), the model-readable sentence naming that limit (the
-    kernel survived, so nothing was restarted); else ``None``."""
-    if not error:
-        return None
-    lines = error.rstrip().splitlines()
-    last = lines[-1] if lines else ""
-    for name, marks, context in _HINTS:
-        value = getattr(limits, name)
-        if value is None or not any(m in last for m in marks):
-            continue
-        if context and not any(c in error for c in context):
-            continue
-        return limit_message(name, value, restarted=False)[:-1] + "; the REPL state is kept."
-    return None

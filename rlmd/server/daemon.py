@@ -37,7 +37,7 @@ import sys
 from pathlib import Path
 
 from rlmd.paths import pid_path, run_dir, running_pid, socket_path
-from rlmd.sandbox.reaper import reap_in_background
+from rlmd.sandbox.docker.reaper import reap_in_background
 from rlmd.server.connection import MAX_HEADER_LINE, Connection
 from rlmd.server.core import DaemonCore, DaemonOptions
 from rlmd.server.protocol import RlmdServer  # noqa: F401 - import pygls/lsprotocol up front

@@ -512,39 +512,41 @@ FAKE_CREDENTIALS = {
 
 
 def e2b_fake_sandbox(root: Path, monkeypatch: Any, **options: Any) -> Any:
-    """An :class:`E2BSandbox` whose SDK is a fresh :func:`fake_e2b` (``.sdk`` on the result),
+    """An ``e2b`` sandbox whose SDK is a fresh :func:`fake_e2b` (``.sdk`` on the result),
     its VM files under ``root``; fake credentials are set in the environment."""
-    from rlmd.sandbox.cloud.e2b import E2BSandbox
+    from rlmd.sandbox import create_sandbox
 
     for name, value in FAKE_CREDENTIALS.items():
         monkeypatch.setenv(name, value)
     sdk = fake_e2b()
-    sb = E2BSandbox(sdk=sdk, root=str(root / "e2b-vm"), python=sys.executable, **options)
+    sb = create_sandbox("e2b", sdk=sdk, root=str(root / "e2b-vm"), python=sys.executable, **options)
     sb.sdk = sdk  # type: ignore[attr-defined]
     return sb
 
 
 def modal_fake_sandbox(root: Path, monkeypatch: Any, **options: Any) -> Any:
-    """A :class:`ModalSandbox` whose SDK is a fresh :class:`FakeModal` (``.sdk``)."""
-    from rlmd.sandbox.cloud.modal import ModalSandbox
+    """A ``modal`` sandbox whose SDK is a fresh :class:`FakeModal` (``.sdk``)."""
+    from rlmd.sandbox import create_sandbox
 
     for name, value in FAKE_CREDENTIALS.items():
         monkeypatch.setenv(name, value)
 
     sdk = FakeModal()
-    sb = ModalSandbox(sdk=sdk, root=str(root / "modal-vm"), python=sys.executable, **options)
+    sb = create_sandbox(
+        "modal", sdk=sdk, root=str(root / "modal-vm"), python=sys.executable, **options
+    )
     sb.sdk = sdk  # type: ignore[attr-defined]
     return sb
 
 
 def e2b_envd_sandbox(root: Path, monkeypatch: Any, **options: Any) -> Any:
-    """An :class:`E2BSandbox` on the *real* e2b SDK, in debug mode, talking to the shared
+    """An ``e2b`` sandbox on the *real* e2b SDK, in debug mode, talking to the shared
     fake envd (:mod:`tests.fakes.envd`); skips when the SDK or uvicorn is not installed."""
     import pytest
 
     pytest.importorskip("e2b", reason="the e2b extra is not installed")
     pytest.importorskip("uvicorn", reason="uvicorn (to serve the fake envd) is not installed")
-    from rlmd.sandbox.cloud.e2b import E2BSandbox
+    from rlmd.sandbox import create_sandbox
 
     from .envd import shared_envd
 
@@ -553,7 +555,7 @@ def e2b_envd_sandbox(root: Path, monkeypatch: Any, **options: Any) -> Any:
     monkeypatch.setenv("E2B_DEBUG", "true")  # AsyncSandbox.create skips E2B's API
     monkeypatch.setenv("E2B_SANDBOX_URL", shared_envd().url)
     monkeypatch.setenv("E2B_HTTP_VERSION", "1.1")
-    return E2BSandbox(root=str(root / "envd-vm"), python=sys.executable, **options)
+    return create_sandbox("e2b", root=str(root / "envd-vm"), python=sys.executable, **options)
 
 
 FAKE_BACKENDS: dict[str, Callable[..., Any]] = {

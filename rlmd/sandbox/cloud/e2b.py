@@ -17,7 +17,7 @@ from typing import Any
 
 from rlmd.sandbox.base import SandboxError
 from rlmd.sandbox.cloud.provider import ExitSink, Provider, RemoteProcess, TextSink
-from rlmd.sandbox.cloud.remote import RemoteSandbox
+from rlmd.sandbox.cloud.transport import CloudTransport
 from rlmd.sandbox.limits import Limits
 
 API_KEY_ENV = "E2B_API_KEY"
@@ -191,26 +191,14 @@ class E2BProvider(Provider):
                 await vm.kill()
 
 
-class E2BSandbox(RemoteSandbox):
-    """The kernel in an E2B microVM. Takes :class:`E2BProvider`'s arguments (``template``,
-    ``vm_timeout_s``, ``root``, ``python``, ``sdk``) and :class:`RemoteSandbox`'s."""
+class E2BTransport(CloudTransport):
+    """Kernels in one E2B microVM. Takes :class:`E2BProvider`'s arguments (``template``,
+    ``vm_timeout_s``, ``root``, ``python``, ``sdk``) and the sandbox's ``limits``."""
 
     kind = "e2b"
 
-    def __init__(
-        self,
-        *,
-        template: str | None = None,
-        vm_timeout_s: int = 3600,
-        root: str = "/home/user/.rlmd",
-        python: str = "python3",
-        sdk: Any = None,
-        **options: Any,
-    ):
-        provider = E2BProvider(
-            template=template, vm_timeout_s=vm_timeout_s, root=root, python=python, sdk=sdk
-        )
-        super().__init__(provider, **options)
+    def __init__(self, *, limits: Limits, **provider_options: Any):
+        super().__init__(E2BProvider(**provider_options), limits=limits)
 
     @staticmethod
     def unavailable_reason() -> str | None:

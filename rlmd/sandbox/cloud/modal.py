@@ -18,7 +18,7 @@ from typing import Any
 
 from rlmd.sandbox.base import SandboxError
 from rlmd.sandbox.cloud.provider import ExitSink, Provider, RemoteProcess, TextSink
-from rlmd.sandbox.cloud.remote import RemoteSandbox
+from rlmd.sandbox.cloud.transport import CloudTransport
 from rlmd.sandbox.limits import Limits, MiB
 
 TOKEN_ENV = ("MODAL_TOKEN_ID", "MODAL_TOKEN_SECRET")
@@ -210,37 +210,15 @@ class ModalProvider(Provider):
                 await sb.terminate.aio()
 
 
-class ModalSandbox(RemoteSandbox):
-    """The kernel in a Modal sandbox. Takes :class:`ModalProvider`'s arguments (``app_name``,
+class ModalTransport(CloudTransport):
+    """Kernels in one Modal sandbox. Takes :class:`ModalProvider`'s arguments (``app_name``,
     ``image``, ``template``, ``vm_timeout_s``, ``cpu``, ``root``, ``python``, ``sdk``) and
-    :class:`RemoteSandbox`'s."""
+    the sandbox's ``limits``."""
 
     kind = "modal"
 
-    def __init__(
-        self,
-        *,
-        app_name: str = "rlmd-sandboxes",
-        image: Any = None,
-        template: str | None = None,
-        vm_timeout_s: int = 3600,
-        cpu: float | None = None,
-        root: str = "/tmp/rlmd",
-        python: str = "python3",
-        sdk: Any = None,
-        **options: Any,
-    ):
-        provider = ModalProvider(
-            app_name=app_name,
-            image=image,
-            template=template,
-            vm_timeout_s=vm_timeout_s,
-            cpu=cpu,
-            root=root,
-            python=python,
-            sdk=sdk,
-        )
-        super().__init__(provider, **options)
+    def __init__(self, *, limits: Limits, **provider_options: Any):
+        super().__init__(ModalProvider(**provider_options), limits=limits)
 
     @staticmethod
     def unavailable_reason() -> str | None:

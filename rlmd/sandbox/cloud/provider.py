@@ -1,9 +1,9 @@
-"""What a cloud provider adapter must offer :class:`~rlmd.sandbox.cloud.remote.RemoteSandbox`.
+"""What a cloud provider adapter must offer :class:`~rlmd.sandbox.cloud.transport.CloudTransport`.
 
 An adapter knows how to create and destroy one VM, move files in and out of it, start a
 process whose stdin/stdout/stderr travel over the provider's authenticated API, and run a
 short command (to send a signal). Everything else (the kernel channel, host calls, restarts,
-limits, lost variables) is shared in ``remote.py``. Adding a provider is adding one file.
+limits, lost variables) is the session and ``transport.py``. Adding a provider is adding one file.
 """
 
 from __future__ import annotations

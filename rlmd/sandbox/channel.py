@@ -1,10 +1,10 @@
 """The host end of one kernel's channel, whatever carries its bytes.
 
-Every out-of-process backend speaks the same protocol (:mod:`rlmd.kernel.protocol`) to its
-kernel: requests out, ``hello`` / ``done`` / ``call`` frames in, host calls served
-concurrently, and the kernel's stderr cut into cells at its sentinels. :class:`KernelChannel`
-is that logic; a backend subclasses it with how bytes move (``send``, feeding frames and
-stderr in) and what else it knows about its kernel (a process, a container, a VM).
+Every transport speaks the same protocol (:mod:`rlmd.kernel.protocol`) to its kernel:
+requests out, ``hello`` / ``done`` / ``call`` frames in, host calls served concurrently, and
+the kernel's stderr cut into cells at its sentinels. :class:`KernelChannel` is that logic; a
+transport's kernel handle (:class:`rlmd.sandbox.transport.KernelHandle`) subclasses it with
+how bytes move (``send``, feeding frames and stderr in).
 """
 
 from __future__ import annotations
@@ -15,10 +15,46 @@ import re
 from typing import Any
 
 from rlmd.kernel import protocol
-from rlmd.sandbox._common import wait
-from rlmd.sandbox.base import CallError, CallHandler
+from rlmd.sandbox.base import CallError, CallHandler, CellResult, VarInfo
 
 log = logging.getLogger(__name__)
+
+
+async def wait(fut: asyncio.Future[Any], timeout: float | None) -> Any:
+    """``await fut`` with a time limit (raises ``TimeoutError`` and cancels ``fut``);
+    leaner than ``asyncio.wait_for``, which matters on the per-cell hot path."""
+    if timeout is None:
+        return await fut
+    expired = False
+
+    def expire() -> None:
+        nonlocal expired
+        if not fut.done():
+            expired = True
+            fut.cancel()
+
+    handle = asyncio.get_running_loop().call_later(max(0.0, timeout), expire)
+    try:
+        return await fut
+    except asyncio.CancelledError:
+        if expired:
+            raise TimeoutError from None
+        raise
+    finally:
+        handle.cancel()
+
+
+def result_from_kernel(res: dict[str, Any], duration_s: float, fd_text: str = "") -> CellResult:
+    """A :class:`CellResult` from the kernel's exec result (see ``rlmd.kernel.protocol``)."""
+    return CellResult(
+        stdout=res["stdout"],
+        stderr=res["stderr"] + fd_text,
+        error=res["error"],
+        final=res["final"],
+        variables=[VarInfo(**v) for v in res["variables"]],
+        restored=list(res["restored"]),
+        duration_s=duration_s,
+    )
 
 
 HOST_MAX_FRAME = 512 * 1024 * 1024
@@ -207,7 +243,7 @@ class KernelChannel:
     def _dispatch(self, msg: dict[str, Any]) -> None:
         op = msg.get("op")
         if op == "done":
-            fut = self.pending.pop(msg.get("id"), None)
+            fut = self.pending.pop(msg.get("id", -1), None)
             if fut is not None and not fut.done():
                 fut.set_result(msg)
         elif op == "call":

@@ -23,7 +23,7 @@ def reap_in_background() -> threading.Thread | None:
 
     def run() -> None:
         try:
-            from rlmd.sandbox import docker_host
+            from rlmd.sandbox.docker import engine as docker_host
 
             if docker_host.engine_unavailable_reason(timeout_s=2.0) is None:
                 docker_host.reap_orphans_once()

@@ -4,10 +4,10 @@ one spare started ahead.
 A container costs about half a second to create and start, and every run and child run
 starts one. So, as the subprocess backend does with its kernels, once a process has started
 a second container from the same :class:`LaunchSpec` it keeps one spare container started
-ahead (:data:`SPARES`, a :class:`~rlmd.sandbox._spares.SparePool`): the next start takes it
+ahead (:data:`SPARES`, a :class:`~rlmd.sandbox.spares.SparePool`): the next start takes it
 (its kernel has already said hello into the socket's buffer) and a new spare is made in a
 background thread. Spares are removed at exit or by :func:`close_spare_containers`;
-``ContainerSandbox(spare_container=False)`` neither takes nor keeps one.
+``create_sandbox("container", spare_container=False)`` neither takes nor keeps one.
 """
 
 from __future__ import annotations
@@ -27,14 +27,14 @@ from typing import Any
 import docker.errors
 import docker.types
 
-from rlmd.kernel import protocol
-from rlmd.sandbox import docker_host, images
-from rlmd.sandbox._spares import SparePool
+from rlmd.kernel import KERNEL_DIR
+from rlmd.sandbox.docker import engine as docker_host
+from rlmd.sandbox.docker import images
 from rlmd.sandbox.limits import Limits
+from rlmd.sandbox.spares import SparePool
 
 log = logging.getLogger(__name__)
 
-KERNEL_DIR = os.path.dirname(os.path.abspath(protocol.__file__))
 CONTAINER_KERNEL = "/opt/rlmd/kernel"
 CONTAINER_WORKDIR = "/work"
 

@@ -20,6 +20,9 @@ import contextlib
 import os
 import stat
 import tempfile
+from collections.abc import Iterable, Iterator
+
+from rlmd.sandbox.base import SandboxError
 
 _CHUNK = 8 << 20
 
@@ -30,7 +33,7 @@ def _owned(fd: int, uid: int | None) -> int:
     return fd
 
 
-def write_new(folder: str, prefix: str, chunks, uid: int | None = None) -> str:
+def write_new(folder: str, prefix: str, chunks: Iterable[bytes], uid: int | None = None) -> str:
     """Write ``chunks`` (an iterable of bytes) to a new file with a random name in ``folder``.
 
     Returns:
@@ -52,7 +55,7 @@ def write_new(folder: str, prefix: str, chunks, uid: int | None = None) -> str:
     return path
 
 
-def text_chunks(text: str, chunk: int = _CHUNK):
+def text_chunks(text: str, chunk: int = _CHUNK) -> Iterator[bytes]:
     """``text`` as UTF-8 in slices of ``chunk`` characters (lone surrogates passed through):
     never a second full-size copy of a 100 MB context in memory."""
     for i in range(0, len(text), chunk):
@@ -79,3 +82,58 @@ def open_regular(path: str, flags: int, uid: int | None = None) -> int:
         os.close(fd)
         raise
     return fd
+
+
+def inside(workdir: str | None, path: str) -> str:
+    """``path`` resolved under the host folder ``workdir`` (symlinks followed on the host).
+
+    Raises:
+        ValueError: ``path`` is absolute, empty, or escapes ``workdir``.
+        SandboxError: ``workdir`` is ``None`` (the sandbox is not started).
+    """
+    if workdir is None:
+        raise SandboxError("the sandbox is not started")
+    if not isinstance(path, str) or not path or "\x00" in path or os.path.isabs(path):
+        raise ValueError(f"path {path!r} must be relative to the working folder")
+    root = os.path.realpath(workdir)
+    full = os.path.realpath(os.path.join(root, path))
+    if not full.startswith(root + os.sep):
+        raise ValueError(f"path {path!r} escapes the working folder")
+    return full
+
+
+def makedirs_owned(folder: str, root: str, uid: int | None) -> None:
+    """``os.makedirs(folder)``; with ``uid``, every folder made below ``root`` is given to
+    the kernel's uid (it must be able to write there too)."""
+    missing = []
+    path = folder
+    while path != root and not os.path.isdir(path):
+        missing.append(path)
+        path = os.path.dirname(path)
+    os.makedirs(folder, exist_ok=True)
+    if uid is not None:
+        for made in missing:
+            os.chown(made, uid, uid)
+
+
+def write_file(path: str, data: bytes, root: str, uid: int | None = None) -> None:
+    """Write ``data`` to ``path`` (parents made below ``root``), never through a symlink or
+    into a FIFO model code put at ``path``; owned by ``uid`` if given.
+
+    Raises:
+        ValueError: something other than a regular file is at ``path``.
+    """
+    makedirs_owned(os.path.dirname(path), root, uid)
+    flags = os.O_WRONLY | os.O_CREAT | os.O_TRUNC
+    with os.fdopen(open_regular(path, flags, uid), "wb") as f:
+        f.write(data)
+
+
+def read_file(path: str) -> bytes:
+    """The bytes of the regular file at ``path`` (no symlink, FIFO or device).
+
+    Raises:
+        ValueError: not a regular file. OSError: as ``os.open``.
+    """
+    with os.fdopen(open_regular(path, os.O_RDONLY), "rb") as f:
+        return f.read()

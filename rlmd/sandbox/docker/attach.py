@@ -14,8 +14,9 @@ import logging
 from typing import Any
 
 from rlmd.kernel import protocol
-from rlmd.sandbox._channel import KernelChannel, KernelDied, StderrDrain
 from rlmd.sandbox.base import CallHandler
+from rlmd.sandbox.channel import KernelDied, StderrDrain
+from rlmd.sandbox.transport import KernelHandle
 
 __all__ = ["KernelConnection", "KernelDied", "StderrDrain"]
 
@@ -24,7 +25,7 @@ log = logging.getLogger(__name__)
 STDOUT, STDERR = 1, 2
 
 
-class KernelConnection(KernelChannel, asyncio.Protocol):
+class KernelConnection(KernelHandle, asyncio.Protocol):
     """One kernel over one attach socket: requests out, ``done``/``call`` frames in, host
     calls served concurrently with ``handler``.
 

@@ -39,11 +39,11 @@ import uuid
 from dataclasses import dataclass, field
 from typing import Any
 
+from rlmd.kernel import KERNEL_DIR
 from rlmd.sandbox.limits import Limits
 
 log = logging.getLogger(__name__)
 
-KERNEL_DIR = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "kernel")
 
 MODES = ("auto", "bwrap", "unshare", "none")
 """``isolation=`` choices: ``auto`` picks bwrap, else unshare, else none."""

@@ -53,7 +53,7 @@ def templates_dir() -> Path:
     env = os.environ.get("RLMD_SANDBOXES_DIR")
     if env:
         return Path(env).expanduser()
-    return Path(__file__).resolve().parents[2] / "sandboxes"
+    return Path(__file__).resolve().parents[3] / "sandboxes"
 
 
 def image_name(template: str) -> str:

@@ -1,0 +1,462 @@
+"""The default transport: the kernel in a persistent child process.
+
+Each kernel is a child process (:mod:`rlmd.sandbox.process.launch`: command line, clean
+environment, spares started ahead) in its own session (process group), with a private
+temporary working folder. The host talks to it over the framed channel described in
+:mod:`rlmd.kernel.protocol` (its stdin/stdout pipes) and drains its stderr pipe, which also
+receives whatever model code writes at the fd level.
+
+Isolation (see :mod:`rlmd.sandbox.process.isolate`): by default the kernel runs under
+``bwrap`` (else ``unshare``) as PID 1 of its own PID namespace with a fresh ``/proc``, no
+network (unless ``limits.network``), the host file system read-only with the user's home
+hidden, no capabilities, uid 65534 when the host is root, and a seccomp filter; rlimits and,
+where this process may create them, cgroup-v1 memory and pids groups enforce
+:class:`~rlmd.sandbox.limits.Limits` from outside model code. The isolation record says what
+a kernel really got.
+
+Interrupts are ``SIGINT`` to the kernel's own process; a kill takes the whole process group
+(and, under a namespace wrapper, the namespace).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import functools
+import logging
+import os
+import shutil
+import signal
+import subprocess
+import sys
+import threading
+import weakref
+from typing import Any
+
+from rlmd.sandbox.base import CallHandler
+from rlmd.sandbox.files import inside, read_file, text_chunks, write_file, write_new
+from rlmd.sandbox.limits import Limits
+from rlmd.sandbox.process import isolate
+from rlmd.sandbox.process import launch as processes
+from rlmd.sandbox.process.launch import (
+    KernelProcess,
+    LaunchSpec,
+    children,
+    isolation_of,
+    kernel_argv,
+    killpg,
+    site_args,
+)
+from rlmd.sandbox.transport import Cleanup, Death, KernelHandle, Transport
+
+log = logging.getLogger(__name__)
+
+FILE_CONTEXT_CHARS = 1 << 20
+"""A string context this long or longer goes to the kernel through a file in the working
+folder, not through a JSON frame."""
+
+
+def _signal_of(returncode: int | None, wrapped: bool) -> int | None:
+    """The signal that killed the kernel, if any. A wrapper (bwrap, unshare) exits with
+    128 + the kernel's signal; a negative code then means the wrapper itself was killed."""
+    if returncode is None:
+        return None
+    if wrapped:
+        return returncode - 128 if 128 < returncode < 160 else None
+    return -returncode if returncode < 0 else None
+
+
+def _describe_exit(returncode: int | None, wrapped: bool = False) -> str:
+    if wrapped and returncode is not None and returncode < 0:
+        return "the sandbox wrapper was " + _describe_exit(returncode)
+    sig = _signal_of(returncode, wrapped)
+    if sig is not None:
+        returncode = -sig
+    if returncode is None:
+        return "the kernel closed its channel"
+    if returncode < 0:
+        try:
+            name = signal.Signals(-returncode).name
+        except ValueError:
+            name = f"signal {-returncode}"
+        return f"killed by {name}"
+    return f"exit code {returncode}"
+
+
+class _Pipe(asyncio.Protocol):
+    """One of a kernel's pipes on the event loop: forwards to the :class:`ProcessKernel` as
+    asyncio's subprocess transport does (``fd``: 0 stdin, 1 stdout, 2 stderr)."""
+
+    def __init__(self, kernel: ProcessKernel, fd: int):
+        self.kernel = kernel
+        self.fd = fd
+
+    def data_received(self, data: bytes) -> None:
+        self.kernel.pipe_data_received(self.fd, data)
+
+    def eof_received(self) -> bool:
+        return False  # close the transport: connection_lost follows
+
+    def connection_lost(self, exc: Exception | None) -> None:
+        self.kernel.pipe_connection_lost(self.fd, exc)
+
+    def pause_writing(self) -> None:
+        self.kernel.pause_writing()
+
+    def resume_writing(self) -> None:
+        self.kernel.resume_writing()
+
+
+class ProcessKernel(KernelHandle):
+    """One kernel process: its pipes, its exit and how to signal it; the channel itself is
+    :class:`~rlmd.sandbox.channel.KernelChannel`."""
+
+    pid: int = 0  # the process group leader (the namespace wrapper, if any)
+
+    def __init__(self, loop: asyncio.AbstractEventLoop, handler: CallHandler, cap: int):
+        super().__init__(loop, handler, cap)
+        self.popen: subprocess.Popen[bytes] | None = None
+        self.pipes: list[asyncio.BaseTransport] = []
+        self.stdin: Any = None
+        self.pid = 0
+        self.token = ""
+        self.exited: asyncio.Future[int | None] = loop.create_future()
+        self.stderr_closed: asyncio.Future[None] = loop.create_future()
+        self.returncode: int | None = None
+        self._write_ok = asyncio.Event()
+        self._write_ok.set()
+        self._finalizer: weakref.finalize | None = None
+        self.launch = isolate.Launch(argv=[])
+        self._host_pid: int | None = None
+
+    @property
+    def label(self) -> str:  # type: ignore[override]
+        return f"kernel {self.pid}"
+
+    # -- the process and its pipes ------------------------------------------------------------
+
+    async def attach(self, popen: subprocess.Popen[bytes]) -> None:
+        """Serve the started process ``popen`` on this event loop: its pipes, and its exit
+        (a thread waits for it, as asyncio's default child watcher does)."""
+        self.popen = popen
+        self.pid = popen.pid
+        self._finalizer = weakref.finalize(self, killpg, self.pid)
+        loop = self.loop
+        self.stdin, _ = await loop.connect_write_pipe(lambda: _Pipe(self, 0), popen.stdin)
+        self.pipes.append(self.stdin)
+        for fd, pipe in ((1, popen.stdout), (2, popen.stderr)):
+            transport, _ = await loop.connect_read_pipe(functools.partial(_Pipe, self, fd), pipe)
+            self.pipes.append(transport)
+        threading.Thread(
+            target=self._wait_exit, name=f"rlmd-kernel-{self.pid}-waiter", daemon=True
+        ).start()
+
+    def _wait_exit(self) -> None:
+        assert self.popen is not None
+        self.popen.wait()
+        with contextlib.suppress(RuntimeError):  # the event loop is closed: nobody waits
+            self.loop.call_soon_threadsafe(self.process_exited)
+
+    def pipe_data_received(self, fd: int, data: bytes) -> None:
+        if fd == 1:
+            self._on_frames(data)
+        else:
+            self.feed_stderr(data)
+
+    def pipe_connection_lost(self, fd: int, exc: Exception | None) -> None:
+        if fd == 1:
+            self._mark_dead()
+        elif fd == 2 and not self.stderr_closed.done():
+            self.stderr_closed.set_result(None)
+
+    def process_exited(self) -> None:
+        assert self.popen is not None
+        self.returncode = self.popen.returncode
+        if not self.exited.done():
+            self.exited.set_result(self.returncode)
+        # Orphans of the kernel (forked children) may hold the channel open: end them, and
+        # do not wait for EOF for long. A killed wrapper takes its kernel along.
+        self._kill_kernel()
+        killpg(self.pid)
+        self.loop.call_later(0.5, self._mark_dead)
+
+    def pause_writing(self) -> None:
+        self._write_ok.clear()
+
+    def resume_writing(self) -> None:
+        self._write_ok.set()
+
+    # -- channel ----------------------------------------------------------------------------
+
+    def _on_malformed(self) -> None:
+        log.error("kernel %s sent a malformed frame; killing it", self.pid)
+        self.kill_now()
+
+    def _on_hello(self, msg: dict[str, Any]) -> None:
+        self.token = str(msg.get("token", ""))
+        super()._on_hello(msg)
+
+    def send(self, data: bytes) -> None:
+        """Queue one frame (the transport buffers what the pipe cannot take yet)."""
+        if self.dead or self.stdin is None or self.stdin.is_closing():
+            return
+        self.stdin.write(data)
+
+    async def drained(self) -> None:
+        """Wait until the transport's write buffer is below its high-water mark."""
+        if not self._write_ok.is_set() and not self.dead:
+            await self._write_ok.wait()
+
+    def kill_now(self) -> None:
+        """Kill the process group now."""
+        self._kill_kernel()
+        if self.pid:
+            killpg(self.pid)
+        self._mark_dead()
+
+    def _kill_kernel(self) -> None:
+        """SIGKILL the kernel itself when it runs under a wrapper (its pid was looked up at
+        hello), even if the wrapper is already gone."""
+        if self._host_pid is not None and self._host_pid != self.pid:
+            with contextlib.suppress(ProcessLookupError, PermissionError):
+                os.kill(self._host_pid, signal.SIGKILL)
+
+    def kernel_pid(self) -> int | None:
+        """The kernel's process id as the host sees it: the wrapper's child when wrapped
+        (``bwrap --as-pid-1`` and ``unshare --fork`` start it directly), else ``pid``."""
+        if self._host_pid is None and self.pid:
+            pid = self.pid
+            if self.launch.wrapper is not None:
+                kids = children(pid)
+                if not kids:
+                    return None
+                pid = kids[0]
+            self._host_pid = pid
+        return self._host_pid
+
+    async def interrupt(self) -> None:
+        """SIGINT to the kernel (``KeyboardInterrupt`` in a running cell) and fail the host
+        calls it waits for (a kernel already gone gets nothing)."""
+        self.cancel_calls()
+        pid = self.kernel_pid()
+        if pid is not None and not self.dead:
+            with contextlib.suppress(ProcessLookupError, PermissionError):
+                os.kill(pid, signal.SIGINT)
+
+    async def kill(self) -> None:
+        """Kill the process group, wait until the kernel is reaped, remove its cgroups."""
+        self.kill_now()
+        with contextlib.suppress(TimeoutError):
+            await asyncio.wait_for(asyncio.shield(self.exited), 5)
+        for pipe in self.pipes:
+            pipe.close()
+        if self._finalizer is not None:
+            self._finalizer.detach()
+        await _drop_cgroups(self.launch)
+
+    async def death(self, limits: Limits) -> Death:
+        """Why it died: a limit whose enforcement killed it (the OOM killer in its cgroup,
+        ``RLIMIT_CPU``, ``RLIMIT_FSIZE``), else how it exited."""
+        with contextlib.suppress(TimeoutError):
+            await asyncio.wait_for(asyncio.shield(self.exited), 2)
+        with contextlib.suppress(TimeoutError):
+            await asyncio.wait_for(asyncio.shield(self.stderr_closed), 0.5)
+        wrapped = self.launch.wrapper is not None
+        how = _describe_exit(self.returncode, wrapped)
+        sig = _signal_of(self.returncode, wrapped)
+        if self.kill_reason is not None:
+            return Death(how)
+        if limits.memory_bytes and self.launch.memory_oom_kills() > 0:
+            return Death(how, "memory_bytes")
+        if limits.cpu_s and sig in (signal.SIGXCPU, signal.SIGKILL):
+            return Death(how, "cpu_s")  # RLIMIT_CPU: SIGXCPU, or SIGKILL at the hard limit
+        if limits.file_size_bytes and sig == signal.SIGXFSZ:
+            return Death(how, "file_size_bytes")
+        return Death(how)
+
+    async def exit_phrase(self) -> str | None:
+        with contextlib.suppress(TimeoutError):
+            await asyncio.wait_for(asyncio.shield(self.exited), 0.5)
+        with contextlib.suppress(TimeoutError):
+            await asyncio.wait_for(asyncio.shield(self.stderr_closed), 0.5)
+        return _describe_exit(self.returncode)
+
+    async def facts(self) -> dict[str, Any]:
+        alive = not self.dead
+        return {
+            "host_pid": self.kernel_pid() if alive else None,
+            "memory_bytes": self.launch.memory_usage(),
+        }
+
+
+class ProcessTransport(Transport):
+    """Kernels in child processes sharing one private working folder.
+
+    Args:
+        limits: resource limits; how each is enforced here is in ``isolation["enforced"]``.
+        isolation: ``"auto"`` (bwrap, else unshare, else none, recorded as such),
+            ``"bwrap"``, ``"unshare"`` (raise ``ValueError`` if that cannot work here) or
+            ``"none"`` (no namespaces; rlimits and cgroups still apply).
+        project_dir: a folder bound read-only into the sandbox at its own path.
+        seccomp: load the seccomp filter (with bwrap on x86-64).
+        python: the interpreter to run the kernel with (default: this one).
+        extra_env: variables added to the kernel's clean environment.
+        spare_kernel: take the spare kernel process kept ready for sandboxes like this one
+            and keep one for the next (see :mod:`rlmd.sandbox.process.launch`); ``False``:
+            start this one's kernel when the sandbox starts and keep no spare for it.
+
+    Raises:
+        ValueError: an ``isolation`` mode that cannot work here.
+
+    The kernel gets ``PATH`` and ``LANG`` from the host, ``HOME`` and ``TMPDIR`` set to its
+    private working folder, and nothing else.
+    """
+
+    kind = "subprocess"
+    interrupt_grace_s = 1.0
+    start_timeout_s = 30.0
+
+    def __init__(
+        self,
+        *,
+        limits: Limits,
+        isolation: str = "auto",
+        project_dir: str | None = None,
+        seccomp: bool = True,
+        python: str | None = None,
+        extra_env: dict[str, str] | None = None,
+        spare_kernel: bool = True,
+    ):
+        self.limits = limits
+        self.python = python or sys.executable
+        self.extra_env = dict(extra_env or {})
+        self.spare_kernel = spare_kernel
+        self._config = isolate.IsolationConfig(
+            limits=limits,
+            mode=isolation,
+            keep=isolate.keep_paths(self.python, site_args(self.python)),
+            project_dir=os.path.abspath(project_dir) if project_dir else None,
+            seccomp=seccomp,
+        )
+        isolation_of(self._config)  # detect now: a mode that cannot work raises here
+        self._workdir: str | None = None
+        self._workdir_finalizer: weakref.finalize | None = None
+
+    @property
+    def workdir(self) -> str | None:
+        """The private working folder (the kernel's current directory), once started."""
+        return self._workdir
+
+    def isolation(self, kernel: KernelHandle | None) -> dict[str, Any]:
+        record: dict[str, Any] = {
+            "backend": "subprocess",
+            "isolated": True,
+            "process": True,
+            "env": "clean",
+            "workdir": self._workdir,
+            "python": self.python,
+            "limits": self.limits.to_dict(),
+        }
+        record.update(isolation_of(self._config).record())
+        return record
+
+    @property
+    def uncontained(self) -> frozenset[str]:
+        """Hostile-code cases this sandbox cannot contain with the isolation it got here
+        (case names as in ``tests/test_sandbox_hostile.py``)."""
+        iso = isolation_of(self._config)
+        out = set()
+        if not iso.pid_namespace:
+            out |= {"kill_parent", "proc_environ", "background_process"}
+        if iso.wrapper != "bwrap":
+            out.add("read_home")
+        if "pids" not in iso.controllers:
+            out.add("fork_bomb")
+        if self.limits.network or not iso.pid_namespace:
+            out.add("network")
+        return frozenset(out)
+
+    def spec(self) -> LaunchSpec:
+        """The kernel's command line and environment (``PATH`` and ``LANG`` as they are now)."""
+        return LaunchSpec(
+            argv=kernel_argv(self.python),
+            env=(
+                ("PATH", os.environ.get("PATH") or os.defpath),
+                ("LANG", os.environ.get("LANG") or "C.UTF-8"),
+            ),
+            extra_env=tuple(self.extra_env.items()),
+            isolation=self._config,
+        )
+
+    async def spawn(self, handler: CallHandler, cap: int, start_timeout_s: float) -> KernelHandle:
+        if self._workdir is None:  # the first kernel: a spare, or a new folder
+            spec = self.spec()
+            process = processes.SPARES.take(spec) if self.spare_kernel else None
+            if process is None:
+                process = processes.launch(spec)
+            self._workdir = process.workdir
+            self._workdir_finalizer = weakref.finalize(
+                self, shutil.rmtree, self._workdir, ignore_errors=True
+            )
+        else:  # a restart, in the same folder
+            process = processes.launch(self.spec(), self._workdir)
+        return await self._attach(process, handler, cap, start_timeout_s)
+
+    async def _attach(
+        self, process: KernelProcess, handler: CallHandler, cap: int, start_timeout_s: float
+    ) -> ProcessKernel:
+        """Serve ``process`` and wait for its hello (killing it if that fails)."""
+        kernel = ProcessKernel(asyncio.get_running_loop(), handler, cap)
+        kernel.launch = process.launch
+        try:
+            await kernel.attach(process.popen)
+        except BaseException:
+            killpg(process.popen.pid)
+            process.launch.remove_cgroups()
+            raise
+        await kernel.wait_hello(start_timeout_s)
+        kernel.kernel_pid()  # known from now on, even if the wrapper dies
+        return kernel
+
+    def _sandbox_uid(self) -> int | None:
+        """The kernel's uid when it is not ours (files the host makes for it are its)."""
+        return isolation_of(self._config).sandbox_uid
+
+    async def context_request(self, value: Any, codebase: bool) -> tuple[dict[str, Any], Cleanup]:
+        """A long string (``FILE_CONTEXT_CHARS`` or more) is written to a file in the working
+        folder that the kernel reads and deletes (at a fresh random name: model code can
+        plant a symlink or FIFO at any predictable one)."""
+        if (
+            not isinstance(value, str)
+            or codebase
+            or len(value) < FILE_CONTEXT_CHARS
+            or self._workdir is None
+        ):
+            return await super().context_request(value, codebase)
+        path = await asyncio.to_thread(
+            write_new, self._workdir, ".rlmd-context-", text_chunks(value), self._sandbox_uid()
+        )
+        # The kernel deletes it; unless it died.
+        return {"op": "bind_context_file", "path": path}, lambda: os.unlink(path)
+
+    async def upload(self, path: str, data: bytes) -> None:
+        full = inside(self._workdir, path)
+        root = os.path.realpath(self._workdir or "")
+        await asyncio.to_thread(write_file, full, data, root, self._sandbox_uid())
+
+    async def download(self, path: str) -> bytes:
+        return await asyncio.to_thread(read_file, inside(self._workdir, path))
+
+    async def close(self) -> None:
+        if self._workdir_finalizer is not None:
+            self._workdir_finalizer()  # removes the working folder (once)
+
+
+async def _drop_cgroups(launch: isolate.Launch) -> None:
+    """Remove a dead kernel's cgroups, waiting up to 0.5 s for its processes to be reaped
+    (then the removal is deferred to a later launch)."""
+    for _ in range(50):
+        if launch.remove_cgroups(defer=False):
+            return
+        await asyncio.sleep(0.01)
+    launch.remove_cgroups()
