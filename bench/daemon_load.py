@@ -41,6 +41,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
+from bench.codebase_load import stdlib_copy  # noqa: E402
 from rlmd.engine.events import ModelCallStarted  # noqa: E402
 from rlmd.paths import rss_bytes  # noqa: E402
 from rlmd.server.client import Client  # noqa: E402
@@ -239,16 +240,6 @@ async def health_while_big_loads(sock: Path, big: Path) -> dict:
         },
         "task_to_first_request_s": round(to_first, 2),
     }
-
-
-def stdlib_copy(dest: Path) -> Path:
-    import sysconfig
-
-    src = Path(sysconfig.get_paths()["stdlib"])
-    shutil.copytree(
-        src, dest, ignore=shutil.ignore_patterns("site-packages", "__pycache__"), symlinks=True
-    )
-    return dest
 
 
 def print_big(b: dict) -> bool:
