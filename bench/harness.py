@@ -1055,6 +1055,10 @@ def main(argv: list[str] | None = None) -> int:
     report = asyncio.run(main_async(args))
     OUT_FILE.parent.mkdir(parents=True, exist_ok=True)
     OUT_FILE.write_text(json.dumps(report, indent=2) + "\n")
+    missed = [r["benchmark"] for r in report["summary"] if r["met"] is False]
+    if missed:  # a CI smoke run must see a regression, not a table with "NO" in it
+        print(f"MISSED TARGETS: {'; '.join(missed)}", file=sys.stderr)
+        return 1
     return 0
 
 

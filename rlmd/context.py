@@ -8,11 +8,16 @@ the same rules git uses), skipping binary and oversized files and counting what 
 
 from __future__ import annotations
 
+import asyncio
+import bisect
+import itertools
 import json
 import os
+import random
 import stat
+import threading
 from collections import Counter
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, NotRequired, TypedDict
@@ -35,7 +40,9 @@ ALWAYS_IGNORED = (
     ".tox/",
     "*.pyc",
 )
-"""Ignored even without a .gitignore: VCS internals, caches, virtualenvs, dependencies."""
+"""Ignored even without a .gitignore: VCS internals, caches, virtualenvs, dependencies. A
+folder holding a ``pyvenv.cfg`` (a virtualenv under any name: ``venv/``, ``env/``...) is
+skipped too; all are counted as ``skipped["ignored"]``."""
 
 
 class ContextMeta(TypedDict):
@@ -114,7 +121,7 @@ class Context:
             "kind": self.kind,
             "type": type(self.value).__name__,
             "chars": self.chars(),
-            "tokens": _tokens(self.value, count_tokens),
+            "tokens": context_tokens(self.value, count_tokens),
         }
         if self.source:
             meta["source"] = self.source
@@ -146,14 +153,66 @@ def _chars(value: Any) -> int:
     return len(str(value))
 
 
-def _tokens(value: Any, count_tokens: Callable[[str], int]) -> int:
+TOKENS_FULL_COUNT_CHARS = 2_000_000
+"""Up to this many characters, a context's tokens are counted over all of its text; above
+it, over :data:`TOKENS_SAMPLE_SLICES` spread slices (see :func:`context_tokens`)."""
+TOKENS_SAMPLE_SLICES = 1024
+TOKENS_SLICE_CHARS = 1024
+
+
+def context_tokens(value: Any, count_tokens: Callable[[str], int]) -> int:
+    """Tokens of a context's text (for containers: of their items' text, summed).
+
+    Up to :data:`TOKENS_FULL_COUNT_CHARS` characters every string is counted. Above it the
+    count is estimated from 1,024 slices of 1,024 characters, one at a seeded random offset
+    in each of 1,024 equal strides of the concatenated text (a slice stays within one
+    string), scaled by the total length: the cost is bounded (~1 M characters counted,
+    ~60 ms with the estimate) for any size, where counting all of a 37 M-character codebase
+    took ~30 s with the old per-character estimate. Error of the sampled count against the
+    full one: +1.1 % on the CPython 3.11 stdlib (2,450 files, 37 M characters) and +0.01 %
+    on the tests' mixed corpus (code, prose, digit tables and whitespace runs in turn), which
+    the tests hold within 2 %. A context of many tiny strings is undercounted slightly
+    (counted alone, each string would round up).
+
+    Args:
+        value: the context's value (str, list, dict, nested; other leaves as ``str()``).
+        count_tokens: ``str -> int``.
+
+    Returns:
+        Tokens, an int >= 0.
+    """
+    leaves = [v for v in _leaves(value) if v]
+    lengths = [len(v) for v in leaves]
+    total = sum(lengths)
+    if total <= TOKENS_FULL_COUNT_CHARS:
+        return sum(count_tokens(v) for v in leaves)
+    ends = list(itertools.accumulate(lengths))
+    stride = total / TOKENS_SAMPLE_SLICES
+    rng = random.Random(total)  # the same context always gets the same count
+    counted = chars = 0
+    for i in range(TOKENS_SAMPLE_SLICES):
+        # a random offset in each stride: evenly spread, but not in step with a layout that
+        # repeats (files of four kinds in turn would alias with fixed offsets)
+        offset = int((i + rng.random()) * stride)
+        j = bisect.bisect_right(ends, offset)
+        start = offset - (ends[j - 1] if j else 0)
+        piece = leaves[j][start : start + TOKENS_SLICE_CHARS]
+        counted += count_tokens(piece)
+        chars += len(piece)
+    return round(counted * total / chars)
+
+
+def _leaves(value: Any) -> Iterator[str]:
     if isinstance(value, str):
-        return count_tokens(value)
-    if isinstance(value, dict):
-        return sum(_tokens(v, count_tokens) for v in value.values())
-    if isinstance(value, list | tuple):
-        return sum(_tokens(v, count_tokens) for v in value)
-    return count_tokens(str(value))
+        yield value
+    elif isinstance(value, dict):
+        for v in value.values():
+            yield from _leaves(v)
+    elif isinstance(value, list | tuple):
+        for v in value:
+            yield from _leaves(v)
+    else:
+        yield str(value)
 
 
 def summarise_tree(paths: list[str], max_lines: int = 30) -> list[str]:
@@ -179,13 +238,23 @@ def summarise_tree(paths: list[str], max_lines: int = 30) -> list[str]:
     return lines
 
 
-def load_codebase(root: Path, *, max_file_bytes: int = DEFAULT_MAX_FILE_BYTES) -> Context:
+class LoadStopped(Exception):
+    """A load was stopped through its ``stop`` event (its caller was cancelled)."""
+
+
+def load_codebase(
+    root: Path,
+    *,
+    max_file_bytes: int = DEFAULT_MAX_FILE_BYTES,
+    stop: threading.Event | None = None,
+) -> Context:
     """Load a folder as a codebase context.
 
     Walks ``root``; applies ``ALWAYS_IGNORED`` and every ``.gitignore`` found (patterns of a
-    nested .gitignore apply below its folder); skips files over ``max_file_bytes`` bytes,
-    files with a NUL byte in their first 8 KiB (binary) and files that do not decode as
-    UTF-8 (counted as binary). Symlinks are not followed.
+    nested .gitignore apply below its folder; an ignored folder is not walked at all);
+    skips virtualenvs under any name (a folder with ``pyvenv.cfg``), files over
+    ``max_file_bytes`` bytes, files with a NUL byte in their first 8 KiB (binary) and files
+    that do not decode as UTF-8 (counted as binary). Symlinks are not followed.
 
     Returns:
         A ``Context`` of kind ``"codebase"`` whose value maps POSIX relative paths, sorted,
@@ -193,6 +262,7 @@ def load_codebase(root: Path, *, max_file_bytes: int = DEFAULT_MAX_FILE_BYTES) -
 
     Raises:
         NotADirectoryError: ``root`` is not a folder.
+        LoadStopped: ``stop`` was set (checked before every folder and file).
     """
     root = Path(root).resolve()
     if not root.is_dir():
@@ -213,6 +283,8 @@ def load_codebase(root: Path, *, max_file_bytes: int = DEFAULT_MAX_FILE_BYTES) -
         return False
 
     for dirpath, dirnames, filenames in os.walk(root):
+        if stop is not None and stop.is_set():
+            raise LoadStopped(str(root))
         rel_dir = Path(dirpath).relative_to(root).as_posix()
         rel_dir = "" if rel_dir == "." else rel_dir + "/"
         gitignore = Path(dirpath) / ".gitignore"
@@ -224,12 +296,19 @@ def load_codebase(root: Path, *, max_file_bytes: int = DEFAULT_MAX_FILE_BYTES) -
                 skipped["unreadable"] += 1
         kept = []
         for d in sorted(dirnames):
-            if os.path.islink(os.path.join(dirpath, d)) or ignored(rel_dir + d, True):
+            full = os.path.join(dirpath, d)
+            if (
+                os.path.islink(full)
+                or ignored(rel_dir + d, True)
+                or os.path.isfile(os.path.join(full, "pyvenv.cfg"))  # a virtualenv
+            ):
                 skipped["ignored"] += 1
             else:
                 kept.append(d)
         dirnames[:] = kept
         for name in sorted(filenames):
+            if stop is not None and stop.is_set():
+                raise LoadStopped(str(root))
             rel = rel_dir + name
             full = os.path.join(dirpath, name)
             if os.path.islink(full) or ignored(rel, False):
@@ -292,10 +371,25 @@ def load_context(source: Any = None) -> Context:
     raise TypeError(f"context must be a str, list, dict or Path, not {type(source).__name__}")
 
 
-def _load_path(path: Path) -> Context:
+async def load_context_async(source: Any = None) -> Context:
+    """:func:`load_context` without blocking the event loop: a path is read in a worker
+    thread; cancelling the awaiting task stops a codebase walk within one file (so SIGTERM
+    acts at once, and the thread does not hold up the loop's shutdown). Raises what
+    :func:`load_context` raises."""
+    if not isinstance(source, Path):
+        return load_context(source)
+    stop = threading.Event()
+    try:
+        return await asyncio.to_thread(_load_path, source, stop)
+    except asyncio.CancelledError:
+        stop.set()
+        raise
+
+
+def _load_path(path: Path, stop: threading.Event | None = None) -> Context:
     path = path.expanduser()
     if path.is_dir():
-        return load_codebase(path)
+        return load_codebase(path, stop=stop)
     if not path.exists():
         raise FileNotFoundError(f"context path does not exist: {path}")
     if not path.is_file():

@@ -300,6 +300,80 @@ def test_doctor_prints_every_check_and_exits_with_the_verdict(tmp_path):
     assert text.stdout.rstrip().endswith("some checks failed" if failed else "rlmd is ready")
 
 
+SLOW_DISK_RUN = """
+import sys, time
+import rlmd.context as context
+
+read = context._read_text
+
+def slow_read(path, max_bytes, skipped):
+    print("reading", path, flush=True)
+    time.sleep(1.0)  # a slow disk: this codebase takes minutes to read
+    return read(path, max_bytes, skipped)
+
+context._read_text = slow_read
+from rlmd.cli.main import main
+sys.exit(main(sys.argv[1:]))
+"""
+
+
+def test_sigterm_acts_while_the_codebase_is_still_loading(rlmd_home, tmp_path):
+    """SIGTERM during the load of a slow codebase ends `rlmd run` long before the load
+    could finish (600 files at 1 s each): the load runs off the event loop and stops."""
+    import signal
+
+    folder = tmp_path / "big"
+    folder.mkdir()
+    for i in range(600):
+        (folder / f"m{i:03}.py").write_text(f"x = {i}\n")
+    script = tmp_path / "never.json"
+    script.write_text(json.dumps(["```repl\nFINAL('too late')\n```"]))
+    proc = subprocess.Popen(
+        [sys.executable, "-c", SLOW_DISK_RUN, "run", "q", "--context", str(folder)]
+        + ["--model", f"scripted:{script}", "--json"],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        env={**os.environ, "RLMD_HOME": str(rlmd_home)},
+    )
+    assert proc.stdout is not None
+    assert proc.stdout.readline().startswith("reading ")  # the load is under way
+    proc.send_signal(signal.SIGTERM)
+    assert proc.wait(timeout=60) == 143
+    assert proc.stderr is not None and "terminated before the run started" in proc.stderr.read()
+    assert json.loads(rlmd("runs", "--json", home=rlmd_home).stdout) == []  # no model request
+
+
+PROVIDER_SDKS_AFTER = """
+import sys
+from rlmd.cli.main import main
+
+try:
+    main(["--help"])
+except SystemExit:
+    pass
+helped = sorted(m for m in sys.modules if m.split(".")[0] in ("openai", "anthropic"))
+code = main(sys.argv[1:])
+ran = sorted(m for m in sys.modules if m.split(".")[0] in ("openai", "anthropic"))
+print(code, helped, ran, file=sys.stderr)
+sys.exit(0 if code == 0 and not helped and not ran else 1)
+"""
+
+
+def test_help_and_a_scripted_run_do_not_import_provider_sdks(rlmd_home, codebase, script):
+    """openai costs ~1.4 s to import: only a run that calls an OpenAI model pays it."""
+    proc = subprocess.run(
+        [sys.executable, "-c", PROVIDER_SDKS_AFTER, "run", "Where is Engine defined?"]
+        + ["--context", str(codebase), "--model", f"scripted:{script}", "--json"],
+        capture_output=True,
+        text=True,
+        env={**os.environ, "RLMD_HOME": str(rlmd_home)},
+        timeout=120,
+    )
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    assert json.loads(proc.stdout.splitlines()[-1])["status"] == "completed"
+
+
 def test_sandbox_commands_without_the_docker_sdk_say_what_to_install(rlmd_home, tmp_path):
     """`rlmd sandbox ls` printed a ModuleNotFoundError traceback when the container extra
     (the docker SDK) was not installed."""

@@ -15,6 +15,8 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from rlmd import config
 from rlmd.models import (
@@ -520,6 +522,50 @@ def test_count_tokens_estimate_without_tiktoken_data(
         tokens._reset_for_tests()
 
 
+def _weigh_piece_by_piece(text: str) -> float:
+    """The estimate's definition, walked one piece at a time (the slow original ``_weigh``):
+    the oracle the whole-buffer counting must equal."""
+    w, total = tokens._WEIGHTS, 0.0
+    for m in tokens._PIECE.finditer(text):
+        piece = m.group()
+        c, n = piece[0], len(piece)
+        if c.isascii() and c.isalpha():
+            total += w["word"] + max(0, n - 15) * w["long_word_char"]
+        elif c.isdigit() and c.isascii():
+            total += w["digit"]
+        elif c == "\n":
+            total += w["newline"]
+        elif c in " \t":
+            total += w["space"] + n / 128
+        elif c.isascii():
+            total += w["symbol"] + (n - 1) / 16
+        else:
+            total += w["other"]
+    return total
+
+
+_ALPHABET = "aqZX09 \t\n\r=-_(.é€\x00\x7f\ud800"
+
+
+@given(
+    st.lists(
+        st.tuples(st.sampled_from(_ALPHABET), st.sampled_from([1, 1, 1, 2, 3, 15, 16, 17, 40])),
+        max_size=40,
+    )
+)
+@settings(max_examples=400, deadline=None)
+def test_fast_weigh_equals_the_piece_walk(runs: list[tuple[str, int]]) -> None:
+    """Runs of every character class, including the edges of the rules: camelCase and
+    capital runs, 15/16/17-letter words, repeated symbols, NUL, non-ASCII, lone surrogates."""
+    text = "".join(c * n for c, n in runs)
+    assert tokens._weigh(text) == pytest.approx(_weigh_piece_by_piece(text), abs=1e-9)
+
+
+def test_fast_weigh_equals_the_piece_walk_on_real_text() -> None:
+    for name, text in _stdlib_samples().items():
+        assert tokens._weigh(text) == pytest.approx(_weigh_piece_by_piece(text)), name
+
+
 def _stdlib_samples() -> dict[str, str]:
     """Code and English prose shipped with every CPython: no third-party text."""
     import sysconfig
@@ -851,3 +897,21 @@ async def test_local_timeout_stops_generation_and_long_prompt_errors(
         assert (await model.complete(user("Say hi"), max_tokens=4)).text  # still usable
     finally:
         await model.aclose()
+
+
+def test_count_messages_counts_each_message_once_as_history_grows() -> None:
+    """A loop re-sends its whole history every iteration; each message is counted once."""
+    counted: list[str] = []
+
+    class Counting(ScriptedModel):
+        def count_tokens(self, text: str) -> int:
+            counted.append(text)
+            return super().count_tokens(text)
+
+    model = Counting(ModelSpec(name="c", provider="scripted", model="c", options={"responses": []}))
+    history: list[Any] = [{"role": "system", "content": "You are a REPL agent."}]
+    for i in range(50):
+        history.append({"role": "user" if i % 2 else "assistant", "content": f"turn {i} " * 40})
+        expected = sum(count_tokens(m["content"]) + 4 for m in history) + 2
+        assert model.count_messages(history) == expected
+    assert len(counted) == len(history)  # not 1 + 2 + ... + 51

@@ -214,3 +214,108 @@ def test_special_files_are_skipped_or_refused(tmp_path):
     assert list(ctx.value) == ["a.py"] and ctx.skipped["special"] == 1
     with pytest.raises(ValueError, match="not a regular file"):
         load_context(root / "pipe.txt")
+
+
+def _mixed_corpus() -> dict[str, str]:
+    """~14 M characters in 1,200 files of four kinds with very different token densities:
+    stdlib code, English-like prose, digit tables, whitespace-and-symbol runs."""
+    import random
+    import sysconfig
+    from pathlib import Path
+
+    lib = Path(sysconfig.get_paths()["stdlib"])
+    code = [
+        (lib / rel).read_text(encoding="utf-8")
+        for rel in ("json/decoder.py", "asyncio/streams.py", "argparse.py", "textwrap.py")
+    ]
+    rng = random.Random(7)
+    words = "the of a to and which model answer river quietly bright measured".split()
+    files = {}
+    for i in range(1200):
+        kind = i % 4
+        if kind == 0:
+            text = code[i % len(code)]
+        elif kind == 1:
+            text = " ".join(rng.choice(words) for _ in range(rng.randint(200, 2000))) + ".\n"
+        elif kind == 2:
+            text = "\n".join(
+                ",".join(str(rng.randint(0, 10**6)) for _ in range(8)) for _ in range(300)
+            )
+        else:
+            text = ("    " * rng.randint(1, 8) + "=" * rng.randint(1, 80) + "\n") * 200
+        files[f"f{i:04}"] = text
+    return files
+
+
+def test_sampled_token_count_of_a_big_context_is_within_2_percent_of_the_full_count():
+    from rlmd.context import TOKENS_FULL_COUNT_CHARS, context_tokens
+    from rlmd.models.tokens import estimate_tokens
+
+    corpus = _mixed_corpus()
+    assert sum(map(len, corpus.values())) > 2 * TOKENS_FULL_COUNT_CHARS  # so it samples
+    counted: list[int] = []
+
+    def counting(text: str) -> int:
+        counted.append(len(text))
+        return estimate_tokens(text)
+
+    full = sum(estimate_tokens(v) for v in corpus.values())
+    sampled = context_tokens(corpus, counting)
+    assert sampled == pytest.approx(full, rel=0.02)
+    assert sum(counted) <= 1024 * 1024  # the cost is bounded: only the slices were counted
+    # below the threshold every string is counted
+    small = dict(list(corpus.items())[:8])
+    assert context_tokens(small, estimate_tokens) == sum(map(estimate_tokens, small.values()))
+
+
+async def test_cancelled_codebase_load_stops_its_worker_thread(tmp_path, monkeypatch):
+    """Cancelling ``load_context_async`` stops the walk in its thread at the next file."""
+    import asyncio
+    import threading
+
+    import rlmd.context as context_mod
+
+    for i in range(50):
+        (tmp_path / f"m{i:02}.py").write_text("x = 1\n")
+    reading, release, files_read = threading.Event(), threading.Event(), []
+    thread_done = threading.Event()
+    read, walk = context_mod._read_text, context_mod.load_codebase
+
+    def held_read(path, max_bytes, skipped):
+        files_read.append(path)
+        reading.set()
+        release.wait()  # hold the thread inside the first file until the test says so
+        return read(path, max_bytes, skipped)
+
+    def watched_walk(*args, **kwargs):
+        try:
+            return walk(*args, **kwargs)
+        finally:
+            thread_done.set()
+
+    monkeypatch.setattr(context_mod, "_read_text", held_read)
+    monkeypatch.setattr(context_mod, "load_codebase", watched_walk)
+    task = asyncio.ensure_future(context_mod.load_context_async(tmp_path))
+    await asyncio.to_thread(reading.wait)  # the loop stays free while the thread reads
+    task.cancel()
+    with pytest.raises(asyncio.CancelledError):
+        await task
+    release.set()
+    await asyncio.to_thread(thread_done.wait)
+    assert len(files_read) == 1  # stopped after the file in hand, not after all 50
+
+
+def test_virtualenvs_under_any_name_and_node_modules_are_skipped(tmp_path):
+    (tmp_path / "app.py").write_text("x = 1\n")
+    for venv in ("venv", "env", "tools/py311"):
+        (tmp_path / venv / "lib").mkdir(parents=True)
+        (tmp_path / venv / "pyvenv.cfg").write_text("home = /usr/bin\n")
+        (tmp_path / venv / "lib" / "site.py").write_text("y = 2\n")
+    (tmp_path / "node_modules" / "left-pad").mkdir(parents=True)
+    (tmp_path / "node_modules" / "left-pad" / "index.js").write_text("module.exports = 1\n")
+    (tmp_path / "environment").mkdir()  # no pyvenv.cfg: an ordinary folder
+    (tmp_path / "environment" / "setup.py").write_text("z = 3\n")
+    ctx = load_codebase(tmp_path)
+    assert sorted(ctx.value) == ["app.py", "environment/setup.py"]
+    assert ctx.skipped["ignored"] == 4
+    assert ctx.metadata(len)["skipped"] == {"ignored": 4}  # the model is told

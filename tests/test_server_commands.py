@@ -409,3 +409,52 @@ async def test_exec_queue_false_and_cell_timeout(daemon, project):
         assert t["timed_out"] and not t["kernel_restarted"]
     finally:
         await c.close()
+
+
+GATED_TOKEN_COUNT = """
+import os, time
+import rlmd.models.tokens as tokens
+
+gate, count = os.environ["RLMD_TEST_GATE"], tokens.count_tokens
+
+def gated(text):
+    # The first count (a task's context metadata) waits until the test opens the gate.
+    if not os.path.exists(gate + ".open"):
+        open(gate + ".counting", "w").close()
+        while not os.path.exists(gate + ".open"):
+            time.sleep(0.01)
+    return count(text)
+
+tokens.count_tokens = gated
+"""
+
+
+async def test_health_answers_while_a_task_counts_its_workspace(tmp_path):
+    """Counting a big workspace's tokens (held here until the test releases it) happens off
+    the event loop: another client's rlmd.health is answered meanwhile."""
+    home, gate = tmp_path / "home", tmp_path / "gate"
+    home.mkdir()
+    d = Daemon(
+        home, "--idle-timeout", "0", prelude=GATED_TOKEN_COUNT, env={"RLMD_TEST_GATE": str(gate)}
+    ).start()
+    project = make_project(tmp_path)
+    c = other = None
+    try:
+        c, other = await d.client(), await d.client()
+        started = await c.command("rlmd.task.start", start_params(project, "FINAL(1)"))
+        while not (tmp_path / "gate.counting").exists():  # the task is counting now
+            assert d.alive, d.log()
+            await asyncio.sleep(0.05)
+        health = await asyncio.wait_for(other.command("rlmd.health"), 30)
+        assert health["ok"]
+        assert not (tmp_path / "gate.open").exists()  # answered while the count was held
+        status = await other.command("rlmd.task.status", {"run_id": started["run_id"]})
+        assert status["state"] == "running"
+        (tmp_path / "gate.open").touch()
+        note = await c.wait_for(finished(started["run_id"]), timeout=60)
+        assert note["params"]["status"] == "completed"
+    finally:
+        for client in (c, other):
+            if client is not None:
+                await client.close()
+        d.stop()

