@@ -817,3 +817,35 @@ async def test_a_100_mb_context_loads_through_a_file():
                 assert (await ok(sb, "print(len(context))")).stdout == "100000000\n"
         finally:
             await sb.close()
+
+
+async def test_a_large_codebase_goes_through_a_file_off_the_event_loop(monkeypatch):
+    # Encoding a codebase as one JSON frame took 0.58 s on the event loop for the stdlib (the
+    # daemon answered nobody meanwhile); now it is written to a file in a worker thread.
+    from rlmd.sandbox import files
+
+    files_seen: list[str] = []
+    real = files.write_new
+
+    def spy(folder, prefix, chunks, uid=None):
+        files_seen.append(prefix)
+        return real(folder, prefix, chunks, uid)
+
+    monkeypatch.setattr("rlmd.sandbox.process.transport.write_new", spy)
+    codebase = {f"pkg/m{i}.py": f"def f{i}():\n    return '\\ud800 {i}'\n" * 900 for i in range(40)}
+    sb = create_sandbox("subprocess")
+    await sb.start(FakeHost())
+    try:
+        await sb.load_context(codebase, codebase=True)
+        assert files_seen == [".rlmd-context-json-"]
+        r = await ok(
+            sb,
+            "print(len(context), context['pkg/m7.py'][:20] == "
+            + repr(codebase["pkg/m7.py"][:20])
+            + ")",
+        )
+        assert r.stdout == "40 True\n"
+        assert (await ok(sb, "print(len(list_files('pkg/*.py')))")).stdout == "40\n"
+        assert not [f for f in os.listdir(sb.workdir) if f.startswith(".rlmd-context")]
+    finally:
+        await sb.close()

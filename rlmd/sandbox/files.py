@@ -24,6 +24,7 @@ import contextlib
 import ctypes
 import errno
 import functools
+import json
 import os
 import stat
 import struct
@@ -70,6 +71,36 @@ def text_chunks(text: str, chunk: int = _CHUNK) -> Iterator[bytes]:
     never a second full-size copy of a 100 MB context in memory."""
     for i in range(0, len(text), chunk):
         yield text[i : i + chunk].encode("utf-8", "surrogatepass")
+
+
+FILE_CONTEXT_CHARS = 1 << 20
+"""A context of this many characters or more goes to the kernel through a file in its working
+folder, written off the event loop, instead of one JSON frame on the channel (100 MB of text:
+~0.5 s instead of ~2 s; the stdlib as a codebase: 0.58 s of encoding no longer on the loop)."""
+
+
+def context_file(value: Any, codebase: bool) -> tuple[str, Iterator[bytes]] | None:
+    """How a large context is written to a file: ``("text", chunks)`` for a string (the
+    kernel memory-maps and decodes it), ``("json", chunks)`` for a codebase dict (ASCII JSON
+    escapes, so any ``str`` survives); ``None`` when it is small or of another type (it then
+    goes inline). The chunks are lazy: iterate them off the event loop."""
+    if isinstance(value, str) and not codebase:
+        if len(value) >= FILE_CONTEXT_CHARS:
+            return "text", text_chunks(value)
+    elif codebase and isinstance(value, dict):
+        size = sum(len(v) for v in value.values() if isinstance(v, str))
+        if size >= FILE_CONTEXT_CHARS:
+            encoded = json.JSONEncoder().iterencode(value)
+            return "json", (part.encode("ascii") for part in encoded)
+    return None
+
+
+def context_file_request(fmt: str, path: str) -> dict[str, Any]:
+    """The kernel request that binds a context written by :func:`context_file` at ``path``
+    (its path as the kernel sees it)."""
+    if fmt == "text":  # the kernel decodes it from a memory map and deletes the file
+        return {"op": "bind_context_file", "path": path}
+    return {"op": "bind_context", "path": path, "format": "json", "codebase": True}
 
 
 def parts_of(path: str) -> list[str]:

@@ -31,7 +31,6 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import functools
-import json
 import logging
 import os
 import shutil
@@ -52,15 +51,19 @@ from rlmd.sandbox.docker.launch import (
     own,
     remove_container,
 )
-from rlmd.sandbox.files import download_file, text_chunks, upload_file, write_new
+from rlmd.sandbox.files import (
+    context_file,
+    context_file_request,
+    download_file,
+    upload_file,
+    write_new,
+)
 from rlmd.sandbox.limits import Limits, MiB
 from rlmd.sandbox.transport import Cleanup, Death, KernelHandle, Transport
 
 log = logging.getLogger(__name__)
 
 DEFAULT_USER = "1000:1000"
-FILE_CONTEXT_CHARS = 1 << 20
-"""Contexts at least this large (characters) are passed through a file, not the channel."""
 
 
 def _nothing() -> None:
@@ -365,33 +368,21 @@ class ContainerTransport(Transport):
         the mounted working folder (100 MB of text: ~0.5 s instead of ~2 s through the
         channel), with its host path returned for removal; anything else inline."""
         request: dict[str, Any] = {"op": "bind_context", "value": value, "codebase": codebase}
-        if isinstance(value, str) and not codebase:
-            fmt, size = "text", len(value)
-        elif codebase and isinstance(value, dict):
-            fmt, size = "json", sum(len(v) for v in value.values() if isinstance(v, str))
-        else:
+        picked = context_file(value, codebase)
+        if picked is None or self._workdir is None:
             return request, _nothing
-        if size < FILE_CONTEXT_CHARS or self._workdir is None:
-            return request, _nothing
+        fmt, chunks = picked
         folder = os.path.join(self._workdir, "work")
 
         def write() -> Path:
             # A fresh random name: model code can plant a symlink or FIFO at a fixed one
             # (the hostile fresh-user test overwrote a root-owned host file that way).
-            if fmt == "text":  # surrogatepass: the kernel decodes it the same way
-                chunks = text_chunks(value)
-            else:  # ASCII escapes: any str survives
-                chunks = (part.encode("ascii") for part in json.JSONEncoder().iterencode(value))
             written = write_new(folder, f".rlmd-context-{fmt}-", chunks)
             own(written, self.user)
             return Path(written)
 
         path = await asyncio.to_thread(write)
-        inside = f"{CONTAINER_WORKDIR}/{path.name}"
-        if fmt == "text":  # the kernel decodes it from a memory map and deletes the file
-            return {"op": "bind_context_file", "path": inside}, path.unlink
-        request = {"op": "bind_context", "path": inside, "format": "json", "codebase": True}
-        return request, path.unlink
+        return context_file_request(fmt, f"{CONTAINER_WORKDIR}/{path.name}"), path.unlink
 
     def _host_folder(self, path: str) -> tuple[str | None, str]:
         """The host folder behind ``/work`` and ``path`` relative to it (``path`` may be

@@ -34,7 +34,13 @@ import weakref
 from typing import Any
 
 from rlmd.sandbox.base import CallHandler
-from rlmd.sandbox.files import download_file, text_chunks, upload_file, write_new
+from rlmd.sandbox.files import (
+    context_file,
+    context_file_request,
+    download_file,
+    upload_file,
+    write_new,
+)
 from rlmd.sandbox.limits import Limits
 from rlmd.sandbox.process import isolate
 from rlmd.sandbox.process import launch as processes
@@ -50,10 +56,6 @@ from rlmd.sandbox.process.launch import (
 from rlmd.sandbox.transport import Cleanup, Death, KernelHandle, Transport
 
 log = logging.getLogger(__name__)
-
-FILE_CONTEXT_CHARS = 1 << 20
-"""A string context this long or longer goes to the kernel through a file in the working
-folder, not through a JSON frame."""
 
 
 def _signal_of(returncode: int | None, wrapped: bool) -> int | None:
@@ -425,21 +427,18 @@ class ProcessTransport(Transport):
         return isolation_of(self._config).sandbox_uid
 
     async def context_request(self, value: Any, codebase: bool) -> tuple[dict[str, Any], Cleanup]:
-        """A long string (``FILE_CONTEXT_CHARS`` or more) is written to a file in the working
-        folder that the kernel reads and deletes (at a fresh random name: model code can
-        plant a symlink or FIFO at any predictable one)."""
-        if (
-            not isinstance(value, str)
-            or codebase
-            or len(value) < FILE_CONTEXT_CHARS
-            or self._workdir is None
-        ):
+        """A large text or codebase (:data:`~rlmd.sandbox.files.FILE_CONTEXT_CHARS` or more)
+        is written, in a worker thread, to a file in the working folder that the kernel reads
+        (at a fresh random name: model code can plant a symlink or FIFO at any predictable
+        one); removed afterwards if the kernel has not."""
+        picked = context_file(value, codebase)
+        if picked is None or self._workdir is None:
             return await super().context_request(value, codebase)
+        fmt, chunks = picked
         path = await asyncio.to_thread(
-            write_new, self._workdir, ".rlmd-context-", text_chunks(value), self._sandbox_uid()
+            write_new, self._workdir, f".rlmd-context-{fmt}-", chunks, self._sandbox_uid()
         )
-        # The kernel deletes it; unless it died.
-        return {"op": "bind_context_file", "path": path}, lambda: os.unlink(path)
+        return context_file_request(fmt, path), lambda: os.unlink(path)
 
     async def upload(self, path: str, data: bytes) -> None:
         uid = self._sandbox_uid()
