@@ -13,9 +13,11 @@ by a reader that
 * answers batches, wrong ``jsonrpc`` versions, bad ids and params pygls cannot structure
   with an error carrying the request's id, instead of dropping them.
 
-Output goes straight to the transport without waiting: when more than
-``max_client_buffer_bytes`` are queued for a client that does not read, the client is
-dropped (its tasks go on; other clients are not slowed down).
+Output goes straight to the transport without waiting. A client with more than
+``max_client_buffer_bytes`` queued is watched, and dropped only when not one byte of its
+backlog drains for ``client_stall_s`` (its tasks go on; other clients are not slowed down).
+A slow reader that keeps draining is never dropped for being behind, however large a burst
+was, up to ``max_client_backlog_bytes`` (the daemon's memory bound).
 """
 
 from __future__ import annotations
@@ -82,6 +84,10 @@ class Connection:
         self._out: list[bytes] = []
         self._out_size = 0
         self._flush_scheduled = False
+        self._written = 0  # bytes handed to the transport, ever
+        self._drained = 0  # of those, bytes the client has taken (written - still queued)
+        self._progress_at: float | None = None  # when a watched backlog last drained
+        self._watch: asyncio.TimerHandle | None = None
         self.server = RlmdServer(self)
         self.protocol = self.server.protocol
         self.protocol.set_writer(self, include_headers=True)
@@ -139,9 +145,43 @@ class Connection:
         except (ConnectionError, RuntimeError) as exc:
             self.drop(f"write failed: {exc!r}")
             return
-        limit = self.core.options.max_client_buffer_bytes
-        if self.transport.get_write_buffer_size() > limit:
-            self.drop(f"the client is not reading (more than {limit:,} bytes queued)")
+        self._written += len(data)
+        self._check_backlog()
+
+    def _check_backlog(self) -> None:
+        """Apply the back-pressure rule: judge a client by whether its backlog drains, not
+        by its size (a burst larger than the limit says nothing about the reader)."""
+        if self.dead or self.transport.is_closing():
+            return
+        options = self.core.options
+        queued = self.transport.get_write_buffer_size()
+        if queued > options.max_client_backlog_bytes:
+            self.drop(
+                f"the client is not reading fast enough "
+                f"(more than {options.max_client_backlog_bytes:,} bytes queued)"
+            )
+            return
+        now = asyncio.get_running_loop().time()
+        drained = self._written - queued
+        if queued <= options.max_client_buffer_bytes:
+            self._progress_at = None
+        elif self._progress_at is None or drained > self._drained:
+            self._progress_at = now  # watched from now, or drained since the last look
+        elif now - self._progress_at >= options.client_stall_s:
+            self.drop(
+                f"the client is not reading ({queued:,} bytes queued, "
+                f"none taken for {options.client_stall_s:g} s)"
+            )
+            return
+        self._drained = drained
+        if self._progress_at is not None and self._watch is None:
+            self._watch = asyncio.get_running_loop().call_later(
+                max(0.05, options.client_stall_s / 10), self._on_watch
+            )
+
+    def _on_watch(self) -> None:
+        self._watch = None
+        self._check_backlog()
 
     def send_error(self, msg_id: Any, code: int, message: str, data: Any = None) -> None:
         error: dict[str, Any] = {"code": code, "message": message}
@@ -156,6 +196,8 @@ class Connection:
         self._flush()
         self.dead = True
         self.drop_reason = reason
+        if self._watch is not None:
+            self._watch.cancel()
         log.info("client %s dropped: %s", self.id, reason)
         self.core.hub.remove(self)
         if reason.startswith("the client is not reading"):

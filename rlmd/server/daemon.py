@@ -211,6 +211,7 @@ def main(
     idle_timeout_s: float | None,
     max_message_bytes: int | None = None,
     max_client_buffer_bytes: int | None = None,
+    client_stall_s: float | None = None,
     log_file: str | None = None,
     log_level: str = "INFO",
 ) -> int:
@@ -221,6 +222,8 @@ def main(
         options.max_message_bytes = max_message_bytes
     if max_client_buffer_bytes:
         options.max_client_buffer_bytes = max_client_buffer_bytes
+    if client_stall_s:
+        options.client_stall_s = client_stall_s
     try:
         asyncio.run(serve_stdio(options) if stdio else serve_socket(options))
     except AlreadyRunning as exc:
