@@ -51,6 +51,9 @@ Config format::
     sandbox = "container"
     idle_timeout_s = 300
 
+    [daemon]                           # user config only
+    allow_inprocess = true             # let socket clients open "inprocess" workspaces
+
 Relative paths in ``model`` of ``local`` and ``scripted`` entries are relative to the
 config file's folder. Other top-level tables are kept in :attr:`Settings.sections`.
 """
@@ -190,6 +193,8 @@ def read_file(settings: Settings, path: Path, *, trusted: bool = True) -> None:
     if not isinstance(run, dict):
         raise ValueError(f"{path}: 'run' must be a table")
     if not trusted:
+        if "daemon" in data:
+            raise ValueError(f"{path}: a project config may not set [daemon]; {HINT}")
         check_project_run(run, settings.run, f"{path}: [run]")
         workspace = data.get("workspace")
         if isinstance(workspace, dict):
@@ -457,6 +462,20 @@ def build_run_config(
         workspace=str(workspace) if workspace else None,
         **merged,
     )
+
+
+def allow_inprocess(settings: Settings) -> bool:
+    """``[daemon] allow_inprocess`` (a project's file may not set ``[daemon]``): whether a
+    socket client may run model code in the daemon's own process. Default ``False``.
+
+    Raises:
+        ValueError: ``[daemon]`` is not a table or the value is not a boolean.
+    """
+    table = settings.sections.get("daemon") or {}
+    value = table.get("allow_inprocess", False) if isinstance(table, dict) else None
+    if not isinstance(value, bool):
+        raise ValueError("[daemon] must be a table and allow_inprocess a boolean")
+    return value
 
 
 def workspace_settings(

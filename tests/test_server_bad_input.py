@@ -11,6 +11,7 @@ import time
 import pytest
 from helpers.server import CELLS, Daemon, finished, make_project, question
 
+from rlmd.server import auth
 from rlmd.server.client import Client, RpcError
 
 pytestmark = pytest.mark.timeout(60)
@@ -150,7 +151,7 @@ async def test_a_client_that_never_reads_is_dropped_and_others_go_on(daemon, tmp
     silent = socket.socket(socket.AF_UNIX)
     silent.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 4096)
     silent.connect(str(daemon.socket))
-    silent.sendall(framed(health_request(1)))  # subscribes, then never reads again
+    silent.sendall(token(daemon) + framed(health_request(1)))  # subscribes, then never reads again
     c = await daemon.client()
     try:
         assert (await c.command("rlmd.health"))["clients"] == 2
@@ -173,6 +174,11 @@ async def test_a_client_that_never_reads_is_dropped_and_others_go_on(daemon, tmp
     finally:
         silent.close()
         await c.close()
+
+
+def token(daemon: Daemon) -> bytes:
+    """The header block that lets a raw socket client in."""
+    return auth.handshake(auth.token_for(daemon.socket) or "")
 
 
 def health_request(msg_id: int) -> bytes:
@@ -217,7 +223,7 @@ async def test_a_slow_reader_that_keeps_draining_is_never_dropped(daemon, tmp_pa
     slow = socket.socket(socket.AF_UNIX)
     slow.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 4096)
     slow.connect(str(daemon.socket))
-    slow.sendall(framed(health_request(1)))
+    slow.sendall(token(daemon) + framed(health_request(1)))
     c = await daemon.client()
     try:
         loud = "print('x' * 400000)"

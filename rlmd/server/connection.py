@@ -28,7 +28,7 @@ import json
 import logging
 from typing import Any
 
-from rlmd.server import errors
+from rlmd.server import auth, errors
 from rlmd.server.core import DaemonCore
 from rlmd.server.hub import frame
 
@@ -43,7 +43,12 @@ _ids = itertools.count(1)
 
 
 class FrameError(Exception):
-    """The byte stream is not valid framing; the connection cannot continue."""
+    """The byte stream is not valid framing (or carries a wrong token); the connection
+    cannot continue. ``code``: the JSON-RPC error code sent before disconnecting."""
+
+    def __init__(self, message: str, code: int = errors.INVALID_REQUEST) -> None:
+        super().__init__(message)
+        self.code = code
 
 
 class Connection:
@@ -80,6 +85,7 @@ class Connection:
         self.dead = False
         self.drop_reason: str | None = None
         self.inflight = 0
+        self.authenticated = core.token is None or kind == "stdio"
         self.closed = asyncio.Event()
         self._out: list[bytes] = []
         self._out_size = 0
@@ -216,10 +222,13 @@ class Connection:
                 try:
                     body = await self._read_message()
                 except FrameError as exc:
-                    self.send_error(None, errors.INVALID_REQUEST, str(exc))
+                    self.send_error(None, exc.code, str(exc))
                     self.drop(str(exc))
                     break
                 if body is None:
+                    break
+                if not self.authenticated:
+                    self._refuse(body)
                     break
                 self._handle(body)
         except (ConnectionError, asyncio.IncompleteReadError):
@@ -232,6 +241,7 @@ class Connection:
     async def _read_message(self) -> bytes | None:
         length: int | None = None
         lines = 0
+        token_block = False
         while True:
             try:
                 line = await self.reader.readline()
@@ -243,8 +253,10 @@ class Connection:
                 return None  # EOF in the middle of a header
             if line in (b"\r\n", b"\n"):
                 if length is None:
-                    if lines == 0:
-                        continue  # tolerate blank lines between messages
+                    if lines == 0 or token_block:
+                        lines = 0  # blank lines between messages; the token block
+                        token_block = False
+                        continue
                     raise FrameError("missing Content-Length header")
                 break
             lines += 1
@@ -253,7 +265,10 @@ class Connection:
             name, sep, value = line.decode("latin-1").partition(":")
             if not sep:
                 raise FrameError(f"malformed header line {line[:80]!r}")
-            if name.strip().lower() == "content-length":
+            if name.strip().lower() == auth.HEADER.lower():
+                token_block = True
+                self._check_token(value.strip())
+            elif name.strip().lower() == "content-length":
                 try:
                     length = int(value.strip())
                 except ValueError:
@@ -264,6 +279,35 @@ class Connection:
         if length > limit:
             raise FrameError(f"message of {length:,} bytes is larger than the limit of {limit:,}")
         return await self.reader.readexactly(length)
+
+    def _check_token(self, given: str) -> None:
+        if self.core.token is None or self.kind == "stdio":
+            return
+        if not auth.matches(self.core.token, given):
+            raise FrameError(
+                "wrong rlmd token: this daemon accepts commands only from its user's own "
+                "clients (rlmd attach --stdio sends the current token)",
+                errors.UNAUTHORIZED,
+            )
+        self.authenticated = True
+
+    def _refuse(self, body: bytes) -> None:
+        """Answer a message sent before the token with an error, then disconnect."""
+        msg_id = None
+        try:
+            data = json.loads(body)
+            if isinstance(data, dict) and isinstance(data.get("id"), int | str):
+                msg_id = data["id"]
+        except (ValueError, UnicodeDecodeError, RecursionError):
+            pass
+        reason = (
+            "this daemon accepts commands only from its user's own clients: send the "
+            f"'{auth.HEADER}: <token>' header (the token is in {auth.TOKEN_FILE} in the "
+            "rlmd home's run folder) before the first message, or connect with "
+            "rlmd attach --stdio"
+        )
+        self.send_error(msg_id, errors.UNAUTHORIZED, reason)
+        self.drop("no rlmd token")
 
     def _handle(self, body: bytes) -> None:
         try:

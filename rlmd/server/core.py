@@ -77,6 +77,8 @@ class DaemonCore:
         self.tasks = TaskManager(self._record, self.hub, self.workspaces)
         self.connections: dict[str, Any] = {}
         self.socket_path: str | None = None
+        #: the secret socket clients must send first (see rlmd.server.auth); None: none asked
+        self.token: str | None = None
         self.stopping = False
         self._sweeper: asyncio.Task[None] | None = None
         self.record_errors = 0
