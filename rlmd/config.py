@@ -54,6 +54,10 @@ Config format::
     [daemon]                           # user config only
     allow_inprocess = true             # let socket clients open "inprocess" workspaces
 
+    [sandbox]
+    require_isolation = true           # refuse to run the subprocess sandbox unisolated
+                                       # (default: on in the daemon, off for rlmd run)
+
 Relative paths in ``model`` of ``local`` and ``scripted`` entries are relative to the
 config file's folder. Other top-level tables are kept in :attr:`Settings.sections`.
 """
@@ -195,6 +199,11 @@ def read_file(settings: Settings, path: Path, *, trusted: bool = True) -> None:
     if not trusted:
         if "daemon" in data:
             raise ValueError(f"{path}: a project config may not set [daemon]; {HINT}")
+        box = data.get("sandbox")
+        if isinstance(box, dict) and box.get("require_isolation") is False:
+            raise ValueError(
+                f"{path}: [sandbox] a project config may not turn require_isolation off; {HINT}"
+            )
         check_project_run(run, settings.run, f"{path}: [run]")
         workspace = data.get("workspace")
         if isinstance(workspace, dict):
@@ -478,6 +487,21 @@ def allow_inprocess(settings: Settings) -> bool:
     return value
 
 
+def require_isolation(settings: Settings, *, default: bool) -> bool:
+    """``[sandbox] require_isolation``: refuse to run model code when the subprocess sandbox
+    would be unisolated here (see :mod:`rlmd.isolation`); ``default`` when unset (the
+    daemon passes ``True``, ``rlmd run`` ``False``). A project may only turn it on.
+
+    Raises:
+        ValueError: ``[sandbox]`` is not a table or the value is not a boolean.
+    """
+    table = settings.sections.get("sandbox") or {}
+    value = table.get("require_isolation", default) if isinstance(table, dict) else None
+    if not isinstance(value, bool):
+        raise ValueError("[sandbox] must be a table and require_isolation a boolean")
+    return value
+
+
 def workspace_settings(
     settings: Settings, folder: Path, *, idle_timeout_s: float | None
 ) -> WorkspaceSettings:
@@ -492,6 +516,7 @@ def workspace_settings(
     if not isinstance(table, dict):
         raise ValueError(f"{folder}: [workspace] must be a table")
     result = WorkspaceSettings(idle_timeout_s=idle_timeout_s)
+    result.require_isolation = require_isolation(settings, default=True)
     result.sandbox = str(table.get("sandbox") or settings.run.get("sandbox") or DEFAULT_BACKEND)
     options = table.get("sandbox_options", settings.run.get("sandbox_options", {}))
     if not isinstance(options, dict):

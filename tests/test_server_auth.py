@@ -13,7 +13,7 @@ from helpers.server import Daemon, make_project
 
 from rlmd.server import auth
 from rlmd.server.client import Client, RpcError
-from rlmd.server.errors import UNAUTHORIZED, UNAVAILABLE
+from rlmd.server.errors import SANDBOX_FAILED, UNAUTHORIZED, UNAVAILABLE
 
 pytestmark = pytest.mark.timeout(60)
 
@@ -123,3 +123,28 @@ async def test_an_inprocess_workspace_over_the_socket_needs_the_users_opt_in(dae
     finally:
         await c.close()
         await asyncio.sleep(0)
+
+
+async def test_the_daemon_refuses_an_unisolated_sandbox_unless_the_user_accepts_it(
+    daemon, tmp_path
+):
+    """``require_isolation`` is on by default in the daemon: a subprocess sandbox that would
+    get no wrapper (as on a machine without bwrap or unshare) is not started."""
+    project = make_project(tmp_path, "unisolated")
+    config = daemon.home / "config.toml"
+    config.write_text('[run]\nsandbox_options = { isolation = "none" }\n')
+    c = await Client.connect(daemon.socket)
+    try:
+        with pytest.raises(RpcError) as refused:
+            await c.command("rlmd.workspace.open", {"workspace": str(project)})
+        assert refused.value.code == SANDBOX_FAILED
+        assert "NOT isolated" in refused.value.message
+        assert "apt-get install bubblewrap" in refused.value.message
+        await c.command("rlmd.workspace.close", {"workspace": str(project)})
+        config.write_text(config.read_text() + "[sandbox]\nrequire_isolation = false\n")
+        opened = await c.command("rlmd.workspace.open", {"workspace": str(project)})
+        assert opened["started"]
+        await c.command("rlmd.workspace.close", {"workspace": str(project)})
+    finally:
+        config.unlink()
+        await c.close()
