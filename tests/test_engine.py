@@ -909,3 +909,23 @@ async def test_a_kernel_that_dies_twice_then_works_lets_the_run_finish():
 
     result = await go(scripted_registry(root=root, sub=root), "q", "abc", config())
     assert result.status == "completed" and result.answer == "3"
+
+
+async def test_a_child_run_that_answers_empty_text_is_an_error_for_the_parent_not_an_answer():
+    seen = []
+
+    def parent(messages):
+        seen.append(messages)
+        if turn_of(messages) == 0:
+            return repl("print(repr(rlm_query('look at it')))")
+        return repl("FINAL('parent done')")
+
+    def child(messages):
+        return repl("print(len(context))\nFINAL('')")
+
+    reg = scripted_registry(root=parent, sub=child)
+    result = await go(reg, "q", "abc", config(budget={"max_depth": 2}))
+    feedback = last_user(seen[1])
+    assert "an empty answer, which is not an answer" in feedback
+    assert "''" not in feedback.split("[cell 1]")[1].splitlines()[1]
+    assert result.answer == "parent done"
