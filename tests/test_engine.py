@@ -929,3 +929,32 @@ async def test_a_child_run_that_answers_empty_text_is_an_error_for_the_parent_no
     assert "an empty answer, which is not an answer" in feedback
     assert "''" not in feedback.split("[cell 1]")[1].splitlines()[1]
     assert result.answer == "parent done"
+
+
+async def test_a_repl_block_from_the_extraction_call_is_not_the_runs_answer():
+    """The model keeps writing code after the budget ended the run; that code never
+    becomes the answer (the reference library's 0.1.3 bug)."""
+    asked = []
+
+    def root(messages):
+        if "Work so far" in last_user(messages):
+            asked.append(True)
+            return "Let me check once more.\n```repl\nprint(len(context))\n```"
+        return repl("print(len(context))")
+
+    reg = scripted_registry(root=root, sub=root)
+    result = await go(reg, "q", "abc", config(budget={"max_iterations": 2}))
+    assert asked == [True]  # the extraction was asked
+    assert result.status == "max_iterations"
+    assert result.answer is None and result.answer_source is None
+
+
+async def test_an_extracted_answer_may_show_a_python_snippet():
+    def root(messages):
+        if "Work so far" in last_user(messages):
+            return "Use this:\n```python\nlen(context)\n```"
+        return repl("print(len(context))")
+
+    reg = scripted_registry(root=root, sub=root)
+    result = await go(reg, "q", "abc", config(budget={"max_iterations": 1}))
+    assert result.answer_source == "extraction" and "```python" in (result.answer or "")
