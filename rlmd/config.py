@@ -480,11 +480,7 @@ def allow_inprocess(settings: Settings) -> bool:
     Raises:
         ValueError: ``[daemon]`` is not a table or the value is not a boolean.
     """
-    table = settings.sections.get("daemon") or {}
-    value = table.get("allow_inprocess", False) if isinstance(table, dict) else None
-    if not isinstance(value, bool):
-        raise ValueError("[daemon] must be a table and allow_inprocess a boolean")
-    return value
+    return _flag(settings, "daemon", "allow_inprocess", False)
 
 
 def require_isolation(settings: Settings, *, default: bool) -> bool:
@@ -495,10 +491,19 @@ def require_isolation(settings: Settings, *, default: bool) -> bool:
     Raises:
         ValueError: ``[sandbox]`` is not a table or the value is not a boolean.
     """
-    table = settings.sections.get("sandbox") or {}
-    value = table.get("require_isolation", default) if isinstance(table, dict) else None
+    return _flag(settings, "sandbox", "require_isolation", default)
+
+
+def _flag(settings: Settings, table: str, key: str, default: bool) -> bool:
+    """The boolean ``[table] key`` (``default`` when unset).
+
+    Raises:
+        ValueError: ``[table]`` is not a table or the value is not a boolean.
+    """
+    section = settings.sections.get(table) or {}
+    value = section.get(key, default) if isinstance(section, dict) else None
     if not isinstance(value, bool):
-        raise ValueError("[sandbox] must be a table and require_isolation a boolean")
+        raise ValueError(f"[{table}] must be a table and {key} a boolean")
     return value
 
 

@@ -155,15 +155,7 @@ async def test_a_client_that_never_reads_is_dropped_and_others_go_on(daemon, tmp
     c = await daemon.client()
     try:
         assert (await c.command("rlmd.health"))["clients"] == 2
-        loud = "print('x' * 400000)"
-        st = await c.command(
-            "rlmd.task.start",
-            {
-                "workspace": str(project),
-                "question": question(loud, loud, loud, "x = 1\nFINAL(x)"),
-                "models": {"root": CELLS},
-            },
-        )
+        st = await start_loud_task(c, project)
         done = (await c.wait_for(finished(st["run_id"]), timeout=30))["params"]
         assert done["status"] == "completed"
         stdout = [e["data"]["stdout"] for e in c.events(st["run_id"], "cell.finished")]
@@ -174,6 +166,19 @@ async def test_a_client_that_never_reads_is_dropped_and_others_go_on(daemon, tmp
     finally:
         silent.close()
         await c.close()
+
+
+async def start_loud_task(c: Client, project) -> dict:
+    """A task printing 400,000 characters in each of three cells, then answering 1."""
+    loud = "print('x' * 400000)"
+    return await c.command(
+        "rlmd.task.start",
+        {
+            "workspace": str(project),
+            "question": question(loud, loud, loud, "x = 1\nFINAL(x)"),
+            "models": {"root": CELLS},
+        },
+    )
 
 
 def token(daemon: Daemon) -> bytes:
@@ -226,15 +231,7 @@ async def test_a_slow_reader_that_keeps_draining_is_never_dropped(daemon, tmp_pa
     slow.sendall(token(daemon) + framed(health_request(1)))
     c = await daemon.client()
     try:
-        loud = "print('x' * 400000)"
-        st = await c.command(
-            "rlmd.task.start",
-            {
-                "workspace": str(project),
-                "question": question(loud, loud, loud, "FINAL(1)"),
-                "models": {"root": CELLS},
-            },
-        )
+        st = await start_loud_task(c, project)
         assert (await c.wait_for(finished(st["run_id"]), timeout=30))["params"]["status"] == (
             "completed"
         )
