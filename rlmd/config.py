@@ -51,6 +51,13 @@ Config format::
     sandbox = "container"
     idle_timeout_s = 300
 
+    [daemon]                           # user config only
+    allow_inprocess = true             # let socket clients open "inprocess" workspaces
+
+    [sandbox]
+    require_isolation = true           # refuse to run the subprocess sandbox unisolated
+                                       # (default: on in the daemon, off for rlmd run)
+
 Relative paths in ``model`` of ``local`` and ``scripted`` entries are relative to the
 config file's folder. Other top-level tables are kept in :attr:`Settings.sections`.
 """
@@ -190,6 +197,13 @@ def read_file(settings: Settings, path: Path, *, trusted: bool = True) -> None:
     if not isinstance(run, dict):
         raise ValueError(f"{path}: 'run' must be a table")
     if not trusted:
+        if "daemon" in data:
+            raise ValueError(f"{path}: a project config may not set [daemon]; {HINT}")
+        box = data.get("sandbox")
+        if isinstance(box, dict) and box.get("require_isolation") is False:
+            raise ValueError(
+                f"{path}: [sandbox] a project config may not turn require_isolation off; {HINT}"
+            )
         check_project_run(run, settings.run, f"{path}: [run]")
         workspace = data.get("workspace")
         if isinstance(workspace, dict):
@@ -459,6 +473,40 @@ def build_run_config(
     )
 
 
+def allow_inprocess(settings: Settings) -> bool:
+    """``[daemon] allow_inprocess`` (a project's file may not set ``[daemon]``): whether a
+    socket client may run model code in the daemon's own process. Default ``False``.
+
+    Raises:
+        ValueError: ``[daemon]`` is not a table or the value is not a boolean.
+    """
+    return _flag(settings, "daemon", "allow_inprocess", False)
+
+
+def require_isolation(settings: Settings, *, default: bool) -> bool:
+    """``[sandbox] require_isolation``: refuse to run model code when the subprocess sandbox
+    would be unisolated here (see :mod:`rlmd.isolation`); ``default`` when unset (the
+    daemon passes ``True``, ``rlmd run`` ``False``). A project may only turn it on.
+
+    Raises:
+        ValueError: ``[sandbox]`` is not a table or the value is not a boolean.
+    """
+    return _flag(settings, "sandbox", "require_isolation", default)
+
+
+def _flag(settings: Settings, table: str, key: str, default: bool) -> bool:
+    """The boolean ``[table] key`` (``default`` when unset).
+
+    Raises:
+        ValueError: ``[table]`` is not a table or the value is not a boolean.
+    """
+    section = settings.sections.get(table) or {}
+    value = section.get(key, default) if isinstance(section, dict) else None
+    if not isinstance(value, bool):
+        raise ValueError(f"[{table}] must be a table and {key} a boolean")
+    return value
+
+
 def workspace_settings(
     settings: Settings, folder: Path, *, idle_timeout_s: float | None
 ) -> WorkspaceSettings:
@@ -473,6 +521,7 @@ def workspace_settings(
     if not isinstance(table, dict):
         raise ValueError(f"{folder}: [workspace] must be a table")
     result = WorkspaceSettings(idle_timeout_s=idle_timeout_s)
+    result.require_isolation = require_isolation(settings, default=True)
     result.sandbox = str(table.get("sandbox") or settings.run.get("sandbox") or DEFAULT_BACKEND)
     options = table.get("sandbox_options", settings.run.get("sandbox_options", {}))
     if not isinstance(options, dict):

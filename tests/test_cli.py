@@ -408,3 +408,40 @@ def test_sandbox_commands_without_the_docker_sdk_say_what_to_install(rlmd_home, 
     for proc in (listed, as_json, reaped):
         assert "Traceback" not in proc.stderr
         assert "pip install 'rlmd[container]'" in proc.stderr, proc.stderr
+
+
+UNISOLATED = '[run]\nsandbox_options = { isolation = "none" }\n'
+"""A user config whose subprocess sandbox gets what a machine with neither bwrap nor a
+usable unshare gives it: no wrapper."""
+
+
+def test_an_unisolated_sandbox_is_announced_on_every_run(rlmd_home, codebase, script):
+    (rlmd_home / "config.toml").write_text(UNISOLATED)
+    for _ in range(2):
+        proc = rlmd(
+            "run", "Where?", "--context", str(codebase), "--model", f"scripted:{script}",
+            "--quiet", home=rlmd_home,
+        )  # fmt: skip
+        assert proc.returncode == 0, proc.stderr
+        assert "warning:" in proc.stderr and "NOT isolated" in proc.stderr
+        assert "apt-get install bubblewrap" in proc.stderr
+
+
+def test_require_isolation_refuses_an_unisolated_run_before_any_code(rlmd_home, codebase, script):
+    (rlmd_home / "config.toml").write_text(UNISOLATED + "[sandbox]\nrequire_isolation = true\n")
+    proc = rlmd(
+        "run", "Where?", "--context", str(codebase), "--model", f"scripted:{script}",
+        "--json", home=rlmd_home,
+    )  # fmt: skip
+    assert proc.returncode == 2 and proc.stdout == ""
+    assert "Refusing to run" in proc.stderr and "apt-get install bubblewrap" in proc.stderr
+    assert json.loads(rlmd("runs", "--json", home=rlmd_home).stdout) == []
+
+
+def test_doctor_names_the_missing_isolation_and_the_command_that_fixes_it(rlmd_home):
+    (rlmd_home / "config.toml").write_text(UNISOLATED)
+    proc = rlmd("doctor", "--json", home=rlmd_home)
+    check = next(c for c in json.loads(proc.stdout)["checks"] if c["name"] == "sandbox subprocess")
+    assert check["status"] == "warn"
+    assert "neither bwrap nor unshare" in check["detail"]
+    assert "apt-get install bubblewrap" in check["fix"]

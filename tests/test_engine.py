@@ -876,3 +876,85 @@ async def test_child_runs_start_through_the_injected_starter():
     assert (request.question, request.context.value, request.depth) == ("sum these", [1, 2], 1)
     assert request.parent_run_id == result.run_id == request.root_run_id
     assert request.parent_node_id is not None and request.model is None
+
+
+KILL_KERNEL = "import os\nos._exit(1)"  # the kernel process ends under the cell, no limit involved
+
+
+async def test_a_kernel_that_dies_every_turn_ends_the_run_as_sandbox_failed_without_an_answer(
+    tmp_path,
+):
+    """The REPL breaks under every cell (no limit involved): after three such cells the run
+    stops with an infrastructure status instead of telling the model six times and making
+    up an answer from its work."""
+
+    def root(messages):
+        if "Work so far" in last_user(messages):
+            return "a made-up answer"
+        return repl(KILL_KERNEL)
+
+    store = Store(tmp_path / "t.db")
+    reg = scripted_registry(root=root, sub=root)
+    result = await go(reg, "q", "ctx", config(budget={"max_iterations": 6}), store)
+    assert result.status == "sandbox_failed"
+    assert result.answer is None and result.answer_source is None
+    assert result.iterations == 3 and "3 cells in a row" in (result.error or "")
+    assert result.usage["by_model"]["root"]["calls"] == 3  # no extraction call
+    assert store.get_run(result.run_id)["status"] == "sandbox_failed"
+
+
+async def test_a_kernel_that_dies_twice_then_works_lets_the_run_finish():
+    def root(messages):
+        return repl(KILL_KERNEL) if turn_of(messages) < 2 else repl("FINAL(len(context))")
+
+    result = await go(scripted_registry(root=root, sub=root), "q", "abc", config())
+    assert result.status == "completed" and result.answer == "3"
+
+
+async def test_a_child_run_that_answers_empty_text_is_an_error_for_the_parent_not_an_answer():
+    seen = []
+
+    def parent(messages):
+        seen.append(messages)
+        if turn_of(messages) == 0:
+            return repl("print(repr(rlm_query('look at it')))")
+        return repl("FINAL('parent done')")
+
+    def child(messages):
+        return repl("print(len(context))\nFINAL('')")
+
+    reg = scripted_registry(root=parent, sub=child)
+    result = await go(reg, "q", "abc", config(budget={"max_depth": 2}))
+    feedback = last_user(seen[1])
+    assert "an empty answer, which is not an answer" in feedback
+    assert "''" not in feedback.split("[cell 1]")[1].splitlines()[1]
+    assert result.answer == "parent done"
+
+
+async def test_a_repl_block_from_the_extraction_call_is_not_the_runs_answer():
+    """The model keeps writing code after the budget ended the run; that code never
+    becomes the answer (the reference library's 0.1.3 bug)."""
+    asked = []
+
+    def root(messages):
+        if "Work so far" in last_user(messages):
+            asked.append(True)
+            return "Let me check once more.\n```repl\nprint(len(context))\n```"
+        return repl("print(len(context))")
+
+    reg = scripted_registry(root=root, sub=root)
+    result = await go(reg, "q", "abc", config(budget={"max_iterations": 2}))
+    assert asked == [True]  # the extraction was asked
+    assert result.status == "max_iterations"
+    assert result.answer is None and result.answer_source is None
+
+
+async def test_an_extracted_answer_may_show_a_python_snippet():
+    def root(messages):
+        if "Work so far" in last_user(messages):
+            return "Use this:\n```python\nlen(context)\n```"
+        return repl("print(len(context))")
+
+    reg = scripted_registry(root=root, sub=root)
+    result = await go(reg, "q", "abc", config(budget={"max_iterations": 1}))
+    assert result.answer_source == "extraction" and "```python" in (result.answer or "")

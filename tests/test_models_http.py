@@ -687,3 +687,50 @@ def test_rlm_max_budget_refuses_an_unpriced_model_and_prices_known_ones(
 
 def openai_server_url(server: FakeServer) -> str:
     return f"http://127.0.0.1:{server.port}/v1"
+
+
+# ----------------------------------------------------------------------------- in a run
+
+
+def out_of_tokens_reply(request: dict[str, Any]) -> Reply:
+    """A reasoning model that spent its whole output cap before writing a word."""
+    status, body, headers = openai_reply("")
+    assert isinstance(body, dict)
+    body["choices"][0]["finish_reason"] = "length"
+    return status, body, headers
+
+
+async def test_a_sub_model_out_of_output_tokens_is_an_error_in_the_repl_not_an_empty_answer(
+    openai_server: FakeServer, key: str, tmp_path: Path
+) -> None:
+    from helpers.scripted import last_user, repl, scripted_registry, turn_of
+
+    from rlmd.engine import Budget, RunConfig, run_task
+    from rlmd.store import Store
+
+    openai_server.default = out_of_tokens_reply
+    seen: list[list[dict]] = []
+
+    def root(messages: list[dict]) -> str:
+        seen.append(messages)
+        if turn_of(messages) == 0:
+            return repl("print(llm_query_batched(['a', 'b']))\nFINAL(llm_query('explain'))")
+        return repl("FINAL('the model saw the error')")
+
+    registry = scripted_registry(root=root)
+    registry.add(openai_spec(openai_server, name="sub", max_output_tokens=16))
+    store = Store(tmp_path / "t.db")
+    config = RunConfig(root_model="root", sub_model="sub", budget=Budget(max_depth=1))
+    try:
+        result = await run_task("q", "ctx", config, get_model=registry.get, sinks=(store.record,))
+    finally:
+        await registry.aclose()
+    feedback = last_user(seen[1])
+    # each batched slot says so, and the FINAL's call raised the same
+    assert "[\"Error: the sub-model 'sub' ran out of output tokens (16)" in feedback
+    assert feedback.count("ran out of output tokens (16) before answering") >= 3
+    assert result.answer == "the model saw the error"
+    calls = [n for n in store.nodes(result.run_id) if n["kind"] == "model_call"]
+    assert [c["data"].get("finish_reason") for c in calls if c["data"].get("role") == "sub"] == [
+        "length"
+    ] * 3

@@ -47,6 +47,19 @@ LIMITS = Limits(
 
 KEY_ENV = "RLMD_HOSTILE_FAKE_API_KEY"
 
+EXPECT_ISOLATION = os.environ.get("RLMD_EXPECT_ISOLATION")
+"""CI pins the wrapper the subprocess sandbox must get here (``bwrap``, ``unshare`` or
+``none``): when detection regresses, the suite fails instead of skipping cases."""
+
+
+def expected_isolation_or_fail(record: dict[str, Any]) -> None:
+    got = record.get("wrapper") or "none"
+    if EXPECT_ISOLATION and got != EXPECT_ISOLATION:
+        pytest.fail(
+            f"RLMD_EXPECT_ISOLATION={EXPECT_ISOLATION} but the subprocess sandbox got {got!r}: "
+            "isolation detection regressed (or the machine lost bwrap/unshare)"
+        )
+
 
 def make(name: str) -> Sandbox:
     """A sandbox of backend ``name`` with the suite's limits (a short interrupt grace where
@@ -61,13 +74,24 @@ def make(name: str) -> Sandbox:
 async def sb(request, monkeypatch):
     reason = unavailable_reason(request.param)
     if reason is not None:
+        if EXPECT_ISOLATION and request.param == "subprocess":
+            pytest.fail(f"RLMD_EXPECT_ISOLATION is set but subprocess cannot start: {reason}")
         pytest.skip(f"{request.param} cannot start here: {reason}")
     # A key-shaped secret in the host's environment, made at run time.
     monkeypatch.setenv(KEY_ENV, "sk-" + secrets.token_hex(16))
     box = make(request.param)
     await box.start(FakeHost())
+    if request.param == "subprocess":
+        expected_isolation_or_fail(box.isolation)
     yield box
     await box.close()
+
+
+def test_the_subprocess_sandbox_gets_the_isolation_ci_pins():
+    """Read from the sandbox's own ``isolation`` record, the one the trajectory stores."""
+    if not EXPECT_ISOLATION:
+        pytest.skip("RLMD_EXPECT_ISOLATION is not set (scripts/test.sh sets it)")
+    expected_isolation_or_fail(make("subprocess").isolation)
 
 
 def contained_or_skip(box: Sandbox, case: str) -> None:

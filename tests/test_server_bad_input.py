@@ -6,10 +6,12 @@ from __future__ import annotations
 import asyncio
 import json
 import socket
+import time
 
 import pytest
 from helpers.server import CELLS, Daemon, finished, make_project, question
 
+from rlmd.server import auth
 from rlmd.server.client import Client, RpcError
 
 pytestmark = pytest.mark.timeout(60)
@@ -25,6 +27,8 @@ def daemon(tmp_path_factory):
         "100000",
         "--max-client-buffer",
         "300000",
+        "--client-stall",
+        "5",
     ).start()
     yield d
     d.stop()
@@ -145,35 +149,95 @@ async def test_exit_closes_only_that_connection(daemon):
 async def test_a_client_that_never_reads_is_dropped_and_others_go_on(daemon, tmp_path):
     project = make_project(tmp_path)
     silent = socket.socket(socket.AF_UNIX)
-    silent.connect(str(daemon.socket))
     silent.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 4096)
-    body = json.dumps(
+    silent.connect(str(daemon.socket))
+    silent.sendall(token(daemon) + framed(health_request(1)))  # subscribes, then never reads again
+    c = await daemon.client()
+    try:
+        assert (await c.command("rlmd.health"))["clients"] == 2
+        st = await start_loud_task(c, project)
+        done = (await c.wait_for(finished(st["run_id"]), timeout=30))["params"]
+        assert done["status"] == "completed"
+        stdout = [e["data"]["stdout"] for e in c.events(st["run_id"], "cell.finished")]
+        assert [len(s) for s in stdout] == [400001] * 3 + [0]
+        # the silent client is dropped once its backlog has not drained for the stall window
+        while (await c.command("rlmd.health"))["clients"] != 1:
+            await asyncio.sleep(0.1)
+    finally:
+        silent.close()
+        await c.close()
+
+
+async def start_loud_task(c: Client, project) -> dict:
+    """A task printing 400,000 characters in each of three cells, then answering 1."""
+    loud = "print('x' * 400000)"
+    return await c.command(
+        "rlmd.task.start",
+        {
+            "workspace": str(project),
+            "question": question(loud, loud, loud, "x = 1\nFINAL(x)"),
+            "models": {"root": CELLS},
+        },
+    )
+
+
+def token(daemon: Daemon) -> bytes:
+    """The header block that lets a raw socket client in."""
+    return auth.handshake(auth.token_for(daemon.socket) or "")
+
+
+def health_request(msg_id: int) -> bytes:
+    return json.dumps(
         {
             "jsonrpc": "2.0",
-            "id": 1,
+            "id": msg_id,
             "method": "workspace/executeCommand",
             "params": {"command": "rlmd.health", "arguments": []},
         }
     ).encode()
-    silent.sendall(framed(body))  # subscribes, then never reads again
+
+
+def read_until_reply(sock: socket.socket, msg_id: int, pause_s: float) -> bool:
+    """Read JSON-RPC frames 4 KiB at a time, pausing ``pause_s`` between reads, until the
+    reply to ``msg_id``; ``False`` when the daemon closed the connection first."""
+    buf = b""
+    while True:
+        try:
+            chunk = sock.recv(4096)
+        except ConnectionError:
+            return False
+        if not chunk:
+            return False
+        buf += chunk
+        while b"\r\n\r\n" in buf:
+            head, _, rest = buf.partition(b"\r\n\r\n")
+            headers = dict(line.split(b":", 1) for line in head.split(b"\r\n"))
+            length = int(headers[b"Content-Length"])
+            if len(rest) < length:
+                break
+            msg, buf = json.loads(rest[:length]), rest[length:]
+            if msg.get("id") == msg_id and "result" in msg:
+                return True
+        time.sleep(pause_s)
+
+
+async def test_a_slow_reader_that_keeps_draining_is_never_dropped(daemon, tmp_path):
+    """A client reading 4 KiB at a time with pauses falls far behind a burst of 1.2 MB of
+    output (four times the buffer limit) but keeps draining, so it gets everything."""
+    project = make_project(tmp_path)
+    slow = socket.socket(socket.AF_UNIX)
+    slow.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 4096)
+    slow.connect(str(daemon.socket))
+    slow.sendall(token(daemon) + framed(health_request(1)))
     c = await daemon.client()
     try:
-        await asyncio.sleep(0.2)
-        assert (await c.command("rlmd.health"))["clients"] == 2
-        loud = "print('x' * 400000)"
-        st = await c.command(
-            "rlmd.task.start",
-            {
-                "workspace": str(project),
-                "question": question(loud, loud, loud, "x = 1\nFINAL(x)"),
-                "models": {"root": CELLS},
-            },
+        st = await start_loud_task(c, project)
+        assert (await c.wait_for(finished(st["run_id"]), timeout=30))["params"]["status"] == (
+            "completed"
         )
-        done = (await c.wait_for(finished(st["run_id"]), timeout=30))["params"]
-        assert done["status"] == "completed"
-        assert (await c.command("rlmd.health"))["clients"] == 1
-        stdout = [e["data"]["stdout"] for e in c.events(st["run_id"], "cell.finished")]
-        assert [len(s) for s in stdout] == [400001] * 3 + [0]
+        slow.sendall(framed(health_request(2)))
+        reader = asyncio.to_thread(read_until_reply, slow, 2, 0.002)
+        assert await asyncio.wait_for(reader, 50), "the slow reader was dropped"
     finally:
-        silent.close()
+        slow.close()
         await c.close()

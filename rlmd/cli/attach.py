@@ -1,8 +1,8 @@
 """``rlmd attach --stdio``: bridge an editor's stdio to the daemon's socket, starting the
 daemon if none runs.
 
-The bridge copies bytes both ways without parsing them (the daemon does the framing and its
-checks). It ends when the daemon closes the connection (after ``exit``, or when the daemon
+The bridge sends the daemon's token (:mod:`rlmd.server.auth`) and then copies bytes both
+ways without parsing them (the daemon does the framing and its checks). It ends when the daemon closes the connection (after ``exit``, or when the daemon
 stops) or, once stdin is closed, when the daemon has answered and closed its side.
 """
 
@@ -17,7 +17,7 @@ import time
 from pathlib import Path
 
 from rlmd import paths
-from rlmd.server import daemon
+from rlmd.server import auth, daemon
 
 START_TIMEOUT_S = 15.0
 
@@ -82,7 +82,14 @@ def connect_or_start(
 
 
 def bridge(sock: socket.socket, stdin_fd: int = 0, stdout_fd: int = 1) -> int:
-    """Copy stdin → socket and socket → stdout until the daemon closes; returns 0."""
+    """Send the daemon's token, then copy stdin → socket and socket → stdout until the
+    daemon closes; returns 0."""
+    token = auth.token_for(paths.socket_path())
+    if token:
+        try:
+            sock.sendall(auth.handshake(token))
+        except OSError:
+            pass
 
     def pump_in() -> None:
         try:

@@ -30,7 +30,7 @@ from pathlib import Path
 from rich.console import Console
 from rich.markup import escape
 
-from rlmd import paths
+from rlmd import isolation, paths
 from rlmd.sandbox import BACKENDS
 
 err = Console(stderr=True, highlight=False, soft_wrap=True)
@@ -170,6 +170,21 @@ def _read_context(arg: str | None):
     return path
 
 
+def _isolation_gap(run_config, required: bool) -> str | None:
+    """The warning when the run's subprocess sandbox would be unisolated here.
+
+    Raises:
+        NotIsolated: it would be, and ``required``.
+    """
+    from rlmd.sandbox import create_sandbox
+
+    if run_config.sandbox != "subprocess":
+        return None
+    return isolation.check(
+        create_sandbox(run_config.sandbox, **run_config.sandbox_options), required=required
+    )
+
+
 def cmd_run(args: argparse.Namespace) -> int:
     from rlmd import config
     from rlmd.cli.progress import ProgressPrinter
@@ -203,9 +218,15 @@ def cmd_run(args: argparse.Namespace) -> int:
         if args.threads:
             for name in {run_config.root_model, run_config.model_for_depth(1)}:
                 registry.spec(name).n_threads = args.threads
+        gap = _isolation_gap(run_config, config.require_isolation(settings, default=False))
     except (FileNotFoundError, ValueError, KeyError) as exc:
         err.print(f"[red]error:[/] {escape(str(exc))}")
         return 2
+    except isolation.NotIsolated as exc:
+        err.print(f"[red]error:[/] {escape(str(exc))}")
+        return 2
+    if gap:  # on every run, --quiet included: the user must know
+        err.print(f"[bold yellow]warning:[/] {escape(gap)}")
     started: list[str] = []  # the root run's id once it has started (and is recorded)
 
     def note_start(event) -> None:

@@ -29,6 +29,7 @@ STATUS_STYLES = {
     "interrupted": "magenta",
     "cancelled": "magenta",
     "failed": "bold red",
+    "sandbox_failed": "bold red",
     "error": "bold red",
     "timeout": "red",
 }

@@ -20,7 +20,12 @@ def add_server_commands(sub: argparse._SubParsersAction) -> None:
     sv.add_argument(
         "--max-client-buffer",
         type=int,
-        help="drop a client with more unread output (default 32 MiB)",
+        help="watch a client with more unread output (default 32 MiB)",
+    )
+    sv.add_argument(
+        "--client-stall",
+        type=float,
+        help="drop a watched client that takes nothing for this many seconds (default 30)",
     )
     sv.add_argument("--log-file", help="log here instead of stderr")
     sv.add_argument("--log-level", default="INFO")
@@ -45,6 +50,7 @@ def run_server_command(args: argparse.Namespace) -> int:
             idle_timeout_s=args.idle_timeout or None,
             max_message_bytes=args.max_message_bytes,
             max_client_buffer_bytes=args.max_client_buffer,
+            client_stall_s=args.client_stall,
             log_file=args.log_file,
             log_level=args.log_level,
         )

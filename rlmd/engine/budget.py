@@ -22,11 +22,14 @@ RUN_STATUSES = (
     "max_errors",
     "cancelled",
     "failed",
+    "sandbox_failed",
     "interrupted",
 )
 """Every status a run can end with. ``max_*`` name the budget that ended it; ``failed`` is an
-error outside the model's control (model unavailable, sandbox dead); ``interrupted`` is set by
-the store for a run whose process died."""
+error outside the model's control (model unavailable, sandbox dead); ``sandbox_failed``: the
+kernel died for no limit's sake several cells in a row (an infrastructure fault, not the
+model's: the run ends without an extracted answer); ``interrupted`` is set by the store for
+a run whose process died."""
 
 
 class BudgetLimits(TypedDict):

@@ -4,7 +4,7 @@ conversation nears the model's window."""
 
 from __future__ import annotations
 
-from rlmd.engine import prompts
+from rlmd.engine import parsing, prompts
 from rlmd.engine.budget import BudgetExhausted
 from rlmd.engine.config import EXTRACTION_MAX_TOKENS, EXTRACTION_TIMEOUT_S
 from rlmd.engine.events import Compaction, new_id
@@ -27,8 +27,8 @@ async def extract(
 
     Returns:
         ``(answer, "extraction")``, or ``(None, None)`` when there is nothing to go on (or
-        the run is a child: one extraction at the root is enough), no time is left, or the
-        call fails.
+        the run is a child: one extraction at the root is enough), no time is left, the
+        call fails, or it answers with a ```` ```repl ```` block (code is not an answer).
     """
     cfg, ledger = meter.rt.config, meter.rt.ledger
     if (
@@ -70,7 +70,12 @@ async def extract(
         )
     except (ModelError, BudgetExhausted):
         return None, None
-    return c.text.strip() or None, "extraction"
+    text = c.text.strip()
+    if not text or parsing.has_repl_block(text):
+        # No code will run any more, and code is not an answer (the reference library's
+        # 0.1.3 made such a block the run's answer): better no answer than a fabricated one.
+        return None, None
+    return text, "extraction"
 
 
 async def maybe_compact(

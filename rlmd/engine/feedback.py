@@ -14,6 +14,20 @@ from rlmd.engine.budget import Budget, BudgetExhausted
 from rlmd.engine.config import RunConfig
 from rlmd.models.base import Message
 from rlmd.sandbox.base import CellResult
+from rlmd.sandbox.messages import died_text
+
+MAX_KERNEL_DEATHS = 3
+"""Cells in a row whose kernel died for no limit's sake before the run ends ``sandbox_failed``."""
+
+_DIED = died_text("", []).split("(")[0]
+"""How the sandbox words a kernel death that no limit, timeout or interrupt caused."""
+
+
+class InfrastructureFault(Exception):
+    """The sandbox keeps failing under the model (``status``: ``"sandbox_failed"``); telling
+    the model again would only spend turns, and no answer should be made up from it."""
+
+    status = "sandbox_failed"
 
 
 @dataclass
@@ -30,6 +44,7 @@ class LoopState:
         refused: the early-answer refusal is spent.
         questioned: the answer-verification refusal is spent.
         errors_in_a_row: iterations in a row whose cells all raised.
+        kernel_deaths: cells in a row whose kernel died for no limit's sake.
         previous_blocks: the code blocks of the previous turn.
     """
 
@@ -41,6 +56,7 @@ class LoopState:
     refused: bool = False
     questioned: bool = False
     errors_in_a_row: int = 0
+    kernel_deaths: int = 0
     previous_blocks: list[str] = field(default_factory=list)
 
     def say(self, text: str) -> None:
@@ -87,6 +103,25 @@ def cell_hints(context: Context, code: str, result: CellResult) -> list[str]:
         example = next(iter(context.value), "src/main.py")
         notes.append(prompts.CODEBASE_KEY_HINT.format(example=example))
     return notes
+
+
+def count_kernel_death(state: LoopState, result: CellResult) -> None:
+    """Count a cell whose kernel died with no limit, timeout or interrupt to blame (a broken
+    kernel channel, a crashed runtime); any other cell resets the count.
+
+    Raises:
+        InfrastructureFault: the :data:`MAX_KERNEL_DEATHS`-th such cell in a row.
+    """
+    died = (
+        result.kernel_restarted and not result.timed_out and (result.error or "").startswith(_DIED)
+    )
+    state.kernel_deaths = state.kernel_deaths + 1 if died else 0
+    if state.kernel_deaths >= MAX_KERNEL_DEATHS:
+        last = (result.error or "").split(";")[0]
+        raise InfrastructureFault(
+            f"the sandbox failed {state.kernel_deaths} cells in a row, no limit involved "
+            f"(last: {last}); the run stops instead of feeding the same fault to the model"
+        )
 
 
 class Verdict(enum.Enum):

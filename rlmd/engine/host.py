@@ -151,7 +151,9 @@ class HostCalls:
 
     # -- llm_query ------------------------------------------------------------------------
     async def llm_query(self, prompt: Any, model_name: str | None, parent_node: str | None) -> str:
-        """One sub-model call at the run's depth + 1; failures become :class:`CallError`."""
+        """One sub-model call at the run's depth + 1; its text. Failures become
+        :class:`CallError`, as does a reply cut at the output cap before any text (out of
+        tokens is not an answer)."""
         if not isinstance(prompt, str):
             raise CallError(f"llm_query needs a str prompt, got {type(prompt).__name__}")
         depth = self.meter.depth + 1
@@ -160,20 +162,27 @@ class HostCalls:
         _check_window(model, messages)
         try:
             c = await self.meter.call(model, messages, parent_node, role="sub", depth=depth)
-            return c.text
         except BudgetExhausted as exc:
             raise CallError(
                 f"budget exhausted: {exc}. The run is ending; no more sub-calls."
             ) from None
         except ModelError as exc:
             raise CallError(f"sub-call to {model.name!r} failed: {exc}") from None
+        if c.finish_reason == "length" and not c.text.strip():
+            # Not an answer: '' would pass for one (and FINAL(llm_query(...)) would hand it up).
+            raise CallError(
+                f"the sub-model {model.name!r} ran out of output tokens "
+                f"({model.spec.max_output_tokens:,}) before answering: it returned no text. "
+                "Ask for a shorter answer, or give it less to do per call."
+            )
+        return c.text
 
     # -- rlm_query ------------------------------------------------------------------------
     async def rlm_query(
         self, prompt: Any, context: Any, model_name: str | None, parent_node: str | None
     ) -> str:
         """A child run at depth + 1 (a plain sub-call at the depth limit); its answer, or a
-        :class:`CallError` when it ends without one."""
+        :class:`CallError` when it ends without one or with an empty one."""
         if not isinstance(prompt, str):
             raise CallError(f"rlm_query needs a str prompt, got {type(prompt).__name__}")
         child_depth = self.meter.depth + 1
@@ -209,8 +218,13 @@ class HostCalls:
             model=self.model_named_by_code(model_name) if model_name else None,
         )
         result = await self.rt.start_child(request)
-        if result.answer is not None:
+        if result.answer is not None and result.answer.strip():
             return result.answer
+        if result.answer is not None:  # an empty answer is no answer (its run says how)
+            raise CallError(
+                f"child run {result.run_id} ended with status {result.status} and an empty "
+                "answer, which is not an answer"
+            )
         raise CallError(
             f"child run {result.run_id} ended with status {result.status} and no answer: {result.error}"
         )

@@ -170,6 +170,8 @@ class RLMRun:
         except asyncio.CancelledError:
             status, error = "cancelled", "the run was cancelled"
             raise
+        except feedback.InfrastructureFault as exc:  # no answer is made up from a broken REPL
+            status, error = exc.status, str(exc)
         except BudgetExhausted as exc:
             status, error = exc.status, str(exc)
             answer, source = await extract(
@@ -278,6 +280,8 @@ class RLMRun:
         notes, all_failed = [], True
         for b, code in enumerate(blocks):
             result = await self._run_cell(it_node, b, code, sandbox)
+            if result.final is None:
+                feedback.count_kernel_death(state, result)
             all_failed = all_failed and result.error is not None
             state.outputs.append("\n".join((result.stdout, result.stderr, result.error or "")))
             notes.append(prompts.cell_feedback(b, code, result, cfg.output_cap, parsing.cap_output))

@@ -37,6 +37,12 @@ def find_code_blocks(text: str) -> list[str]:
     return blocks
 
 
+def has_repl_block(text: str) -> bool:
+    """Whether ``text`` holds a non-empty ```` ```repl ```` block: code for the REPL, which
+    is never an answer (a ```` ```python ```` snippet may be part of one)."""
+    return any(m.group(1).lower() == "repl" and m.group(2).strip() for m in _FENCE.finditer(text))
+
+
 def find_prose_final(text: str) -> tuple[str, str] | None:
     """A final answer written as text outside code (the tolerant fallback).
 

@@ -16,6 +16,8 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+from rlmd.server import auth
+
 
 class RpcError(Exception):
     """The daemon answered with a JSON-RPC error (``code``, ``message``, ``data``)."""
@@ -44,8 +46,12 @@ class Client:
         self._task = asyncio.get_running_loop().create_task(self._read_loop())
 
     @classmethod
-    async def connect(cls, path: str | Path, timeout: float = 5.0) -> Client:
-        """Connect to the socket at ``path``.
+    async def connect(
+        cls, path: str | Path, timeout: float = 5.0, *, token: str | None = None
+    ) -> Client:
+        """Connect to the socket at ``path`` and send the daemon's token (``token``, else the
+        one :func:`rlmd.server.auth.token_for` finds; none found: nothing is sent and the
+        daemon refuses the first command with ``UNAUTHORIZED``).
 
         Raises:
             OSError: nobody listens there (``FileNotFoundError``, ``ConnectionRefusedError``).
@@ -54,6 +60,9 @@ class Client:
         reader, writer = await asyncio.wait_for(
             asyncio.open_unix_connection(str(path), limit=2**26), timeout
         )
+        token = token or auth.token_for(path)
+        if token:
+            writer.write(auth.handshake(token))
         return cls(reader, writer)
 
     def send_raw(self, data: bytes) -> None:

@@ -16,6 +16,7 @@ from pathlib import Path
 from typing import Any
 from urllib.parse import unquote, urlparse
 
+from rlmd import config, paths
 from rlmd.config import BUDGET_KEYS, build_run_config
 from rlmd.engine.events import new_id
 from rlmd.models.base import ModelNotAvailable
@@ -91,15 +92,40 @@ def _folder(p: Params, key: str = "workspace") -> str:
         raise invalid(f"{key}: no such folder: {value}", key) from None
 
 
-def _workspace(core: DaemonCore, folder: str) -> Workspace:
+def _workspace(core: DaemonCore, folder: str, sandbox: str | None = None) -> Workspace:
+    """The workspace of ``folder``, checking the backend it would run (``sandbox``, the
+    request's choice, else its config's) against :func:`_check_backend`."""
     try:
         ws = core.workspaces.get(folder)
+        assert ws is not None
+        _check_backend(core, ws.folder, sandbox or ws.settings.sandbox)
     except NotADirectoryError as exc:
         raise invalid(str(exc), "workspace") from None
     except ValueError as exc:
         raise CommandError(UNAVAILABLE, f"the project config is invalid: {exc}") from None
-    assert ws is not None
     return ws
+
+
+def _check_backend(core: DaemonCore, folder: str, backend: str) -> None:
+    """Over the socket, model code may run in the daemon's own process (``inprocess``) only
+    when the user's config says ``[daemon] allow_inprocess = true``: any local process of
+    the user can reach the socket, and in-process code reads everything the daemon can.
+
+    Raises:
+        CommandError: ``UNAVAILABLE``, naming the setting.
+        ValueError: the config is invalid.
+    """
+    if backend != "inprocess" or core.mode != "socket":
+        return
+    settings, _ = core.settings_for(folder)
+    if not config.allow_inprocess(settings):
+        raise CommandError(
+            UNAVAILABLE,
+            "the 'inprocess' sandbox runs model code inside the daemon, unisolated; over the "
+            "socket it needs '[daemon] allow_inprocess = true' in your user config "
+            f"({paths.user_config_path()})",
+            {"field": "sandbox"},
+        )
 
 
 def _busy_error(ws: Workspace) -> CommandError:
@@ -175,7 +201,7 @@ async def task_start(core: DaemonCore, p: Params, ctx: CallContext) -> Mapping[s
     queue = p.boolean("queue", default=True)
     p.done()
 
-    ws = _workspace(core, folder)
+    ws = _workspace(core, folder, sandbox)
     if not queue and (ws.busy or ws.waiting):
         raise _busy_error(ws)
     if sandbox and ws.sandbox is not None and ws.settings.sandbox != sandbox:
@@ -342,7 +368,7 @@ async def workspace_open(core: DaemonCore, p: Params, ctx: CallContext) -> dict[
     folder = _folder(p)
     sandbox = p.text("sandbox", choices=BACKENDS)
     p.done()
-    ws = _workspace(core, folder)
+    ws = _workspace(core, folder, sandbox)
     if sandbox and ws.sandbox is not None and ws.settings.sandbox != sandbox:
         raise invalid(
             f"workspace {ws.folder} runs the {ws.settings.sandbox!r} sandbox; reset it first",

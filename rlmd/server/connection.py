@@ -13,9 +13,11 @@ by a reader that
 * answers batches, wrong ``jsonrpc`` versions, bad ids and params pygls cannot structure
   with an error carrying the request's id, instead of dropping them.
 
-Output goes straight to the transport without waiting: when more than
-``max_client_buffer_bytes`` are queued for a client that does not read, the client is
-dropped (its tasks go on; other clients are not slowed down).
+Output goes straight to the transport without waiting. A client with more than
+``max_client_buffer_bytes`` queued is watched, and dropped only when not one byte of its
+backlog drains for ``client_stall_s`` (its tasks go on; other clients are not slowed down).
+A slow reader that keeps draining is never dropped for being behind, however large a burst
+was, up to ``max_client_backlog_bytes`` (the daemon's memory bound).
 """
 
 from __future__ import annotations
@@ -26,7 +28,7 @@ import json
 import logging
 from typing import Any
 
-from rlmd.server import errors
+from rlmd.server import auth, errors
 from rlmd.server.core import DaemonCore
 from rlmd.server.hub import frame
 
@@ -41,7 +43,12 @@ _ids = itertools.count(1)
 
 
 class FrameError(Exception):
-    """The byte stream is not valid framing; the connection cannot continue."""
+    """The byte stream is not valid framing (or carries a wrong token); the connection
+    cannot continue. ``code``: the JSON-RPC error code sent before disconnecting."""
+
+    def __init__(self, message: str, code: int = errors.INVALID_REQUEST) -> None:
+        super().__init__(message)
+        self.code = code
 
 
 class Connection:
@@ -78,10 +85,15 @@ class Connection:
         self.dead = False
         self.drop_reason: str | None = None
         self.inflight = 0
+        self.authenticated = core.token is None or kind == "stdio"
         self.closed = asyncio.Event()
         self._out: list[bytes] = []
         self._out_size = 0
         self._flush_scheduled = False
+        self._written = 0  # bytes handed to the transport, ever
+        self._drained = 0  # of those, bytes the client has taken (written - still queued)
+        self._progress_at: float | None = None  # when a watched backlog last drained
+        self._watch: asyncio.TimerHandle | None = None
         self.server = RlmdServer(self)
         self.protocol = self.server.protocol
         self.protocol.set_writer(self, include_headers=True)
@@ -139,9 +151,43 @@ class Connection:
         except (ConnectionError, RuntimeError) as exc:
             self.drop(f"write failed: {exc!r}")
             return
-        limit = self.core.options.max_client_buffer_bytes
-        if self.transport.get_write_buffer_size() > limit:
-            self.drop(f"the client is not reading (more than {limit:,} bytes queued)")
+        self._written += len(data)
+        self._check_backlog()
+
+    def _check_backlog(self) -> None:
+        """Apply the back-pressure rule: judge a client by whether its backlog drains, not
+        by its size (a burst larger than the limit says nothing about the reader)."""
+        if self.dead or self.transport.is_closing():
+            return
+        options = self.core.options
+        queued = self.transport.get_write_buffer_size()
+        if queued > options.max_client_backlog_bytes:
+            self.drop(
+                f"the client is not reading fast enough "
+                f"(more than {options.max_client_backlog_bytes:,} bytes queued)"
+            )
+            return
+        now = asyncio.get_running_loop().time()
+        drained = self._written - queued
+        if queued <= options.max_client_buffer_bytes:
+            self._progress_at = None
+        elif self._progress_at is None or drained > self._drained:
+            self._progress_at = now  # watched from now, or drained since the last look
+        elif now - self._progress_at >= options.client_stall_s:
+            self.drop(
+                f"the client is not reading ({queued:,} bytes queued, "
+                f"none taken for {options.client_stall_s:g} s)"
+            )
+            return
+        self._drained = drained
+        if self._progress_at is not None and self._watch is None:
+            self._watch = asyncio.get_running_loop().call_later(
+                max(0.05, options.client_stall_s / 10), self._on_watch
+            )
+
+    def _on_watch(self) -> None:
+        self._watch = None
+        self._check_backlog()
 
     def send_error(self, msg_id: Any, code: int, message: str, data: Any = None) -> None:
         error: dict[str, Any] = {"code": code, "message": message}
@@ -156,6 +202,8 @@ class Connection:
         self._flush()
         self.dead = True
         self.drop_reason = reason
+        if self._watch is not None:
+            self._watch.cancel()
         log.info("client %s dropped: %s", self.id, reason)
         self.core.hub.remove(self)
         if reason.startswith("the client is not reading"):
@@ -174,10 +222,13 @@ class Connection:
                 try:
                     body = await self._read_message()
                 except FrameError as exc:
-                    self.send_error(None, errors.INVALID_REQUEST, str(exc))
+                    self.send_error(None, exc.code, str(exc))
                     self.drop(str(exc))
                     break
                 if body is None:
+                    break
+                if not self.authenticated:
+                    self._refuse(body)
                     break
                 self._handle(body)
         except (ConnectionError, asyncio.IncompleteReadError):
@@ -190,6 +241,7 @@ class Connection:
     async def _read_message(self) -> bytes | None:
         length: int | None = None
         lines = 0
+        token_block = False
         while True:
             try:
                 line = await self.reader.readline()
@@ -201,8 +253,10 @@ class Connection:
                 return None  # EOF in the middle of a header
             if line in (b"\r\n", b"\n"):
                 if length is None:
-                    if lines == 0:
-                        continue  # tolerate blank lines between messages
+                    if lines == 0 or token_block:
+                        lines = 0  # blank lines between messages; the token block
+                        token_block = False
+                        continue
                     raise FrameError("missing Content-Length header")
                 break
             lines += 1
@@ -211,7 +265,10 @@ class Connection:
             name, sep, value = line.decode("latin-1").partition(":")
             if not sep:
                 raise FrameError(f"malformed header line {line[:80]!r}")
-            if name.strip().lower() == "content-length":
+            if name.strip().lower() == auth.HEADER.lower():
+                token_block = True
+                self._check_token(value.strip())
+            elif name.strip().lower() == "content-length":
                 try:
                     length = int(value.strip())
                 except ValueError:
@@ -222,6 +279,35 @@ class Connection:
         if length > limit:
             raise FrameError(f"message of {length:,} bytes is larger than the limit of {limit:,}")
         return await self.reader.readexactly(length)
+
+    def _check_token(self, given: str) -> None:
+        if self.core.token is None or self.kind == "stdio":
+            return
+        if not auth.matches(self.core.token, given):
+            raise FrameError(
+                "wrong rlmd token: this daemon accepts commands only from its user's own "
+                "clients (rlmd attach --stdio sends the current token)",
+                errors.UNAUTHORIZED,
+            )
+        self.authenticated = True
+
+    def _refuse(self, body: bytes) -> None:
+        """Answer a message sent before the token with an error, then disconnect."""
+        msg_id = None
+        try:
+            data = json.loads(body)
+            if isinstance(data, dict) and isinstance(data.get("id"), int | str):
+                msg_id = data["id"]
+        except (ValueError, UnicodeDecodeError, RecursionError):
+            pass
+        reason = (
+            "this daemon accepts commands only from its user's own clients: send the "
+            f"'{auth.HEADER}: <token>' header (the token is in {auth.TOKEN_FILE} in the "
+            "rlmd home's run folder) before the first message, or connect with "
+            "rlmd attach --stdio"
+        )
+        self.send_error(msg_id, errors.UNAUTHORIZED, reason)
+        self.drop("no rlmd token")
 
     def _handle(self, body: bytes) -> None:
         try:

@@ -38,7 +38,11 @@ class DaemonOptions:
             stopped (a project's ``[workspace] idle_timeout_s`` wins); ``None``: never.
         sweep_interval_s: how often idle workspaces are looked for, seconds.
         max_message_bytes: largest JSON-RPC message body a client may send, bytes.
-        max_client_buffer_bytes: a client whose unread output passes this is dropped, bytes.
+        max_client_buffer_bytes: a client whose unread output passes this is watched, bytes:
+            it is dropped when nothing of it drains for ``client_stall_s``.
+        client_stall_s: how long a watched client may go without reading a byte, seconds.
+        max_client_backlog_bytes: unread output past which even a reading client is dropped
+            (bounds the daemon's memory for a reader far slower than the output), bytes.
         store_path: the trajectory database (default: ``paths.store_path()``).
     """
 
@@ -46,6 +50,8 @@ class DaemonOptions:
     sweep_interval_s: float | None = None
     max_message_bytes: int = 16 * 1024 * 1024
     max_client_buffer_bytes: int = 32 * 1024 * 1024
+    client_stall_s: float = 30.0
+    max_client_backlog_bytes: int = 1024 * 1024 * 1024
     store_path: str | None = None
 
     def sweep_every(self) -> float:
@@ -71,6 +77,8 @@ class DaemonCore:
         self.tasks = TaskManager(self._record, self.hub, self.workspaces)
         self.connections: dict[str, Any] = {}
         self.socket_path: str | None = None
+        #: the secret socket clients must send first (see rlmd.server.auth); None: none asked
+        self.token: str | None = None
         self.stopping = False
         self._sweeper: asyncio.Task[None] | None = None
         self.record_errors = 0

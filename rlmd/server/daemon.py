@@ -9,6 +9,9 @@ Files, all under ``<rlmd home>/run/`` (mode 0700):
 ``daemon.lock``
     an exclusive ``flock`` held while the daemon lives: a second ``rlmd serve`` exits with
     code 3 and says which pid runs; a stale socket from a killed daemon is replaced.
+``daemon.token``
+    the per-user secret every socket client sends first (mode 0600, new at each start;
+    see :mod:`rlmd.server.auth`).
 ``daemon.pid``
     the daemon's pid. ``daemon.log``: the log of a daemon started by ``rlmd attach``.
 
@@ -38,6 +41,7 @@ from pathlib import Path
 
 from rlmd.paths import pid_path, run_dir, running_pid, socket_path
 from rlmd.sandbox.docker.reaper import reap_in_background
+from rlmd.server import auth
 from rlmd.server.connection import MAX_HEADER_LINE, Connection
 from rlmd.server.core import DaemonCore, DaemonOptions
 from rlmd.server.protocol import RlmdServer  # noqa: F401 - import pygls/lsprotocol up front
@@ -120,6 +124,7 @@ async def serve_socket(options: DaemonOptions, *, ready: asyncio.Event | None = 
             path.unlink()  # stale: we hold the lock, so nobody listens there
         core = DaemonCore(options, mode="socket")
         core.socket_path = str(path)
+        core.token = auth.new_token()  # before listening: a client that connects can read it
         reap_in_background()  # containers a crashed daemon left behind
         if path.parent != run_dir():
             (run_dir() / "rlmd.sock.path").write_text(str(path))
@@ -211,6 +216,7 @@ def main(
     idle_timeout_s: float | None,
     max_message_bytes: int | None = None,
     max_client_buffer_bytes: int | None = None,
+    client_stall_s: float | None = None,
     log_file: str | None = None,
     log_level: str = "INFO",
 ) -> int:
@@ -221,6 +227,8 @@ def main(
         options.max_message_bytes = max_message_bytes
     if max_client_buffer_bytes:
         options.max_client_buffer_bytes = max_client_buffer_bytes
+    if client_stall_s:
+        options.client_stall_s = client_stall_s
     try:
         asyncio.run(serve_stdio(options) if stdio else serve_socket(options))
     except AlreadyRunning as exc:

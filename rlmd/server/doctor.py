@@ -16,7 +16,7 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
-from rlmd import paths
+from rlmd import isolation, paths
 
 
 @dataclass
@@ -144,36 +144,48 @@ def check_daemon() -> list[Check]:
     return checks
 
 
-async def _sandbox_roundtrip(backend: str) -> str:
+async def _sandbox_roundtrip(backend: str, options: dict) -> tuple[str, dict]:
+    """Start a sandbox of ``backend`` (with ``options``) and run one cell: (timing detail,
+    isolation record)."""
     from rlmd.sandbox import create_sandbox
 
     async def no_calls(fn, args):
         raise RuntimeError("no host calls in doctor")
 
-    box = create_sandbox(backend)
+    box = create_sandbox(backend, **options)
     t0 = time.perf_counter()
     try:
         await box.start(no_calls)
         await box.load_context("doctor")
         result = await box.execute("print(len(context) + 1)", timeout_s=20)
+        record = box.isolation
     finally:
         await box.close()
     if result.error or result.stdout.strip() != "7":
         raise RuntimeError(f"unexpected result: {result.stdout!r} {result.error!r}")
-    return f"{(time.perf_counter() - t0) * 1000:.0f} ms start + cell"
+    return f"{(time.perf_counter() - t0) * 1000:.0f} ms start + cell", record
 
 
 def check_sandboxes() -> list[Check]:
-    from rlmd.sandbox import BACKENDS, unavailable_reason
+    """Start each available backend; the one the user's ``[run]`` config picks is started
+    with its ``sandbox_options``, so the check sees the isolation runs really get."""
+    from rlmd import config
+    from rlmd.sandbox import BACKENDS, DEFAULT_BACKEND, unavailable_reason
 
+    try:
+        run = config.load(None).run
+    except ValueError:
+        run = {}  # the config check reports it
     checks = []
     for backend in BACKENDS:
+        chosen = (run.get("sandbox") or DEFAULT_BACKEND) == backend
+        options = dict(run.get("sandbox_options") or {}) if chosen else {}
         reason = unavailable_reason(backend)
         if reason is not None:
             checks.append(Check(f"sandbox {backend}", "skip", reason, ""))
             continue
         try:
-            detail = asyncio.run(asyncio.wait_for(_sandbox_roundtrip(backend), 30))
+            detail, record = asyncio.run(asyncio.wait_for(_sandbox_roundtrip(backend, options), 30))
         except Exception as exc:
             checks.append(
                 Check(
@@ -183,6 +195,10 @@ def check_sandboxes() -> list[Check]:
                     "run rlmd doctor again; if it persists, report it with this text",
                 )
             )
+            continue
+        gap = isolation.missing(record)
+        if gap:  # it works, but model code would run unisolated: say what is missing
+            checks.append(Check(f"sandbox {backend}", "warn", f"{detail}; {gap}", isolation.FIX))
             continue
         note = " (not isolated: trusted code only)" if backend == "inprocess" else ""
         checks.append(Check(f"sandbox {backend}", "ok", detail + note))

@@ -24,6 +24,8 @@ SANDBOX_FAILED = -32004
 """The workspace's sandbox could not start, or failed during the operation."""
 SHUTTING_DOWN = -32005
 """The daemon is stopping and accepts no new work."""
+UNAUTHORIZED = -32006
+"""A socket client sent a message without the daemon's token (or a wrong one)."""
 
 
 class CommandError(Exception):

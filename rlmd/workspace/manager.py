@@ -36,6 +36,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, NotRequired, TypedDict
 
+from rlmd import isolation
 from rlmd.context import Context, load_codebase
 from rlmd.sandbox import DEFAULT_BACKEND, create_sandbox
 from rlmd.sandbox.base import CallError, CellResult, Sandbox, SandboxError, VarInfo
@@ -127,12 +128,15 @@ class WorkspaceSettings:
             (``None``: never).
         checkpoint_after_task: write a checkpoint after every task.
         max_var_bytes: largest JSON text of one checkpointed variable, bytes.
+        require_isolation: refuse to start a sandbox that would run unisolated here
+            (:func:`rlmd.isolation.check`; on by default in the daemon).
     """
 
     sandbox: str = DEFAULT_BACKEND
     sandbox_options: dict[str, Any] = field(default_factory=dict)
     idle_timeout_s: float | None = 600.0
     checkpoint_after_task: bool = True
+    require_isolation: bool = True
     max_var_bytes: int = ckpt_mod.DEFAULT_MAX_VAR_BYTES
 
 
@@ -229,6 +233,12 @@ class Workspace:
                 raise SandboxError(
                     f"cannot create the {self.settings.sandbox!r} sandbox: {exc}"
                 ) from None
+            try:
+                gap = isolation.check(sandbox, required=self.settings.require_isolation)
+            except isolation.NotIsolated as exc:
+                raise SandboxError(str(exc)) from None
+            if gap:
+                log.warning("workspace %s: %s", self.folder, gap)
             try:
                 await sandbox.start(_no_calls)
                 await sandbox.load_context(ctx.value, codebase=True)

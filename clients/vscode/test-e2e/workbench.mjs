@@ -53,6 +53,8 @@ const extDir = join(base, "ext");
 mkdirSync(join(ws, "pkg"), { recursive: true });
 mkdirSync(join(ud, "User"), { recursive: true });
 mkdirSync(home, { recursive: true });
+// "rlmd.sandbox": "inprocess" below: over the daemon's socket that needs the user's opt-in.
+writeFileSync(join(home, "config.toml"), "[daemon]\nallow_inprocess = true\n");
 writeFileSync(join(ws, "pkg", "core.py"), "def helper():\n    return 42\n\n\ndef other():\n    return helper() + 1\n");
 writeFileSync(join(ws, "README.md"), "# demo project\n");
 const port = await freePort();

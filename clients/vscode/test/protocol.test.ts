@@ -30,6 +30,8 @@ before(async () => {
   mkdirSync(join(project, "pkg"), { recursive: true });
   writeFileSync(join(project, "pkg", "core.py"), "def helper():\n    return 42\n");
   writeFileSync(join(project, "README.md"), "# demo\n");
+  // The tests use the fast inprocess sandbox: over the socket that needs the user's opt-in.
+  writeFileSync(join(home, "config.toml"), "[daemon]\nallow_inprocess = true\n");
   const cmd = rlmdCommand({ pythonPath: PYTHON }, "attach", "--stdio");
   child = spawn(cmd.command, cmd.args, { env: daemonEnv({ home }), stdio: ["pipe", "pipe", "inherit"] });
   conn = createMessageConnection(new StreamMessageReader(child.stdout!), new StreamMessageWriter(child.stdin!));
