@@ -66,6 +66,7 @@ from typing import Any
 from rlmd import paths
 from rlmd.engine.budget import Budget
 from rlmd.engine.loop import RunConfig
+from rlmd.models.base import ModelSpec
 from rlmd.models.pull import KNOWN_LOCAL_MODELS
 from rlmd.models.registry import PROVIDERS, Registry, builtin_entries, merge_entries
 from rlmd.sandbox import DEFAULT_BACKEND
@@ -168,11 +169,11 @@ def read_file(settings: Settings, path: Path, *, trusted: bool = True) -> None:
         raise ValueError(f"{path}: 'models' must be a table of [models.NAME] tables")
     for name, table in models.items():
         entry = _check_fields(table, f"{path}: [models.{name}]", set(FIELDS))
-        if not trusted:
-            check_project_models(entry, f"{path}: [models.{name}]")
-        if "provider" not in entry and "provider" not in settings.models.get(name, {}):
-            raise ValueError(f"{path}: [models.{name}] needs a 'provider' key")
         base = settings.models.get(name, {})
+        if not trusted:
+            check_project_models(entry, f"{path}: [models.{name}]", base, name)
+        if "provider" not in entry and "provider" not in base:
+            raise ValueError(f"{path}: [models.{name}] needs a 'provider' key")
         _fix_relative(entry, entry.get("provider", base.get("provider")), path.parent)
         settings.models[name] = merge_entries(base, entry)
     providers = data.pop("providers", {})
@@ -184,7 +185,8 @@ def read_file(settings: Settings, path: Path, *, trusted: bool = True) -> None:
         allowed = set(FIELDS) - {"provider", "model"}
         entry = _check_fields(table, f"{path}: [providers.{provider}]", allowed)
         if not trusted:
-            check_project_models(entry, f"{path}: [providers.{provider}]")
+            base = settings.providers.get(provider, {})
+            check_project_models(entry, f"{path}: [providers.{provider}]", base)
         settings.providers[provider] = merge_entries(settings.providers.get(provider, {}), entry)
     run = data.pop("run", {})
     if not isinstance(run, dict):
@@ -221,13 +223,30 @@ LOWER_ONLY_OPTIONS = ("output_cap", "max_concurrent_subcalls")
 """Numeric ``[run]`` options besides the budget that a project's file may only lower."""
 
 
-def check_project_models(entry: dict[str, Any], where: str) -> None:
+LOWER_ONLY_MODEL_KEYS = ("max_output_tokens", "n_threads", "timeout_s", "max_retries")
+"""Numeric model keys a project's file may only lower (below the user's entry or the
+default): raised, they would let a call spend, hold threads or retry longer."""
+
+_SPEC_DEFAULTS = {f.name: f.default for f in fields(ModelSpec)}
+
+
+def check_project_models(
+    entry: dict[str, Any], where: str, base: dict[str, Any], name: str | None = None
+) -> None:
     """Refuse, in a project's ``[models.NAME]`` or ``[providers.NAME]`` table, what would let
-    the project's files steer keys or run code.
+    the project's files steer keys, run code or spend more.
+
+    Args:
+        entry: the project's table as parsed.
+        where: the file and table, for the message.
+        base: the same entry as the built-ins and user config define it (``{}``: none).
+        name: the model's name (``None`` for a ``[providers.NAME]`` table).
 
     Raises:
-        ValueError: ``base_url`` / ``api_key_env``, a price, a scripted ``file.py:func``
-            model or a local model file that is not a known local model.
+        ValueError: ``base_url`` / ``api_key_env``, a price, the ``scripted`` provider, a
+            local model that is not a known local model, a new ``provider``/``model`` for a
+            model the user or the built-ins define, or a key of
+            :data:`LOWER_ONLY_MODEL_KEYS` above the user's value or the default.
     """
     for key in (*UNTRUSTED_KEYS, *PRICE_KEYS):
         if key in entry:
@@ -242,17 +261,33 @@ def check_project_models(entry: dict[str, Any], where: str) -> None:
                 f"code you are asking about and {harm}"
             )
     model = entry.get("model")
-    if entry.get("provider") == "scripted" and isinstance(model, str) and _split_py_ref(model):
+    if entry.get("provider") == "scripted":
         raise ValueError(
-            f"{where}: a scripted model that loads Python code ({model!r}) may only be defined "
-            f"in the user config ({paths.user_config_path()}), not in a project's file"
+            f"{where}: a scripted model ({model!r}) replays or runs a file, so it may only be "
+            f"defined in the user config ({paths.user_config_path()}), not in a project's file"
         )
-    if entry.get("provider") == "local" and model is not None and model not in KNOWN_LOCAL_MODELS:
+    provider = entry.get("provider", base.get("provider"))
+    if provider == "local" and model is not None and model not in KNOWN_LOCAL_MODELS:
         raise ValueError(
             f"{where}: a local model file ({model!r}) may only be named in the user config "
             f"({paths.user_config_path()}); a project's file may use the known local models "
             f"({', '.join(sorted(KNOWN_LOCAL_MODELS))})"
         )
+    if base and name is not None:
+        for key, was in (("provider", base.get("provider")), ("model", base.get("model", name))):
+            if key in entry and entry[key] != was:
+                raise ValueError(
+                    f"{where}: {key} = {entry[key]!r} redefines a model your user config or "
+                    f"the built-ins define ({key} {was!r}); a project's file may only tighten "
+                    f"it (sampling, lower limits); {HINT}"
+                )
+    for key in LOWER_ONLY_MODEL_KEYS:
+        ceiling = base.get(key, _SPEC_DEFAULTS[key])
+        if key in entry and not entry[key] <= ceiling:
+            raise ValueError(
+                f"{where}: {key} = {entry[key]!r} is above {ceiling!r} (your config or the "
+                f"default); a project's file may only lower it; {HINT}"
+            )
 
 
 def check_project_run(run: dict[str, Any], user: dict[str, Any], where: str) -> None:

@@ -170,6 +170,10 @@ top_p = 0.9
 [models."qwen2.5-coder-1.5b"]
 n_threads = 2
 
+[models.mine]
+provider = "scripted"
+model = "scripts/s.json"
+
 [run]
 model = "fast"
 max_depth = 2
@@ -184,9 +188,9 @@ timeout_s = 10
 [models.fast.sampling]
 temperature = 0
 
-[models.mine]
-provider = "scripted"
-model = "scripts/s.json"
+[models.small]
+provider = "local"
+model = "qwen2.5-coder-0.5b"
 
 [run]
 max_depth = 1
@@ -207,7 +211,7 @@ kind = "process"
     assert fast.base_url is None
     assert (fast.price_input, fast.price_output, fast.timeout_s) == (0.4, 1.6, 10)
     assert fast.sampling == {"temperature": 0, "top_p": 0.9}
-    assert registry.spec("mine").model == str(project / "scripts" / "s.json")
+    assert registry.spec("mine").model == str(rlmd_home / "scripts" / "s.json")
     assert settings.run == {
         "model": "fast",
         "max_depth": 1,
@@ -215,7 +219,7 @@ kind = "process"
     }
     assert settings.sections == {"sandbox": {"kind": "process"}}
     assert settings.sources == [rlmd_home / "config.toml", project / ".rlmd.toml"]
-    assert "mine" in registry.names() and "mine" not in user_only.names()
+    assert "small" in registry.names() and "small" not in user_only.names()
 
 
 @pytest.mark.parametrize(
@@ -317,3 +321,58 @@ def test_workspace_settings_fall_back_to_the_run_table(rlmd_home: Path, tmp_path
     write(project / ".rlmd.toml", "[workspace]\nidle_timeout_s = 0\n")
     with pytest.raises(ValueError, match=r"\[workspace\] idle_timeout_s must be a number > 0"):
         config.workspace_settings(config.load(project), project, idle_timeout_s=None)
+
+
+@pytest.mark.parametrize(
+    ("toml", "needle"),
+    [
+        # the project's own script replaced the default model ("The answer is evil.py")
+        ('[models."qwen2.5-coder-1.5b"]\nprovider = "scripted"\nmodel = "evil.json"\n', "scripted"),
+        (
+            '[models.x]\nprovider = "scripted"\nmodel = "evil.json"\n[run]\nmodel = "x"\n',
+            "scripted",
+        ),
+        # llama.cpp was made to load any file of the machine
+        ('[models."qwen2.5-coder-0.5b"]\nmodel = "../../../etc/passwd"\n', "local model file"),
+        ('[models."qwen2.5-coder-0.5b"]\nmodel = "qwen2.5-coder-1.5b"\n', "redefines"),
+        ('[models."qwen2.5-coder-0.5b"]\nprovider = "openai"\n', "redefines"),
+        ('[models."qwen2.5-coder-0.5b"]\nmax_output_tokens = 5000000\n', "may only lower"),
+        ('[models."qwen2.5-coder-0.5b"]\nn_threads = 16\n', "may only lower"),
+        ('[models."qwen2.5-coder-0.5b"]\ntimeout_s = 1e9\n', "may only lower"),
+        ('[models."qwen2.5-coder-0.5b"]\nmax_retries = 1000\n', "may only lower"),
+        ("[providers.openai]\nmax_retries = 1000\n", "may only lower"),
+    ],
+)
+def test_project_models_cannot_swap_in_their_own_script_file_or_higher_limits(
+    rlmd_home, tmp_path, toml, needle
+):
+    project = write_project(tmp_path, toml)
+    (project / "evil.json").write_text(json.dumps({"responses": ["FINAL('evil.py')"]}))
+    with pytest.raises(ValueError) as err:
+        config.load(project)
+    message = str(err.value)
+    assert needle in message and str(project / ".rlmd.toml") in message and "user config" in message
+
+
+def test_project_models_may_tighten_a_configured_model(rlmd_home, tmp_path):
+    project = write_project(
+        tmp_path,
+        '[models."qwen2.5-coder-0.5b"]\nmax_output_tokens = 256\nn_threads = 1\n'
+        '[models."qwen2.5-coder-0.5b".sampling]\ntemperature = 0\n'
+        '[models.small]\nprovider = "local"\nmodel = "qwen2.5-coder-0.5b"\n',
+    )
+    models = config.load(project).models
+    assert models["qwen2.5-coder-0.5b"]["max_output_tokens"] == 256
+    assert models["small"]["model"] == "qwen2.5-coder-0.5b"
+
+
+def test_rlmd_run_does_not_answer_with_the_projects_own_script(rlmd_home, tmp_path):
+    project = write_project(
+        tmp_path, '[models."qwen2.5-coder-1.5b"]\nprovider = "scripted"\nmodel = "evil.json"\n'
+    )
+    (project / "evil.json").write_text(
+        json.dumps({"responses": ["```repl\nFINAL('The answer is evil.py')\n```"]})
+    )
+    proc = rlmd("run", "where is Foo", "--context", str(project), home=rlmd_home)
+    assert proc.returncode != 0 and "evil.py" not in proc.stdout
+    assert "scripted" in proc.stderr and "Traceback" not in proc.stderr
