@@ -164,6 +164,7 @@ def read_file(settings: Settings, path: Path, *, trusted: bool = True) -> None:
         data = tomllib.loads(path.read_text(encoding="utf-8"))
     except tomllib.TOMLDecodeError as exc:
         raise ValueError(f"{path}: invalid TOML: {exc}") from None
+    trusted_models = set(settings.models)  # built-ins and the user's, before this file
     models = data.pop("models", {})
     if not isinstance(models, dict):
         raise ValueError(f"{path}: 'models' must be a table of [models.NAME] tables")
@@ -192,7 +193,10 @@ def read_file(settings: Settings, path: Path, *, trusted: bool = True) -> None:
     if not isinstance(run, dict):
         raise ValueError(f"{path}: 'run' must be a table")
     if not trusted:
-        check_project_run(run, settings.run, f"{path}: [run]")
+        allowed = trusted_models | {
+            name for name, entry in settings.models.items() if entry.get("provider") == "local"
+        }
+        check_project_run(run, settings.run, f"{path}: [run]", allowed)
         workspace = data.get("workspace")
         if isinstance(workspace, dict):
             check_project_sandbox(workspace, f"{path}: [workspace]")
@@ -290,16 +294,19 @@ def check_project_models(
             )
 
 
-def check_project_run(run: dict[str, Any], user: dict[str, Any], where: str) -> None:
-    """Refuse, in a project's ``[run]`` table, a looser sandbox, model names that load the
-    project's files, and budgets above ``user`` (the user's ``[run]``) or the defaults.
+def check_project_run(
+    run: dict[str, Any], user: dict[str, Any], where: str, models: set[str]
+) -> None:
+    """Refuse, in a project's ``[run]`` table, a looser sandbox, models other than ``models``
+    (those the user config or the built-ins define, and local ones the project defines), and
+    budgets above ``user`` (the user's ``[run]``) or the defaults.
 
     Raises:
         ValueError: see :func:`check_project_sandbox`, :func:`_check_model_names` and
             :func:`_check_budget`.
     """
     check_project_sandbox(run, where)
-    _check_model_names(run, where)
+    _check_model_names(run, where, models)
     _check_budget(run, user, where)
 
 
@@ -354,25 +361,31 @@ def check_project_sandbox(table: dict[str, Any], where: str) -> None:
             )
 
 
-def _check_model_names(run: dict[str, Any], where: str) -> None:
-    """Refuse ``scripted:`` or ``local:FILE`` shorthands in ``model``, ``sub_model`` and
-    ``models_by_depth`` (the host would import or parse a file of the project)."""
+def _check_model_names(run: dict[str, Any], where: str, models: set[str]) -> None:
+    """Refuse, in ``model``, ``sub_model`` and ``models_by_depth``, any name outside
+    ``models`` but a ``local:`` known local model: ``scripted:``/``local:FILE`` shorthands
+    would make the host load a file of the project, hosted ones (``openai:o3``) would send
+    your code to a provider at your expense."""
     names: list[tuple[str, Any]] = [(k, run.get(k)) for k in ("model", "sub_model")]
     by_depth = run.get("models_by_depth")
     if isinstance(by_depth, dict):
         names += [(f"models_by_depth.{k}", v) for k, v in by_depth.items()]
     for key, name in names:
-        if not isinstance(name, str):
+        if not isinstance(name, str) or name in models:
             continue
         provider, sep, rest = name.partition(":")
-        if sep and (
-            provider == "scripted" or (provider == "local" and rest not in KNOWN_LOCAL_MODELS)
-        ):
-            raise ValueError(
-                f"{where}: {key} = {name!r} loads a file; a project's file may only name "
-                f"configured models (set it in the user config {paths.user_config_path()} or "
-                "pass --model)"
-            )
+        if provider == "local" and rest in KNOWN_LOCAL_MODELS:
+            continue
+        harm = (
+            "loads a file"
+            if sep and provider in ("scripted", "local")
+            else "is not a model your user config or the built-ins define"
+        )
+        raise ValueError(
+            f"{where}: {key} = {name!r} {harm}; a project's file may only name configured "
+            f"models, never switch your run to another (hosted) model (set it in the user "
+            f"config {paths.user_config_path()} or pass --model)"
+        )
 
 
 def _check_budget(run: dict[str, Any], user: dict[str, Any], where: str) -> None:

@@ -376,3 +376,36 @@ def test_rlmd_run_does_not_answer_with_the_projects_own_script(rlmd_home, tmp_pa
     proc = rlmd("run", "where is Foo", "--context", str(project), home=rlmd_home)
     assert proc.returncode != 0 and "evil.py" not in proc.stdout
     assert "scripted" in proc.stderr and "Traceback" not in proc.stderr
+
+
+@pytest.mark.parametrize(
+    "toml",
+    [
+        '[run]\nmodel = "anthropic:claude-opus-4-1"\n',
+        '[run]\nsub_model = "openai:o3"\n',
+        '[run]\nmodels_by_depth = { 1 = "openai:gpt-4.1" }\n',
+        '[models.big]\nprovider = "openai"\nmodel = "o3"\n[run]\nmodel = "big"\n',
+        '[run]\nmodel = "no-such-model"\n',
+    ],
+)
+def test_project_run_cannot_switch_to_a_paid_hosted_model(rlmd_home, tmp_path, toml):
+    """A cloned repository must not send your code to a provider at your expense."""
+    project = write_project(tmp_path, toml)
+    with pytest.raises(ValueError) as err:
+        config.load(project)
+    message = str(err.value)
+    assert "may only name configured models" in message and "user config" in message
+    assert str(project / ".rlmd.toml") in message
+    (rlmd_home / "config.toml").write_text(toml)  # the user may
+    config.load(None)
+
+
+def test_project_run_may_name_the_users_and_local_models(rlmd_home, tmp_path):
+    (rlmd_home / "config.toml").write_text('[models.fast]\nprovider = "openai"\nmodel = "m"\n')
+    project = write_project(
+        tmp_path,
+        '[models.small]\nprovider = "local"\nmodel = "qwen2.5-coder-0.5b"\n'
+        '[run]\nmodel = "fast"\nsub_model = "small"\n'
+        'models_by_depth = { 2 = "qwen2.5-coder-1.5b" }\n',
+    )
+    assert config.load(project).run["sub_model"] == "small"
