@@ -192,14 +192,18 @@ def read_file(settings: Settings, path: Path, *, trusted: bool = True) -> None:
     run = data.pop("run", {})
     if not isinstance(run, dict):
         raise ValueError(f"{path}: 'run' must be a table")
+    workspace = data.get("workspace")
+    if workspace is not None:
+        _check_workspace(workspace, f"{path}: [workspace]")
     if not trusted:
         allowed = trusted_models | {
             name for name, entry in settings.models.items() if entry.get("provider") == "local"
         }
         check_project_run(run, settings.run, f"{path}: [run]", allowed)
-        workspace = data.get("workspace")
-        if isinstance(workspace, dict):
-            check_project_sandbox(workspace, f"{path}: [workspace]")
+        if workspace is not None:
+            user_workspace = settings.sections.get("workspace") or {}
+            check_project_workspace(workspace, user_workspace, f"{path}: [workspace]")
+    _check_run_numbers(run, f"{path}: [run]")
     settings.run.update(run)
     settings.sections.update(data)
     settings.sources.append(path)
@@ -225,6 +229,18 @@ PROJECT_OPTIONS = ("limits", "template")
 
 LOWER_ONLY_OPTIONS = ("output_cap", "max_concurrent_subcalls")
 """Numeric ``[run]`` options besides the budget that a project's file may only lower."""
+
+WORKSPACE_KEYS: dict[str, type | tuple[type, ...]] = {
+    "sandbox": str,
+    "sandbox_options": dict,
+    "idle_timeout_s": (int, float),
+    "checkpoint_after_task": bool,
+    "max_var_bytes": int,
+}
+"""Keys allowed in a ``[workspace]`` table, with their TOML types."""
+
+LOWER_ONLY_WORKSPACE = ("idle_timeout_s", "max_var_bytes")
+"""Numeric ``[workspace]`` keys a project's file may only lower."""
 
 
 LOWER_ONLY_MODEL_KEYS = ("max_output_tokens", "n_threads", "timeout_s", "max_retries")
@@ -308,6 +324,24 @@ def check_project_run(
     check_project_sandbox(run, where)
     _check_model_names(run, where, models)
     _check_budget(run, user, where)
+
+
+def check_project_workspace(table: dict[str, Any], user: dict[str, Any], where: str) -> None:
+    """Refuse, in a project's ``[workspace]`` table, a looser sandbox (see
+    :func:`check_project_sandbox`) or a number of :data:`LOWER_ONLY_WORKSPACE` above ``user``
+    (the user's ``[workspace]``) or the default: a sandbox idle for ages still holds memory.
+
+    Raises:
+        ValueError: naming ``where`` and the key.
+    """
+    check_project_sandbox(table, where)
+    for key in LOWER_ONLY_WORKSPACE:
+        ceiling = user.get(key, getattr(WorkspaceSettings, key))
+        if key in table and ceiling is not None and not table[key] <= ceiling:
+            raise ValueError(
+                f"{where}: {key} = {table[key]!r} is above {ceiling!r} (your config or the "
+                f"default); a project's file may only lower it; {HINT}"
+            )
 
 
 def check_project_sandbox(table: dict[str, Any], where: str) -> None:
@@ -395,15 +429,57 @@ def _check_budget(run: dict[str, Any], user: dict[str, Any], where: str) -> None
     defaults = {f.name: f.default for f in fields(Budget)}
     defaults.update({f.name: f.default for f in fields(RunConfig) if f.name in LOWER_ONLY_OPTIONS})
     for key, value in run.items():
-        if key not in defaults or isinstance(value, bool) or not isinstance(value, int | float):
+        if key not in defaults:
             continue
         ceiling = user.get(key, defaults[key])
+        if not _is_number(value):
+            raise ValueError(
+                f"{where}: {key} = {value!r} must be a number (at most {ceiling!r}); a "
+                "project's file may only lower budgets"
+            )
         if isinstance(ceiling, int | float) and not value <= ceiling:
             raise ValueError(
                 f"{where}: {key} = {value!r} is above {ceiling!r} (your config or the default); "
                 "a project's file may only lower budgets. Raise it in your user config "
                 f"({paths.user_config_path()}) or on the command line"
             )
+
+
+def _check_run_numbers(run: dict[str, Any], where: str) -> None:
+    """Refuse a ``[run]`` budget or numeric option that is not a number or that
+    :class:`Budget` refuses, with ``where`` (file and table) in the message."""
+    for key in (*BUDGET_KEYS, *LOWER_ONLY_OPTIONS):
+        if key in run and not _is_number(run[key]):
+            raise ValueError(f"{where}: {key} must be a number, got {run[key]!r}")
+        if key in LOWER_ONLY_OPTIONS and key in run and run[key] < 0:
+            raise ValueError(f"{where}: {key} must be >= 0, got {run[key]!r}")
+    try:
+        Budget(**{k: v for k, v in run.items() if k in BUDGET_KEYS})
+    except ValueError as exc:
+        raise ValueError(f"{where}: {exc}") from None
+
+
+def _check_workspace(table: Any, where: str) -> None:
+    """Refuse a ``[workspace]`` table with an unknown key or a value of the wrong type."""
+    if not isinstance(table, dict):
+        raise ValueError(f"{where}: must be a table")
+    for key, value in table.items():
+        if key not in WORKSPACE_KEYS:
+            raise ValueError(
+                f"{where}: unknown key {key!r}; allowed: {', '.join(sorted(WORKSPACE_KEYS))}"
+            )
+        expected = WORKSPACE_KEYS[key]
+        if expected is not bool and isinstance(value, bool) or not isinstance(value, expected):
+            names = "number" if isinstance(expected, tuple) else expected.__name__
+            raise ValueError(f"{where}.{key}: expected {names}, got {type(value).__name__}")
+        number: Any = value  # compared only for the numeric keys
+        if key in LOWER_ONLY_WORKSPACE and not (_is_number(number) and number > 0):
+            raise ValueError(f"{where} {key} must be a number > 0, got {value!r}")
+
+
+def _is_number(value: Any) -> bool:
+    """An int or float that is not a bool nor NaN."""
+    return isinstance(value, int | float) and not isinstance(value, bool) and value == value
 
 
 # -- model tables -------------------------------------------------------------------------

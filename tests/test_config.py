@@ -409,3 +409,48 @@ def test_project_run_may_name_the_users_and_local_models(rlmd_home, tmp_path):
         'models_by_depth = { 2 = "qwen2.5-coder-1.5b" }\n',
     )
     assert config.load(project).run["sub_model"] == "small"
+
+
+@pytest.mark.parametrize(
+    ("toml", "needle"),
+    [
+        ("[workspace]\nidle_timeout_s = 1e15\n", "is above 600.0 (your config or the default)"),
+        ("[workspace]\nmax_var_bytes = 99999999999999\n", "may only lower it"),
+        ("[workspace]\nidel_timeout_s = 5\n", "unknown key 'idel_timeout_s'"),
+        ("[workspace]\nidle_timeout_s = nan\n", "must be a number > 0"),
+        ("[run]\nmax_iterations = nan\n", "max_iterations = nan must be a number"),
+        ("[run]\ncell_timeout_s = -1\n", "cell_timeout_s must be >= 0"),
+        ('[run]\nmax_depth = "2"\n', "max_depth = '2' must be a number"),
+    ],
+)
+def test_project_workspace_and_run_numbers_cannot_be_raised_or_malformed(
+    rlmd_home, tmp_path, toml, needle
+):
+    """Found by the hostile fresh-user test: a sandbox kept warm for 3e7 years, unknown keys
+    passing silently, "nan is above 10" and a -1 timeout's error without the file."""
+    project = write_project(tmp_path, toml)
+    with pytest.raises(ValueError) as err:
+        config.load(project)
+    assert needle in str(err.value) and str(project / ".rlmd.toml") in str(err.value)
+
+
+@pytest.mark.parametrize(
+    ("toml", "needle"),
+    [
+        ("[workspace]\nidel_timeout_s = 5\n", "unknown key 'idel_timeout_s'"),
+        ("[run]\nmax_iterations = nan\n", "max_iterations must be a number"),
+        ("[run]\ncell_timeout_s = -1\n", "cell_timeout_s must be >= 0"),
+    ],
+)
+def test_user_config_errors_name_the_file_and_key(rlmd_home, toml, needle):
+    (rlmd_home / "config.toml").write_text(toml)
+    with pytest.raises(ValueError) as err:
+        config.load(None)
+    assert needle in str(err.value) and str(rlmd_home / "config.toml") in str(err.value)
+
+
+def test_project_may_lower_the_workspace_idle_time(rlmd_home, tmp_path):
+    (rlmd_home / "config.toml").write_text("[workspace]\nidle_timeout_s = 3600\n")
+    project = write_project(tmp_path, "[workspace]\nidle_timeout_s = 1200\n")
+    ws = config.workspace_settings(config.load(project), project, idle_timeout_s=600.0)
+    assert ws.idle_timeout_s == 1200
