@@ -12,14 +12,17 @@ Files, later layers override earlier ones key by key:
 A project's file arrives with the code being asked about, so it may make a run *safer or
 cheaper*, never riskier. It may not choose where API keys are sent (``base_url``,
 ``api_key_env``), set a model's price (``price_input``/``price_output``: a low one would let
-a USD budget through), load the project's files as code or models (``scripted`` ``file.py:func``,
-``local`` GGUF paths, ``scripted:``/``local:`` shorthands in ``[run]``), raise a budget, the
-output cap or sub-call concurrency above the user's config or the default, or loosen the
-sandbox: no ``sandbox = "inprocess"`` (model code in the daemon's own process), no
-``sandbox_options.python`` (its own file as the kernel's interpreter), no network, no limit
-above the default, no paid cloud VM. The checks are :func:`check_project_models`,
-:func:`check_project_run` and :func:`check_project_sandbox`; each error names the file and
-the table and says to set the value in the user config or on the command line instead.
+a USD budget through), load the project's files as code or models (any ``scripted`` model,
+``local`` GGUF paths, ``scripted:``/``local:`` shorthands in ``[run]``), redefine the
+provider or model of an entry the user or the built-ins define, run on any model but the
+user's or the local ones (no hosted shorthand in ``[run]``), raise a budget, the output cap,
+sub-call concurrency, a model's limits or the workspace's idle time above the user's config
+or the default, or loosen the sandbox: no ``sandbox = "inprocess"`` (model code in the
+daemon's own process), no ``sandbox_options.python`` (its own file as the kernel's
+interpreter), no network, no limit above the default, no paid cloud VM. The checks are
+:func:`check_project_models`, :func:`check_project_run`, :func:`check_project_workspace` and
+:func:`check_project_sandbox`; each error names the file and the table and says to set the
+value in the user config or on the command line instead.
 
 Config format::
 
