@@ -12,14 +12,17 @@ Files, later layers override earlier ones key by key:
 A project's file arrives with the code being asked about, so it may make a run *safer or
 cheaper*, never riskier. It may not choose where API keys are sent (``base_url``,
 ``api_key_env``), set a model's price (``price_input``/``price_output``: a low one would let
-a USD budget through), load the project's files as code or models (``scripted`` ``file.py:func``,
-``local`` GGUF paths, ``scripted:``/``local:`` shorthands in ``[run]``), raise a budget, the
-output cap or sub-call concurrency above the user's config or the default, or loosen the
-sandbox: no ``sandbox = "inprocess"`` (model code in the daemon's own process), no
-``sandbox_options.python`` (its own file as the kernel's interpreter), no network, no limit
-above the default, no paid cloud VM. The checks are :func:`check_project_models`,
-:func:`check_project_run` and :func:`check_project_sandbox`; each error names the file and
-the table and says to set the value in the user config or on the command line instead.
+a USD budget through), load the project's files as code or models (any ``scripted`` model,
+``local`` GGUF paths, ``scripted:``/``local:`` shorthands in ``[run]``), redefine the
+provider or model of an entry the user or the built-ins define, run on any model but the
+user's or the local ones (no hosted shorthand in ``[run]``), raise a budget, the output cap,
+sub-call concurrency, a model's limits or the workspace's idle time above the user's config
+or the default, or loosen the sandbox: no ``sandbox = "inprocess"`` (model code in the
+daemon's own process), no ``sandbox_options.python`` (its own file as the kernel's
+interpreter), no network, no limit above the default, no paid cloud VM. The checks are
+:func:`check_project_models`, :func:`check_project_run`, :func:`check_project_workspace` and
+:func:`check_project_sandbox`; each error names the file and the table and says to set the
+value in the user config or on the command line instead.
 
 Config format::
 
@@ -73,6 +76,7 @@ from typing import Any
 from rlmd import paths
 from rlmd.engine.budget import Budget
 from rlmd.engine.loop import RunConfig
+from rlmd.models.base import ModelSpec
 from rlmd.models.pull import KNOWN_LOCAL_MODELS
 from rlmd.models.registry import PROVIDERS, Registry, builtin_entries, merge_entries
 from rlmd.sandbox import DEFAULT_BACKEND
@@ -170,16 +174,17 @@ def read_file(settings: Settings, path: Path, *, trusted: bool = True) -> None:
         data = tomllib.loads(path.read_text(encoding="utf-8"))
     except tomllib.TOMLDecodeError as exc:
         raise ValueError(f"{path}: invalid TOML: {exc}") from None
+    trusted_models = set(settings.models)  # built-ins and the user's, before this file
     models = data.pop("models", {})
     if not isinstance(models, dict):
         raise ValueError(f"{path}: 'models' must be a table of [models.NAME] tables")
     for name, table in models.items():
         entry = _check_fields(table, f"{path}: [models.{name}]", set(FIELDS))
-        if not trusted:
-            check_project_models(entry, f"{path}: [models.{name}]")
-        if "provider" not in entry and "provider" not in settings.models.get(name, {}):
-            raise ValueError(f"{path}: [models.{name}] needs a 'provider' key")
         base = settings.models.get(name, {})
+        if not trusted:
+            check_project_models(entry, f"{path}: [models.{name}]", base, name)
+        if "provider" not in entry and "provider" not in base:
+            raise ValueError(f"{path}: [models.{name}] needs a 'provider' key")
         _fix_relative(entry, entry.get("provider", base.get("provider")), path.parent)
         settings.models[name] = merge_entries(base, entry)
     providers = data.pop("providers", {})
@@ -191,11 +196,15 @@ def read_file(settings: Settings, path: Path, *, trusted: bool = True) -> None:
         allowed = set(FIELDS) - {"provider", "model"}
         entry = _check_fields(table, f"{path}: [providers.{provider}]", allowed)
         if not trusted:
-            check_project_models(entry, f"{path}: [providers.{provider}]")
+            base = settings.providers.get(provider, {})
+            check_project_models(entry, f"{path}: [providers.{provider}]", base)
         settings.providers[provider] = merge_entries(settings.providers.get(provider, {}), entry)
     run = data.pop("run", {})
     if not isinstance(run, dict):
         raise ValueError(f"{path}: 'run' must be a table")
+    workspace = data.get("workspace")
+    if workspace is not None:
+        _check_workspace(workspace, f"{path}: [workspace]")
     if not trusted:
         if "daemon" in data:
             raise ValueError(f"{path}: a project config may not set [daemon]; {HINT}")
@@ -204,10 +213,14 @@ def read_file(settings: Settings, path: Path, *, trusted: bool = True) -> None:
             raise ValueError(
                 f"{path}: [sandbox] a project config may not turn require_isolation off; {HINT}"
             )
-        check_project_run(run, settings.run, f"{path}: [run]")
-        workspace = data.get("workspace")
-        if isinstance(workspace, dict):
-            check_project_sandbox(workspace, f"{path}: [workspace]")
+        allowed = trusted_models | {
+            name for name, entry in settings.models.items() if entry.get("provider") == "local"
+        }
+        check_project_run(run, settings.run, f"{path}: [run]", allowed)
+        if workspace is not None:
+            user_workspace = settings.sections.get("workspace") or {}
+            check_project_workspace(workspace, user_workspace, f"{path}: [workspace]")
+    _check_run_numbers(run, f"{path}: [run]")
     settings.run.update(run)
     settings.sections.update(data)
     settings.sources.append(path)
@@ -234,14 +247,43 @@ PROJECT_OPTIONS = ("limits", "template")
 LOWER_ONLY_OPTIONS = ("output_cap", "max_concurrent_subcalls")
 """Numeric ``[run]`` options besides the budget that a project's file may only lower."""
 
+WORKSPACE_KEYS: dict[str, type | tuple[type, ...]] = {
+    "sandbox": str,
+    "sandbox_options": dict,
+    "idle_timeout_s": (int, float),
+    "checkpoint_after_task": bool,
+    "max_var_bytes": int,
+}
+"""Keys allowed in a ``[workspace]`` table, with their TOML types."""
 
-def check_project_models(entry: dict[str, Any], where: str) -> None:
+LOWER_ONLY_WORKSPACE = ("idle_timeout_s", "max_var_bytes")
+"""Numeric ``[workspace]`` keys a project's file may only lower."""
+
+
+LOWER_ONLY_MODEL_KEYS = ("max_output_tokens", "n_threads", "timeout_s", "max_retries")
+"""Numeric model keys a project's file may only lower (below the user's entry or the
+default): raised, they would let a call spend, hold threads or retry longer."""
+
+_SPEC_DEFAULTS = {f.name: f.default for f in fields(ModelSpec)}
+
+
+def check_project_models(
+    entry: dict[str, Any], where: str, base: dict[str, Any], name: str | None = None
+) -> None:
     """Refuse, in a project's ``[models.NAME]`` or ``[providers.NAME]`` table, what would let
-    the project's files steer keys or run code.
+    the project's files steer keys, run code or spend more.
+
+    Args:
+        entry: the project's table as parsed.
+        where: the file and table, for the message.
+        base: the same entry as the built-ins and user config define it (``{}``: none).
+        name: the model's name (``None`` for a ``[providers.NAME]`` table).
 
     Raises:
-        ValueError: ``base_url`` / ``api_key_env``, a price, a scripted ``file.py:func``
-            model or a local model file that is not a known local model.
+        ValueError: ``base_url`` / ``api_key_env``, a price, the ``scripted`` provider, a
+            local model that is not a known local model, a new ``provider``/``model`` for a
+            model the user or the built-ins define, or a key of
+            :data:`LOWER_ONLY_MODEL_KEYS` above the user's value or the default.
     """
     for key in (*UNTRUSTED_KEYS, *PRICE_KEYS):
         if key in entry:
@@ -256,30 +298,67 @@ def check_project_models(entry: dict[str, Any], where: str) -> None:
                 f"code you are asking about and {harm}"
             )
     model = entry.get("model")
-    if entry.get("provider") == "scripted" and isinstance(model, str) and _split_py_ref(model):
+    if entry.get("provider") == "scripted":
         raise ValueError(
-            f"{where}: a scripted model that loads Python code ({model!r}) may only be defined "
-            f"in the user config ({paths.user_config_path()}), not in a project's file"
+            f"{where}: a scripted model ({model!r}) replays or runs a file, so it may only be "
+            f"defined in the user config ({paths.user_config_path()}), not in a project's file"
         )
-    if entry.get("provider") == "local" and model is not None and model not in KNOWN_LOCAL_MODELS:
+    provider = entry.get("provider", base.get("provider"))
+    if provider == "local" and model is not None and model not in KNOWN_LOCAL_MODELS:
         raise ValueError(
             f"{where}: a local model file ({model!r}) may only be named in the user config "
             f"({paths.user_config_path()}); a project's file may use the known local models "
             f"({', '.join(sorted(KNOWN_LOCAL_MODELS))})"
         )
+    if base and name is not None:
+        for key, was in (("provider", base.get("provider")), ("model", base.get("model", name))):
+            if key in entry and entry[key] != was:
+                raise ValueError(
+                    f"{where}: {key} = {entry[key]!r} redefines a model your user config or "
+                    f"the built-ins define ({key} {was!r}); a project's file may only tighten "
+                    f"it (sampling, lower limits); {HINT}"
+                )
+    for key in LOWER_ONLY_MODEL_KEYS:
+        ceiling = base.get(key, _SPEC_DEFAULTS[key])
+        if key in entry and not entry[key] <= ceiling:
+            raise ValueError(
+                f"{where}: {key} = {entry[key]!r} is above {ceiling!r} (your config or the "
+                f"default); a project's file may only lower it; {HINT}"
+            )
 
 
-def check_project_run(run: dict[str, Any], user: dict[str, Any], where: str) -> None:
-    """Refuse, in a project's ``[run]`` table, a looser sandbox, model names that load the
-    project's files, and budgets above ``user`` (the user's ``[run]``) or the defaults.
+def check_project_run(
+    run: dict[str, Any], user: dict[str, Any], where: str, models: set[str]
+) -> None:
+    """Refuse, in a project's ``[run]`` table, a looser sandbox, models other than ``models``
+    (those the user config or the built-ins define, and local ones the project defines), and
+    budgets above ``user`` (the user's ``[run]``) or the defaults.
 
     Raises:
         ValueError: see :func:`check_project_sandbox`, :func:`_check_model_names` and
             :func:`_check_budget`.
     """
     check_project_sandbox(run, where)
-    _check_model_names(run, where)
+    _check_model_names(run, where, models)
     _check_budget(run, user, where)
+
+
+def check_project_workspace(table: dict[str, Any], user: dict[str, Any], where: str) -> None:
+    """Refuse, in a project's ``[workspace]`` table, a looser sandbox (see
+    :func:`check_project_sandbox`) or a number of :data:`LOWER_ONLY_WORKSPACE` above ``user``
+    (the user's ``[workspace]``) or the default: a sandbox idle for ages still holds memory.
+
+    Raises:
+        ValueError: naming ``where`` and the key.
+    """
+    check_project_sandbox(table, where)
+    for key in LOWER_ONLY_WORKSPACE:
+        ceiling = user.get(key, getattr(WorkspaceSettings, key))
+        if key in table and ceiling is not None and not table[key] <= ceiling:
+            raise ValueError(
+                f"{where}: {key} = {table[key]!r} is above {ceiling!r} (your config or the "
+                f"default); a project's file may only lower it; {HINT}"
+            )
 
 
 def check_project_sandbox(table: dict[str, Any], where: str) -> None:
@@ -333,25 +412,31 @@ def check_project_sandbox(table: dict[str, Any], where: str) -> None:
             )
 
 
-def _check_model_names(run: dict[str, Any], where: str) -> None:
-    """Refuse ``scripted:`` or ``local:FILE`` shorthands in ``model``, ``sub_model`` and
-    ``models_by_depth`` (the host would import or parse a file of the project)."""
+def _check_model_names(run: dict[str, Any], where: str, models: set[str]) -> None:
+    """Refuse, in ``model``, ``sub_model`` and ``models_by_depth``, any name outside
+    ``models`` but a ``local:`` known local model: ``scripted:``/``local:FILE`` shorthands
+    would make the host load a file of the project, hosted ones (``openai:o3``) would send
+    your code to a provider at your expense."""
     names: list[tuple[str, Any]] = [(k, run.get(k)) for k in ("model", "sub_model")]
     by_depth = run.get("models_by_depth")
     if isinstance(by_depth, dict):
         names += [(f"models_by_depth.{k}", v) for k, v in by_depth.items()]
     for key, name in names:
-        if not isinstance(name, str):
+        if not isinstance(name, str) or name in models:
             continue
         provider, sep, rest = name.partition(":")
-        if sep and (
-            provider == "scripted" or (provider == "local" and rest not in KNOWN_LOCAL_MODELS)
-        ):
-            raise ValueError(
-                f"{where}: {key} = {name!r} loads a file; a project's file may only name "
-                f"configured models (set it in the user config {paths.user_config_path()} or "
-                "pass --model)"
-            )
+        if provider == "local" and rest in KNOWN_LOCAL_MODELS:
+            continue
+        harm = (
+            "loads a file"
+            if sep and provider in ("scripted", "local")
+            else "is not a model your user config or the built-ins define"
+        )
+        raise ValueError(
+            f"{where}: {key} = {name!r} {harm}; a project's file may only name configured "
+            f"models, never switch your run to another (hosted) model (set it in the user "
+            f"config {paths.user_config_path()} or pass --model)"
+        )
 
 
 def _check_budget(run: dict[str, Any], user: dict[str, Any], where: str) -> None:
@@ -361,15 +446,57 @@ def _check_budget(run: dict[str, Any], user: dict[str, Any], where: str) -> None
     defaults = {f.name: f.default for f in fields(Budget)}
     defaults.update({f.name: f.default for f in fields(RunConfig) if f.name in LOWER_ONLY_OPTIONS})
     for key, value in run.items():
-        if key not in defaults or isinstance(value, bool) or not isinstance(value, int | float):
+        if key not in defaults:
             continue
         ceiling = user.get(key, defaults[key])
+        if not _is_number(value):
+            raise ValueError(
+                f"{where}: {key} = {value!r} must be a number (at most {ceiling!r}); a "
+                "project's file may only lower budgets"
+            )
         if isinstance(ceiling, int | float) and not value <= ceiling:
             raise ValueError(
                 f"{where}: {key} = {value!r} is above {ceiling!r} (your config or the default); "
                 "a project's file may only lower budgets. Raise it in your user config "
                 f"({paths.user_config_path()}) or on the command line"
             )
+
+
+def _check_run_numbers(run: dict[str, Any], where: str) -> None:
+    """Refuse a ``[run]`` budget or numeric option that is not a number or that
+    :class:`Budget` refuses, with ``where`` (file and table) in the message."""
+    for key in (*BUDGET_KEYS, *LOWER_ONLY_OPTIONS):
+        if key in run and not _is_number(run[key]):
+            raise ValueError(f"{where}: {key} must be a number, got {run[key]!r}")
+        if key in LOWER_ONLY_OPTIONS and key in run and run[key] < 0:
+            raise ValueError(f"{where}: {key} must be >= 0, got {run[key]!r}")
+    try:
+        Budget(**{k: v for k, v in run.items() if k in BUDGET_KEYS})
+    except ValueError as exc:
+        raise ValueError(f"{where}: {exc}") from None
+
+
+def _check_workspace(table: Any, where: str) -> None:
+    """Refuse a ``[workspace]`` table with an unknown key or a value of the wrong type."""
+    if not isinstance(table, dict):
+        raise ValueError(f"{where}: must be a table")
+    for key, value in table.items():
+        if key not in WORKSPACE_KEYS:
+            raise ValueError(
+                f"{where}: unknown key {key!r}; allowed: {', '.join(sorted(WORKSPACE_KEYS))}"
+            )
+        expected = WORKSPACE_KEYS[key]
+        if expected is not bool and isinstance(value, bool) or not isinstance(value, expected):
+            names = "number" if isinstance(expected, tuple) else expected.__name__
+            raise ValueError(f"{where}.{key}: expected {names}, got {type(value).__name__}")
+        number: Any = value  # compared only for the numeric keys
+        if key in LOWER_ONLY_WORKSPACE and not (_is_number(number) and number > 0):
+            raise ValueError(f"{where} {key} must be a number > 0, got {value!r}")
+
+
+def _is_number(value: Any) -> bool:
+    """An int or float that is not a bool nor NaN."""
+    return isinstance(value, int | float) and not isinstance(value, bool) and value == value
 
 
 # -- model tables -------------------------------------------------------------------------

@@ -170,6 +170,10 @@ top_p = 0.9
 [models."qwen2.5-coder-1.5b"]
 n_threads = 2
 
+[models.mine]
+provider = "scripted"
+model = "scripts/s.json"
+
 [run]
 model = "fast"
 max_depth = 2
@@ -184,9 +188,9 @@ timeout_s = 10
 [models.fast.sampling]
 temperature = 0
 
-[models.mine]
-provider = "scripted"
-model = "scripts/s.json"
+[models.small]
+provider = "local"
+model = "qwen2.5-coder-0.5b"
 
 [run]
 max_depth = 1
@@ -207,7 +211,7 @@ kind = "process"
     assert fast.base_url is None
     assert (fast.price_input, fast.price_output, fast.timeout_s) == (0.4, 1.6, 10)
     assert fast.sampling == {"temperature": 0, "top_p": 0.9}
-    assert registry.spec("mine").model == str(project / "scripts" / "s.json")
+    assert registry.spec("mine").model == str(rlmd_home / "scripts" / "s.json")
     assert settings.run == {
         "model": "fast",
         "max_depth": 1,
@@ -215,7 +219,7 @@ kind = "process"
     }
     assert settings.sections == {"sandbox": {"kind": "process"}}
     assert settings.sources == [rlmd_home / "config.toml", project / ".rlmd.toml"]
-    assert "mine" in registry.names() and "mine" not in user_only.names()
+    assert "small" in registry.names() and "small" not in user_only.names()
 
 
 @pytest.mark.parametrize(
@@ -317,3 +321,136 @@ def test_workspace_settings_fall_back_to_the_run_table(rlmd_home: Path, tmp_path
     write(project / ".rlmd.toml", "[workspace]\nidle_timeout_s = 0\n")
     with pytest.raises(ValueError, match=r"\[workspace\] idle_timeout_s must be a number > 0"):
         config.workspace_settings(config.load(project), project, idle_timeout_s=None)
+
+
+@pytest.mark.parametrize(
+    ("toml", "needle"),
+    [
+        # the project's own script replaced the default model ("The answer is evil.py")
+        ('[models."qwen2.5-coder-1.5b"]\nprovider = "scripted"\nmodel = "evil.json"\n', "scripted"),
+        (
+            '[models.x]\nprovider = "scripted"\nmodel = "evil.json"\n[run]\nmodel = "x"\n',
+            "scripted",
+        ),
+        # llama.cpp was made to load any file of the machine
+        ('[models."qwen2.5-coder-0.5b"]\nmodel = "../../../etc/passwd"\n', "local model file"),
+        ('[models."qwen2.5-coder-0.5b"]\nmodel = "qwen2.5-coder-1.5b"\n', "redefines"),
+        ('[models."qwen2.5-coder-0.5b"]\nprovider = "openai"\n', "redefines"),
+        ('[models."qwen2.5-coder-0.5b"]\nmax_output_tokens = 5000000\n', "may only lower"),
+        ('[models."qwen2.5-coder-0.5b"]\nn_threads = 16\n', "may only lower"),
+        ('[models."qwen2.5-coder-0.5b"]\ntimeout_s = 1e9\n', "may only lower"),
+        ('[models."qwen2.5-coder-0.5b"]\nmax_retries = 1000\n', "may only lower"),
+        ("[providers.openai]\nmax_retries = 1000\n", "may only lower"),
+    ],
+)
+def test_project_models_cannot_swap_in_their_own_script_file_or_higher_limits(
+    rlmd_home, tmp_path, toml, needle
+):
+    project = write_project(tmp_path, toml)
+    (project / "evil.json").write_text(json.dumps({"responses": ["FINAL('evil.py')"]}))
+    with pytest.raises(ValueError) as err:
+        config.load(project)
+    message = str(err.value)
+    assert needle in message and str(project / ".rlmd.toml") in message and "user config" in message
+
+
+def test_project_models_may_tighten_a_configured_model(rlmd_home, tmp_path):
+    project = write_project(
+        tmp_path,
+        '[models."qwen2.5-coder-0.5b"]\nmax_output_tokens = 256\nn_threads = 1\n'
+        '[models."qwen2.5-coder-0.5b".sampling]\ntemperature = 0\n'
+        '[models.small]\nprovider = "local"\nmodel = "qwen2.5-coder-0.5b"\n',
+    )
+    models = config.load(project).models
+    assert models["qwen2.5-coder-0.5b"]["max_output_tokens"] == 256
+    assert models["small"]["model"] == "qwen2.5-coder-0.5b"
+
+
+def test_rlmd_run_does_not_answer_with_the_projects_own_script(rlmd_home, tmp_path):
+    project = write_project(
+        tmp_path, '[models."qwen2.5-coder-1.5b"]\nprovider = "scripted"\nmodel = "evil.json"\n'
+    )
+    (project / "evil.json").write_text(
+        json.dumps({"responses": ["```repl\nFINAL('The answer is evil.py')\n```"]})
+    )
+    proc = rlmd("run", "where is Foo", "--context", str(project), home=rlmd_home)
+    assert proc.returncode != 0 and "evil.py" not in proc.stdout
+    assert "scripted" in proc.stderr and "Traceback" not in proc.stderr
+
+
+@pytest.mark.parametrize(
+    "toml",
+    [
+        '[run]\nmodel = "anthropic:claude-opus-4-1"\n',
+        '[run]\nsub_model = "openai:o3"\n',
+        '[run]\nmodels_by_depth = { 1 = "openai:gpt-4.1" }\n',
+        '[models.big]\nprovider = "openai"\nmodel = "o3"\n[run]\nmodel = "big"\n',
+        '[run]\nmodel = "no-such-model"\n',
+    ],
+)
+def test_project_run_cannot_switch_to_a_paid_hosted_model(rlmd_home, tmp_path, toml):
+    """A cloned repository must not send your code to a provider at your expense."""
+    project = write_project(tmp_path, toml)
+    with pytest.raises(ValueError) as err:
+        config.load(project)
+    message = str(err.value)
+    assert "may only name configured models" in message and "user config" in message
+    assert str(project / ".rlmd.toml") in message
+    (rlmd_home / "config.toml").write_text(toml)  # the user may
+    config.load(None)
+
+
+def test_project_run_may_name_the_users_and_local_models(rlmd_home, tmp_path):
+    (rlmd_home / "config.toml").write_text('[models.fast]\nprovider = "openai"\nmodel = "m"\n')
+    project = write_project(
+        tmp_path,
+        '[models.small]\nprovider = "local"\nmodel = "qwen2.5-coder-0.5b"\n'
+        '[run]\nmodel = "fast"\nsub_model = "small"\n'
+        'models_by_depth = { 2 = "qwen2.5-coder-1.5b" }\n',
+    )
+    assert config.load(project).run["sub_model"] == "small"
+
+
+@pytest.mark.parametrize(
+    ("toml", "needle"),
+    [
+        ("[workspace]\nidle_timeout_s = 1e15\n", "is above 600.0 (your config or the default)"),
+        ("[workspace]\nmax_var_bytes = 99999999999999\n", "may only lower it"),
+        ("[workspace]\nidel_timeout_s = 5\n", "unknown key 'idel_timeout_s'"),
+        ("[workspace]\nidle_timeout_s = nan\n", "must be a number > 0"),
+        ("[run]\nmax_iterations = nan\n", "max_iterations = nan must be a number"),
+        ("[run]\ncell_timeout_s = -1\n", "cell_timeout_s must be >= 0"),
+        ('[run]\nmax_depth = "2"\n', "max_depth = '2' must be a number"),
+    ],
+)
+def test_project_workspace_and_run_numbers_cannot_be_raised_or_malformed(
+    rlmd_home, tmp_path, toml, needle
+):
+    """Found by the hostile fresh-user test: a sandbox kept warm for 3e7 years, unknown keys
+    passing silently, "nan is above 10" and a -1 timeout's error without the file."""
+    project = write_project(tmp_path, toml)
+    with pytest.raises(ValueError) as err:
+        config.load(project)
+    assert needle in str(err.value) and str(project / ".rlmd.toml") in str(err.value)
+
+
+@pytest.mark.parametrize(
+    ("toml", "needle"),
+    [
+        ("[workspace]\nidel_timeout_s = 5\n", "unknown key 'idel_timeout_s'"),
+        ("[run]\nmax_iterations = nan\n", "max_iterations must be a number"),
+        ("[run]\ncell_timeout_s = -1\n", "cell_timeout_s must be >= 0"),
+    ],
+)
+def test_user_config_errors_name_the_file_and_key(rlmd_home, toml, needle):
+    (rlmd_home / "config.toml").write_text(toml)
+    with pytest.raises(ValueError) as err:
+        config.load(None)
+    assert needle in str(err.value) and str(rlmd_home / "config.toml") in str(err.value)
+
+
+def test_project_may_lower_the_workspace_idle_time(rlmd_home, tmp_path):
+    (rlmd_home / "config.toml").write_text("[workspace]\nidle_timeout_s = 3600\n")
+    project = write_project(tmp_path, "[workspace]\nidle_timeout_s = 1200\n")
+    ws = config.workspace_settings(config.load(project), project, idle_timeout_s=600.0)
+    assert ws.idle_timeout_s == 1200

@@ -69,3 +69,45 @@ async def test_the_sandboxs_wall_clock_limit_holds_under_a_longer_cell_timeout()
         await reg.aclose()
     assert "timed out after 1 s" in last_user(seen[1])
     assert result.status == "completed"
+
+
+async def test_repl_code_cannot_switch_to_a_hosted_shorthand_the_run_was_not_configured_with(
+    rlmd_home,
+):
+    """Found by the hostile fresh-user test: ``llm_query('hi', model='openai:gpt-4.1-mini')``
+    reached a hosted provider the run was never configured with."""
+    from helpers.http_server import FakeServer, openai_reply
+
+    server = FakeServer(lambda request: openai_reply("hosted answer", model="m"))
+    url = f"http://127.0.0.1:{server.port}/v1"
+    (rlmd_home / "config.toml").write_text(
+        f'[providers.openai]\nbase_url = "{url}"\nmax_retries = 0\n'
+        f'[providers.anthropic]\nbase_url = "{url}"\nmax_retries = 0\n'
+        f'[models.hosted]\nprovider = "openai"\nmodel = "m"\nbase_url = "{url}"\n'
+    )
+    code = (
+        "for name in ('openai:gpt-4.1-mini', 'anthropic:claude-opus-4-1'):\n"
+        "    try:\n"
+        "        print('GOT', llm_query('hi', model=name))\n"
+        "    except Exception as e:\n"
+        "        print('ERR', e)\n"
+        "print('CONFIGURED', llm_query('hi', model='hosted'))\n"
+    )
+    seen = []
+
+    def root(messages):
+        seen.append(messages)
+        return repl(code) if turn_of(messages) == 0 else repl("FINAL('done')")
+
+    reg = scripted_registry(root=root)
+    cfg = RunConfig(root_model="root", budget=Budget(max_iterations=3))
+    try:
+        await run_task("q", "ctx", cfg, get_model=reg.get)
+    finally:
+        await reg.aclose()
+        server.close()
+    feedback = last_user(seen[1])
+    assert feedback.count("is not allowed from the REPL") == 2, feedback
+    assert "'openai:' shorthands reach a provider" in feedback and "GOT" not in feedback
+    assert "CONFIGURED hosted answer" in feedback  # the user's configured name still works
+    assert [r["body"]["model"] for r in server.requests] == ["m"]

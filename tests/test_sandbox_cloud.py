@@ -21,7 +21,7 @@ from fakes.cloud import (
     FakeModal,
     fake_e2b,
 )
-from test_sandbox import FakeHost, ok, run
+from helpers.sandbox_host import FakeHost, ok, run
 
 from rlmd.sandbox import create_sandbox, unavailable_reason
 from rlmd.sandbox.base import SandboxError

@@ -28,8 +28,8 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from helpers.sandbox_host import FakeHost
 from helpers.scripted import repl, scripted_registry, turn_of
-from test_sandbox import FakeHost
 
 from rlmd.sandbox import BACKENDS, create_sandbox, files, unavailable_reason
 from rlmd.sandbox.base import CellResult, Sandbox

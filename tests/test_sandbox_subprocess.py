@@ -10,7 +10,7 @@ import sys
 import time
 
 import pytest
-from test_sandbox import FakeHost, ok, run
+from helpers.sandbox_host import FakeHost, ok, run
 
 from rlmd.sandbox import create_sandbox
 from rlmd.sandbox.base import SandboxError

@@ -18,6 +18,7 @@ from rlmd.engine.budget import BudgetExhausted
 from rlmd.engine.metered import Meter
 from rlmd.engine.usage import Usage
 from rlmd.models.base import Message, Model, ModelError
+from rlmd.models.registry import PROVIDERS
 from rlmd.sandbox.base import CallError
 
 FILE_LOADING_PROVIDERS = frozenset({"scripted", "local"})
@@ -125,24 +126,31 @@ class HostCalls:
 
         Model code is untrusted: a ``scripted:file.py:fn`` or ``local:/path`` shorthand would
         make the host import or parse a file the sandbox just wrote (the kernel's working
-        folder is a host path). So those two providers are allowed only under a name the
-        user configured for this run (root, sub or per-depth model).
+        folder is a host path), and a hosted one (``openai:o3``) would spend the user's money
+        at a provider the run was not configured with. So code may name configured model
+        names (the user config's, the built-ins'), and a ``provider:model`` shorthand only
+        if it is one of this run's own models (root, sub or per-depth).
 
         Raises:
-            CallError: unknown model, or a file-loading shorthand the run did not configure.
+            CallError: unknown model, or a shorthand the run was not configured with.
         """
-        provider = name.partition(":")[0] if ":" in name else ""
-        if provider in FILE_LOADING_PROVIDERS:
+        provider, sep, _ = name.partition(":")
+        if sep and provider in PROVIDERS:
             configured = {
                 self.cfg.root_model,
                 self.cfg.sub_model,
                 *self.cfg.models_by_depth.values(),
             }
             if name not in configured:
+                harm = (
+                    "models load files"
+                    if provider in FILE_LOADING_PROVIDERS
+                    else "shorthands reach a provider"
+                )
                 raise CallError(
-                    f"model {name!r} is not allowed from the REPL: '{provider}:' models load "
-                    "files, so code may only name the models this run was configured with "
-                    "or configured model names"
+                    f"model {name!r} is not allowed from the REPL: '{provider}:' {harm}, so "
+                    "code may only name the models this run was configured with or configured "
+                    "model names"
                 )
         try:
             return self.rt.get_model(name)
