@@ -287,6 +287,20 @@ def test_store_and_file_errors_are_messages_not_tracebacks(rlmd_home, tmp_path, 
     assert proc.returncode == 2 and "RLMD_HOME" in proc.stderr
 
 
+@pytest.mark.parametrize("command", ["runs", "show", "run"])
+def test_corrupt_store_is_a_message_with_the_fix_not_a_traceback(rlmd_home, command, tmp_path):
+    (rlmd_home / "rlmd.db").write_bytes(os.urandom(8192))  # random bytes, not SQLite
+    script = tmp_path / "script.json"
+    script.write_text(json.dumps({"responses": ["```repl\nFINAL('x')\n```"]}))
+    args = {"runs": ["runs"], "show": ["show", "last"], "run": ["run", "q"]}[command]
+    if command == "run":
+        args += ["--model", f"scripted:{script}"]
+    proc = rlmd(*args, home=rlmd_home)
+    assert proc.returncode == 1
+    assert "Traceback" not in proc.stderr
+    assert "not a database" in proc.stderr and "Move it aside" in proc.stderr
+
+
 def test_doctor_prints_every_check_and_exits_with_the_verdict(tmp_path):
     home = tmp_path / "home"
     as_json = rlmd("doctor", "--no-sandboxes", "--json", home=home)

@@ -24,6 +24,7 @@ import asyncio
 import json
 import math
 import signal
+import sqlite3
 import sys
 from pathlib import Path
 
@@ -140,6 +141,14 @@ def main(argv: list[str] | None = None) -> int:
     except KeyboardInterrupt:
         err.print("[yellow]interrupted[/]")
         return 130
+    except sqlite3.DatabaseError as exc:  # a damaged or foreign rlmd.db: say how to recover
+        store = paths.store_path()
+        err.print(
+            f"[red]error:[/] the trajectory store {escape(str(store))} cannot be used: "
+            f"{escape(str(exc))}. Move it aside (mv {escape(str(store))} "
+            f"{escape(str(store))}.broken) and rlmd starts a new one; rlmd doctor explains."
+        )
+        return 1
 
 
 def _check_args(args: argparse.Namespace) -> str | None:
