@@ -348,3 +348,66 @@ def test_sandbox_commands_without_the_docker_sdk_say_what_to_install(rlmd_home, 
     for proc in (listed, as_json, reaped):
         assert "Traceback" not in proc.stderr
         assert "pip install 'rlmd[container]'" in proc.stderr, proc.stderr
+
+
+ATTACK = (
+    "\x1b[2J"  # clear the screen
+    "\x1b]0;pwned\x07"  # retitle the window
+    "\x1b]52;c;cHduZWQ=\x1b\\"  # OSC 52: write the clipboard
+    "\x1b]8;;https://evil.example\x1b\\click\x1b]8;;\x1b\\"  # OSC 8: a hidden link
+    "\x9b31m"  # C1 CSI
+)
+
+
+@pytest.fixture
+def attack_script(tmp_path):
+    """A scripted run whose cell prints escape sequences (as any printed file could) and
+    returns them as its answer. The code itself holds only their Python escapes."""
+    path = tmp_path / "attack.json"
+    cell = f"print({ATTACK!r})\nFINAL({ATTACK!r})"
+    path.write_text(json.dumps({"responses": [f"```repl\n{cell}\n```"]}))
+    return path
+
+
+def test_terminal_escape_injection_is_shown_not_obeyed(rlmd_home, attack_script):
+    proc = rlmd("run", "q", "--model", f"scripted:{attack_script}", home=rlmd_home)
+    assert proc.returncode == 0, proc.stderr
+    assert "\x1b" not in proc.stderr and "\x9b" not in proc.stderr
+    assert "\\x1b]52;c;cHduZWQ=" in proc.stderr  # the progress shows what the cell printed
+    assert proc.stdout == ATTACK + "\n"  # piped: the answer as is
+
+    show = rlmd("show", "last", home=rlmd_home)
+    assert show.returncode == 0, show.stderr
+    assert "\x1b" not in show.stdout and "\x9b" not in show.stdout
+    assert "\\x1b]0;pwned" in show.stdout
+    runs = rlmd("runs", home=rlmd_home)
+    assert "\x1b" not in runs.stdout
+
+
+def test_terminal_escape_injection_in_the_answer_on_a_terminal(rlmd_home, attack_script, tmp_path):
+    import pty
+
+    primary, secondary = pty.openpty()
+    stderr = tmp_path / "stderr"
+    with open(stderr, "w") as err:
+        proc = subprocess.Popen(
+            [sys.executable, "-m", "rlmd.cli", "run", "q", "--model", f"scripted:{attack_script}"],
+            stdout=secondary,
+            stderr=err,
+            env={**os.environ, "RLMD_HOME": str(rlmd_home)},
+        )
+    os.close(secondary)
+    shown = b""
+    while True:
+        try:
+            chunk = os.read(primary, 4096)
+        except OSError:  # EIO: the child closed the terminal
+            break
+        if not chunk:
+            break
+        shown += chunk
+    os.close(primary)
+    assert proc.wait(timeout=120) == 0, stderr.read_text()
+    assert shown, stderr.read_text()
+    assert b"\x1b" not in shown and "\x9b".encode() not in shown
+    assert b"\\x1b]52;c;cHduZWQ=" in shown

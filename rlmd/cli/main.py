@@ -29,9 +29,9 @@ import sys
 from pathlib import Path
 
 from rich.console import Console
-from rich.markup import escape
 
 from rlmd import paths
+from rlmd.cli.term import markup, visible
 from rlmd.sandbox import BACKENDS
 
 err = Console(stderr=True, highlight=False, soft_wrap=True)
@@ -116,7 +116,7 @@ def main(argv: list[str] | None = None) -> int:
     args = _parser().parse_args(argv)
     problem = _check_args(args)
     if problem:
-        err.print(f"[red]error:[/] {escape(str(problem))}")
+        err.print(f"[red]error:[/] {markup(str(problem))}")
         return 2
     try:
         paths.home()
@@ -144,9 +144,9 @@ def main(argv: list[str] | None = None) -> int:
     except sqlite3.DatabaseError as exc:  # a damaged or foreign rlmd.db: say how to recover
         store = paths.store_path()
         err.print(
-            f"[red]error:[/] the trajectory store {escape(str(store))} cannot be used: "
-            f"{escape(str(exc))}. Move it aside (mv {escape(str(store))} "
-            f"{escape(str(store))}.broken) and rlmd starts a new one; rlmd doctor explains."
+            f"[red]error:[/] the trajectory store {markup(str(store))} cannot be used: "
+            f"{markup(str(exc))}. Move it aside (mv {markup(str(store))} "
+            f"{markup(str(store))}.broken) and rlmd starts a new one; rlmd doctor explains."
         )
         return 1
 
@@ -213,7 +213,7 @@ def cmd_run(args: argparse.Namespace) -> int:
             for name in {run_config.root_model, run_config.model_for_depth(1)}:
                 registry.spec(name).n_threads = args.threads
     except (FileNotFoundError, ValueError, KeyError) as exc:
-        err.print(f"[red]error:[/] {escape(str(exc))}")
+        err.print(f"[red]error:[/] {markup(str(exc))}")
         return 2
     sinks = () if args.quiet else (ProgressPrinter(err),)
 
@@ -234,10 +234,10 @@ def cmd_run(args: argparse.Namespace) -> int:
         err.print("[yellow]terminated: the run is recorded as cancelled[/]")
         return 143
     except ModelNotAvailable as exc:
-        err.print(f"[red]error:[/] {escape(str(exc))}")
+        err.print(f"[red]error:[/] {markup(str(exc))}")
         return 2
     except (KeyError, ValueError) as exc:
-        err.print(f"[red]error:[/] {escape(str(exc))}")
+        err.print(f"[red]error:[/] {markup(str(exc))}")
         return 2
     if args.json:
         print(
@@ -261,11 +261,21 @@ def cmd_run(args: argparse.Namespace) -> int:
                     "[yellow]The run stopped before a final answer; this answer was extracted "
                     "from its work so far (marked 'extraction').[/]"
                 )
-            out.print(result.answer)
+            write_answer(result.answer)
         else:
-            err.print(f"[yellow]no answer[/] ({result.status}: {escape(str(result.error))})")
+            err.print(f"[yellow]no answer[/] ({result.status}: {markup(str(result.error))})")
         err.print(f"[dim]trajectory: rlmd show {result.run_id}  (store {paths.store_path()})[/]")
     return 0 if result.status == "completed" else 1
+
+
+def write_answer(answer: str) -> None:
+    """The answer on stdout: as is when piped (byte for byte what the run returned, lone
+    surrogates as backslash escapes), with control characters made visible on a terminal."""
+    if sys.stdout.isatty():
+        answer = visible(answer)
+    sys.stdout.flush()
+    sys.stdout.buffer.write((answer + "\n").encode("utf-8", errors="backslashreplace"))
+    sys.stdout.buffer.flush()
 
 
 def _store():
@@ -301,7 +311,7 @@ def _find_run(store, ref: str):
         else:
             run = store.get_run(ref)
     except ValueError as exc:
-        err.print(f"[red]error:[/] {escape(str(exc))}")
+        err.print(f"[red]error:[/] {markup(str(exc))}")
         return None
     if run is None:
         err.print(f"[red]error:[/] no run {ref!r} (see rlmd runs)")
@@ -334,7 +344,7 @@ def cmd_export(args: argparse.Namespace) -> int:
             Path(args.output).write_text(text, encoding="utf-8")
         except OSError as exc:
             err.print(
-                f"[red]error:[/] cannot write {escape(str(args.output))}: {escape(str(exc.strerror or exc))}"
+                f"[red]error:[/] cannot write {markup(str(args.output))}: {markup(str(exc.strerror or exc))}"
             )
             return 2
         err.print(f"wrote {args.output}")
