@@ -411,3 +411,22 @@ def test_terminal_escape_injection_in_the_answer_on_a_terminal(rlmd_home, attack
     assert shown, stderr.read_text()
     assert b"\x1b" not in shown and "\x9b".encode() not in shown
     assert b"\\x1b]52;c;cHduZWQ=" in shown
+
+
+def test_lone_surrogates_in_question_and_answer_are_stored_and_printed(rlmd_home, tmp_path):
+    script = tmp_path / "script.json"
+    cell = "print('out \\ud800')\nFINAL('\\ud800')"  # the answer is a lone surrogate
+    script.write_text(json.dumps({"responses": [f"```repl\n{cell}\n```"]}))
+    # Bytes that are not UTF-8 (\xed\xa0\x80) reach Python's argv as lone surrogates.
+    question = "where \udced\udca0\udc80 is it"
+    proc = rlmd("run", question, "--model", f"scripted:{script}", home=rlmd_home)
+    assert proc.returncode == 0, proc.stderr
+    assert "Traceback" not in proc.stderr and "could not record" not in proc.stderr
+    assert proc.stdout == "\\ud800\n"
+
+    (run,) = json.loads(rlmd("runs", "--json", home=rlmd_home).stdout)
+    assert run["status"] == "completed"
+    assert run["question"] == "where \\udced\\udca0\\udc80 is it"
+    assert run["root_model"] and run["answer"] == "\\ud800"
+    show = rlmd("show", "last", home=rlmd_home)
+    assert show.returncode == 0 and "out \\ud800" in show.stdout
