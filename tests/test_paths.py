@@ -48,3 +48,25 @@ def test_socket_folder_premade_as_a_symlink_is_refused(long_home, tmp_path):
     long_home.symlink_to(elsewhere)
     with pytest.raises(PermissionError):
         paths.socket_path()
+
+
+@pytest.mark.skipif(os.getuid() != 0, reason="chown to another user needs root")
+def test_commands_refuse_a_socket_folder_of_another_user_with_a_message(long_home):
+    import subprocess
+    import sys
+
+    long_home.mkdir()
+    os.chown(long_home, 65534, 65534)
+    env = {**os.environ, "TMPDIR": str(long_home.parent)}
+    for args in (["serve", "--idle-timeout", "1"], ["attach", "--stdio", "--no-start"]):
+        proc = subprocess.run(
+            [sys.executable, "-m", "rlmd.cli", *args],
+            capture_output=True,
+            text=True,
+            env=env,
+            stdin=subprocess.DEVNULL,
+            timeout=60,
+        )
+        assert proc.returncode == 2, proc.stderr
+        assert "another user" in proc.stderr and "Traceback" not in proc.stderr
+    assert os.lstat(long_home).st_uid == 65534
