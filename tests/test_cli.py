@@ -430,3 +430,5 @@ def test_lone_surrogates_in_question_and_answer_are_stored_and_printed(rlmd_home
     assert run["root_model"] and run["answer"] == "\\ud800"
     show = rlmd("show", "last", home=rlmd_home)
     assert show.returncode == 0 and "out \\ud800" in show.stdout
+    proc = rlmd("run", question, "--model", f"scripted:{script}", "--json", home=rlmd_home)
+    assert json.loads(proc.stdout)["answer"] == "\\ud800"  # as stored, valid Unicode

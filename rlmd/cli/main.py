@@ -240,18 +240,22 @@ def cmd_run(args: argparse.Namespace) -> int:
         err.print(f"[red]error:[/] {markup(str(exc))}")
         return 2
     if args.json:
+        from rlmd.store.codec import to_jsonable  # lone surrogates as in the store
+
         print(
             json.dumps(
-                {
-                    "run_id": result.run_id,
-                    "status": result.status,
-                    "answer": result.answer,
-                    "answer_source": result.answer_source,
-                    "iterations": result.iterations,
-                    "usage": result.usage,
-                    "error": result.error,
-                    "store": str(paths.store_path()),
-                }
+                to_jsonable(
+                    {
+                        "run_id": result.run_id,
+                        "status": result.status,
+                        "answer": result.answer,
+                        "answer_source": result.answer_source,
+                        "iterations": result.iterations,
+                        "usage": result.usage,
+                        "error": result.error,
+                        "store": str(paths.store_path()),
+                    }
+                )
             )
         )
     else:
