@@ -14,6 +14,7 @@ process holds.
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import os
 import stat
@@ -110,10 +111,33 @@ def socket_path() -> Path:
     if runtime and os.path.isdir(runtime):
         folder = Path(runtime)
     else:
-        folder = Path(tempfile.gettempdir()) / f"rlmd-{os.getuid()}"
-        folder.mkdir(mode=0o700, exist_ok=True)
-        os.chmod(folder, 0o700)
+        folder = own_private_dir(Path(tempfile.gettempdir()) / f"rlmd-{os.getuid()}")
     return folder / f"rlmd-{digest}.sock"
+
+
+def own_private_dir(path: Path) -> Path:
+    """``path`` as a folder only this user can use: made with mode 0700 if missing, else
+    checked (never followed if a symlink) to be a real folder owned by this user, then made
+    0700. In a shared folder such as ``/tmp`` another user may have made it first; one who
+    owns it could swap the daemon's socket, so it is refused rather than trusted.
+
+    Raises:
+        PermissionError: ``path`` is a symlink, not a folder, or owned by another user.
+        OSError: it cannot be made.
+    """
+    with contextlib.suppress(FileExistsError):
+        os.mkdir(path, 0o700)
+    st = os.lstat(path)
+    if not stat.S_ISDIR(st.st_mode) or st.st_uid != os.getuid():
+        raise PermissionError(
+            f"{path} is not a folder of this user (owner uid {st.st_uid}, "
+            f"{'folder' if stat.S_ISDIR(st.st_mode) else 'not a folder'}): another user may "
+            f"have made it to take over the rlmd socket. Remove it, or set XDG_RUNTIME_DIR "
+            f"or a shorter RLMD_HOME."
+        )
+    if stat.S_IMODE(st.st_mode) != 0o700:
+        os.chmod(path, 0o700)
+    return path
 
 
 def pid_path() -> Path:

@@ -287,6 +287,20 @@ def test_store_and_file_errors_are_messages_not_tracebacks(rlmd_home, tmp_path, 
     assert proc.returncode == 2 and "RLMD_HOME" in proc.stderr
 
 
+@pytest.mark.parametrize("command", ["runs", "show", "run"])
+def test_corrupt_store_is_a_message_with_the_fix_not_a_traceback(rlmd_home, command, tmp_path):
+    (rlmd_home / "rlmd.db").write_bytes(os.urandom(8192))  # random bytes, not SQLite
+    script = tmp_path / "script.json"
+    script.write_text(json.dumps({"responses": ["```repl\nFINAL('x')\n```"]}))
+    args = {"runs": ["runs"], "show": ["show", "last"], "run": ["run", "q"]}[command]
+    if command == "run":
+        args += ["--model", f"scripted:{script}"]
+    proc = rlmd(*args, home=rlmd_home)
+    assert proc.returncode == 1
+    assert "Traceback" not in proc.stderr
+    assert "not a database" in proc.stderr and "Move it aside" in proc.stderr
+
+
 def test_doctor_prints_every_check_and_exits_with_the_verdict(tmp_path):
     home = tmp_path / "home"
     as_json = rlmd("doctor", "--no-sandboxes", "--json", home=home)
@@ -445,3 +459,87 @@ def test_doctor_names_the_missing_isolation_and_the_command_that_fixes_it(rlmd_h
     assert check["status"] == "warn"
     assert "neither bwrap nor unshare" in check["detail"]
     assert "apt-get install bubblewrap" in check["fix"]
+
+
+ATTACK = (
+    "\x1b[2J"  # clear the screen
+    "\x1b]0;pwned\x07"  # retitle the window
+    "\x1b]52;c;cHduZWQ=\x1b\\"  # OSC 52: write the clipboard
+    "\x1b]8;;https://evil.example\x1b\\click\x1b]8;;\x1b\\"  # OSC 8: a hidden link
+    "\x9b31m"  # C1 CSI
+)
+
+
+@pytest.fixture
+def attack_script(tmp_path):
+    """A scripted run whose cell prints escape sequences (as any printed file could) and
+    returns them as its answer. The code itself holds only their Python escapes."""
+    path = tmp_path / "attack.json"
+    cell = f"print({ATTACK!r})\nFINAL({ATTACK!r})"
+    path.write_text(json.dumps({"responses": [f"```repl\n{cell}\n```"]}))
+    return path
+
+
+def test_terminal_escape_injection_is_shown_not_obeyed(rlmd_home, attack_script):
+    proc = rlmd("run", "q", "--model", f"scripted:{attack_script}", home=rlmd_home)
+    assert proc.returncode == 0, proc.stderr
+    assert "\x1b" not in proc.stderr and "\x9b" not in proc.stderr
+    assert "\\x1b]52;c;cHduZWQ=" in proc.stderr  # the progress shows what the cell printed
+    assert proc.stdout == ATTACK + "\n"  # piped: the answer as is
+
+    show = rlmd("show", "last", home=rlmd_home)
+    assert show.returncode == 0, show.stderr
+    assert "\x1b" not in show.stdout and "\x9b" not in show.stdout
+    assert "\\x1b]0;pwned" in show.stdout
+    runs = rlmd("runs", home=rlmd_home)
+    assert "\x1b" not in runs.stdout
+
+
+def test_terminal_escape_injection_in_the_answer_on_a_terminal(rlmd_home, attack_script, tmp_path):
+    import pty
+
+    primary, secondary = pty.openpty()
+    stderr = tmp_path / "stderr"
+    with open(stderr, "w") as err:
+        proc = subprocess.Popen(
+            [sys.executable, "-m", "rlmd.cli", "run", "q", "--model", f"scripted:{attack_script}"],
+            stdout=secondary,
+            stderr=err,
+            env={**os.environ, "RLMD_HOME": str(rlmd_home)},
+        )
+    os.close(secondary)
+    shown = b""
+    while True:
+        try:
+            chunk = os.read(primary, 4096)
+        except OSError:  # EIO: the child closed the terminal
+            break
+        if not chunk:
+            break
+        shown += chunk
+    os.close(primary)
+    assert proc.wait(timeout=120) == 0, stderr.read_text()
+    assert shown, stderr.read_text()
+    assert b"\x1b" not in shown and "\x9b".encode() not in shown
+    assert b"\\x1b]52;c;cHduZWQ=" in shown
+
+
+def test_lone_surrogates_in_question_and_answer_are_stored_and_printed(rlmd_home, tmp_path):
+    script = tmp_path / "script.json"
+    cell = "print('out \\ud800')\nFINAL('\\ud800')"  # the answer is a lone surrogate
+    script.write_text(json.dumps({"responses": [f"```repl\n{cell}\n```"]}))
+    # Bytes that are not UTF-8 (\xed\xa0\x80) reach Python's argv as lone surrogates.
+    question = "where \udced\udca0\udc80 is it"
+    proc = rlmd("run", question, "--model", f"scripted:{script}", home=rlmd_home)
+    assert proc.returncode == 0, proc.stderr
+    assert "Traceback" not in proc.stderr and "could not record" not in proc.stderr
+    assert proc.stdout == "\\ud800\n"
+
+    (run,) = json.loads(rlmd("runs", "--json", home=rlmd_home).stdout)
+    assert run["status"] == "completed"
+    assert run["question"] == "where \\udced\\udca0\\udc80 is it"
+    assert run["root_model"] and run["answer"] == "\\ud800"
+    show = rlmd("show", "last", home=rlmd_home)
+    assert show.returncode == 0 and "out \\ud800" in show.stdout
+    proc = rlmd("run", question, "--model", f"scripted:{script}", "--json", home=rlmd_home)
+    assert json.loads(proc.stdout)["answer"] == "\\ud800"  # as stored, valid Unicode

@@ -458,3 +458,19 @@ async def test_health_answers_while_a_task_counts_its_workspace(tmp_path):
             if client is not None:
                 await client.close()
         d.stop()
+
+
+async def test_lone_surrogates_in_a_task_are_stored_and_the_run_completes(daemon, project):
+    """JSON may carry "\\ud800" (a lone surrogate); no UTF-8 writer or SQLite accepts one."""
+    spec = json.dumps({"cells": ["print('\\ud800')", "FINAL('\\ud800')"]})
+    params = {**start_params(project), "question": spec[:-1] + ', "note": "\ud800 where"}'}
+    c = await daemon.client()
+    try:
+        done = await run_to_end(c, params)
+        assert done["status"] == "completed", done
+        assert done["answer"] == "\\ud800"
+        run = (await c.command("rlmd.runs.get", {"run_id": done["run_id"]}))["run"]
+        assert run["status"] == "completed" and run["answer"] == "\\ud800"
+        assert run["question"].endswith('"note": "\\ud800 where"}')
+    finally:
+        await c.close()

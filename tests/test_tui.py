@@ -311,3 +311,28 @@ def test_rlmd_tui_command_opens_the_app_of_the_rlmd_tui_package(tmp_path, monkey
     (app,) = opened
     assert isinstance(app.backend, StoreBackend) and app.backend.path == store
     assert type(app).__module__ == "rlmd_tui.app"
+
+
+async def test_terminal_escape_injection_in_shown_text_is_made_visible():
+    """A cell's output holding escape sequences (clear screen, OSC 52 clipboard write) is
+    drawn as text, not passed to the terminal: rich Text keeps ESC as is."""
+    from rich.text import Text
+    from textual.app import App
+
+    from rlmd_tui.format import one_line
+
+    attack = "\x1b[2J\x1b]52;c;cHduZWQ=\x1b\\\x9b31m"
+
+    class One(App):
+        def compose(self):
+            yield LineView(id="v")
+
+    app = One()
+    async with app.run_test(size=(80, 5)) as pilot:
+        view = app.query_one("#v", LineView)
+        view.set_lines([Text("out " + attack, style="green"), "plain " + attack])
+        await pilot.pause()
+        shown = [view.render_line(y).text for y in range(2)]
+    assert shown[0].startswith("out \\x1b[2J\\x1b]52;c;cHduZWQ="), shown
+    assert not any(ch in line for line in shown for ch in "\x1b\x9b")
+    assert "\x1b" not in one_line(attack, 80) and "\x9b" not in one_line(attack, 80)

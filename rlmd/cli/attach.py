@@ -127,7 +127,7 @@ def main(*, autostart: bool = True, timeout_s: float = START_TIMEOUT_S) -> int:
     """``rlmd attach --stdio``: exit code 0, or 2 when no daemon could be reached."""
     try:
         sock = connect_or_start(autostart=autostart, timeout_s=timeout_s)
-    except ConnectionError as exc:
+    except (ConnectionError, PermissionError) as exc:  # PermissionError: an unsafe socket folder
         print(f"rlmd attach: {exc}", file=sys.stderr)
         return 2
     return bridge(sock)

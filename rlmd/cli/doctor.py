@@ -7,8 +7,8 @@ from dataclasses import asdict
 from pathlib import Path
 
 from rich.console import Console
-from rich.markup import escape
 
+from rlmd.cli.term import markup
 from rlmd.server.doctor import run_checks
 
 COLOUR = {"ok": "green", "warn": "yellow", "fail": "red", "skip": "dim"}
@@ -25,9 +25,9 @@ def main(*, as_json: bool = False, sandboxes: bool = True) -> int:
     console = Console(highlight=False)
     for c in checks:
         console.print(
-            f"[{COLOUR[c.status]}]{c.status:>4}[/]  [bold]{c.name}[/]: {escape(c.detail)}"
+            f"[{COLOUR[c.status]}]{c.status:>4}[/]  [bold]{c.name}[/]: {markup(c.detail)}"
         )
         if c.fix:
-            console.print(f"       fix: {escape(c.fix)}")
+            console.print(f"       fix: {markup(c.fix)}")
     console.print("[red]some checks failed[/]" if failed else "[green]rlmd is ready[/]")
     return 1 if failed else 0

@@ -24,13 +24,14 @@ import asyncio
 import json
 import math
 import signal
+import sqlite3
 import sys
 from pathlib import Path
 
 from rich.console import Console
-from rich.markup import escape
 
 from rlmd import isolation, paths
+from rlmd.cli.term import markup, visible
 from rlmd.sandbox import BACKENDS
 
 err = Console(stderr=True, highlight=False, soft_wrap=True)
@@ -115,7 +116,7 @@ def main(argv: list[str] | None = None) -> int:
     args = _parser().parse_args(argv)
     problem = _check_args(args)
     if problem:
-        err.print(f"[red]error:[/] {escape(str(problem))}")
+        err.print(f"[red]error:[/] {markup(str(problem))}")
         return 2
     try:
         paths.home()
@@ -140,6 +141,14 @@ def main(argv: list[str] | None = None) -> int:
     except KeyboardInterrupt:
         err.print("[yellow]interrupted[/]")
         return 130
+    except sqlite3.DatabaseError as exc:  # a damaged or foreign rlmd.db: say how to recover
+        store = paths.store_path()
+        err.print(
+            f"[red]error:[/] the trajectory store {markup(str(store))} cannot be used: "
+            f"{markup(str(exc))}. Move it aside (mv {markup(str(store))} "
+            f"{markup(str(store))}.broken) and rlmd starts a new one; rlmd doctor explains."
+        )
+        return 1
 
 
 def _check_args(args: argparse.Namespace) -> str | None:
@@ -220,13 +229,13 @@ def cmd_run(args: argparse.Namespace) -> int:
                 registry.spec(name).n_threads = args.threads
         gap = _isolation_gap(run_config, config.require_isolation(settings, default=False))
     except (FileNotFoundError, ValueError, KeyError) as exc:
-        err.print(f"[red]error:[/] {escape(str(exc))}")
+        err.print(f"[red]error:[/] {markup(str(exc))}")
         return 2
     except isolation.NotIsolated as exc:
-        err.print(f"[red]error:[/] {escape(str(exc))}")
+        err.print(f"[red]error:[/] {markup(str(exc))}")
         return 2
     if gap:  # on every run, --quiet included: the user must know
-        err.print(f"[bold yellow]warning:[/] {escape(gap)}")
+        err.print(f"[bold yellow]warning:[/] {markup(gap)}")
     started: list[str] = []  # the root run's id once it has started (and is recorded)
 
     def note_start(event) -> None:
@@ -255,24 +264,28 @@ def cmd_run(args: argparse.Namespace) -> int:
             err.print("[yellow]terminated before the run started[/]")
         return 143
     except ModelNotAvailable as exc:
-        err.print(f"[red]error:[/] {escape(str(exc))}")
+        err.print(f"[red]error:[/] {markup(str(exc))}")
         return 2
     except (KeyError, ValueError) as exc:
-        err.print(f"[red]error:[/] {escape(str(exc))}")
+        err.print(f"[red]error:[/] {markup(str(exc))}")
         return 2
     if args.json:
+        from rlmd.store.codec import to_jsonable  # lone surrogates as in the store
+
         print(
             json.dumps(
-                {
-                    "run_id": result.run_id,
-                    "status": result.status,
-                    "answer": result.answer,
-                    "answer_source": result.answer_source,
-                    "iterations": result.iterations,
-                    "usage": result.usage,
-                    "error": result.error,
-                    "store": str(paths.store_path()),
-                }
+                to_jsonable(
+                    {
+                        "run_id": result.run_id,
+                        "status": result.status,
+                        "answer": result.answer,
+                        "answer_source": result.answer_source,
+                        "iterations": result.iterations,
+                        "usage": result.usage,
+                        "error": result.error,
+                        "store": str(paths.store_path()),
+                    }
+                )
             )
         )
     else:
@@ -282,11 +295,21 @@ def cmd_run(args: argparse.Namespace) -> int:
                     "[yellow]The run stopped before a final answer; this answer was extracted "
                     "from its work so far (marked 'extraction').[/]"
                 )
-            out.print(result.answer)
+            write_answer(result.answer)
         else:
-            err.print(f"[yellow]no answer[/] ({result.status}: {escape(str(result.error))})")
+            err.print(f"[yellow]no answer[/] ({result.status}: {markup(str(result.error))})")
         err.print(f"[dim]trajectory: rlmd show {result.run_id}  (store {paths.store_path()})[/]")
     return 0 if result.status == "completed" else 1
+
+
+def write_answer(answer: str) -> None:
+    """The answer on stdout: as is when piped (byte for byte what the run returned, lone
+    surrogates as backslash escapes), with control characters made visible on a terminal."""
+    if sys.stdout.isatty():
+        answer = visible(answer)
+    sys.stdout.flush()
+    sys.stdout.buffer.write((answer + "\n").encode("utf-8", errors="backslashreplace"))
+    sys.stdout.buffer.flush()
 
 
 def _store():
@@ -322,7 +345,7 @@ def _find_run(store, ref: str):
         else:
             run = store.get_run(ref)
     except ValueError as exc:
-        err.print(f"[red]error:[/] {escape(str(exc))}")
+        err.print(f"[red]error:[/] {markup(str(exc))}")
         return None
     if run is None:
         err.print(f"[red]error:[/] no run {ref!r} (see rlmd runs)")
@@ -355,7 +378,7 @@ def cmd_export(args: argparse.Namespace) -> int:
             Path(args.output).write_text(text, encoding="utf-8")
         except OSError as exc:
             err.print(
-                f"[red]error:[/] cannot write {escape(str(args.output))}: {escape(str(exc.strerror or exc))}"
+                f"[red]error:[/] cannot write {markup(str(args.output))}: {markup(str(exc.strerror or exc))}"
             )
             return 2
         err.print(f"wrote {args.output}")

@@ -5,8 +5,8 @@ from __future__ import annotations
 from typing import Any
 
 from rich.console import Console
-from rich.markup import escape
 
+from rlmd.cli.term import markup
 from rlmd.engine.events import (
     CellFinished,
     CellStarted,
@@ -45,26 +45,26 @@ class ProgressPrinter:
                 root = (models or {}).get("root") or {}
                 c.print(
                     f"{pad}[bold cyan]▶ {label}[/] {event.run_id} · depth {event.depth} · "
-                    f"model {escape(str(root.get('name')))} · context {what}"
+                    f"model {markup(str(root.get('name')))} · context {what}"
                 )
             case IterationStarted(index=index):
                 c.print(f"{pad}[bold]iteration {index + 1}[/]")
             case ModelCallFinished(error=str(error)):
                 c.print(
-                    f"{pad}  [red]✗ {event.role} call to {escape(event.model)} failed:[/] {escape(error)}"
+                    f"{pad}  [red]✗ {event.role} call to {markup(event.model)} failed:[/] {markup(error)}"
                 )
             case ModelCallFinished():
                 self.calls += 1
                 self.tokens += event.input_tokens + event.output_tokens
                 self.usd += event.cost_usd
                 c.print(
-                    f"{pad}  [magenta]{event.role} call[/] {escape(event.model)} "
+                    f"{pad}  [magenta]{event.role} call[/] {markup(event.model)} "
                     f"{event.input_tokens:,}→{event.output_tokens:,} tok · {event.latency_s:.1f}s · "
                     f"total {self.tokens:,} tok · ${self.usd:.4f}"
                 )
             case CellStarted(index=index, code=code) if self.show_code:
                 first = code.strip().splitlines()[0] if code.strip() else ""
-                c.print(f"{pad}  [dim]cell {index + 1}: {escape(first[:90])}[/]")
+                c.print(f"{pad}  [dim]cell {index + 1}: {markup(first[:90])}[/]")
             case CellFinished():
                 self._cell(pad, event)
             case Compaction(summarised_messages=n):
@@ -76,15 +76,15 @@ class ProgressPrinter:
         c = self.console
         if event.error:
             last = event.error.strip().splitlines()[-1] if event.error.strip() else "error"
-            c.print(f"{pad}  [yellow]cell {event.index + 1} raised[/] {escape(last[:120])}")
+            c.print(f"{pad}  [yellow]cell {event.index + 1} raised[/] {markup(last[:120])}")
         else:
             out = (event.stdout or "").strip().splitlines()
-            preview = escape(out[0][:100]) if out else "(no output)"
+            preview = markup(out[0][:100]) if out else "(no output)"
             c.print(
                 f"{pad}  [green]cell {event.index + 1} ok[/] {event.duration_s * 1000:.0f} ms · {preview}"
             )
         if event.final is not None:
-            c.print(f"{pad}  [bold green]FINAL[/] {escape(str(event.final)[:200])}")
+            c.print(f"{pad}  [bold green]FINAL[/] {markup(str(event.final)[:200])}")
 
     def _run_finished(self, pad: str, event: RunFinished) -> None:
         usage = event.usage
@@ -95,5 +95,5 @@ class ProgressPrinter:
             f"{pad}[{style}]■ {event.status}[/] · {event.iterations} iterations · "
             f"{u.get('calls', 0)} model calls · {u.get('total_tokens', 0):,} tokens · "
             f"${u.get('cost_usd', 0):.4f} · {wall:.1f}s"
-            + (f" · {escape(event.error)}" if event.error else "")
+            + (f" · {markup(event.error)}" if event.error else "")
         )

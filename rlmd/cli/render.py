@@ -5,7 +5,7 @@
 * :func:`run_summary` — a panel with answer, status and usage by model and by depth.
 
 All text taken from the store (questions, code, output) is inserted as :class:`rich.text.Text`,
-never parsed as markup.
+never parsed as markup, with its control characters made visible (:mod:`rlmd.cli.term`).
 """
 
 from __future__ import annotations
@@ -21,6 +21,8 @@ from rich.panel import Panel
 from rich.table import Table
 from rich.text import Text
 from rich.tree import Tree
+
+from rlmd.cli.term import visible_all
 
 STATUS_STYLES = {
     "running": "yellow",
@@ -118,6 +120,7 @@ def runs_table(
     reached, iterations, sub-calls, tokens in/out, cost, duration, started. Totals come from
     each run's ``"tree"`` (the run and its child runs) when present, else its own counters.
     """
+    runs = visible_all(runs)
     table = Table(title=title, box=box.SIMPLE_HEAVY, header_style="bold")
     table.add_column("id", style="cyan", no_wrap=True)
     table.add_column("status", no_wrap=True)
@@ -248,6 +251,7 @@ def run_tree(tree: dict[str, Any], *, code_lines: int = 3, output_lines: int = 3
     """The run tree (from :meth:`Store.tree`): iterations, model calls with tokens and
     latency, cells with a preview of their code and output (errors in red), child runs
     nested under the cell that started them with their status and answer."""
+    tree = visible_all(tree)
     root = Tree(_run_label(tree, child=False), guide_style="dim")
     _fill_run(root, tree, code_lines, output_lines)
     return root
@@ -274,6 +278,7 @@ def run_summary(run: dict[str, Any]) -> Panel:
     """A header for one run: status, question, answer (and its source), error, duration, and
     usage by model and by depth from the run's ``usage`` JSON (``{"total", "by_model",
     "by_depth", "wall_time_s"}``; missing while the run is still going)."""
+    run = visible_all(run)
     lines = Text()
     lines.append("status   ")
     lines.append_text(status_text(run.get("status")))

@@ -71,9 +71,9 @@ def _docker_host() -> tuple[Any, str | None]:
 
 def _run(args: argparse.Namespace) -> int:
     from rich.console import Console
-    from rich.markup import escape
     from rich.table import Table
 
+    from rlmd.cli.term import markup
     from rlmd.sandbox import SandboxError
     from rlmd.sandbox.docker import images
 
@@ -84,7 +84,7 @@ def _run(args: argparse.Namespace) -> int:
         engine = None if reason else docker_host.client()
         infos = images.list_templates(engine)
         if reason:
-            err.print(f"[yellow]containers unavailable[/]: {escape(reason)}")
+            err.print(f"[yellow]containers unavailable[/]: {markup(reason)}")
         if args.json:
             print(json.dumps([asdict(i) for i in infos]))
             return 0
@@ -105,7 +105,7 @@ def _run(args: argparse.Namespace) -> int:
         Console(highlight=False, soft_wrap=True).print(table)
         return 0
     if reason:
-        err.print(f"[red]error:[/] {escape(reason)}")
+        err.print(f"[red]error:[/] {markup(reason)}")
         return 1
     if cmd == "reap":
         removed = docker_host.reap_orphans()
@@ -117,14 +117,14 @@ def _run(args: argparse.Namespace) -> int:
     try:
         images.template_path(args.name)
     except (SandboxError, ValueError) as exc:
-        err.print(f"[red]error:[/] {escape(str(exc))}")
+        err.print(f"[red]error:[/] {markup(str(exc))}")
         return 2
     try:
         image = images.build_template(
-            docker_host.client(), args.name, progress=lambda msg: err.print(escape(str(msg)))
+            docker_host.client(), args.name, progress=lambda msg: err.print(markup(str(msg)))
         )
     except SandboxError as exc:
-        err.print(f"[red]error:[/] {escape(str(exc))}")
+        err.print(f"[red]error:[/] {markup(str(exc))}")
         return 1
     sys.stdout.write(f"{images.image_name(args.name)} {image.id}\n")
     return 0

@@ -234,6 +234,9 @@ def main(
     except AlreadyRunning as exc:
         print(f"rlmd serve: {exc}; socket {socket_path()}", file=sys.stderr)
         return EXIT_ALREADY_RUNNING
+    except PermissionError as exc:  # e.g. a socket folder another user owns
+        print(f"rlmd serve: {exc}", file=sys.stderr)
+        return 2
     except KeyboardInterrupt:
         pass
     return 0

@@ -73,7 +73,10 @@ async def _health(path: Path) -> dict:
 
 
 def check_daemon() -> list[Check]:
-    path = paths.socket_path()
+    try:
+        path = paths.socket_path()
+    except PermissionError as exc:  # a socket folder another user owns
+        return [Check("socket", "fail", str(exc), "remove it, or set XDG_RUNTIME_DIR")]
     checks = []
     run = paths.run_dir()
     mode = stat.S_IMODE(run.stat().st_mode)

@@ -13,6 +13,8 @@ import logging
 from collections.abc import Mapping
 from typing import Any, Protocol
 
+from rlmd.store.codec import to_jsonable
+
 log = logging.getLogger("rlmd.server")
 
 DETAILS = ("full", "summary", "none")
@@ -23,8 +25,16 @@ SUMMARY_TEXT_CHARS = 500
 
 
 def frame(payload: dict[str, Any]) -> bytes:
-    """One JSON-RPC message with its ``Content-Length`` header (bytes)."""
-    body = json.dumps(payload, separators=(",", ":"), default=str).encode("utf-8")
+    """One JSON-RPC message with its ``Content-Length`` header (bytes). Lone surrogates in
+    its strings (a cell's output, an answer, JSON input's ``"\\ud800"``) are sent as their
+    backslash escapes, as the store keeps them: they are not Unicode text, and many clients'
+    JSON decoders reject them."""
+    text = json.dumps(payload, separators=(",", ":"), default=str, ensure_ascii=False)
+    try:
+        body = text.encode("utf-8")
+    except UnicodeEncodeError:
+        text = json.dumps(to_jsonable(payload), separators=(",", ":"), ensure_ascii=False)
+        body = text.encode("utf-8")
     return b"Content-Length: %d\r\n\r\n%s" % (len(body), body)
 
 

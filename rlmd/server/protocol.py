@@ -30,6 +30,7 @@ from rlmd.server import commands
 from rlmd.server.errors import CommandError
 from rlmd.server.hub import DETAILS
 from rlmd.server.progress import ProgressTracker
+from rlmd.store.codec import to_jsonable
 
 log = logging.getLogger("rlmd.server")
 
@@ -138,4 +139,5 @@ class RlmdServer(LanguageServer):
             ) from None
         finally:
             conn.inflight -= 1
-        return json.loads(json.dumps(result, default=str))
+        # Plain JSON values; lone surrogates as their escapes, as in frame().
+        return to_jsonable(json.loads(json.dumps(result, default=str)))

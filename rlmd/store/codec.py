@@ -14,6 +14,7 @@ from __future__ import annotations
 import dataclasses
 import json
 import math
+import re
 from pathlib import PurePath
 from typing import Any
 
@@ -27,16 +28,19 @@ RUN_JSON_COLUMNS = ("context_meta", "models", "sandbox", "budget", "usage")
 def to_jsonable(obj: Any) -> Any:
     """A copy of ``obj`` made only of dict / list / str / int / float / bool / None.
 
-    Dataclasses become dicts, tuples and sets become lists, paths become strings, bytes are
+    Strings lose lone surrogates (see :func:`text`). Dataclasses become dicts, tuples and
+    sets become lists, paths become strings, bytes are
     decoded as UTF-8 (invalid bytes replaced), non-finite floats become strings, dict keys
     become strings; anything else becomes its ``repr``. Never raises.
     """
-    if obj is None or isinstance(obj, (bool, int, str)):
+    if isinstance(obj, str):
+        return text(obj)
+    if obj is None or isinstance(obj, (bool, int)):
         return obj
     if isinstance(obj, float):
         return obj if math.isfinite(obj) else repr(obj)
     if isinstance(obj, dict):
-        return {str(k): to_jsonable(v) for k, v in obj.items()}
+        return {text(str(k)): to_jsonable(v) for k, v in obj.items()}
     if isinstance(obj, (list, tuple, set, frozenset)):
         return [to_jsonable(v) for v in obj]
     if dataclasses.is_dataclass(obj) and not isinstance(obj, type):
@@ -49,6 +53,18 @@ def to_jsonable(obj: Any) -> Any:
         return repr(obj)
     except Exception:  # a broken __repr__ must not lose the event
         return f"<unrepresentable {type(obj).__name__}>"
+
+
+_SURROGATE = re.compile(r"[\ud800-\udfff]")
+
+
+def text(value: str) -> str:
+    """``value`` encodable as UTF-8: each lone surrogate (from undecodable bytes in argv or a
+    file, or ``"\\ud800"`` in JSON) becomes its backslash escape, the six characters
+    ``\\ud800``; SQLite and UTF-8 writers reject them. Other text is returned unchanged."""
+    if _SURROGATE.search(value) is None:
+        return value
+    return value.encode("utf-8", "backslashreplace").decode("utf-8")
 
 
 _ENCODER = json.JSONEncoder(ensure_ascii=False, separators=(",", ":"))

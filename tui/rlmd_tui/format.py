@@ -11,6 +11,7 @@ from rich.syntax import Syntax
 from rich.text import Text
 
 from rlmd.cli.render import fmt_cost, fmt_duration, fmt_tokens, run_duration, status_text
+from rlmd.cli.term import visible
 
 RED = Style(color="red", bold=True)
 YELLOW = Style(color="yellow")
@@ -19,7 +20,7 @@ HEAD = Style(bold=True, color="cyan")
 
 
 def one_line(text: Any, width: int) -> str:
-    text = " ".join(str(text or "").split())
+    text = " ".join(visible(text or "").split())
     return text if len(text) <= width else text[: max(1, width - 1)] + "…"
 
 

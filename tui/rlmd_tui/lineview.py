@@ -16,6 +16,8 @@ from textual.geometry import Size
 from textual.scroll_view import ScrollView
 from textual.strip import Strip
 
+from rlmd.cli.term import visible
+
 MAX_WIDTH = 2000
 """Widest line the view scrolls to (longer lines are cut there)."""
 
@@ -69,7 +71,11 @@ class LineView(ScrollView, can_focus=True):
             return Strip.blank(width, base)
         line = self.lines[index]
         if isinstance(line, Text):
-            segments = list(line.render(self.app.console))
+            # Rich keeps ESC and other controls in Text: a cell's output must not drive the terminal.
+            segments = [
+                seg if seg.control else Segment(visible(seg.text), seg.style)
+                for seg in line.render(self.app.console)
+            ]
             strip = Strip(segments).crop(scroll_x, scroll_x + width)
         else:
             style = None

@@ -1,0 +1,46 @@
+"""Text made by models and sandboxes, made safe to draw on a terminal.
+
+A cell can print anything, including escape sequences that clear the screen, retitle the
+window, write the clipboard (OSC 52) or hide links (OSC 8); a file in an analysed folder is
+enough. Everything rlmd draws from a run goes through :func:`visible` first.
+"""
+
+from __future__ import annotations
+
+import re
+from typing import Any
+
+from rich.markup import escape
+
+_UNSAFE = re.compile(r"[\x00-\x08\x0b-\x1f\x7f-\x9f\ud800-\udfff]")
+"""C0 and C1 control characters except newline and tab, DEL, and lone surrogates (which no
+terminal encoding can write)."""
+
+
+def _escape(match: re.Match[str]) -> str:
+    code = ord(match.group())
+    return f"\\x{code:02x}" if code < 0x100 else f"\\u{code:04x}"
+
+
+def visible(text: Any) -> str:
+    """``str(text)`` with control characters other than ``\\n`` and ``\\t`` and lone
+    surrogates shown as Python escapes (ESC becomes the four characters ``\\x1b``). Never
+    raises; text without them is returned unchanged."""
+    return _UNSAFE.sub(_escape, str(text))
+
+
+def visible_all(obj: Any) -> Any:
+    """A copy of ``obj`` (nested dicts and lists) with :func:`visible` applied to every
+    string, keys included; other values are kept."""
+    if isinstance(obj, str):
+        return visible(obj)
+    if isinstance(obj, dict):
+        return {visible_all(k): visible_all(v) for k, v in obj.items()}
+    if isinstance(obj, list):
+        return [visible_all(v) for v in obj]
+    return obj
+
+
+def markup(text: Any) -> str:
+    """:func:`visible` text, escaped for rich console markup (``[red]`` stays literal)."""
+    return escape(visible(text))

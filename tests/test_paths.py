@@ -1,0 +1,72 @@
+"""Where rlmd keeps its state, attacked by another user of the same machine."""
+
+from __future__ import annotations
+
+import os
+import stat
+import tempfile
+
+import pytest
+
+from rlmd import paths
+
+
+@pytest.fixture
+def long_home(tmp_path, monkeypatch):
+    """An rlmd home whose socket path is too long, no XDG_RUNTIME_DIR, and a private
+    stand-in for /tmp: the socket falls back to ``<tmp>/rlmd-<uid>``."""
+    home = tmp_path / ("h" * 120)
+    monkeypatch.setenv("RLMD_HOME", str(home))
+    monkeypatch.delenv("XDG_RUNTIME_DIR", raising=False)
+    shared = tmp_path / "shared-tmp"
+    shared.mkdir(mode=0o777)
+    monkeypatch.setattr(tempfile, "tempdir", str(shared))
+    return shared / f"rlmd-{os.getuid()}"
+
+
+def test_fallback_socket_folder_is_made_private(long_home):
+    sock = paths.socket_path()
+    assert sock.parent == long_home
+    st = os.lstat(long_home)
+    assert stat.S_ISDIR(st.st_mode) and st.st_uid == os.getuid()
+    assert stat.S_IMODE(st.st_mode) == 0o700
+
+
+@pytest.mark.skipif(os.getuid() != 0, reason="chown to another user needs root")
+def test_socket_folder_premade_by_another_user_is_refused(long_home):
+    long_home.mkdir()
+    os.chmod(long_home, 0o777)
+    os.chown(long_home, 65534, 65534)  # nobody made /tmp/rlmd-<uid> first
+    with pytest.raises(PermissionError, match="another user"):
+        paths.socket_path()
+    assert os.lstat(long_home).st_uid == 65534  # left as found, never used
+
+
+def test_socket_folder_premade_as_a_symlink_is_refused(long_home, tmp_path):
+    elsewhere = tmp_path / "attacker"
+    elsewhere.mkdir()
+    long_home.symlink_to(elsewhere)
+    with pytest.raises(PermissionError):
+        paths.socket_path()
+
+
+@pytest.mark.skipif(os.getuid() != 0, reason="chown to another user needs root")
+def test_commands_refuse_a_socket_folder_of_another_user_with_a_message(long_home):
+    import subprocess
+    import sys
+
+    long_home.mkdir()
+    os.chown(long_home, 65534, 65534)
+    env = {**os.environ, "TMPDIR": str(long_home.parent)}
+    for args in (["serve", "--idle-timeout", "1"], ["attach", "--stdio", "--no-start"]):
+        proc = subprocess.run(
+            [sys.executable, "-m", "rlmd.cli", *args],
+            capture_output=True,
+            text=True,
+            env=env,
+            stdin=subprocess.DEVNULL,
+            timeout=60,
+        )
+        assert proc.returncode == 2, proc.stderr
+        assert "another user" in proc.stderr and "Traceback" not in proc.stderr
+    assert os.lstat(long_home).st_uid == 65534
