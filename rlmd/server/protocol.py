@@ -16,6 +16,7 @@ from __future__ import annotations
 import asyncio
 import json
 import logging
+import re
 from typing import Any
 
 from lsprotocol import types
@@ -33,6 +34,8 @@ from rlmd.server.progress import ProgressTracker
 from rlmd.store.codec import to_jsonable
 
 log = logging.getLogger("rlmd.server")
+
+_SURROGATE_ESCAPE = re.compile(r"\\u[dD][89a-fA-F]")
 
 
 class RlmdProtocol(LanguageServerProtocol):
@@ -139,5 +142,8 @@ class RlmdServer(LanguageServer):
             ) from None
         finally:
             conn.inflight -= 1
-        # Plain JSON values; lone surrogates as their escapes, as in frame().
-        return to_jsonable(json.loads(json.dumps(result, default=str)))
+        # Plain JSON values; lone surrogates as their escapes, as in frame(). The walk runs
+        # only when the ASCII JSON holds a surrogate escape (lone, or a pair for non-BMP text).
+        text = json.dumps(result, default=str)
+        plain = json.loads(text)
+        return to_jsonable(plain) if _SURROGATE_ESCAPE.search(text) else plain
