@@ -61,6 +61,7 @@ class ContextMeta(TypedDict):
     files: NotRequired[int]
     example_path: NotRequired[str]
     tree: NotRequired[list[str]]
+    map: NotRequired[list[str]]
     skipped: NotRequired[dict[str, int]]
 
 
@@ -139,8 +140,20 @@ class Context:
             meta["files"] = len(self.value)
             meta["example_path"] = next((p for p in self.value if not p.startswith(".")), "")
             meta["tree"] = summarise_tree(list(self.value), tree_lines)
+            code_map = _code_map(self, count_tokens)
+            if code_map:
+                meta["map"] = code_map
             meta["skipped"] = {k: v for k, v in self.skipped.items() if v}
         return meta
+
+
+def _code_map(context: Context, count_tokens: Callable[[str], int]) -> list[str]:
+    """The codebase's map from its symbol index (built here on first use; see
+    :mod:`rlmd.codeintel`), ``[]`` when no file is in an indexed language."""
+    from rlmd.codeintel.index import index_for
+    from rlmd.codeintel.repomap import repo_map
+
+    return repo_map(index_for(context), count_tokens)
 
 
 def _chars(value: Any) -> int:

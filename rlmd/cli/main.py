@@ -295,6 +295,12 @@ def cmd_run(args: argparse.Namespace) -> int:
                     "[yellow]The run stopped before a final answer; this answer was extracted "
                     "from its work so far (marked 'extraction').[/]"
                 )
+            elif result.answer_source == "unverified":
+                err.print(
+                    "[yellow]Unverified answer: the checks doubted it (an error or 'not "
+                    "found' text, a missing file, a count over nothing, or a value no output "
+                    "showed) and the model gave it anyway; check it before relying on it.[/]"
+                )
             write_answer(result.answer)
         else:
             err.print(f"[yellow]no answer[/] ({result.status}: {markup(str(result.error))})")
