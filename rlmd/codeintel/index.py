@@ -193,8 +193,10 @@ class CodeIndex:
                 qual = sym.qualname
                 if qual == name or qual.endswith("." + name) or _module_matches(path, head):
                     hits.append((path, sym))
-                elif sym.container and head.endswith(sym.container) and _module_matches(
-                    path, head[: -len(sym.container)].rstrip(".")
+                elif (
+                    sym.container
+                    and head.endswith(sym.container)
+                    and _module_matches(path, head[: -len(sym.container)].rstrip("."))
                 ):
                     hits.append((path, sym))
         hits.sort(key=lambda ps: (_KIND_ORDER.get(ps[1].kind, 9), ps[0], ps[1].line))
@@ -246,7 +248,9 @@ class CodeIndex:
             return []
         info = self.files.get(real)
         if info is None:
-            self.last_note = f"outline: {real!r} is not in an indexed language; read_file() shows it"
+            self.last_note = (
+                f"outline: {real!r} is not in an indexed language; read_file() shows it"
+            )
             return []
         width = max(4, len(str(max((s.line for s in info.symbols), default=1))))
         out = []
@@ -276,7 +280,9 @@ class CodeIndex:
         )
         return None
 
-    def search_symbols(self, query: str, kind: str | None = None, max_results: int = 50) -> list[str]:
+    def search_symbols(
+        self, query: str, kind: str | None = None, max_results: int = 50
+    ) -> list[str]:
         """Definitions whose name contains ``query`` (case-insensitive), exact names first,
         then prefixes, then by how many files mention them; optionally only one ``kind``
         (``"class"``, ``"function"``, ``"method"``, ``"constant"``, ...)."""

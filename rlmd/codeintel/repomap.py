@@ -23,7 +23,7 @@ def repo_map(
 ) -> list[str]:
     """Lines of the map, at most ``budget`` tokens together (by ``count_tokens``).
 
-    Returns ``[]`` when nothing is indexed. Sections, each cut short before the budget:
+    Returns ``[]`` when nothing is indexed or not even the summary fits. Sections, each cut short before the budget:
     a summary line, ``Most-used definitions`` (top-level names defined at most twice, ranked by how many
     other files mention them), ``Biggest files`` with their first top-level definitions.
     """
@@ -32,6 +32,8 @@ def repo_map(
     langs = ", ".join(f"{n} {lang}" for lang, n in index.languages().most_common())
     lines = [f"Indexed: {langs} files; {index.symbol_count():,} definitions."]
     used = count_tokens(lines[0])
+    if used > budget:
+        return []
 
     def add(line: str) -> bool:
         nonlocal used

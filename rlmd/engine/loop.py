@@ -305,7 +305,7 @@ class RLMRun:
                 return "completed", result.final, source, None
             if verdict is Verdict.QUESTION:
                 state.questioned = True
-                assert state.concern is not None
+                assert state.concern is not None and result.final is not None
                 notes.append(feedback.question_message(cfg, state.concern, result.final))
                 break
             if self.rt.ledger.exhausted is not None:

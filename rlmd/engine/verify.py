@@ -49,7 +49,9 @@ _EMPTY_NOTES = re.compile(
 """The notes the codebase helpers print (stderr) when they come back empty."""
 _EMPTY_LITERAL = re.compile(r"(^|[\s=:(,])(\[\]|\{\}|set\(\)|Counter\(\)|\(\))\s*$", re.M)
 
-_PATH = re.compile(r"(?<![\w/.\-])((?:[\w.\-]+/)*[\w\-][\w.\-]*\.([A-Za-z][A-Za-z0-9]{0,7}))(?![\w/])")
+_PATH = re.compile(
+    r"(?<![\w/.\-])((?:[\w.\-]+/)*[\w\-][\w.\-]*\.([A-Za-z][A-Za-z0-9]{0,7}))(?![\w/])"
+)
 _CODE_EXTS = frozenset(
     "py pyi js mjs cjs jsx ts tsx go rs java c h cc cpp cxx hh hpp rb php cs kt swift scala "
     "sh md rst txt toml json yaml yml cfg ini html css sql xml lock".split()
