@@ -141,6 +141,8 @@ class RunResult:
         iterations: root-model turns of this run.
         depth: this run's depth.
         error: why the run failed or stopped, if it did.
+        vote: with self-consistency (``--samples K``), the vote over the K samples
+            (:meth:`rlmd.engine.samples.Vote.to_dict`); this result is the winner's.
     """
 
     run_id: str
@@ -151,3 +153,4 @@ class RunResult:
     iterations: int
     depth: int
     error: str | None = None
+    vote: dict[str, Any] | None = None
