@@ -27,6 +27,11 @@ from rlmd.codeintel.parsers import FileSymbols, Symbol, extract, language_of
 MAX_PARSE_CHARS = 2_000_000
 """Files longer than this (characters) are not parsed (generated code, bundles)."""
 
+EAGER_MAX_CHARS = 16_000_000
+"""A codebase whose indexable files hold more characters than this is not indexed before
+the first turn (no map in the metadata; ~10 s per 16 M characters on one core): its index
+is built when a helper first needs it."""
+
 CACHE_CHARS = 256 * 1024 * 1024
 """The process-wide parse cache holds results for files totalling at most this many
 characters (oldest dropped first)."""
@@ -391,6 +396,13 @@ def _check_name(name: object, fn: str) -> str:
 
 
 _index_lock = threading.Lock()
+
+
+def indexable_chars(files: Mapping[str, str]) -> int:
+    """Characters in the files :class:`CodeIndex` would parse."""
+    return sum(
+        len(t) for p, t in files.items() if len(t) <= MAX_PARSE_CHARS and language_of(p)
+    )
 
 
 def index_for(context: object) -> CodeIndex:
