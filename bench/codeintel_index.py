@@ -147,7 +147,9 @@ def main() -> int:
     for key in ("cold_s", "cold_vs_floor", "warm_s", "update_s", "map_s"):
         print(f"{key:<16}{result[key]:>12.3f}{TARGETS[key]:>10}  {checks[key]}")
     for name, ms in query_ms.items():
-        print(f"{name + ' ms':<16}{ms:>12.2f}{TARGETS['query_ms']:>10}  {ms <= TARGETS['query_ms']}")
+        print(
+            f"{name + ' ms':<16}{ms:>12.2f}{TARGETS['query_ms']:>10}  {ms <= TARGETS['query_ms']}"
+        )
     print(f"floor (ast.parse only): {result['floor_s']:.3f} s")
     out = ROOT / "bench" / "out"
     out.mkdir(parents=True, exist_ok=True)

@@ -400,9 +400,7 @@ _index_lock = threading.Lock()
 
 def indexable_chars(files: Mapping[str, str]) -> int:
     """Characters in the files :class:`CodeIndex` would parse."""
-    return sum(
-        len(t) for p, t in files.items() if len(t) <= MAX_PARSE_CHARS and language_of(p)
-    )
+    return sum(len(t) for p, t in files.items() if len(t) <= MAX_PARSE_CHARS and language_of(p))
 
 
 def index_for(context: object) -> CodeIndex:
