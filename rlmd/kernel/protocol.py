@@ -52,6 +52,12 @@ answers each with one ``done`` frame carrying the same ``id``.
     that file (a backend sharing a folder with the kernel passes large contexts that way).
     ``codebase=True`` needs a ``{relpath: text}`` dict and binds ``list_files``, ``read_file``
     and ``grep``; ``codebase=False`` removes them.
+``bind_context_file`` ``path: str``, ``format: "text"|"codebase"`` -> as ``bind_context``
+    The context is in a file the host wrote to a folder it shares with the kernel, which
+    memory-maps it, decodes it and deletes it: ``"text"`` is a UTF-8 string (lone
+    surrogates passed through), ``"codebase"`` a ``{relpath: text}`` dict as one line of
+    ASCII JSON ``{"paths": [...], "sizes": [...]}`` followed by each file's UTF-8 bytes
+    (``sizes`` of them) back to back.
 ``define_tools`` ``callables: [str]``, ``values: {name: any}`` -> ``null``
     Adds to the tools defined earlier (a name defined again is replaced).
 ``set_var``   ``name: str``, ``value: any``        -> ``null``
