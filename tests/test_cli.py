@@ -10,6 +10,8 @@ import sys
 import pytest
 from helpers.cli import rlmd
 
+from rlmd.sandbox.process.launch import children
+
 
 @pytest.fixture
 def script(tmp_path):
@@ -179,8 +181,7 @@ def _busy_kernel(root: int) -> int | None:
             continue
         seen.add(pid)
         try:
-            with open(f"/proc/{pid}/task/{pid}/children") as fh:
-                todo += [int(c) for c in fh.read().split()]
+            todo += children(pid)  # forked by any thread (rlmd launches kernels from workers)
             with open(f"/proc/{pid}/cmdline", "rb") as fh:
                 cmdline = fh.read()
             with open(f"/proc/{pid}/stat") as fh:

@@ -33,7 +33,9 @@ Kernel -> host
 ``{"op": "ran", "id": int}``
     The code of exec request ``id`` has finished; its ``done`` frame follows once the
     variable previews are made (bounded on their own). The host's wall-clock limit stops
-    here; a forged one only buys the code the host's short preview grace.
+    here; a forged one only buys the code the host's short preview grace. Sent only when a
+    preview may run model code (a variable of another type than the builtin scalars); a
+    ``done`` frame also means the code has finished.
 ``{"op": "call", "call": int, "fn": str, "args": {...}}``
     Model code called a host function (``llm_query``, ``llm_query_batched``, ``rlm_query``,
     ``rlm_query_batched`` or ``tool``). The calling thread blocks until the matching reply.
