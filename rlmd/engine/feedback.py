@@ -212,9 +212,12 @@ its output already held the answer (issue 15)."""
 
 
 def skip_repeat(state: LoopState, blocks: list[str]) -> bool:
-    """Count a turn whose code equals the previous turn's; whether it should not run."""
+    """Count a turn whose code equals the previous turn's; whether it should not run (its
+    last run worked: repeats after errors or kernel deaths are left to those rules)."""
     state.repeats = state.repeats + 1 if blocks == state.previous_blocks else 0
-    return state.repeats > MAX_REPEATS_RUN
+    return (
+        state.repeats > MAX_REPEATS_RUN and state.errors_in_a_row == 0 and state.kernel_deaths == 0
+    )
 
 
 def end_of_turn(
