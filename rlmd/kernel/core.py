@@ -479,6 +479,31 @@ class Kernel:
                 raise TypeError("llm_query_batched(prompts): pass a list of prompts, not a str")
             return call("llm_query_batched", {"prompts": list(prompts), "model": model})
 
+        def llm_map(
+            instruction: str,
+            items: list[Any],
+            model: str | None = None,
+            items_per_call: int = 1,
+        ) -> list[str]:
+            """Map-reduce's map step: ask a sub-model ``instruction`` about every item, the
+            calls run concurrently by the host (bounded); returns one answer per item, in the
+            items' order. A failed item's slot holds ``"Error: ..."`` (the others still come
+            back). ``items_per_call`` > 1 packs that many numbered items into one call and
+            splits the reply by number (fewer, larger calls)."""
+            if isinstance(items, str | bytes) or not hasattr(items, "__iter__"):
+                raise TypeError("llm_map(instruction, items): items must be a list, not a str")
+            if isinstance(items, dict):
+                items = list(items.items())
+            return call(
+                "llm_map",
+                {
+                    "instruction": instruction,
+                    "items": [i if isinstance(i, str) else repr(i) for i in items],
+                    "model": model,
+                    "items_per_call": items_per_call,
+                },
+            )
+
         def rlm_query(prompt: str, context: Any = None, model: str | None = None) -> str:
             """Start a child RLM (its own REPL) on ``prompt`` with ``context`` bound as its
             ``context``; returns its final answer as text."""
@@ -542,6 +567,7 @@ class Kernel:
         for fn in (
             llm_query,
             llm_query_batched,
+            llm_map,
             rlm_query,
             rlm_query_batched,
             SHOW_VARS,
@@ -666,7 +692,7 @@ class Kernel:
             ):
                 raise ValueError("a codebase context must be a {relative_path: text} dict of str")
             cb = Codebase(value)
-            for name, fn in helpers(cb).items():
+            for name, fn in helpers(cb, self._call).items():
                 self._reserve(name, fn)
             self._codebase = cb
         else:

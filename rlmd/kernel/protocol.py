@@ -120,6 +120,7 @@ RESERVED_NAMES = (
     "llm_query_batched",
     "rlm_query",
     "rlm_query_batched",
+    "llm_map",
     "SHOW_VARS",
     "FINAL",
     "FINAL_VAR",
@@ -128,11 +129,30 @@ RESERVED_NAMES = (
 """Names the kernel restores after every cell if model code rebinds them (the host imports
 this list as :data:`rlmd.sandbox.base.RESERVED_NAMES`; the kernel imports nothing from it)."""
 
-CODEBASE_HELPERS = ("list_files", "read_file", "grep")
+CODEBASE_HELPERS = (
+    "list_files",
+    "read_file",
+    "grep",
+    "find_definition",
+    "find_references",
+    "find_subclasses",
+    "outline",
+    "search_symbols",
+)
 """Extra reserved helpers present when ``context`` is a codebase (the host's
 :data:`rlmd.sandbox.base.CODEBASE_HELPERS`)."""
 
-CALL_FNS = ("llm_query", "llm_query_batched", "rlm_query", "rlm_query_batched", "tool")
+CALL_FNS = (
+    "llm_query",
+    "llm_query_batched",
+    "llm_map",
+    "rlm_query",
+    "rlm_query_batched",
+    "tool",
+    "code",
+)
+"""Host functions kernel stubs call (``code``: the code-intelligence helpers, answered from
+the host's symbol index of the codebase)."""
 
 SENTINEL_PREFIX = b"\x00rlmd:"
 
