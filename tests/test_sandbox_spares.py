@@ -90,15 +90,19 @@ async def test_warm_starts_the_first_kernel_process_ahead_and_start_takes_it(mon
     made = []
 
     def spy(spec, workdir=None):
-        made.append(launch.launch(spec, workdir))
-        return made[-1]
+        process = launch.launch(spec, workdir)
+        made.append(process)
+        return process
 
+    launch.close_spare_kernels()  # a spare left by an earlier test would be taken instead
     monkeypatch.setattr(launch.SPARES, "_make", spy)
     sb = create_sandbox("subprocess")
     sb.warm()
     try:
         await sb.start(FakeHost())
-        assert [p.workdir for p in made] == [sb.workdir]  # the warmed process, no other
+        # A process the pool made ahead (without warm the first start launches its own;
+        # a pool that saw two starts of this spec earlier in this process also refills).
+        assert sb.workdir in [p.workdir for p in made]
         r = await sb.execute("print(6 * 7)")
         assert r.stdout == "42\n"
     finally:
