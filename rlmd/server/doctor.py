@@ -147,7 +147,7 @@ def check_daemon() -> list[Check]:
     return checks
 
 
-async def _sandbox_roundtrip(backend: str, options: dict) -> tuple[str, dict]:
+async def sandbox_roundtrip(backend: str, options: dict) -> tuple[str, dict]:
     """Start a sandbox of ``backend`` (with ``options``) and run one cell: (timing detail,
     isolation record)."""
     from rlmd.sandbox import create_sandbox
@@ -188,7 +188,7 @@ def check_sandboxes() -> list[Check]:
             checks.append(Check(f"sandbox {backend}", "skip", reason, ""))
             continue
         try:
-            detail, record = asyncio.run(asyncio.wait_for(_sandbox_roundtrip(backend, options), 30))
+            detail, record = asyncio.run(asyncio.wait_for(sandbox_roundtrip(backend, options), 30))
         except Exception as exc:
             checks.append(
                 Check(
