@@ -6,7 +6,7 @@ from __future__ import annotations
 from typing import Any
 
 from rlmd import paths
-from rlmd.engine import EventSink, RunConfig, RunResult, run_task
+from rlmd.engine import EventSink, Executor, RunConfig, RunResult, run_task
 from rlmd.models.base import ModelNotAvailable
 from rlmd.models.registry import Registry
 
@@ -49,9 +49,11 @@ async def run_question(
     registry: Registry,
     sinks: tuple[EventSink, ...] = (),
     record: bool = True,
+    executor: Executor | None = None,
 ) -> RunResult:
     """Run one task and record it in the store (``paths.store_path()``) unless ``record`` is
-    false. Raises what :func:`rlmd.engine.run_task` raises and :class:`ModelNotAvailable`."""
+    false; child runs and batches through ``executor`` (default: here). Raises what
+    :func:`rlmd.engine.run_task` raises and :class:`ModelNotAvailable`."""
     check_models(registry, config)
     store = None
     if record:
@@ -60,7 +62,9 @@ async def run_question(
         store = Store(paths.store_path())
         sinks = (store.record, *sinks)
     try:
-        return await run_task(question, context, config, get_model=registry.get, sinks=sinks)
+        return await run_task(
+            question, context, config, get_model=registry.get, sinks=sinks, executor=executor
+        )
     finally:
         if store is not None:
             store.close()

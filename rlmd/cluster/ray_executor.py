@@ -30,6 +30,7 @@ import itertools
 import logging
 import os
 import pickle
+import socket
 import time
 import weakref
 from collections import OrderedDict
@@ -85,6 +86,7 @@ def connect(address: str = "auto", env: Sequence[str] = ()) -> None:
             f"[cluster] env names {', '.join(missing)}, not set in this environment: set "
             "them here, they are passed to the workers"
         )
+    _reachable(address)
     runtime_env = {"env_vars": {name: os.environ[name] for name in env}} if env else None
     ray.init(
         address=address,
@@ -93,6 +95,22 @@ def connect(address: str = "auto", env: Sequence[str] = ()) -> None:
         logging_level=logging.WARNING,
         log_to_driver=False,
     )
+
+
+def _reachable(address: str, timeout_s: float = 5.0) -> None:
+    """Fail fast when a ``HOST:PORT`` address does not accept connections (``ray.init``
+    would retry for minutes).
+
+    Raises:
+        ConnectionError: nothing listens there.
+    """
+    host, sep, port = address.removeprefix("ray://").rpartition(":")
+    if address == "auto" or not sep or not port.isdigit():
+        return
+    try:
+        socket.create_connection((host, int(port)), timeout=timeout_s).close()
+    except OSError as exc:
+        raise ConnectionError(f"no Ray cluster answers at {address}: {exc}") from None
 
 
 @dataclass

@@ -18,6 +18,7 @@ from typing import Any
 
 import rlmd
 from rlmd import config, paths
+from rlmd.engine import Executor
 from rlmd.engine.events import Event
 from rlmd.models.registry import Registry
 from rlmd.server.errors import SHUTTING_DOWN, CommandError
@@ -44,6 +45,8 @@ class DaemonOptions:
         max_client_backlog_bytes: unread output past which even a reading client is dropped
             (bounds the daemon's memory for a reader far slower than the output), bytes.
         store_path: the trajectory database (default: ``paths.store_path()``).
+        executor: where tasks' child runs and batches run (``rlmd serve --cluster``);
+            ``None``: in the daemon.
     """
 
     idle_timeout_s: float | None = 600.0
@@ -53,6 +56,7 @@ class DaemonOptions:
     client_stall_s: float = 30.0
     max_client_backlog_bytes: int = 1024 * 1024 * 1024
     store_path: str | None = None
+    executor: Executor | None = None
 
     def sweep_every(self) -> float:
         if self.sweep_interval_s is not None:
@@ -74,7 +78,9 @@ class DaemonCore:
         self.interrupted_at_start = self.store.mark_interrupted()
         self._configs: dict[str, tuple[tuple, config.Settings, Registry]] = {}
         self.workspaces = WorkspaceManager(self._settings_for, self._workspace_changed)
-        self.tasks = TaskManager(self._record, self.hub, self.workspaces)
+        self.tasks = TaskManager(
+            self._record, self.hub, self.workspaces, executor=self.options.executor
+        )
         self.connections: dict[str, Any] = {}
         self.socket_path: str | None = None
         #: the secret socket clients must send first (see rlmd.server.auth); None: none asked
