@@ -17,10 +17,10 @@ psutil = pytest.importorskip("psutil")
 
 from helpers import cluster_scripts  # noqa: E402
 from helpers.cli import rlmd  # noqa: E402
-from helpers.ray_cluster import LocalCluster  # noqa: E402
 from helpers.scripted import scripted_registry  # noqa: E402
 from helpers.server import Daemon, event, finished, make_project  # noqa: E402
 
+from bench.local_cluster import LocalCluster, tree_shape  # noqa: E402
 from rlmd.cluster.ray_executor import RayExecutor, connect  # noqa: E402
 from rlmd.engine import Budget, RunConfig, run_task  # noqa: E402
 from rlmd.engine.events import CellStarted, Event, RunFinished, RunStarted  # noqa: E402
@@ -67,26 +67,6 @@ def config(fn, **kw: Any) -> tuple[Any, RunConfig]:
     return registry, cfg
 
 
-def shape(run: dict[str, Any]) -> tuple:
-    """A run's stored tree without ids and times: its question, status, answer, and its
-    nodes (kind, children, child runs) with the runs under them, in a canonical order."""
-
-    def node(n: dict[str, Any]) -> tuple:
-        return (
-            n["kind"],
-            tuple(sorted(node(c) for c in n["children"])),
-            tuple(sorted(shape(r) for r in n["runs"])),
-        )
-
-    return (
-        run["question"],
-        run["status"],
-        run["answer"],
-        tuple(sorted(node(n) for n in run["nodes"])),
-        tuple(sorted(shape(r) for r in run["runs"])),
-    )
-
-
 def all_runs(tree: dict[str, Any]) -> list[dict[str, Any]]:
     found = [tree]
 
@@ -120,7 +100,7 @@ async def test_fan_out_over_both_nodes_gives_the_local_answer_and_tree(executor,
     assert local.status == remote.status == "completed"
     assert remote.answer == local.answer
     assert remote.answer.count(": 100000") == cluster_scripts.FAN_OUT
-    assert shape(remote_tree) == shape(local_tree)
+    assert tree_shape(remote_tree) == tree_shape(local_tree)
     # both nodes ran children, and the store says where each ran
     assert set(executor.stats.by_node) == {*cluster.node_ids()} - {getattr(cluster, "doomed", None)}
     assert min(executor.stats.by_node.values()) >= 1

@@ -1,4 +1,5 @@
-"""A real Ray cluster of several nodes on this machine for the cluster tests: ``ray start
+"""A real Ray cluster of several nodes on this machine, for the cluster tests and
+``bench/cluster_fanout.py``: ``ray start
 --head`` plus ``ray start --address`` per extra node, each a real raylet with its own
 object store (small: the machine is shared). Stopped by killing exactly the processes this
 helper started (found by its own temp folder), never ``ray stop`` (which would stop every
@@ -17,10 +18,11 @@ import sys
 import tempfile
 import time
 from pathlib import Path
+from typing import Any
 
 import psutil
 
-REPO = Path(__file__).resolve().parents[2]
+REPO = Path(__file__).resolve().parents[1]
 OBJECT_STORE_BYTES = 80 * 1024 * 1024
 
 
@@ -141,3 +143,25 @@ class LocalCluster:
             with contextlib.suppress(psutil.Error):
                 proc.kill()
         shutil.rmtree(self.temp, ignore_errors=True)
+
+
+def tree_shape(run: dict[str, Any]) -> tuple:
+    """A stored run tree (:meth:`rlmd.store.Store.tree`) without ids, times and numbers:
+    its question, status, answer, and its nodes (kind, children, child runs) with the runs
+    under them, in a canonical order. Two executors that ran the same tree give equal
+    shapes."""
+
+    def node(n: dict[str, Any]) -> tuple:
+        return (
+            n["kind"],
+            tuple(sorted(node(c) for c in n["children"])),
+            tuple(sorted(tree_shape(r) for r in n["runs"])),
+        )
+
+    return (
+        run["question"],
+        run["status"],
+        run["answer"],
+        tuple(sorted(node(n) for n in run["nodes"])),
+        tuple(sorted(tree_shape(r) for r in run["runs"])),
+    )
