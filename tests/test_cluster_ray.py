@@ -226,8 +226,9 @@ async def still_running(procs: list[Any], within_s: float) -> list[Any]:
 
 
 def _kernels_of(events: list[Event]) -> list[Any]:
-    """The processes under the node actors that ran the child runs (their kernels)."""
-    pids = {e.pid for e in events if isinstance(e, RunStarted) and e.depth == 1}
+    """The processes under the node actors that ran the child runs (their kernels; the
+    actor's pid is in ``sandbox.node``, the run's ``pid`` is the recording process's)."""
+    pids = {e.sandbox["node"]["pid"] for e in events if isinstance(e, RunStarted) and e.depth == 1}
     found = []
     for pid in pids:
         try:
@@ -293,7 +294,9 @@ async def test_a_lost_node_ends_its_runs_as_interrupted_and_leaves_no_process(cl
             if isinstance(e, RunStarted) and e.depth == 1 and e.sandbox["node"]["id"] == doomed
         ]
         assert on_doomed
-        doomed_procs = _kernels_of(on_doomed) + [psutil.Process(e.pid) for e in on_doomed]
+        doomed_procs = _kernels_of(on_doomed) + [
+            psutil.Process(e.sandbox["node"]["pid"]) for e in on_doomed
+        ]
         cluster.kill_node(doomed)
         await asyncio.wait_for(lost.wait(), 120)
         # the actor and every kernel it started are gone

@@ -85,8 +85,7 @@ class NodeRunner:
     async def run_child(
         self,
         job: dict[str, Any],
-        config: RunConfig,
-        get_model: Callable[[str], Model],
+        shared: dict[str, Any],
         context: Context,
     ) -> AsyncIterator[dict[str, Any]]:
         """Run one child run here; yields ``{"events": [event dicts]}`` as they happen, then
@@ -96,12 +95,16 @@ class NodeRunner:
         ``job``: ``tree``, ``run_id``, ``question``, ``depth``, ``parent_run_id``,
         ``parent_node_id``, ``root_run_id``, ``tools``, ``model`` (a name or ``None``) and
         ``ledger`` (``seq``, ``others`` :class:`Spend`, ``elapsed_s``, ``reserve_s``,
-        ``exhausted``).
+        ``exhausted``). ``shared``: the tree's ``config`` and ``models`` (its model lookup)
+        as object refs, fetched only by the tree's first run on this node.
         """
-        state = self._join(job, config, get_model)
+        loaded = None
+        if job["tree"] not in self.trees:
+            loaded = (await shared["config"], await shared["models"])
+        state = self._join(job, loaded)
         pending: list[dict[str, Any]] = []
         wake = asyncio.Event()
-        where = {"id": self.node_id, "host": self.host}
+        where = {"id": self.node_id, "host": self.host, "pid": os.getpid()}
 
         def sink(event: Event) -> None:
             if isinstance(event, RunStarted | SandboxStarted):  # record where it ran
@@ -158,12 +161,15 @@ class NodeRunner:
                 self.trees.pop(job["tree"], None)
 
     def _join(
-        self, job: dict[str, Any], config: RunConfig, get_model: Callable[[str], Model]
+        self, job: dict[str, Any], loaded: tuple[RunConfig, Callable[[str], Model]] | None
     ) -> _Tree:
-        """The tree's state here, made for its first run on this node."""
+        """The tree's state here, made (from ``loaded``: config, model lookup) for its first
+        run on this node."""
         led = job["ledger"]
         state = self.trees.get(job["tree"])
         if state is None:
+            assert loaded is not None, "a tree's first run here brings its config"
+            config, get_model = loaded
             ledger = NodeLedger(config.budget, led["reserve_s"], led["elapsed_s"])
             state = self.trees[job["tree"]] = _Tree(ledger, config, get_model)
         state.ledger.update(led["seq"], led["others"], led["exhausted"])

@@ -25,6 +25,7 @@ Sub-call batches (``llm_query_batched``) run where the run that asked for them r
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import hashlib
 import itertools
 import logging
@@ -260,7 +261,7 @@ class RayExecutor:
         self._load[node_id] += 1
         tree.live[node_id] = tree.live.get(node_id, 0) + 1
         stream = actor.run_child.options(num_returns="streaming").remote(
-            job, tree.config_ref, tree.models_ref, context
+            job, {"config": tree.config_ref, "models": tree.models_ref}, context
         )
         seen = _Seen(run_id, began)
         try:
@@ -357,6 +358,9 @@ class RayExecutor:
             return
         self.stats.event_latency_s.append(max(0.0, time.time() - event.ts))
         if isinstance(event, RunStarted):
+            # The store's "recording process" is this one (its sandbox.node says where the
+            # run ran): a root that dies leaves its remote runs to be marked interrupted.
+            event = dataclasses.replace(event, pid=os.getpid())
             seen.open[event.run_id] = event.depth
             if event.run_id == seen.run_id:
                 self.stats.dispatch_s.append(time.time() - seen.began)
