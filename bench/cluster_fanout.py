@@ -117,7 +117,7 @@ async def one_tree(
     events: list[Event] = []
     store = Store(store_path)
     question = f"fan out {n} {args.iterations} {args.latency}"
-    t0 = time.perf_counter()
+    t0, cpu0 = time.perf_counter(), time.process_time()
     try:
         result = await run_task(
             question,
@@ -127,7 +127,7 @@ async def one_tree(
             sinks=(store.record, events.append),
             executor=executor,
         )
-        wall = time.perf_counter() - t0
+        wall, cpu = time.perf_counter() - t0, time.process_time() - cpu0
         shape = tree_shape(store.tree(result.run_id))
     finally:
         store.close()
@@ -150,6 +150,8 @@ async def one_tree(
         "answer": result.answer,
         "shape": shape,
         "wall_s": wall,
+        "root_cpu_s": cpu,
+        "events": len(events),
         "dispatch_s": dispatch,
         "children": len(dispatch),
         "nodes": len(nodes),
@@ -207,6 +209,10 @@ def report(args: argparse.Namespace, data: dict[str, Any]) -> int:
     runs = data["runs"]
     local, ray_ = runs["local"], runs["ray"]
     wall = {k: statistics.median(r["wall_s"] for r in v) for k, v in runs.items()}
+    cpu = {
+        k: statistics.median(r["root_cpu_s"] for r in v) / args.children for k, v in runs.items()
+    }
+    events = statistics.median(r["events"] for r in runs["ray"]) / args.children
     disp = {k: _stats([d for r in v for d in r["dispatch_s"]]) for k, v in runs.items()}
     lat = (
         _stats(data["event_latency_s"])
@@ -242,6 +248,10 @@ def report(args: argparse.Namespace, data: dict[str, Any]) -> int:
         f"{overhead * 1000:.1f} ms (target < {TARGET_OVERHEAD_S * 1000:.0f} ms)"
     )
     print(
+        f"root process CPU per child: local {cpu['local'] * 1000:.1f} ms (it runs the children's "
+        f"engines too), ray {cpu['ray'] * 1000:.1f} ms (dispatch, events, store); {events:.0f} events per child"
+    )
+    print(
         f"event latency node -> root store: median {lat['median'] * 1000:.1f} ms, p95 {lat['p95'] * 1000:.1f} ms over {lat['n']} events"
     )
     print(f"same answer: {same_answer}; same stored tree: {same_tree}")
@@ -258,6 +268,8 @@ def report(args: argparse.Namespace, data: dict[str, Any]) -> int:
                 "one_by_one_dispatch_s": seq,
                 "burst_dispatch_difference_s": burst,
                 "wall_difference_per_child_s": amortised,
+                "root_cpu_per_child_s": cpu,
+                "events_per_child": events,
                 "event_latency_s": lat,
                 "ray_nodes": data["ray_nodes"],
                 "same_answer": same_answer,

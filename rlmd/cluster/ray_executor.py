@@ -192,7 +192,8 @@ class RayExecutor:
             self._starting = asyncio.Lock()
         async with self._starting:
             if not ray.is_initialized():
-                await asyncio.to_thread(connect, self.address, self.env)
+                # On this thread (once, ~1 s): Ray sets its signal handling up on the main one.
+                connect(self.address, self.env)
             if not self._actors:
                 await self._add_nodes()
             if not self._actors:
@@ -209,10 +210,18 @@ class RayExecutor:
             strategy = NodeAffinitySchedulingStrategy(node_id, soft=False)
             self._actors[node_id] = _Node.options(scheduling_strategy=strategy).remote()
             self._load[node_id] = 0
-        # One cheap call each: the actors are up before the first child run is timed.
-        await asyncio.gather(
-            *(a.tree_update.remote("", 0, Spend(), None) for a in self._actors.values())
+        # One cheap call each: the actors are up before the first child run is timed, and a
+        # node that died before the cluster noticed (its actor dies at once) is left out.
+        nodes = list(self._actors)
+        answers = await asyncio.gather(
+            *(self._actors[n].tree_update.remote("", 0, Spend(), None) for n in nodes),
+            return_exceptions=True,
         )
+        for node_id, answer in zip(nodes, answers, strict=True):
+            if isinstance(answer, RayError):
+                self._actors.pop(node_id, None)
+            elif isinstance(answer, BaseException):
+                raise answer
 
     def close(self) -> None:
         """Stop the node actors (a running child run on them ends as lost)."""
