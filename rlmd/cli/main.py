@@ -87,6 +87,12 @@ def _parser() -> argparse.ArgumentParser:
         help="run child runs on a Ray cluster (the user config's [cluster], or ADDRESS: "
         "auto | HOST:PORT | ray://HOST:PORT); needs the ray extra (docs/cluster.md)",
     )
+    r.add_argument(
+        "--samples",
+        type=int,
+        default=1,
+        help="self-consistency: K root runs in parallel, answers voted (default 1)",
+    )
 
     ls = sub.add_parser("runs", help="list recorded runs, newest first")
     ls.add_argument("--limit", type=int, default=20)
@@ -197,9 +203,10 @@ def _isolation_gap(run_config, required: bool) -> str | None:
 
     if run_config.sandbox != "subprocess":
         return None
-    return isolation.check(
-        create_sandbox(run_config.sandbox, **run_config.sandbox_options), required=required
-    )
+    sandbox = create_sandbox(run_config.sandbox, **run_config.sandbox_options)
+    gap = isolation.check(sandbox, required=required)
+    sandbox.warm()  # the run's kernel process starts up while the context loads
+    return gap
 
 
 def cmd_run(args: argparse.Namespace) -> int:
@@ -209,6 +216,8 @@ def cmd_run(args: argparse.Namespace) -> int:
     from rlmd.runner import run_question
 
     try:
+        if args.samples < 1:
+            raise ValueError(f"--samples must be at least 1, not {args.samples}")
         context = _read_context(args.context)
         project = context if isinstance(context, Path) and context.is_dir() else Path.cwd()
         settings = config.load(project)
@@ -271,6 +280,7 @@ def cmd_run(args: argparse.Namespace) -> int:
                 registry=registry,
                 sinks=sinks,
                 executor=executor,
+                samples=args.samples,
             )
         finally:
             await registry.aclose()
@@ -305,6 +315,7 @@ def cmd_run(args: argparse.Namespace) -> int:
                         "iterations": result.iterations,
                         "usage": result.usage,
                         "error": result.error,
+                        "vote": result.vote,
                         "store": str(paths.store_path()),
                     }
                 )
@@ -316,6 +327,17 @@ def cmd_run(args: argparse.Namespace) -> int:
                 err.print(
                     "[yellow]The run stopped before a final answer; this answer was extracted "
                     "from its work so far (marked 'extraction').[/]"
+                )
+            elif result.answer_source == "unverified":
+                err.print(
+                    "[yellow]Unverified answer: the checks doubted it (an error or 'not "
+                    "found' text, a missing file, a count over nothing, or a value no output "
+                    "showed) and the model gave it anyway; check it before relying on it.[/]"
+                )
+            if result.vote is not None:
+                tally = ", ".join(f"{v:g}x {k[:40]!r}" for k, v in result.vote["tally"].items())
+                err.print(
+                    f"[dim]vote over {len(result.vote['samples'])} samples: {markup(tally)}[/]"
                 )
             write_answer(result.answer)
         else:
