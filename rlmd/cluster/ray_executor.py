@@ -88,6 +88,7 @@ def connect(address: str = "auto", env: Sequence[str] = ()) -> None:
             "them here, they are passed to the workers"
         )
     _reachable(address)
+    _cluster_news_to_stderr()
     runtime_env = {"env_vars": {name: os.environ[name] for name in env}} if env else None
     ray.init(
         address=address,
@@ -96,6 +97,21 @@ def connect(address: str = "auto", env: Sequence[str] = ()) -> None:
         logging_level=logging.WARNING,
         log_to_driver=False,
     )
+
+
+def _cluster_news_to_stderr() -> None:
+    """Ray's driver prints the cluster's error messages ("node ... marked dead") to stdout;
+    rlmd's stdout is the answer (``rlmd run --json``), so they go to stderr."""
+    worker = getattr(getattr(ray, "_private", None), "worker", None)
+    original = getattr(worker, "print_to_stdstream", None)
+    if worker is None or original is None or getattr(original, "rlmd_stderr", False):
+        return
+
+    def to_stderr(data: dict[str, Any], ignore_prefix: bool) -> None:
+        original({**data, "is_err": True}, ignore_prefix)
+
+    to_stderr.rlmd_stderr = True  # type: ignore[attr-defined]
+    worker.print_to_stdstream = to_stderr
 
 
 def _reachable(address: str, timeout_s: float = 5.0) -> None:
