@@ -227,6 +227,10 @@ def report(args: argparse.Namespace, data: dict[str, Any]) -> int:
         r["answer"] == local[0]["answer"] and r["status"] == "completed" for r in local + ray_
     )
     same_tree = all(r["shape"] == local[0]["shape"] for r in local + ray_)
+    for name, rs in runs.items():  # say what differs, so a missed target can be read
+        for i, r in enumerate(rs):
+            if r["answer"] != local[0]["answer"] or r["shape"] != local[0]["shape"]:
+                print(f"differs: {name} round {i}: {r['status']}: {str(r['answer'])[:300]}")
     load = os.getloadavg()
     print(
         f"fan-out of {args.children} children x {args.iterations} iterations, model latency {args.latency * 1000:.0f} ms, {args.rounds} rounds; load {load[0]:.1f} {load[1]:.1f} {load[2]:.1f}"
