@@ -95,10 +95,12 @@ def limit_hint(error: str | None, limits: Limits) -> str | None:
     return None
 
 
-def timed_out_text(timeout: float, *, stopped: bool) -> str:
+def timed_out_text(timeout: float, *, stopped: bool, cause: str = "") -> str:
     """The start of a timed-out cell's error: it stopped when interrupted (``stopped``; the
-    REPL state is kept) or did not (the caller says what happened next)."""
-    head = f"cell timed out after {timeout:g} s ({limit_phrase('wall_s', timeout)}) and "
+    REPL state is kept) or did not (the caller says what happened next); ``cause`` says what
+    it was waiting on (see :func:`rlmd.sandbox.clock.timeout_cause`)."""
+    head = f"cell timed out after {timeout:g} s ({limit_phrase('wall_s', timeout)})"
+    head += f"; {cause}; it " if cause else " and "
     if stopped:
         return head + (
             "was interrupted; the REPL state is kept (variables assigned before the "
@@ -126,14 +128,19 @@ def notice_text(what: str, lost: list[str]) -> str:
 
 
 def note_stop(
-    result: CellResult, timeout: float | None, *, timed_out: bool, interrupted: bool
+    result: CellResult,
+    timeout: float | None,
+    *,
+    timed_out: bool,
+    interrupted: bool,
+    cause: str = "",
 ) -> CellResult:
     """Mark a cell that finished after a timeout (``timed_out``, with ``timeout`` seconds)
     or an interrupt: its error starts with the standard message. Returns ``result``."""
     if timed_out:
         assert timeout is not None
         result.timed_out = True
-        result.error = timed_out_text(timeout, stopped=True) + (result.error or "")
+        result.error = timed_out_text(timeout, stopped=True, cause=cause) + (result.error or "")
     elif interrupted:
         result.error = "the cell was interrupted; the REPL state is kept.\n" + (result.error or "")
     return result

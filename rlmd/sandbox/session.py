@@ -29,6 +29,7 @@ from typing import Any
 
 from rlmd.sandbox.base import CallHandler, CellResult, Sandbox, SandboxError, VarInfo
 from rlmd.sandbox.channel import KernelDied, exec_done_problem, result_from_kernel, wait
+from rlmd.sandbox.clock import CellTimeout, timeout_cause, wait_cell
 from rlmd.sandbox.limits import Limits
 from rlmd.sandbox.messages import (
     AFTER_RESTART,
@@ -301,13 +302,15 @@ class SandboxSession(Sandbox):
 
     # -- cells --------------------------------------------------------------------------------
 
-    async def execute(self, code: str, *, timeout_s: float | None = None) -> CellResult:
+    async def execute(
+        self, code: str, *, timeout_s: float | None = None, wall_limit_s: float | None = None
+    ) -> CellResult:
         timeout = self.timeout_s if timeout_s is None else timeout_s
         async with self._lock:
             t0 = time.perf_counter()
             kernel = await self._live()
             notice = self.bound.take_notice()
-            timed_out = False
+            timed_out, cause = False, ""
             try:
                 rid, fut = kernel.request(
                     {"op": "exec", "code": code, "max_output": self.max_output_chars}
@@ -316,14 +319,17 @@ class SandboxSession(Sandbox):
                 self._running, self._interrupted = (kernel, fut), False
                 self.state = SandboxState.RUNNING
                 try:
-                    # The wall-clock limit covers the code; the variable previews after it
-                    # (model-defined __repr__) have their own bound in the kernel.
-                    await wait(asyncio.shield(ran), timeout)
+                    # The wall-clock limit covers the code, not time blocked on sub-calls
+                    # (rlmd.sandbox.clock); the variable previews after it (model-defined
+                    # __repr__) have their own bound in the kernel.
+                    await wait_cell(ran, kernel.clock, timeout, wall_limit_s)
                     grace = None if timeout is None else PREVIEW_GRACE_S
                     msg = await wait(asyncio.shield(fut), grace)
-                except TimeoutError:
+                except TimeoutError as exc:
                     # Past the wall-clock limit: interrupt, then kill if it will not stop.
-                    timed_out = True
+                    timed_out, cause = True, timeout_cause(kernel.clock, exc)
+                    if isinstance(exc, CellTimeout):
+                        timeout = exc.limit_s
                     if not await self._stop_cell(kernel, fut, "timeout"):
                         raise KernelDied() from None
                     msg = fut.result()
@@ -334,7 +340,7 @@ class SandboxSession(Sandbox):
                     self._stopping = asyncio.ensure_future(self._stop_orphan(kernel, rid, fut))
                 raise
             except KernelDied:
-                return with_notice(await self._died(kernel, t0, timeout, timed_out), notice)
+                return with_notice(await self._died(kernel, t0, timeout, timed_out, cause), notice)
             finally:
                 self._running = None
                 if self.state is SandboxState.RUNNING:
@@ -345,9 +351,11 @@ class SandboxSession(Sandbox):
                 # protocol error, never the run's failure. Replace the kernel, tell the model.
                 kernel.protocol_error = f"kernel protocol error: {problem}"
                 await kernel.kill()
-                return with_notice(await self._died(kernel, t0, timeout, timed_out), notice)
+                return with_notice(await self._died(kernel, t0, timeout, timed_out, cause), notice)
             result = await self._result(kernel, rid, msg["result"], t0)
-            note_stop(result, timeout, timed_out=timed_out, interrupted=self._interrupted)
+            note_stop(
+                result, timeout, timed_out=timed_out, interrupted=self._interrupted, cause=cause
+            )
             return with_notice(result, notice)
 
     async def interrupt(self) -> bool:
@@ -410,7 +418,12 @@ class SandboxSession(Sandbox):
         return result
 
     async def _died(
-        self, kernel: KernelHandle, t0: float, timeout: float | None, timed_out: bool
+        self,
+        kernel: KernelHandle,
+        t0: float,
+        timeout: float | None,
+        timed_out: bool,
+        cause: str = "",
     ) -> CellResult:
         """The result of a cell whose kernel died (or was killed); restarts the kernel."""
         if self._closed:
@@ -422,7 +435,7 @@ class SandboxSession(Sandbox):
         timed_out = timed_out or kernel.kill_reason == "timeout"
         if timed_out:
             assert timeout is not None
-            error = restarted_text(timed_out_text(timeout, stopped=False), lost)
+            error = restarted_text(timed_out_text(timeout, stopped=False, cause=cause), lost)
         elif kernel.kill_reason == "interrupt":
             error = restarted_text(
                 f"the cell did not stop within {self.interrupt_grace_s:g} s of an interrupt", lost
