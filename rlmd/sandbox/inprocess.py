@@ -48,6 +48,7 @@ UNCONTAINED = frozenset(
         "background_process",
         "fd_output_flood",
         "write_outside",
+        "fill_disk",
     }
 )
 """Hostile-code cases (names as in ``tests/test_sandbox_hostile.py``) the in-process
@@ -206,6 +207,7 @@ class InProcessSandbox(Sandbox):
                 "processes": None,
                 "open_files": None,
                 "file_size_bytes": None,
+                "disk_bytes": None,
                 "output_bytes": "capture cap" if lim.output_bytes else None,
                 "network": None,
             },

@@ -18,6 +18,7 @@ LABELS = {
     "processes": "process count",
     "open_files": "open files",
     "file_size_bytes": "file size",
+    "disk_bytes": "working folder size",
     "output_bytes": "output",
     "network": "network",
 }
@@ -68,6 +69,7 @@ _HINTS: tuple[tuple[str, tuple[str, ...], tuple[str, ...]], ...] = (
     ("memory_bytes", ("MemoryError",), ()),
     ("file_size_bytes", ("[Errno 27]", "File too large"), ()),
     ("open_files", ("[Errno 24]", "Too many open files"), ()),
+    ("disk_bytes", ("[Errno 28]", "No space left on device"), ()),
     (
         "processes",
         ("[Errno 11]", "can't start new thread"),

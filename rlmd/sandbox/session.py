@@ -27,6 +27,7 @@ import logging
 import time
 from typing import Any
 
+from rlmd.sandbox import workdirs
 from rlmd.sandbox.base import CallHandler, CellResult, Sandbox, SandboxError, VarInfo
 from rlmd.sandbox.channel import KernelDied, exec_done_problem, result_from_kernel, wait
 from rlmd.sandbox.clock import CellTimeout, timeout_cause, wait_cell
@@ -49,6 +50,9 @@ PREVIEW_GRACE_S = 10.0
 """Seconds a cell's result may take after its code finished (the kernel's ``ran`` frame):
 the previews' own bound (``rlmd.kernel.core.PREVIEW_BUDGET_S``) plus sending a large
 result over a slow channel. A forged ``ran`` frame buys the code at most this much."""
+
+DISK_WATCH_S = 0.25
+"""Seconds between two looks at a watched working folder's size while a cell runs."""
 
 log = logging.getLogger(__name__)
 
@@ -311,6 +315,7 @@ class SandboxSession(Sandbox):
             kernel = await self._live()
             notice = self.bound.take_notice()
             timed_out, cause = False, ""
+            watch: asyncio.Task[None] | None = None
             try:
                 rid, fut = kernel.request(
                     {"op": "exec", "code": code, "max_output": self.max_output_chars}
@@ -318,6 +323,7 @@ class SandboxSession(Sandbox):
                 ran = kernel.ran_future(rid)
                 self._running, self._interrupted = (kernel, fut), False
                 self.state = SandboxState.RUNNING
+                watch = self._watch_disk(kernel)
                 try:
                     # The wall-clock limit covers the code, not time blocked on sub-calls
                     # (rlmd.sandbox.clock); the variable previews after it (model-defined
@@ -342,6 +348,8 @@ class SandboxSession(Sandbox):
             except KernelDied:
                 return with_notice(await self._died(kernel, t0, timeout, timed_out, cause), notice)
             finally:
+                if watch is not None:
+                    watch.cancel()
                 self._running = None
                 if self.state is SandboxState.RUNNING:
                     self.state = SandboxState.READY
@@ -357,6 +365,29 @@ class SandboxSession(Sandbox):
                 result, timeout, timed_out=timed_out, interrupted=self._interrupted, cause=cause
             )
             return with_notice(result, notice)
+
+    def _watch_disk(self, kernel: KernelHandle) -> asyncio.Task[None] | None:
+        """While a cell runs, a task that kills ``kernel`` when its working folder holds
+        more than ``limits.disk_bytes``, only where no mount caps the folder (the isolation
+        record says ``host watch``). Best effort: a check every :data:`DISK_WATCH_S`."""
+        cap, folder = self.limits.disk_bytes, self.workdir
+        how = (self.isolation.get("enforced") or {}).get("disk_bytes") or ""
+        if not cap or folder is None or not how.startswith("host watch"):
+            return None
+        if workdirs.capped(folder):
+            return None
+
+        async def watch() -> None:
+            while not kernel.dead:
+                await asyncio.sleep(DISK_WATCH_S)
+                used = await asyncio.to_thread(workdirs.usage, folder)
+                if used > cap:
+                    log.info("%s: working folder holds %d bytes, over %d", kernel.label, used, cap)
+                    kernel.kill_reason = "disk_bytes"
+                    await kernel.kill()
+                    return
+
+        return asyncio.ensure_future(watch())
 
     async def interrupt(self) -> bool:
         """``KeyboardInterrupt`` in the running cell (its host calls fail first; variables
@@ -436,6 +467,12 @@ class SandboxSession(Sandbox):
         if timed_out:
             assert timeout is not None
             error = restarted_text(timed_out_text(timeout, stopped=False, cause=cause), lost)
+        elif kernel.kill_reason == "disk_bytes":
+            error = limit_message("disk_bytes", self.limits.disk_bytes, restarted=True, lost=lost)
+            error += (
+                " The files stay in the working folder: delete the ones you do not need "
+                f"before writing more. {AFTER_RESTART}"
+            )
         elif kernel.kill_reason == "interrupt":
             error = restarted_text(
                 f"the cell did not stop within {self.interrupt_grace_s:g} s of an interrupt", lost

@@ -38,6 +38,7 @@ import signal
 from pathlib import Path
 from typing import Any
 
+from rlmd.sandbox import workdirs
 from rlmd.sandbox.base import CallHandler, SandboxError
 from rlmd.sandbox.docker import engine as docker_host
 from rlmd.sandbox.docker import images
@@ -251,6 +252,7 @@ class ContainerTransport(Transport):
                 "processes": "cgroup pids" if lim.processes else None,
                 "open_files": "RLIMIT_NOFILE" if lim.open_files else None,
                 "file_size_bytes": "RLIMIT_FSIZE" if lim.file_size_bytes else None,
+                "disk_bytes": workdirs.enforcement(lim.disk_bytes),
                 "output_bytes": "host cap" if lim.output_bytes else None,
                 "network": "bridge network" if lim.network else "no network (network_mode none)",
             },

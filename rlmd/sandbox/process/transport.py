@@ -25,7 +25,6 @@ import contextlib
 import functools
 import logging
 import os
-import shutil
 import signal
 import subprocess
 import sys
@@ -33,6 +32,7 @@ import threading
 import weakref
 from typing import Any
 
+from rlmd.sandbox import workdirs
 from rlmd.sandbox.base import CallHandler
 from rlmd.sandbox.files import (
     context_file,
@@ -372,7 +372,7 @@ class ProcessTransport(Transport):
             out |= {"kill_parent", "proc_environ", "background_process"}
         if iso.wrapper != "bwrap":
             out.add("read_home")
-        if "pids" not in iso.controllers:
+        if iso.enforced()["processes"] is None:
             out.add("fork_bomb")
         if not iso.seccomp:
             out.add("user_namespace")
@@ -399,9 +399,7 @@ class ProcessTransport(Transport):
             if process is None:
                 process = processes.launch(spec)
             self._workdir = process.workdir
-            self._workdir_finalizer = weakref.finalize(
-                self, shutil.rmtree, self._workdir, ignore_errors=True
-            )
+            self._workdir_finalizer = weakref.finalize(self, workdirs.remove, self._workdir)
         else:  # a restart, in the same folder
             process = processes.launch(self.spec(), self._workdir)
         return await self._attach(process, handler, cap, start_timeout_s)
