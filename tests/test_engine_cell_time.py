@@ -107,7 +107,7 @@ async def test_a_cell_waiting_on_slow_sub_calls_keeps_their_results():
     # the system prompt states the rule and the limit
     system = seen[0][0]["content"]
     assert "A block may run 1 seconds of its own time" in system
-    assert "waiting on llm_query/rlm_query is not counted" in system
+    assert "waiting on llm_query, llm_map or rlm_query is not counted" in system
 
 
 async def test_the_run_wall_clock_still_cuts_a_cell_waiting_on_sub_calls():

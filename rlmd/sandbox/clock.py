@@ -2,7 +2,7 @@
 
 The rule (issue 11 #16): a cell's own time limit (``timeout_s``, the ``wall_s`` limit and
 the run's ``cell_timeout_s``) counts the time the cell's code runs and the time it waits on
-the user's host tools, **not** the time it is blocked on sub-calls (``llm_query``,
+the user's host tools, **not** the time it is blocked on sub-calls (``llm_query``, ``llm_map``,
 ``rlm_query`` and their batched forms): those are bounded by the models' own timeouts and
 the run's budget, and a cell that only waits on slow sub-calls must not lose their results.
 The run's wall-clock budget still bounds the whole cell, sub-calls included
@@ -17,7 +17,9 @@ import time
 from collections.abc import Awaitable
 from typing import Any
 
-SUB_CALLS = frozenset({"llm_query", "llm_query_batched", "rlm_query", "rlm_query_batched"})
+SUB_CALLS = frozenset(
+    {"llm_query", "llm_query_batched", "llm_map", "rlm_query", "rlm_query_batched"}
+)
 """Host functions whose waiting time does not count toward the cell's own limit."""
 
 
@@ -86,7 +88,7 @@ async def wait_cell(
     """
     fut = asyncio.ensure_future(done)
     if timeout_s is None and wall_limit_s is None:
-        return await asyncio.shield(fut)
+        return await asyncio.shield(fut)  # cancelling the caller leaves the cell to stop
     t0, blocked0 = time.monotonic(), clock.blocked_s()
     while True:
         elapsed = time.monotonic() - t0
@@ -95,18 +97,16 @@ async def wait_cell(
             left.append(timeout_s - (elapsed - (clock.blocked_s() - blocked0)))
         if wall_limit_s is not None:
             left.append(wall_limit_s - elapsed)
-        remaining = min(left)
-        if remaining <= 0:
+        if min(left) <= 0:
             if wall_limit_s is not None and elapsed >= wall_limit_s:
                 raise CellTimeout(wall_limit_s, wall=True)
             assert timeout_s is not None
             raise CellTimeout(timeout_s, wall=False)
-        try:
-            return await asyncio.wait_for(asyncio.shield(fut), remaining)
-        except TimeoutError:
-            if fut.done():
-                return fut.result()
-            # time blocked on sub-calls meanwhile moved the deadline: look again
+        # asyncio.wait never cancels ``fut`` (no shield needed); time blocked on sub-calls
+        # meanwhile moves the deadline, so look again when it passes.
+        await asyncio.wait((fut,), timeout=min(left))
+        if fut.done():
+            return fut.result()
 
 
 def timeout_cause(clock: CallClock, exc: BaseException | None = None) -> str:
