@@ -256,3 +256,21 @@ def test_an_extracted_answer_loses_its_fence():
     assert unfence("```text\npkg/a.py\n```\n") == "pkg/a.py"
     assert unfence("The answer is ```42```.") == "The answer is ```42```."
     assert unfence("```\na\n```\nand\n```\nb\n```") == "```\na\n```\nand\n```\nb\n```"
+
+
+async def test_a_cell_repeated_a_third_time_is_not_run_again():
+    seen = []
+
+    def root(messages):
+        seen.append(messages)
+        if turn_of(messages) < 4:
+            return repl("print('counting', len(context))")
+        return repl("FINAL(len(context))")
+
+    result = await go(scripted_registry(root=root, sub=root), "q", "abcd", config())
+    assert (result.status, result.answer, result.iterations) == ("completed", "4", 5)
+    runs = [last_user(m) for m in seen[1:]]
+    assert "[cell 1]" in runs[0] and "[cell 1]" in runs[1]  # the first repeat still runs
+    assert "same code as in your previous turn" in runs[1]
+    for skipped in runs[2:4]:
+        assert "[cell 1]" not in skipped and "I did not run it again" in skipped

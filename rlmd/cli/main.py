@@ -195,9 +195,10 @@ def _isolation_gap(run_config, required: bool) -> str | None:
 
     if run_config.sandbox != "subprocess":
         return None
-    return isolation.check(
-        create_sandbox(run_config.sandbox, **run_config.sandbox_options), required=required
-    )
+    sandbox = create_sandbox(run_config.sandbox, **run_config.sandbox_options)
+    gap = isolation.check(sandbox, required=required)
+    sandbox.warm()  # the run's kernel process starts up while the context loads
+    return gap
 
 
 def cmd_run(args: argparse.Namespace) -> int:

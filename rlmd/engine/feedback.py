@@ -48,6 +48,7 @@ class LoopState:
         previous_blocks: the code blocks of the previous turn.
         concern: why the verifier doubts the answer just judged (questioned, or accepted
             as ``"unverified"``), else ``None``.
+        repeats: turns in a row whose code equals the previous turn's.
     """
 
     messages: list[Message] = field(default_factory=list)
@@ -61,6 +62,7 @@ class LoopState:
     kernel_deaths: int = 0
     previous_blocks: list[str] = field(default_factory=list)
     concern: verify.Concern | None = None
+    repeats: int = 0
 
     def say(self, text: str) -> None:
         """Append a user message to the conversation."""
@@ -203,6 +205,21 @@ def judge_final(
     return Verdict.ACCEPT
 
 
+MAX_REPEATS_RUN = 1
+"""An identical turn is run again once (a cell may read something that changed); from the
+second repeat on it is not run: the 1.5B model re-ran one cell three to five times although
+its output already held the answer (issue 15)."""
+
+
+def skip_repeat(state: LoopState, blocks: list[str]) -> bool:
+    """Count a turn whose code equals the previous turn's; whether it should not run (its
+    last run worked: repeats after errors or kernel deaths are left to those rules)."""
+    state.repeats = state.repeats + 1 if blocks == state.previous_blocks else 0
+    return (
+        state.repeats > MAX_REPEATS_RUN and state.errors_in_a_row == 0 and state.kernel_deaths == 0
+    )
+
+
 def end_of_turn(
     state: LoopState, blocks: list[str], all_failed: bool, budget: Budget, i: int
 ) -> list[str]:
@@ -213,7 +230,7 @@ def end_of_turn(
         BudgetExhausted: ``max_errors``, after too many turns in a row whose cells all raised.
     """
     notes = []
-    if blocks == state.previous_blocks:
+    if blocks == state.previous_blocks and state.repeats <= MAX_REPEATS_RUN:
         notes.append(prompts.REPEATED)
     state.previous_blocks = blocks
     state.errors_in_a_row = state.errors_in_a_row + 1 if all_failed else 0

@@ -288,6 +288,13 @@ class RLMRun:
         """
         cfg, state = self.cfg, self.state
         notes, all_failed = [], True
+        if feedback.skip_repeat(state, blocks):
+            notes = [
+                prompts.REPEATED_NOT_RUN,
+                *feedback.end_of_turn(state, blocks, False, cfg.budget, i),
+            ]
+            state.say("\n\n".join(notes))
+            return None
         for b, code in enumerate(blocks):
             result = await self._run_cell(it_node, b, code, sandbox)
             if result.final is None:

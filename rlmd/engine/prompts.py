@@ -247,6 +247,13 @@ REPEATED = (
     "otherwise try something different."
 )
 
+REPEATED_NOT_RUN = (
+    "You sent the same code a third time in a row, so I did not run it again: its output is "
+    "in my earlier messages and would be the same. Read that output: if it holds what the "
+    "question asks, compute the answer from it with new code (count, filter, pick) or call "
+    "FINAL(...) with it; otherwise search another way."
+)
+
 FINAL_NAME_ERROR = (
     "Your FINAL(...) named `{name}`, which is not defined, so nothing was answered. Put the "
     'value itself in FINAL, e.g. FINAL("the text you found") or FINAL(42), or the name of a '
