@@ -33,7 +33,6 @@ import contextlib
 import functools
 import logging
 import os
-import shutil
 import signal
 from pathlib import Path
 from typing import Any
@@ -360,7 +359,7 @@ class ContainerTransport(Transport):
 
     async def close(self) -> None:
         if self._workdir is not None:
-            shutil.rmtree(self._workdir, ignore_errors=True)
+            workdirs.remove(self._workdir)
             self._workdir = None
 
     # -- files ------------------------------------------------------------------------------
