@@ -11,6 +11,7 @@
     rlmd serve [--stdio] [--idle-timeout S] [--log-file FILE]
     rlmd attach --stdio [--no-start]
     rlmd doctor [--json] [--no-sandboxes]
+    rlmd mcp | acp [--workspace DIR] [--model NAME] [--max-usd X] ...
     rlmd sandbox build NAME | ls [--json] | reap
 
 Exit codes: 0 success (``run``: the run completed), 1 the run ended without completing
@@ -99,12 +100,14 @@ def _parser() -> argparse.ArgumentParser:
     pull = msub.add_parser("pull", help="install a known local model into the rlmd home")
     pull.add_argument("name")
 
+    from rlmd.cli.doors import add_door_commands
     from rlmd.cli.sandbox import add_parser as add_sandbox_command
     from rlmd.cli.serve import add_server_commands
 
     add_sandbox_command(sub)
 
     add_server_commands(sub)
+    add_door_commands(sub)
     t = sub.add_parser("tui", help="the terminal UI: browse, search and follow runs; launch tasks")
     t.add_argument("--socket", help="daemon socket (default: the rlmd home's)")
     t.add_argument("--store", help="trajectory store to browse when no daemon runs")
@@ -137,6 +140,8 @@ def main(argv: list[str] | None = None) -> int:
             "doctor": cmd_server,
             "tui": cmd_tui,
             "sandbox": cmd_sandbox,
+            "mcp": cmd_door,
+            "acp": cmd_door,
         }[args.command](args)
     except KeyboardInterrupt:
         err.print("[yellow]interrupted[/]")
@@ -403,6 +408,12 @@ def cmd_server(args: argparse.Namespace) -> int:
     from rlmd.cli.serve import run_server_command
 
     return run_server_command(args)
+
+
+def cmd_door(args: argparse.Namespace) -> int:
+    from rlmd.cli.doors import run_door_command
+
+    return run_door_command(args)
 
 
 def cmd_models(args: argparse.Namespace) -> int:
