@@ -80,6 +80,12 @@ def _parser() -> argparse.ArgumentParser:
         "--json", action="store_true", help="print one JSON object instead of the answer"
     )
     r.add_argument("--quiet", "-q", action="store_true", help="no progress on stderr")
+    r.add_argument(
+        "--samples",
+        type=int,
+        default=1,
+        help="self-consistency: K root runs in parallel, answers voted (default 1)",
+    )
 
     ls = sub.add_parser("runs", help="list recorded runs, newest first")
     ls.add_argument("--limit", type=int, default=20)
@@ -209,9 +215,10 @@ def _isolation_gap(run_config, required: bool) -> str | None:
 
     if run_config.sandbox != "subprocess":
         return None
-    return isolation.check(
-        create_sandbox(run_config.sandbox, **run_config.sandbox_options), required=required
-    )
+    sandbox = create_sandbox(run_config.sandbox, **run_config.sandbox_options)
+    gap = isolation.check(sandbox, required=required)
+    sandbox.warm()  # the run's kernel process starts up while the context loads
+    return gap
 
 
 def cmd_run(args: argparse.Namespace) -> int:
@@ -221,6 +228,8 @@ def cmd_run(args: argparse.Namespace) -> int:
     from rlmd.runner import run_question
 
     try:
+        if args.samples < 1:
+            raise ValueError(f"--samples must be at least 1, not {args.samples}")
         context = _read_context(args.context)
         project = context if isinstance(context, Path) and context.is_dir() else Path.cwd()
         settings = config.load(project)
@@ -270,7 +279,12 @@ def cmd_run(args: argparse.Namespace) -> int:
         asyncio.get_running_loop().add_signal_handler(signal.SIGTERM, asyncio.current_task().cancel)
         try:
             return await run_question(
-                args.question, context, run_config, registry=registry, sinks=sinks
+                args.question,
+                context,
+                run_config,
+                registry=registry,
+                sinks=sinks,
+                samples=args.samples,
             )
         finally:
             await registry.aclose()
@@ -303,6 +317,7 @@ def cmd_run(args: argparse.Namespace) -> int:
                         "iterations": result.iterations,
                         "usage": result.usage,
                         "error": result.error,
+                        "vote": result.vote,
                         "store": str(paths.store_path()),
                     }
                 )
@@ -314,6 +329,17 @@ def cmd_run(args: argparse.Namespace) -> int:
                 err.print(
                     "[yellow]The run stopped before a final answer; this answer was extracted "
                     "from its work so far (marked 'extraction').[/]"
+                )
+            elif result.answer_source == "unverified":
+                err.print(
+                    "[yellow]Unverified answer: the checks doubted it (an error or 'not "
+                    "found' text, a missing file, a count over nothing, or a value no output "
+                    "showed) and the model gave it anyway; check it before relying on it.[/]"
+                )
+            if result.vote is not None:
+                tally = ", ".join(f"{v:g}x {k[:40]!r}" for k, v in result.vote["tally"].items())
+                err.print(
+                    f"[dim]vote over {len(result.vote['samples'])} samples: {markup(tally)}[/]"
                 )
             write_answer(result.answer)
         else:
