@@ -61,7 +61,7 @@ async def test_ask_streams_progress_and_matches_the_store(daemon, tmp_path):
     cells = (
         "x = llm_query('hi')\nprint(x)",
         "y = rlm_query('sub question')\nprint(y)",
-        "FINAL('helper returns 42, see pkg/core.py:2 (not gone.py:3)')",
+        "FINAL('helper returns 42, see pkg/core.py:2 and the README.md:1 title')",
     )
     progress: list[tuple[float, str | None]] = []
 
@@ -78,10 +78,12 @@ async def test_ask_streams_progress_and_matches_the_store(daemon, tmp_path):
         )
         assert not result.is_error
         out = result.structured_content
-        assert out["answer"] == "helper returns 42, see pkg/core.py:2 (not gone.py:3)"
+        assert out["answer"] == "helper returns 42, see pkg/core.py:2 and the README.md:1 title"
         assert out["status"] == "completed" and out["ending"] == "completed"
-        # only the reference to a file that exists is a citation
-        assert [(c["path"], c["line"]) for c in out["citations"]] == [("pkg/core.py", 2)]
+        assert [(c["path"], c["line"]) for c in out["citations"]] == [
+            ("pkg/core.py", 2),
+            ("README.md", 1),
+        ]
         assert out["citations"][0]["uri"] == (project / "pkg/core.py").as_uri() + "#L2"
         assert out["run_id"] in result.content[0].text
         assert progress and any("child run" in (m or "") for _, m in progress)
@@ -178,3 +180,18 @@ async def test_a_daemon_error_is_a_tool_error(daemon, tmp_path):
         assert result.is_error and "no-such-model" in result.content[0].text
         missing = await session.call_tool("trajectory", {"run_id": "ffffffffffff"})
         assert missing.is_error
+
+
+def test_citations_name_only_files_of_the_workspace(tmp_path):
+    from rlmd.frontdoors.link import citations
+
+    project = make_project(tmp_path)
+    (tmp_path / "outside.py").write_text("x = 1\n")
+    answer = (
+        "see pkg/core.py:1-2, gone.py:3, ../outside.py:1, pkg/core.py:1-2 again and `README.md:1`"
+    )
+    assert [(c["path"], c["line"], c["end_line"]) for c in citations(answer, project)] == [
+        ("pkg/core.py", 1, 2),
+        ("README.md", 1, None),
+    ]
+    assert citations(None, project) == [] and citations("no refs", project) == []
