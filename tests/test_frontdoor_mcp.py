@@ -6,6 +6,7 @@ from __future__ import annotations
 import asyncio
 import json
 import os
+import signal
 import sys
 from contextlib import asynccontextmanager
 
@@ -195,3 +196,30 @@ def test_citations_name_only_files_of_the_workspace(tmp_path):
         ("README.md", 1, None),
     ]
     assert citations(None, project) == [] and citations("no refs", project) == []
+
+
+async def test_starts_the_users_daemon_when_none_runs_and_keeps_it_warm(tmp_path):
+    home = tmp_path / "home"
+    home.mkdir()
+    project = make_project(tmp_path)
+    params = StdioServerParameters(
+        command=sys.executable,
+        args=["-m", "rlmd", "mcp", "--workspace", str(project), "--model", CELLS],
+        env={"RLMD_HOME": str(home), "PYTHONPATH": os.pathsep.join(sys.path)},
+    )
+    pid_file = home / "run" / "daemon.pid"
+    pid = None
+    try:
+        async with mcp_session(params) as session:
+            first = await session.call_tool("ask", {"question": question("w = 5")})
+            assert first.structured_content["status"] == "completed"
+            pid = int(pid_file.read_text())
+            os.kill(pid, 0)  # the daemon it started is alive
+        # a second MCP server attaches to the same daemon: the REPL is still warm
+        async with mcp_session(params) as session:
+            second = await session.call_tool("ask", {"question": question("FINAL(str(w * 2))")})
+            assert second.structured_content["answer"] == "10"
+        assert int(pid_file.read_text()) == pid
+    finally:
+        if pid is not None:
+            os.kill(pid, signal.SIGTERM)
