@@ -223,3 +223,32 @@ async def test_starts_the_users_daemon_when_none_runs_and_keeps_it_warm(tmp_path
     finally:
         if pid is not None:
             os.kill(pid, signal.SIGTERM)
+
+
+async def test_a_client_that_abandons_ask_cancels_the_run(daemon, tmp_path):
+    project = make_project(tmp_path)
+    async with mcp_session(server_params(daemon, project)) as session:
+        ask = asyncio.create_task(
+            session.call_tool("ask", {"question": question("print(1)", sleep_s=3.0)})
+        )
+        client = await daemon.client()
+        try:
+            for _ in range(400):
+                tasks = (await client.command("rlmd.task.list", {"workspace": str(project)}))[
+                    "tasks"
+                ]
+                if tasks:
+                    break
+                await asyncio.sleep(0.05)
+            run_id = tasks[0]["run_id"]
+            ask.cancel()  # the SDK tells the server with notifications/cancelled
+            with pytest.raises(asyncio.CancelledError):
+                await ask
+            for _ in range(600):
+                status = await client.command("rlmd.task.status", {"run_id": run_id})
+                if status["state"] == "finished":
+                    break
+                await asyncio.sleep(0.05)
+            assert status["status"] == "cancelled" and status["cancel_requested"] is True
+        finally:
+            await client.close()
