@@ -57,6 +57,16 @@ async def mcp_session(params: StdioServerParameters):
         yield session
 
 
+async def first_task(client, project) -> str:
+    """The run id of the first task the daemon lists for ``project``, once there is one."""
+    for _ in range(600):
+        tasks = (await client.command("rlmd.task.list", {"workspace": str(project)}))["tasks"]
+        if tasks:
+            return tasks[0]["run_id"]
+        await asyncio.sleep(0.05)
+    raise TimeoutError(f"no task in {project}")
+
+
 async def test_ask_streams_progress_and_matches_the_store(daemon, tmp_path):
     project = make_project(tmp_path)
     cells = (
@@ -141,14 +151,7 @@ async def test_cancel_tool_stops_a_running_ask(daemon, tmp_path):
         )
         client = await daemon.client()
         try:
-            for _ in range(400):
-                tasks = (await client.command("rlmd.task.list", {"workspace": str(project)}))[
-                    "tasks"
-                ]
-                if tasks:
-                    break
-                await asyncio.sleep(0.05)
-            run_id = tasks[0]["run_id"]
+            run_id = await first_task(client, project)
             cancelled = (await session.call_tool("cancel", {"run_id": run_id})).structured_content
             assert cancelled["cancel_requested"] is True
             result = await asyncio.wait_for(ask, 60)
@@ -233,14 +236,7 @@ async def test_a_client_that_abandons_ask_cancels_the_run(daemon, tmp_path):
         )
         client = await daemon.client()
         try:
-            for _ in range(400):
-                tasks = (await client.command("rlmd.task.list", {"workspace": str(project)}))[
-                    "tasks"
-                ]
-                if tasks:
-                    break
-                await asyncio.sleep(0.05)
-            run_id = tasks[0]["run_id"]
+            run_id = await first_task(client, project)
             ask.cancel()  # the SDK tells the server with notifications/cancelled
             with pytest.raises(asyncio.CancelledError):
                 await ask
