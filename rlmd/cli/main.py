@@ -5,12 +5,13 @@
              [--max-seconds S] [--max-subcalls N] [--cell-timeout S] [--threads N] [--json]
     rlmd runs [--limit N] [--status S] [--search TEXT]
     rlmd show RUN
-    rlmd export RUN [--format json|jsonl] [--output FILE]
+    rlmd export RUN [--format json|jsonl|otlp] [--output FILE] [--endpoint URL]
     rlmd models
     rlmd models pull NAME
     rlmd serve [--stdio] [--idle-timeout S] [--log-file FILE]
     rlmd attach --stdio [--no-start]
     rlmd doctor [--json] [--no-sandboxes]
+    rlmd mcp | acp [--workspace DIR] [--model NAME] [--max-usd X] ...
     rlmd sandbox build NAME | ls [--json] | reap
 
 Exit codes: 0 success (``run``: the run completed), 1 the run ended without completing
@@ -80,6 +81,14 @@ def _parser() -> argparse.ArgumentParser:
     )
     r.add_argument("--quiet", "-q", action="store_true", help="no progress on stderr")
     r.add_argument(
+        "--cluster",
+        nargs="?",
+        const="",
+        metavar="ADDRESS",
+        help="run child runs on a Ray cluster (the user config's [cluster], or ADDRESS: "
+        "auto | HOST:PORT | ray://HOST:PORT); needs the ray extra (docs/cluster.md)",
+    )
+    r.add_argument(
         "--samples",
         type=int,
         default=1,
@@ -97,20 +106,37 @@ def _parser() -> argparse.ArgumentParser:
 
     e = sub.add_parser("export", help="write a run (with its child runs) as JSON or JSONL")
     e.add_argument("run", help="run id, a unique prefix, or 'last'")
-    e.add_argument("--format", choices=["json", "jsonl"], default="json")
+    e.add_argument(
+        "--format",
+        choices=["json", "jsonl", "otlp"],
+        default="json",
+        help="otlp: send OpenTelemetry spans to an OTLP/HTTP receiver (needs rlmd[otel])",
+    )
     e.add_argument("--output", "-o", help="file to write (default stdout)")
+    e.add_argument(
+        "--endpoint",
+        help="with --format otlp: the traces URL (default $OTEL_EXPORTER_OTLP_TRACES_ENDPOINT, "
+        "$OTEL_EXPORTER_OTLP_ENDPOINT, else http://localhost:4318/v1/traces)",
+    )
+    e.add_argument(
+        "--include-content",
+        action="store_true",
+        help="with --format otlp: attach prompts, outputs, questions, answers and code",
+    )
 
     m = sub.add_parser("models", help="list models and whether they are usable now")
     msub = m.add_subparsers(dest="models_command")
     pull = msub.add_parser("pull", help="install a known local model into the rlmd home")
     pull.add_argument("name")
 
+    from rlmd.cli.doors import add_door_commands
     from rlmd.cli.sandbox import add_parser as add_sandbox_command
     from rlmd.cli.serve import add_server_commands
 
     add_sandbox_command(sub)
 
     add_server_commands(sub)
+    add_door_commands(sub)
     t = sub.add_parser("tui", help="the terminal UI: browse, search and follow runs; launch tasks")
     t.add_argument("--socket", help="daemon socket (default: the rlmd home's)")
     t.add_argument("--store", help="trajectory store to browse when no daemon runs")
@@ -143,6 +169,8 @@ def main(argv: list[str] | None = None) -> int:
             "doctor": cmd_server,
             "tui": cmd_tui,
             "sandbox": cmd_sandbox,
+            "mcp": cmd_door,
+            "acp": cmd_door,
         }[args.command](args)
     except KeyboardInterrupt:
         err.print("[yellow]interrupted[/]")
@@ -237,6 +265,11 @@ def cmd_run(args: argparse.Namespace) -> int:
             for name in {run_config.root_model, run_config.model_for_depth(1)}:
                 registry.spec(name).n_threads = args.threads
         gap = _isolation_gap(run_config, config.require_isolation(settings, default=False))
+        executor = None
+        if args.cluster is not None:
+            from rlmd.cluster import executor_for
+
+            executor = executor_for(args.cluster)
     except (FileNotFoundError, ValueError, KeyError) as exc:
         err.print(f"[red]error:[/] {markup(str(exc))}")
         return 2
@@ -258,16 +291,21 @@ def cmd_run(args: argparse.Namespace) -> int:
         # as cancelled and its kernels are stopped instead of left orphaned.
         asyncio.get_running_loop().add_signal_handler(signal.SIGTERM, asyncio.current_task().cancel)
         try:
+            if executor is not None:
+                await executor.start()  # fails here, before the run, if no cluster answers
             return await run_question(
                 args.question,
                 context,
                 run_config,
                 registry=registry,
                 sinks=sinks,
+                executor=executor,
                 samples=args.samples,
             )
         finally:
             await registry.aclose()
+            if executor is not None:
+                executor.close()
 
     try:
         result = asyncio.run(go())
@@ -277,7 +315,7 @@ def cmd_run(args: argparse.Namespace) -> int:
         else:  # e.g. while the codebase was still loading: nothing was recorded
             err.print("[yellow]terminated before the run started[/]")
         return 143
-    except ModelNotAvailable as exc:
+    except (ModelNotAvailable, ConnectionError, RuntimeError) as exc:
         err.print(f"[red]error:[/] {markup(str(exc))}")
         return 2
     except (KeyError, ValueError) as exc:
@@ -398,6 +436,8 @@ def cmd_export(args: argparse.Namespace) -> int:
     run = _find_run(store, args.run)
     if run is None:
         return 2
+    if args.format == "otlp":
+        return _export_otlp(store.tree(run["id"]), args)
     text = export_run(store, run["id"], fmt=args.format)
     if args.output:
         try:
@@ -410,6 +450,21 @@ def cmd_export(args: argparse.Namespace) -> int:
         err.print(f"wrote {args.output}")
     else:
         sys.stdout.write(text if text.endswith("\n") else text + "\n")
+    return 0
+
+
+def _export_otlp(tree: dict, args: argparse.Namespace) -> int:
+    try:
+        from rlmd.frontdoors.otel import export_tree
+    except ModuleNotFoundError as exc:
+        err.print(f"[red]error:[/] {markup(str(exc))}; install it with: pip install 'rlmd[otel]'")
+        return 2
+    try:
+        sent = export_tree(tree, args.endpoint, content=args.include_content)
+    except ConnectionError as exc:
+        err.print(f"[red]error:[/] {markup(str(exc))}")
+        return 1
+    err.print(f"sent {sent} spans of run {tree['id']} (trace of root run {tree['root_run_id']})")
     return 0
 
 
@@ -429,6 +484,12 @@ def cmd_server(args: argparse.Namespace) -> int:
     from rlmd.cli.serve import run_server_command
 
     return run_server_command(args)
+
+
+def cmd_door(args: argparse.Namespace) -> int:
+    from rlmd.cli.doors import run_door_command
+
+    return run_door_command(args)
 
 
 def cmd_models(args: argparse.Namespace) -> int:

@@ -3,6 +3,9 @@
 from __future__ import annotations
 
 import argparse
+import importlib.util
+import os
+import sys
 
 
 def add_server_commands(sub: argparse._SubParsersAction) -> None:
@@ -27,8 +30,28 @@ def add_server_commands(sub: argparse._SubParsersAction) -> None:
         type=float,
         help="drop a watched client that takes nothing for this many seconds (default 30)",
     )
+    sv.add_argument(
+        "--cluster",
+        nargs="?",
+        const="",
+        metavar="ADDRESS",
+        help="run tasks' child runs on a Ray cluster (the user config's [cluster], or "
+        "ADDRESS); needs the ray extra (docs/cluster.md)",
+    )
     sv.add_argument("--log-file", help="log here instead of stderr")
     sv.add_argument("--log-level", default="INFO")
+    sv.add_argument(
+        "--otlp-endpoint",
+        default=os.environ.get("RLMD_OTLP_ENDPOINT") or None,
+        help="send each task's trajectory as OpenTelemetry spans to this OTLP/HTTP traces URL "
+        "(e.g. http://localhost:4318/v1/traces; default $RLMD_OTLP_ENDPOINT; needs rlmd[otel])",
+    )
+    sv.add_argument(
+        "--otlp-content",
+        action="store_true",
+        default=os.environ.get("RLMD_OTLP_CONTENT") == "1",
+        help="include prompts, outputs and code in the spans (default off; $RLMD_OTLP_CONTENT=1)",
+    )
 
     at = sub.add_parser("attach", help="bridge stdio to the daemon (starting it if needed)")
     at.add_argument("--stdio", action="store_true", required=True, help="speak on stdin/stdout")
@@ -38,12 +61,27 @@ def add_server_commands(sub: argparse._SubParsersAction) -> None:
     dr = sub.add_parser("doctor", help="check the setup and say what to fix")
     dr.add_argument("--json", action="store_true")
     dr.add_argument("--no-sandboxes", action="store_true", help="do not start sandboxes")
+    dr.add_argument(
+        "--cluster",
+        nargs="?",
+        const="",
+        metavar="ADDRESS",
+        help="also check the Ray cluster (default: when the user config has [cluster])",
+    )
 
 
 def run_server_command(args: argparse.Namespace) -> int:
     """Run ``serve`` / ``attach`` / ``doctor``; returns the exit code."""
     if args.command == "serve":
         from rlmd.server import daemon
+
+        if args.otlp_endpoint and not importlib.util.find_spec("opentelemetry.exporter"):
+            print(
+                "rlmd serve: --otlp-endpoint needs OpenTelemetry; install it with: "
+                "pip install 'rlmd[otel]'",
+                file=sys.stderr,
+            )
+            return 2
 
         return daemon.main(
             stdio=args.stdio,
@@ -53,6 +91,9 @@ def run_server_command(args: argparse.Namespace) -> int:
             client_stall_s=args.client_stall,
             log_file=args.log_file,
             log_level=args.log_level,
+            otlp_endpoint=args.otlp_endpoint,
+            otlp_content=args.otlp_content,
+            cluster=args.cluster,
         )
     if args.command == "attach":
         from rlmd.cli import attach
@@ -60,4 +101,4 @@ def run_server_command(args: argparse.Namespace) -> int:
         return attach.main(autostart=not args.no_start, timeout_s=args.timeout)
     from rlmd.cli import doctor
 
-    return doctor.main(as_json=args.json, sandboxes=not args.no_sandboxes)
+    return doctor.main(as_json=args.json, sandboxes=not args.no_sandboxes, cluster=args.cluster)

@@ -1,14 +1,16 @@
 """What code in a run's REPL asks of the host: ``llm_query`` (a metered sub-model call),
-``rlm_query`` (a child run, started through the tree's injected
-:data:`~rlmd.engine.metered.ChildStarter`), their batched forms, user tools, and the policy
+``rlm_query`` (a child run), their batched forms (both through the tree's
+:class:`~rlmd.engine.executor.Executor`), user tools, and the policy
 on which model names code may use. A :class:`HostCalls` is the run's
 :data:`~rlmd.sandbox.base.CallHandler`."""
 
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import inspect
 import json
+import threading
 from collections.abc import Awaitable
 from dataclasses import dataclass, field
 from typing import Any
@@ -83,7 +85,6 @@ class HostCalls:
         self.tools = tools
         self.cell_node: str | None = None
         """The cell running now: sub-calls and child runs hang under it."""
-        self._gate = asyncio.Semaphore(max(1, self.cfg.max_concurrent_subcalls))
 
     async def __call__(self, fn: str, args: dict[str, Any]) -> Any:
         parent_node = self.cell_node
@@ -121,17 +122,10 @@ class HostCalls:
         raise CallError(f"unknown host function {fn!r}")
 
     async def _batched(self, calls: list[Awaitable[str]]) -> list[str]:
-        """Run calls concurrently (bounded); a failed slot holds ``"Error: ..."``, never
-        failing the batch. A budget that runs out still ends the run after the cell."""
-
-        async def one(call: Awaitable[str]) -> str:
-            async with self._gate:
-                try:
-                    return await call
-                except CallError as exc:
-                    return f"Error: {exc}"
-
-        return list(await asyncio.gather(*(one(c) for c in calls)))
+        """Run calls through the executor, concurrently (bounded); a failed slot holds
+        ``"Error: ..."``, never failing the batch. A budget that runs out still ends the run
+        after the cell."""
+        return await self.rt.executor.run_batch(calls, self.cfg.max_concurrent_subcalls)
 
     async def llm_map(self, args: dict[str, Any], parent_node: str | None) -> list[str]:
         """``llm_map``: one sub-call per item (or per ``items_per_call`` items), concurrent
@@ -278,7 +272,7 @@ class HostCalls:
             tools=self.cfg.tools if self.cfg.sub_tools is None else self.cfg.sub_tools,
             model=self.model_named_by_code(model_name) if model_name else None,
         )
-        result = await self.rt.start_child(request)
+        result = await self.rt.executor.start_child(self.rt, request)
         if result.answer is not None and result.answer.strip():
             return result.answer
         if result.answer is not None:  # an empty answer is no answer (its run says how)
@@ -293,13 +287,20 @@ class HostCalls:
     # -- tools ----------------------------------------------------------------------------
     async def tool(self, args: dict[str, Any]) -> Any:
         """Call the user tool ``args["name"]`` with ``args``/``kwargs``; a value that is not
-        JSON-able comes back as its ``repr``."""
+        JSON-able comes back as its ``repr``. A synchronous tool runs in a thread of its own,
+        off the event loop: one that hangs cannot freeze the run, and the cell's time limit
+        ends the cell, naming the tool (the thread is abandoned; it is a daemon thread, so it
+        does not hold up the process's exit)."""
         name = args.get("name")
         fn = self.tools.get(name) if isinstance(name, str) else None
         if not callable(fn):
             raise CallError(f"no tool named {name!r}")
+        call_args, call_kwargs = args.get("args", []), args.get("kwargs", {})
         try:
-            value = fn(*args.get("args", []), **args.get("kwargs", {}))
+            if inspect.iscoroutinefunction(fn):
+                value = fn(*call_args, **call_kwargs)
+            else:
+                value = await _in_thread(str(name), fn, call_args, call_kwargs)
             if inspect.isawaitable(value):
                 value = await value
         except Exception as exc:
@@ -309,6 +310,35 @@ class HostCalls:
             return value
         except (TypeError, ValueError):
             return repr(value)
+
+
+async def _in_thread(name: str, fn: Any, args: list[Any], kwargs: dict[str, Any]) -> Any:
+    """``fn(*args, **kwargs)`` in a new daemon thread; its result or exception. Cancelling
+    the awaiting task leaves the thread to finish on its own (a thread cannot be killed)."""
+    loop = asyncio.get_running_loop()
+    fut: asyncio.Future[Any] = loop.create_future()
+
+    def settle(value: Any, error: BaseException | None) -> None:
+        if fut.done():
+            return
+        if error is not None:
+            fut.set_exception(error)
+        else:
+            fut.set_result(value)
+
+    def run() -> None:
+        value, error = None, None
+        try:
+            value = fn(*args, **kwargs)
+        except Exception as exc:  # noqa: BLE001 - handed to the awaiting task
+            error = exc
+        except BaseException as exc:  # noqa: BLE001 - SystemExit in a tool is its error too
+            error = RuntimeError(f"{type(exc).__name__}: {exc}")
+        with contextlib.suppress(RuntimeError):  # the loop may be closed by now
+            loop.call_soon_threadsafe(settle, value, error)
+
+    threading.Thread(target=run, name=f"rlmd-tool-{name}", daemon=True).start()
+    return await fut
 
 
 def _check_window(model: Model, messages: list[Message]) -> None:
