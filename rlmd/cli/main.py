@@ -12,6 +12,7 @@
     rlmd attach --stdio [--no-start]
     rlmd doctor [--json] [--no-sandboxes]
     rlmd sandbox build NAME | ls [--json] | reap
+    rlmd train tasks|rollout|summary|export|export-rollouts|import-rollouts|sft|grpo|convert
 
 Exit codes: 0 success (``run``: the run completed), 1 the run ended without completing
 (budget, failure), 2 bad usage or configuration (unknown model, model not installed).
@@ -103,6 +104,9 @@ def _parser() -> argparse.ArgumentParser:
     from rlmd.cli.serve import add_server_commands
 
     add_sandbox_command(sub)
+    from rlmd.cli.train import add_parser as add_train_command
+
+    add_train_command(sub)
 
     add_server_commands(sub)
     t = sub.add_parser("tui", help="the terminal UI: browse, search and follow runs; launch tasks")
@@ -137,6 +141,7 @@ def main(argv: list[str] | None = None) -> int:
             "doctor": cmd_server,
             "tui": cmd_tui,
             "sandbox": cmd_sandbox,
+            "train": cmd_train,
         }[args.command](args)
     except KeyboardInterrupt:
         err.print("[yellow]interrupted[/]")
@@ -395,6 +400,12 @@ def cmd_tui(args: argparse.Namespace) -> int:
 
 def cmd_sandbox(args: argparse.Namespace) -> int:
     from rlmd.cli.sandbox import run
+
+    return run(args)
+
+
+def cmd_train(args: argparse.Namespace) -> int:
+    from rlmd.cli.train import run
 
     return run(args)
 
