@@ -2,7 +2,7 @@
 # Install rlmd with test dependencies and the small local model, then lint and run every test.
 set -euo pipefail
 cd "$(dirname "$0")/.."
-bash scripts/setup.sh "local,dev,bench,container,train"
+bash scripts/setup.sh "local,dev,bench,container,mcp,acp,otel,train"
 # A docker engine and the base sandbox image, so the container backend's tests really run.
 bash scripts/docker-engine.sh
 export PATH="$(pwd)/.venv/bin:$PATH"
@@ -16,6 +16,11 @@ ruff check rlmd tui tests bench
 ruff format --check rlmd tui tests bench
 mypy  # the package's types (config in pyproject.toml)
 pytest -q -p no:cacheprovider "$@"
+# The hostile suite again as a normal user, isolation still pinned (docs/security.md): it
+# creates the user, so only as root.
+if [ "$(id -u)" = 0 ]; then
+  bash scripts/test-nonroot.sh
+fi
 # The VS Code extension (clients/vscode): type check, protocol tests against a real daemon, then
 # the real workbench (code-server + playwright-core + Chromium; installs itself, cached).
 # RLMD_VSCODE_E2E=0 skips the workbench part.

@@ -5,12 +5,13 @@
              [--max-seconds S] [--max-subcalls N] [--cell-timeout S] [--threads N] [--json]
     rlmd runs [--limit N] [--status S] [--search TEXT]
     rlmd show RUN
-    rlmd export RUN [--format json|jsonl] [--output FILE]
+    rlmd export RUN [--format json|jsonl|otlp] [--output FILE] [--endpoint URL]
     rlmd models
     rlmd models pull NAME
     rlmd serve [--stdio] [--idle-timeout S] [--log-file FILE]
     rlmd attach --stdio [--no-start]
     rlmd doctor [--json] [--no-sandboxes]
+    rlmd mcp | acp [--workspace DIR] [--model NAME] [--max-usd X] ...
     rlmd sandbox build NAME | ls [--json] | reap
     rlmd train tasks|rollout|summary|export|export-rollouts|import-rollouts|sft|grpo|convert
 
@@ -80,6 +81,12 @@ def _parser() -> argparse.ArgumentParser:
         "--json", action="store_true", help="print one JSON object instead of the answer"
     )
     r.add_argument("--quiet", "-q", action="store_true", help="no progress on stderr")
+    r.add_argument(
+        "--samples",
+        type=int,
+        default=1,
+        help="self-consistency: K root runs in parallel, answers voted (default 1)",
+    )
 
     ls = sub.add_parser("runs", help="list recorded runs, newest first")
     ls.add_argument("--limit", type=int, default=20)
@@ -92,14 +99,30 @@ def _parser() -> argparse.ArgumentParser:
 
     e = sub.add_parser("export", help="write a run (with its child runs) as JSON or JSONL")
     e.add_argument("run", help="run id, a unique prefix, or 'last'")
-    e.add_argument("--format", choices=["json", "jsonl"], default="json")
+    e.add_argument(
+        "--format",
+        choices=["json", "jsonl", "otlp"],
+        default="json",
+        help="otlp: send OpenTelemetry spans to an OTLP/HTTP receiver (needs rlmd[otel])",
+    )
     e.add_argument("--output", "-o", help="file to write (default stdout)")
+    e.add_argument(
+        "--endpoint",
+        help="with --format otlp: the traces URL (default $OTEL_EXPORTER_OTLP_TRACES_ENDPOINT, "
+        "$OTEL_EXPORTER_OTLP_ENDPOINT, else http://localhost:4318/v1/traces)",
+    )
+    e.add_argument(
+        "--include-content",
+        action="store_true",
+        help="with --format otlp: attach prompts, outputs, questions, answers and code",
+    )
 
     m = sub.add_parser("models", help="list models and whether they are usable now")
     msub = m.add_subparsers(dest="models_command")
     pull = msub.add_parser("pull", help="install a known local model into the rlmd home")
     pull.add_argument("name")
 
+    from rlmd.cli.doors import add_door_commands
     from rlmd.cli.sandbox import add_parser as add_sandbox_command
     from rlmd.cli.serve import add_server_commands
 
@@ -109,6 +132,7 @@ def _parser() -> argparse.ArgumentParser:
     add_train_command(sub)
 
     add_server_commands(sub)
+    add_door_commands(sub)
     t = sub.add_parser("tui", help="the terminal UI: browse, search and follow runs; launch tasks")
     t.add_argument("--socket", help="daemon socket (default: the rlmd home's)")
     t.add_argument("--store", help="trajectory store to browse when no daemon runs")
@@ -142,6 +166,8 @@ def main(argv: list[str] | None = None) -> int:
             "tui": cmd_tui,
             "sandbox": cmd_sandbox,
             "train": cmd_train,
+            "mcp": cmd_door,
+            "acp": cmd_door,
         }[args.command](args)
     except KeyboardInterrupt:
         err.print("[yellow]interrupted[/]")
@@ -194,9 +220,10 @@ def _isolation_gap(run_config, required: bool) -> str | None:
 
     if run_config.sandbox != "subprocess":
         return None
-    return isolation.check(
-        create_sandbox(run_config.sandbox, **run_config.sandbox_options), required=required
-    )
+    sandbox = create_sandbox(run_config.sandbox, **run_config.sandbox_options)
+    gap = isolation.check(sandbox, required=required)
+    sandbox.warm()  # the run's kernel process starts up while the context loads
+    return gap
 
 
 def cmd_run(args: argparse.Namespace) -> int:
@@ -206,6 +233,8 @@ def cmd_run(args: argparse.Namespace) -> int:
     from rlmd.runner import run_question
 
     try:
+        if args.samples < 1:
+            raise ValueError(f"--samples must be at least 1, not {args.samples}")
         context = _read_context(args.context)
         project = context if isinstance(context, Path) and context.is_dir() else Path.cwd()
         settings = config.load(project)
@@ -255,7 +284,12 @@ def cmd_run(args: argparse.Namespace) -> int:
         asyncio.get_running_loop().add_signal_handler(signal.SIGTERM, asyncio.current_task().cancel)
         try:
             return await run_question(
-                args.question, context, run_config, registry=registry, sinks=sinks
+                args.question,
+                context,
+                run_config,
+                registry=registry,
+                sinks=sinks,
+                samples=args.samples,
             )
         finally:
             await registry.aclose()
@@ -288,6 +322,7 @@ def cmd_run(args: argparse.Namespace) -> int:
                         "iterations": result.iterations,
                         "usage": result.usage,
                         "error": result.error,
+                        "vote": result.vote,
                         "store": str(paths.store_path()),
                     }
                 )
@@ -299,6 +334,17 @@ def cmd_run(args: argparse.Namespace) -> int:
                 err.print(
                     "[yellow]The run stopped before a final answer; this answer was extracted "
                     "from its work so far (marked 'extraction').[/]"
+                )
+            elif result.answer_source == "unverified":
+                err.print(
+                    "[yellow]Unverified answer: the checks doubted it (an error or 'not "
+                    "found' text, a missing file, a count over nothing, or a value no output "
+                    "showed) and the model gave it anyway; check it before relying on it.[/]"
+                )
+            if result.vote is not None:
+                tally = ", ".join(f"{v:g}x {k[:40]!r}" for k, v in result.vote["tally"].items())
+                err.print(
+                    f"[dim]vote over {len(result.vote['samples'])} samples: {markup(tally)}[/]"
                 )
             write_answer(result.answer)
         else:
@@ -377,6 +423,8 @@ def cmd_export(args: argparse.Namespace) -> int:
     run = _find_run(store, args.run)
     if run is None:
         return 2
+    if args.format == "otlp":
+        return _export_otlp(store.tree(run["id"]), args)
     text = export_run(store, run["id"], fmt=args.format)
     if args.output:
         try:
@@ -389,6 +437,21 @@ def cmd_export(args: argparse.Namespace) -> int:
         err.print(f"wrote {args.output}")
     else:
         sys.stdout.write(text if text.endswith("\n") else text + "\n")
+    return 0
+
+
+def _export_otlp(tree: dict, args: argparse.Namespace) -> int:
+    try:
+        from rlmd.frontdoors.otel import export_tree
+    except ModuleNotFoundError as exc:
+        err.print(f"[red]error:[/] {markup(str(exc))}; install it with: pip install 'rlmd[otel]'")
+        return 2
+    try:
+        sent = export_tree(tree, args.endpoint, content=args.include_content)
+    except ConnectionError as exc:
+        err.print(f"[red]error:[/] {markup(str(exc))}")
+        return 1
+    err.print(f"sent {sent} spans of run {tree['id']} (trace of root run {tree['root_run_id']})")
     return 0
 
 
@@ -414,6 +477,12 @@ def cmd_server(args: argparse.Namespace) -> int:
     from rlmd.cli.serve import run_server_command
 
     return run_server_command(args)
+
+
+def cmd_door(args: argparse.Namespace) -> int:
+    from rlmd.cli.doors import run_door_command
+
+    return run_door_command(args)
 
 
 def cmd_models(args: argparse.Namespace) -> int:

@@ -7,13 +7,16 @@ on which model names code may use. A :class:`HostCalls` is the run's
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import inspect
 import json
+import threading
 from collections.abc import Awaitable
 from dataclasses import dataclass, field
 from typing import Any
 
 from rlmd.context import Context, load_context
+from rlmd.engine import mapping
 from rlmd.engine.budget import BudgetExhausted
 from rlmd.engine.metered import Meter
 from rlmd.engine.usage import Usage
@@ -64,10 +67,18 @@ class HostCalls:
         meter: the run's metered model calls (sub-calls are made through it).
         root_run_id: the tree's root run.
         tools: the run's user tools: name → host callable or JSON-able value.
+        context: the run's context (a codebase's symbol index answers ``code`` calls).
     """
 
-    def __init__(self, meter: Meter, root_run_id: str, tools: dict[str, Any]) -> None:
+    def __init__(
+        self,
+        meter: Meter,
+        root_run_id: str,
+        tools: dict[str, Any],
+        context: Context | None = None,
+    ) -> None:
         self.meter = meter
+        self.context = context
         self.rt = meter.rt
         self.cfg = meter.rt.config
         self.root_run_id = root_run_id
@@ -103,6 +114,10 @@ class HostCalls:
                     for p, c in zip(prompts_, ctxs, strict=True)
                 ]
             )
+        if fn == "llm_map":
+            return await self.llm_map(args, parent_node)
+        if fn == "code":
+            return await self.code(args)
         if fn == "tool":
             return await self.tool(args)
         raise CallError(f"unknown host function {fn!r}")
@@ -119,6 +134,46 @@ class HostCalls:
                     return f"Error: {exc}"
 
         return list(await asyncio.gather(*(one(c) for c in calls)))
+
+    async def llm_map(self, args: dict[str, Any], parent_node: str | None) -> list[str]:
+        """``llm_map``: one sub-call per item (or per ``items_per_call`` items), concurrent
+        and bounded like a batch; one answer per item in order, ``"Error: ..."`` in a failed
+        item's slot (see :mod:`rlmd.engine.mapping`)."""
+        instruction = args.get("instruction")
+        if not isinstance(instruction, str) or not instruction.strip():
+            raise CallError("llm_map(instruction, items): instruction must be a non-empty str")
+        items = [str(i) for i in _as_list(args.get("items"), "items")]
+        try:
+            per_call = max(1, int(args.get("items_per_call") or 1))
+        except (TypeError, ValueError):
+            raise CallError("llm_map: items_per_call must be an int >= 1") from None
+        groups = mapping.group(items, per_call)
+        replies = await self._batched(
+            [
+                self.llm_query(mapping.prompt(instruction, g), args.get("model"), parent_node)
+                for g in groups
+            ]
+        )
+        return mapping.split_replies(groups, replies)
+
+    async def code(self, args: dict[str, Any]) -> dict[str, Any]:
+        """A code-intelligence helper (``find_definition`` ...), answered from the
+        codebase's symbol index (built on first use, in a worker thread)."""
+        from rlmd.codeintel import index as codeindex
+
+        if self.context is None or not self.context.is_codebase:
+            raise CallError("code-intelligence helpers need a codebase context")
+        op = str(args.get("op"))
+        try:
+            return await asyncio.to_thread(
+                codeindex.answer,
+                self.context,
+                op,
+                list(args.get("args") or []),
+                dict(args.get("kwargs") or {}),
+            )
+        except (TypeError, ValueError) as exc:
+            raise CallError(str(exc)) from None
 
     # -- the model-name policy ------------------------------------------------------------
     def model_named_by_code(self, name: str) -> Model:
@@ -240,13 +295,20 @@ class HostCalls:
     # -- tools ----------------------------------------------------------------------------
     async def tool(self, args: dict[str, Any]) -> Any:
         """Call the user tool ``args["name"]`` with ``args``/``kwargs``; a value that is not
-        JSON-able comes back as its ``repr``."""
+        JSON-able comes back as its ``repr``. A synchronous tool runs in a thread of its own,
+        off the event loop: one that hangs cannot freeze the run, and the cell's time limit
+        ends the cell, naming the tool (the thread is abandoned; it is a daemon thread, so it
+        does not hold up the process's exit)."""
         name = args.get("name")
         fn = self.tools.get(name) if isinstance(name, str) else None
         if not callable(fn):
             raise CallError(f"no tool named {name!r}")
+        call_args, call_kwargs = args.get("args", []), args.get("kwargs", {})
         try:
-            value = fn(*args.get("args", []), **args.get("kwargs", {}))
+            if inspect.iscoroutinefunction(fn):
+                value = fn(*call_args, **call_kwargs)
+            else:
+                value = await _in_thread(str(name), fn, call_args, call_kwargs)
             if inspect.isawaitable(value):
                 value = await value
         except Exception as exc:
@@ -256,6 +318,35 @@ class HostCalls:
             return value
         except (TypeError, ValueError):
             return repr(value)
+
+
+async def _in_thread(name: str, fn: Any, args: list[Any], kwargs: dict[str, Any]) -> Any:
+    """``fn(*args, **kwargs)`` in a new daemon thread; its result or exception. Cancelling
+    the awaiting task leaves the thread to finish on its own (a thread cannot be killed)."""
+    loop = asyncio.get_running_loop()
+    fut: asyncio.Future[Any] = loop.create_future()
+
+    def settle(value: Any, error: BaseException | None) -> None:
+        if fut.done():
+            return
+        if error is not None:
+            fut.set_exception(error)
+        else:
+            fut.set_result(value)
+
+    def run() -> None:
+        value, error = None, None
+        try:
+            value = fn(*args, **kwargs)
+        except Exception as exc:  # noqa: BLE001 - handed to the awaiting task
+            error = exc
+        except BaseException as exc:  # noqa: BLE001 - SystemExit in a tool is its error too
+            error = RuntimeError(f"{type(exc).__name__}: {exc}")
+        with contextlib.suppress(RuntimeError):  # the loop may be closed by now
+            loop.call_soon_threadsafe(settle, value, error)
+
+    threading.Thread(target=run, name=f"rlmd-tool-{name}", daemon=True).start()
+    return await fut
 
 
 def _check_window(model: Model, messages: list[Message]) -> None:

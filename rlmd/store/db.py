@@ -46,8 +46,6 @@ from functools import lru_cache
 from pathlib import Path
 from typing import Any
 
-import sqlite_utils
-
 from rlmd.engine.events import (
     CellFinished,
     CellStarted,
@@ -66,6 +64,7 @@ from rlmd.store import schema
 from rlmd.store.codec import NODE_TEXT_COLUMNS, dumps, loads, merge_text, split_text, to_jsonable
 from rlmd.store.queries import Queries
 from rlmd.store.rollouts import Rollouts
+from rlmd.store.sqlite import sqlite_utils
 
 log = logging.getLogger("rlmd.store")
 
@@ -132,7 +131,7 @@ class Store(Queries, Rollouts):
             path = store_path()
         self.path = str(path)
         if self.path != ":memory:":
-            from rlmd.paths import create_private_file, make_private
+            from rlmd.paths import create_private_file, make_private, protect_store
 
             Path(self.path).expanduser().parent.mkdir(parents=True, exist_ok=True)
             # Private (0600): SQLite creates -wal and -shm with the database file's mode.
@@ -142,6 +141,7 @@ class Store(Queries, Rollouts):
                 pass  # a folder it cannot write to: sqlite3.connect says so below
             for leftover in ("-wal", "-shm"):  # from a crash of an older, looser version
                 make_private(self.path + leftover)
+            protect_store(self.path)
         conn = sqlite3.connect(self.path, timeout=busy_timeout_s, check_same_thread=False)
         self.db = sqlite_utils.Database(conn, execute_plugins=False)
         self._conn = conn

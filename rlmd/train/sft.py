@@ -77,7 +77,7 @@ def load_base(base: str, device: str = "cpu") -> tuple[Any, Any]:
     folder, gguf = resolve_base(base)
     kw: dict[str, Any] = {"gguf_file": gguf} if gguf else {}
     tokenizer = AutoTokenizer.from_pretrained(folder, **kw)
-    model = AutoModelForCausalLM.from_pretrained(folder, dtype=torch.float32, **kw)
+    model: Any = AutoModelForCausalLM.from_pretrained(folder, dtype=torch.float32, **kw)
     if gguf:
         # Dequantised to float32 on load, yet marked as a GGUF-quantised model, which the
         # Trainer refuses to train: the weights in memory are plain floats.
@@ -87,8 +87,7 @@ def load_base(base: str, device: str = "cpu") -> tuple[Any, Any]:
             del model.config.quantization_config
     if tokenizer.pad_token is None:
         tokenizer.pad_token = tokenizer.eos_token
-    model = model.to(device)  # type: ignore[arg-type]
-    return model, tokenizer
+    return model.to(device), tokenizer
 
 
 def _fits(tokenizer: Any, sample: dict[str, Any], max_length: int) -> bool:

@@ -19,7 +19,6 @@ import atexit
 import contextlib
 import functools
 import os
-import shutil
 import signal
 import subprocess
 import sys
@@ -44,12 +43,20 @@ def killpg(pid: int) -> None:
 
 
 def children(pid: int) -> list[int]:
-    """Process ids of ``pid``'s children (empty if it is gone or has none)."""
+    """Process ids of ``pid``'s children, forked by any of its threads (empty if it is gone
+    or has none)."""
+    out: list[int] = []
     try:
-        with open(f"/proc/{pid}/task/{pid}/children") as f:
-            return [int(c) for c in f.read().split()]
-    except (OSError, ValueError):
-        return []
+        tasks = os.listdir(f"/proc/{pid}/task")
+    except OSError:
+        return out
+    for task in tasks:
+        try:
+            with open(f"/proc/{pid}/task/{task}/children") as f:
+                out += [int(c) for c in f.read().split()]
+        except (OSError, ValueError):
+            continue
+    return out
 
 
 @dataclass(frozen=True)
@@ -116,7 +123,7 @@ class KernelProcess:
                 with contextlib.suppress(OSError):
                     pipe.close()
         self.launch.remove_cgroups()
-        shutil.rmtree(self.workdir, ignore_errors=True)
+        workdirs.remove(self.workdir)
 
 
 def launch(spec: LaunchSpec, workdir: str | None = None) -> KernelProcess:
@@ -127,7 +134,8 @@ def launch(spec: LaunchSpec, workdir: str | None = None) -> KernelProcess:
         SandboxError: the interpreter cannot be executed.
     """
     owned = workdir is None
-    folder = workdirs.make("sandbox") if workdir is None else workdir
+    size = spec.isolation.limits.disk_bytes if spec.isolation is not None else None
+    folder = workdirs.make("sandbox", size) if workdir is None else workdir
     plan: isolate.Launch | None = None
     try:
         if spec.isolation is not None:
@@ -156,7 +164,7 @@ def launch(spec: LaunchSpec, workdir: str | None = None) -> KernelProcess:
             plan.close_fds()
             plan.remove_cgroups()
         if owned:
-            shutil.rmtree(folder, ignore_errors=True)
+            workdirs.remove(folder)
         raise SandboxError(f"cannot start the kernel with {spec.argv[0]!r}: {exc}") from exc
     plan.close_fds()
     return KernelProcess(popen, folder, plan)
