@@ -138,7 +138,7 @@ async def test_twenty_sigkills_mid_run_keep_the_store_whole_and_leave_nothing_be
                 dead, dead_backend = killed[-1]
                 assert _leftovers(scratch, dead) == [], (i, dead_backend)
                 if dead_backend == "container":  # reaped by a thread the daemon starts
-                    for _ in range(300):
+                    for _ in range(600):  # the daemon sweeps at start, then 5 s and 30 s later
                         if not _containers_of(dead):
                             break
                         await asyncio.sleep(0.1)
