@@ -33,6 +33,7 @@ import asyncio
 import json
 import os
 import re
+import shutil
 import statistics
 import sys
 import tempfile
@@ -197,6 +198,7 @@ async def measure(args: argparse.Namespace, address: str) -> dict[str, Any]:
                 one_by_one[name] += tree["dispatch_s"]
     finally:
         executor.close()
+        shutil.rmtree(folder, ignore_errors=True)
     return {
         "runs": runs,
         "event_latency_s": latency,

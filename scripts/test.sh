@@ -2,7 +2,7 @@
 # Install rlmd with test dependencies and the small local model, then lint and run every test.
 set -euo pipefail
 cd "$(dirname "$0")/.."
-bash scripts/setup.sh "local,dev,bench,container,mcp,acp,otel,ray"
+bash scripts/setup.sh "local,dev,bench,container,mcp,acp,otel,ray,train"
 # A docker engine and the base sandbox image, so the container backend's tests really run.
 bash scripts/docker-engine.sh
 export PATH="$(pwd)/.venv/bin:$PATH"
