@@ -61,6 +61,7 @@ class ContextMeta(TypedDict):
     files: NotRequired[int]
     example_path: NotRequired[str]
     tree: NotRequired[list[str]]
+    map: NotRequired[list[str]]
     skipped: NotRequired[dict[str, int]]
 
 
@@ -106,8 +107,8 @@ class Context:
             tree_lines: at most this many lines of folder summary for a codebase.
 
         Returns:
-            ``{"type", "kind", "chars", "tokens", "items"?, "files"?, "tree"?, "skipped"?,
-            "source"?}`` (a fresh dict each call); for a long string, ``tokens`` is counted
+            ``{"type", "kind", "chars", "tokens", "items"?, "files"?, "tree"?, "map"?,
+            "skipped"?, "source"?}`` (``map``: :func:`rlmd.codeintel.repomap.repo_map`) (a fresh dict each call); for a long string, ``tokens`` is counted
             on the text, for a container on its items' text.
         """
         owner = getattr(count_tokens, "__self__", None)
@@ -139,8 +140,26 @@ class Context:
             meta["files"] = len(self.value)
             meta["example_path"] = next((p for p in self.value if not p.startswith(".")), "")
             meta["tree"] = summarise_tree(list(self.value), tree_lines)
+            code_map = _code_map(self, count_tokens)
+            if code_map:
+                meta["map"] = code_map
             meta["skipped"] = {k: v for k, v in self.skipped.items() if v}
         return meta
+
+
+def _code_map(context: Context, count_tokens: Callable[[str], int]) -> list[str]:
+    """The codebase's map from its symbol index (built here on first use; see
+    :mod:`rlmd.codeintel`), ``[]`` when no file is in an indexed language or the codebase is
+    too big to index before the first turn (``EAGER_MAX_CHARS``)."""
+    from rlmd.codeintel.index import EAGER_MAX_CHARS, index_for, indexable_chars
+    from rlmd.codeintel.repomap import repo_map
+
+    if (
+        getattr(context, "_code_index", None) is None
+        and indexable_chars(context.value) > EAGER_MAX_CHARS
+    ):
+        return []
+    return repo_map(index_for(context), count_tokens)
 
 
 def _chars(value: Any) -> int:

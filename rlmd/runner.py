@@ -49,9 +49,12 @@ async def run_question(
     registry: Registry,
     sinks: tuple[EventSink, ...] = (),
     record: bool = True,
+    samples: int = 1,
 ) -> RunResult:
     """Run one task and record it in the store (``paths.store_path()``) unless ``record`` is
-    false. Raises what :func:`rlmd.engine.run_task` raises and :class:`ModelNotAvailable`."""
+    false; with ``samples`` > 1, that many runs in parallel whose answers are voted
+    (:mod:`rlmd.engine.samples`): the winner's result comes back with ``vote`` set. Raises
+    what :func:`rlmd.engine.run_task` raises and :class:`ModelNotAvailable`."""
     check_models(registry, config)
     store = None
     if record:
@@ -60,6 +63,15 @@ async def run_question(
         store = Store(paths.store_path())
         sinks = (store.record, *sinks)
     try:
+        if samples > 1:
+            from rlmd.engine.samples import run_samples
+
+            def one(q: str, ctx: Any, cfg: RunConfig) -> Any:
+                return run_task(q, ctx, cfg, get_model=registry.get, sinks=sinks)
+
+            result, vote = await run_samples(samples, question, context, config, one)
+            result.vote = vote.to_dict()
+            return result
         return await run_task(question, context, config, get_model=registry.get, sinks=sinks)
     finally:
         if store is not None:

@@ -452,3 +452,70 @@ def test_server_stats_reads_llama_cpp_timings_after_an_offset(tmp_path):
         "generated_tokens": 14,
         "generation_s": 2.7,
     }
+
+
+# -- issue 15: multi-language code intelligence, per-item judgement, splits -------------------
+
+JS_FILES = {
+    "lib/error.js": "class BaseError extends Error {\n  constructor(m) { super(m); }\n}\n"
+    "class ParseError extends BaseError {\n  where() { return 1; }\n  why() { return 2; }\n}\n"
+    "module.exports = { BaseError, ParseError };\n",
+    "lib/run.js": "const { ParseError } = require('./error');\n"
+    "function runCommand(argv) { throw new ParseError('x'); }\n",
+}
+
+
+def test_js_ground_truth_comes_from_the_syntax_tree():
+    from bench.quality import gen_multi
+
+    info = gen_multi.js_definitions(JS_FILES)
+    assert info["defs"]["runCommand"] == [("lib/run.js", "function", 2)]
+    assert info["bases"] == {"BaseError": "Error", "ParseError": "BaseError"}
+    assert info["methods"]["ParseError"] == ["where", "why"]
+    rng = random.Random(0)
+    q, answer, metric, params = gen_multi.js_question(rng, JS_FILES, "methods")
+    assert (answer, metric, params["class"]) == (["where", "why"], "f1", "ParseError")
+    q, answer, metric, _ = gen_multi.js_question(rng, JS_FILES, "subclasses")
+    assert metric == "f1" and answer in (["BaseError"], ["ParseError"])
+
+
+def test_js_renaming_is_a_consistent_bijection_and_keeps_the_answers_computable():
+    from bench.quality import gen_multi
+
+    renamed, mapping = gen_multi.rename_words(JS_FILES, random.Random(3))
+    assert {"BaseError", "ParseError", "runCommand", "where"} <= set(mapping)
+    assert len(set(mapping.values())) == len(mapping)
+    text = "\n".join(renamed.values())
+    assert "ParseError" not in text and "runCommand" not in text
+    assert "extends Error" in text  # a builtin keeps its name
+    info = gen_multi.js_definitions(renamed)
+    assert info["bases"][mapping["ParseError"]] == mapping["BaseError"]
+
+
+def test_judge_questions_count_labels_kept_aside():
+    from bench.quality import gen_multi
+
+    pool = {
+        "animal": ["a furry beast", "a bird"],
+        "food": ["a dish", "a fruit"],
+        "plant": ["a tree"],
+    }
+    rng = random.Random(5)
+    items = gen_multi.judge_items(rng, pool, 12, ["animal", "food", "plant"])
+    text = gen_multi.judge_context(items)
+    assert text.count("\n") == 12 and "animal" not in text
+    q, answer, metric, choices, params = gen_multi.judge_question(
+        rng, items, ["animal", "food", "plant"], "count_label"
+    )
+    assert metric == "numeric" and answer == sum(1 for lab, _ in items if lab == params["label"])
+    assert choices is None and "describe a " + params["label"] in q
+
+
+def test_splits_are_deterministic_and_roughly_even():
+    from bench.quality.suites import split_of
+
+    ids = [f"t-{i:03d}" for i in range(200)]
+    splits = [split_of(0, i) for i in ids]
+    assert splits == [split_of(0, i) for i in ids]
+    assert 60 <= splits.count("heldout") <= 140
+    assert splits != [split_of(1, i) for i in ids]

@@ -10,6 +10,8 @@ import sys
 import pytest
 from helpers.cli import rlmd
 
+from rlmd.sandbox.process.launch import children
+
 
 @pytest.fixture
 def script(tmp_path):
@@ -179,8 +181,7 @@ def _busy_kernel(root: int) -> int | None:
             continue
         seen.add(pid)
         try:
-            with open(f"/proc/{pid}/task/{pid}/children") as fh:
-                todo += [int(c) for c in fh.read().split()]
+            todo += children(pid)  # forked by any thread (rlmd launches kernels from workers)
             with open(f"/proc/{pid}/cmdline", "rb") as fh:
                 cmdline = fh.read()
             with open(f"/proc/{pid}/stat") as fh:
@@ -543,3 +544,23 @@ def test_lone_surrogates_in_question_and_answer_are_stored_and_printed(rlmd_home
     assert show.returncode == 0 and "out \\ud800" in show.stdout
     proc = rlmd("run", question, "--model", f"scripted:{script}", "--json", home=rlmd_home)
     assert json.loads(proc.stdout)["answer"] == "\\ud800"  # as stored, valid Unicode
+
+
+def test_samples_run_k_trajectories_and_print_the_vote(rlmd_home, tmp_path):
+    script = tmp_path / "s.json"
+    script.write_text(
+        json.dumps(
+            {
+                "rules": [{"match": "\\[cell 1\\]", "response": "```repl\nFINAL(n)\n```"}],
+                "default": "```repl\nn = len(context)\nprint(n)\n```",
+            }
+        )
+    )
+    args = ("run", "q", "--context", "-", "--model", f"scripted:{script}")
+    proc = rlmd(*args, "--samples", "2", "--json", home=rlmd_home, input="abc")
+    assert proc.returncode == 0, proc.stderr
+    out = json.loads(proc.stdout)
+    assert out["answer"] == "3" and out["vote"]["tally"] == {"3": 2.0}
+    assert len({s["run_id"] for s in out["vote"]["samples"]}) == 2
+    bad = rlmd(*args, "--samples", "0", home=rlmd_home, input="abc")
+    assert bad.returncode == 2 and "--samples must be at least 1" in bad.stderr

@@ -202,3 +202,32 @@ def test_handle_unknown_op():
     with pytest.raises(ValueError, match="unknown op"):
         k.handle({"op": "frobnicate"})
     assert k.handle({"op": "ping"})["pid"] > 0
+
+
+def test_plain_values_are_previewed_inline_and_others_after_the_ran_signal():
+    # Previews of builtin scalars run no model code, so the cell needs no helper thread and
+    # no separate "ran" frame; anything else keeps both (its __repr__ is model code).
+    kernel = Kernel(lambda fn, args: None)
+    ran: list[int] = []
+    r = kernel.exec_cell(
+        "a = 12345678\nb = 'x' * 10**6\nc = 2.5\nd = None", on_ran=lambda: ran.append(1)
+    )
+    assert ran == []
+    assert {v["name"]: v["preview"][:10] for v in r["variables"]} == {
+        "a": "12345678",
+        "b": "'xxxxxxxxx",
+        "c": "2.5",
+        "d": "None",
+    }
+    digits = sys.get_int_max_str_digits()  # a cell below lifts the limit in this process
+    for code in (
+        "class I(int):\n    def __repr__(self): return 'mine'\ne = I(3)",
+        "import sys\nsys.set_int_max_str_digits(0)\nf = 7 ** 5000",
+        "g = [1, 2]",
+    ):
+        r = kernel.exec_cell(code, on_ran=lambda: ran.append(1))
+        assert r["error"] is None
+        assert ran == [1], code
+        ran.clear()
+    sys.set_int_max_str_digits(digits)
+    assert [v["preview"] for v in kernel.list_vars() if v["name"] == "e"] == ["mine"]

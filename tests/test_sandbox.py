@@ -791,18 +791,29 @@ async def test_a_large_codebase_goes_through_a_file_off_the_event_loop(monkeypat
 
     monkeypatch.setattr("rlmd.sandbox.process.transport.write_new", spy)
     codebase = {f"pkg/m{i}.py": f"def f{i}():\n    return '\\ud800 {i}'\n" * 900 for i in range(40)}
+    # Every kind of text survives the file: non-ASCII, astral, lone surrogates, empty.
+    codebase |= {"é/ü.md": "naïve 🐍\n" * 50, "bad\udcff.txt": "x\udcffy\ud800", "empty": ""}
     sb = create_sandbox("subprocess")
     await sb.start(FakeHost())
     try:
         await sb.load_context(codebase, codebase=True)
-        assert files_seen == [".rlmd-context-json-"]
+        assert files_seen == [".rlmd-context-codebase-"]
+        await sb.set_variable(
+            "expected", {k: v.encode("utf-8", "surrogatepass").hex() for k, v in codebase.items()}
+        )
+        r = await ok(
+            sb,
+            "print({k: v.encode('utf-8', 'surrogatepass').hex() for k, v in context.items()}"
+            " == expected)",
+        )
+        assert r.stdout == "True\n"
         r = await ok(
             sb,
             "print(len(context), context['pkg/m7.py'][:20] == "
             + repr(codebase["pkg/m7.py"][:20])
             + ")",
         )
-        assert r.stdout == "40 True\n"
+        assert r.stdout == "43 True\n"
         assert (await ok(sb, "print(len(list_files('pkg/*.py')))")).stdout == "40\n"
         assert not [f for f in os.listdir(sb.workdir) if f.startswith(".rlmd-context")]
     finally:

@@ -7,6 +7,8 @@ import multiprocessing
 import os
 import sqlite3
 import stat
+import subprocess
+import sys
 import time
 import types
 from pathlib import Path
@@ -579,3 +581,20 @@ def test_an_older_world_readable_home_and_store_are_made_private(rlmd_home: Path
         os.chmod(path, 0o755 if path.is_dir() else 0o644)
     with Store(paths.store_path()):
         assert [mode(p) for p in (rlmd_home, db, Path(f"{db}-wal"))] == [0o700, 0o600, 0o600]
+
+
+def test_the_store_imports_sqlite_utils_without_pandas_and_leaves_it_importable():
+    # sqlite_utils imports pandas and numpy when installed (~1.2 s per rlmd process); the
+    # store hides them for that import only. A fresh interpreter shows both halves.
+    code = (
+        "import importlib.util, sys\n"
+        "import rlmd.store\n"
+        "print('pandas' in sys.modules, 'numpy' in sys.modules)\n"
+        "print(all(sys.modules.get(n, 1) is not None for n in ('pandas', 'numpy')))\n"
+        "has = importlib.util.find_spec('numpy') is not None\n"
+        "print(not has or __import__('numpy').__name__ == 'numpy')\n"
+    )
+    out = subprocess.run(
+        [sys.executable, "-c", code], capture_output=True, text=True, check=True
+    ).stdout
+    assert out.split() == ["False", "False", "True", "True"]

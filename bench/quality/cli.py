@@ -134,6 +134,8 @@ def cmd_run(args: argparse.Namespace) -> int:
     if args.only:
         keep = {x.strip() for x in args.only.split(",")}
         tasks = [t for t in tasks if t.id in keep or t.family in keep]
+    if args.split:
+        tasks = [t for t in tasks if t.params.get("split") == args.split]
     tasks = tasks[: args.limit] if args.limit else tasks
     limits = S.Limits(
         max_iterations=args.max_iterations,
@@ -347,6 +349,9 @@ def main(argv: list[str] | None = None) -> int:
     )
     r.add_argument("--limit", type=int, help="only the first N tasks")
     r.add_argument("--only", help="comma-separated task ids or families")
+    r.add_argument(
+        "--split", choices=("train", "heldout"), help="only the tasks of one split (issue 15)"
+    )
     r.add_argument("--order", choices=("task", "system"), default="task")
     r.set_defaults(fn=cmd_run)
 

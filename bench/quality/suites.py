@@ -8,6 +8,7 @@ counter (recorded in the manifest).
 
 from __future__ import annotations
 
+import hashlib
 import platform
 import random
 import sys
@@ -15,7 +16,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from bench.quality import gen_code, gen_text, sources
+from bench.quality import gen_code, gen_multi, gen_text, sources
 from bench.quality.tasks import Task, TaskSet, files_sha256, render_codebase
 
 SUITES: dict[str, dict[str, Any]] = {
@@ -36,6 +37,13 @@ SUITES: dict[str, dict[str, Any]] = {
         "sniah": {"lengths": [32_768, 65_536], "per_length": 1},
         "codeqa": {"package": "email", "questions": 0, "renamed_questions": 2},
     },
+    "issue15": {
+        # Code intelligence over two real codebases in two languages (a PyPI sdist and an
+        # npm package), plain and renamed, and per-item judgement over short texts; half
+        # the tasks are held out (params["split"]) for before/after measurement.
+        "codeintel": {"plain_questions": 2, "renamed_questions": 2},
+        "judge": {"items": 20, "tasks": 6},
+    },
     "small": {
         "sniah": {"lengths": [8_192, 32_768, 131_072], "per_length": 5},
         "oolong": {"lengths": [8_192, 32_768], "windows": 2, "questions": 5},
@@ -50,7 +58,17 @@ SUITES: dict[str, dict[str, Any]] = {
     },
 }
 
-FAMILIES = ("sniah", "oolong", "pairs", "codeqa")
+FAMILIES = ("sniah", "oolong", "pairs", "codeqa", "codeintel", "judge")
+
+HELDOUT_FRACTION = 0.5
+"""Share of each set's tasks in the held-out split (``params["split"]``): chosen by a hash of
+the seed and the task id, so a task keeps its split when others are added."""
+
+
+def split_of(seed: int, task_id: str) -> str:
+    """``"heldout"`` or ``"train"`` for a task, deterministic in ``(seed, task_id)``."""
+    h = hashlib.sha256(f"{seed}:split:{task_id}".encode()).digest()
+    return "heldout" if int.from_bytes(h[:4], "big") / 2**32 < HELDOUT_FRACTION else "train"
 
 
 def _sub_rng(seed: int, *parts: Any) -> random.Random:
@@ -107,6 +125,12 @@ def generate(
                 _gen_oolong(ts, fam, spec[fam], seed, count, pool)
     if "codeqa" in families and "codeqa" in spec:
         _gen_codeqa(ts, spec["codeqa"], seed, count, manifest)
+    if "codeintel" in families and "codeintel" in spec:
+        _gen_codeintel(ts, spec["codeintel"], seed, count, manifest)
+    if "judge" in families and "judge" in spec:
+        _gen_judge(ts, spec["judge"], seed, count, manifest)
+    for task in ts.tasks:
+        task.params.setdefault("split", split_of(seed, task.id))
     ts.manifest = manifest
     ts.save()
     return ts
@@ -265,3 +289,115 @@ def _gen_codeqa(ts: TaskSet, spec: dict, seed: int, count, manifest: dict) -> No
             )
             n += 1
             made += 1
+
+
+def _gen_codeintel(ts: TaskSet, spec: dict, seed: int, count, manifest: dict) -> None:
+    """Questions over a Python sdist (click) and a JavaScript npm package (commander), each
+    plain and with renamed identifiers."""
+    codebases = [
+        ("python", sources.click_files(), sources.CLICK_SDIST),
+        ("javascript", sources.commander_files(), sources.COMMANDER_NPM),
+    ]
+    n = 0
+    for language, files, pin in codebases:
+        manifest["sources"][f"codeintel-{pin[0]}"] = {
+            "package": "==".join(pin[:2]),
+            "sha256": pin[2],
+            "files": len(files),
+        }
+        rng_r = _sub_rng(seed, "codeintel-rename", pin[0])
+        if language == "python":
+            renamed, _ = gen_code.rename_codebase(files, rng_r)
+            templates = ("where_defined", "subclasses", "param_default", "importers")
+        else:
+            renamed, _ = gen_multi.rename_words(files, rng_r)
+            templates = gen_multi.JS_TEMPLATES
+        for variant, code, how_many in (
+            ("plain", files, spec.get("plain_questions", 0)),
+            ("renamed", renamed, spec.get("renamed_questions", 0)),
+        ):
+            if not how_many:
+                continue
+            name = f"codeintel-{pin[0]}-{variant}"
+            ref, sha = ts.add_codebase_context(name, code)
+            tokens = count(render_codebase(code))
+            rng = _sub_rng(seed, "codeintel", pin[0], variant)
+            order = list(templates)
+            rng.shuffle(order)
+            made = attempt = 0
+            while made < how_many and attempt < 10 * how_many + 10:
+                template = order[attempt % len(order)]
+                attempt += 1
+                if language == "python":
+                    got = gen_code.codeqa_question(rng, code, template)
+                else:
+                    got = gen_multi.js_question(rng, code, template)
+                if got is None:
+                    continue
+                question, answer, metric, params = got
+                ts.tasks.append(
+                    Task(
+                        id=f"codeintel-{n:03d}",
+                        family="codeintel",
+                        question=question,
+                        answer=answer,
+                        metric=metric,
+                        context_ref=ref,
+                        context_kind="codebase",
+                        length_tokens=tokens,
+                        length_chars=sum(len(t) for t in code.values()),
+                        context_sha256=sha,
+                        unique_basename=bool(params.pop("unique_basename", False)),
+                        params={
+                            **params,
+                            "variant": variant,
+                            "language": language,
+                            "package": pin[0],
+                        },
+                    )
+                )
+                n += 1
+                made += 1
+
+
+def _gen_judge(ts: TaskSet, spec: dict, seed: int, count, manifest: dict) -> None:
+    """Numbered WordNet glosses whose kind must be judged item by item."""
+    items = sources.wordnet_items()
+    pool: dict[str, list[str]] = {}
+    for item in items:
+        pool.setdefault(item.label, []).append(item.text)
+    manifest["sources"].setdefault(
+        "wordnet", {"package": "=".join(sources.WORDNET_DEB[:2]), "sha256": sources.WORDNET_DEB[2]}
+    )
+    all_labels = sorted(pool)
+    made = attempt = 0
+    while made < spec["tasks"] and attempt < 10 * spec["tasks"]:
+        rng = _sub_rng(seed, "judge", attempt)
+        template = gen_multi.JUDGE_TEMPLATES[attempt % len(gen_multi.JUDGE_TEMPLATES)]
+        attempt += 1
+        labels = sorted(rng.sample(all_labels, 3))
+        chosen = gen_multi.judge_items(rng, pool, spec["items"], labels)
+        got = gen_multi.judge_question(rng, chosen, labels, template)
+        if got is None:
+            continue
+        question, answer, metric, choices, params = got
+        text = gen_multi.judge_context(chosen)
+        tid = f"judge-{made:03d}"
+        ref, sha = ts.add_text_context(tid, text)
+        ts.tasks.append(
+            Task(
+                id=tid,
+                family="judge",
+                question=question,
+                answer=answer,
+                metric=metric,
+                context_ref=ref,
+                context_kind="text",
+                length_tokens=count(text),
+                length_chars=len(text),
+                context_sha256=sha,
+                choices=choices,
+                params={**params, "items": len(chosen), "labels": labels},
+            )
+        )
+        made += 1

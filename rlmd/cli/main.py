@@ -79,6 +79,12 @@ def _parser() -> argparse.ArgumentParser:
         "--json", action="store_true", help="print one JSON object instead of the answer"
     )
     r.add_argument("--quiet", "-q", action="store_true", help="no progress on stderr")
+    r.add_argument(
+        "--samples",
+        type=int,
+        default=1,
+        help="self-consistency: K root runs in parallel, answers voted (default 1)",
+    )
 
     ls = sub.add_parser("runs", help="list recorded runs, newest first")
     ls.add_argument("--limit", type=int, default=20)
@@ -233,6 +239,8 @@ def cmd_run(args: argparse.Namespace) -> int:
     from rlmd.runner import run_question
 
     try:
+        if args.samples < 1:
+            raise ValueError(f"--samples must be at least 1, not {args.samples}")
         context = _read_context(args.context)
         project = context if isinstance(context, Path) and context.is_dir() else Path.cwd()
         settings = config.load(project)
@@ -282,7 +290,12 @@ def cmd_run(args: argparse.Namespace) -> int:
         asyncio.get_running_loop().add_signal_handler(signal.SIGTERM, asyncio.current_task().cancel)
         try:
             return await run_question(
-                args.question, context, run_config, registry=registry, sinks=sinks
+                args.question,
+                context,
+                run_config,
+                registry=registry,
+                sinks=sinks,
+                samples=args.samples,
             )
         finally:
             await registry.aclose()
@@ -315,6 +328,7 @@ def cmd_run(args: argparse.Namespace) -> int:
                         "iterations": result.iterations,
                         "usage": result.usage,
                         "error": result.error,
+                        "vote": result.vote,
                         "store": str(paths.store_path()),
                     }
                 )
@@ -334,6 +348,17 @@ def cmd_run(args: argparse.Namespace) -> int:
             note = answer_note(ended)
             if note:  # before the answer, so a reader of the terminal sees it first
                 err.print(f"[bold yellow]{markup(note[0].upper() + note[1:])}.[/]")
+            elif result.answer_source == "unverified":
+                err.print(
+                    "[yellow]Unverified answer: the checks doubted it (an error or 'not "
+                    "found' text, a missing file, a count over nothing, or a value no output "
+                    "showed) and the model gave it anyway; check it before relying on it.[/]"
+                )
+            if result.vote is not None:
+                tally = ", ".join(f"{v:g}x {k[:40]!r}" for k, v in result.vote["tally"].items())
+                err.print(
+                    f"[dim]vote over {len(result.vote['samples'])} samples: {markup(tally)}[/]"
+                )
             write_answer(result.answer)
         else:
             err.print(f"[yellow]no answer[/] ({result.status}: {markup(str(result.error))})")

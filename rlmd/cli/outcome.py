@@ -25,6 +25,10 @@ BUDGETS: dict[str, tuple[str, str]] = {
 """Run status → (the budget's name in words, its key in the run's ``budget``)."""
 
 
+CELL_SOURCES = ("final", "final_var", "unverified")
+"""Answer sources that can be a cell's ``FINAL`` (``unverified``: accepted while doubted)."""
+
+
 def _dict(value: Any) -> dict[str, Any]:
     return value if isinstance(value, dict) else {}
 
@@ -97,7 +101,7 @@ def refused_finals(run: dict[str, Any]) -> set[str]:
     """Ids of the cell nodes in ``run`` (a :meth:`Store.tree` dict, its own nodes only) whose
     ``FINAL`` did not end the run: the engine questioned or refused it and asked for more
     work. Only the run's last ``FINAL`` can have been accepted, and only when the run
-    completed with it as the answer."""
+    completed with it as the answer (a prose answer after it means it was not)."""
     cells: list[dict[str, Any]] = []
 
     def walk(nodes: list[dict[str, Any]]) -> None:
@@ -109,8 +113,9 @@ def refused_finals(run: dict[str, Any]) -> set[str]:
     walk(run.get("nodes") or [])
     accepted = (
         run.get("status") == "completed"
-        and run.get("answer_source") in ("final", "final_var")
+        and run.get("answer_source") in CELL_SOURCES
         and bool(cells)
+        and str((cells[-1].get("data") or {}).get("final")) == str(run.get("answer"))
     )
     last = cells[-1]["id"] if accepted else None
     return {c["id"] for c in cells if c["id"] != last}

@@ -6,7 +6,7 @@ from typing import Any
 
 from rich.console import Console
 
-from rlmd.cli.outcome import answer_note, budget_note
+from rlmd.cli.outcome import CELL_SOURCES, answer_note, budget_note
 from rlmd.cli.render import fmt_cost
 from rlmd.cli.term import markup
 from rlmd.engine.events import (
@@ -100,7 +100,7 @@ class ProgressPrinter:
         u: dict[str, Any] = dict(usage["total"]) if usage else {}
         wall = usage["wall_time_s"] if usage else 0
         style = "green" if event.status == "completed" else "yellow"
-        accepted = event.run_id in self.proposed and event.answer_source in ("final", "final_var")
+        accepted = event.run_id in self.proposed and event.answer_source in CELL_SOURCES
         self.proposed.discard(event.run_id)
         self.console.print(
             f"{pad}[{style}]■ {event.status}[/]"

@@ -58,13 +58,13 @@ class RunConfig:
             ignores them); only that block runs. When the stop string ended a fence that was
             not a runnable block (a bare ```` ``` ```` output block), the turn is asked again
             without stop strings, so a ``FINAL(...)`` written after it in prose survives.
-        verify_answer: refuse, once, a short answer (a number, one token, a path: see
-            :func:`rlmd.engine.parsing.is_short_answer`) that the model typed as a literal
-            (``FINAL("3")``, or ``FINAL(3)`` in prose) and that appears in no cell output of
-            the run, and an empty computed answer (``[]``, ``None``...: a search that found
-            nothing); the model is asked to print its evidence. Other computed values
-            (``FINAL(total)``, ``FINAL_VAR``) and longer answers are never questioned, nor is
-            an answer in the last iteration. Costs one turn, only when it triggers.
+        verify_answer: run the answer verifier (:mod:`rlmd.engine.verify`): question, once,
+            a short literal answer that appears in no cell output (a guess), an empty answer,
+            one that reads like an error or "not found", a path naming no file of the
+            codebase, or a number counted over a search that found nothing; the model is
+            shown the evidence. Never questioned in the last iteration or with a budget
+            spent; an answer accepted while a concern holds ends with ``answer_source
+            "unverified"``. Costs one turn, only when it triggers.
         unverified_answer_message: the refusal text (``{answer}`` is filled in).
         extraction_reserve: fraction of ``budget.max_seconds`` held back from the loop for
             the extraction call (at most :data:`EXTRACTION_TIMEOUT_S`), so the fallback
@@ -133,12 +133,16 @@ class RunResult:
         run_id: the trajectory id in the store.
         status: see :data:`rlmd.engine.budget.RUN_STATUSES`.
         answer: the answer text, or ``None`` when there is none.
-        answer_source: ``"final" | "final_var" | "prose" | "extraction" | None``; an
-            ``"extraction"`` answer came from the fallback call after a budget ran out.
+        answer_source: ``"final" | "final_var" | "prose" | "unverified" | "extraction" |
+            None``; an ``"extraction"`` answer came from the fallback call after a budget ran
+            out; an ``"unverified"`` one was given by FINAL while the answer verifier
+            (:mod:`rlmd.engine.verify`) still doubted it.
         usage: the tree's usage dict (see :meth:`rlmd.engine.usage.Usage.to_dict`).
         iterations: root-model turns of this run.
         depth: this run's depth.
         error: why the run failed or stopped, if it did.
+        vote: with self-consistency (``--samples K``), the vote over the K samples
+            (:meth:`rlmd.engine.samples.Vote.to_dict`); this result is the winner's.
     """
 
     run_id: str
@@ -149,3 +153,4 @@ class RunResult:
     iterations: int
     depth: int
     error: str | None = None
+    vote: dict[str, Any] | None = None

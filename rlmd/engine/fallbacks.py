@@ -75,7 +75,7 @@ async def extract(
         # No code will run any more, and code is not an answer (the reference library's
         # 0.1.3 made such a block the run's answer): better no answer than a fabricated one.
         return None, None
-    return text, "extraction"
+    return parsing.unfence(text), "extraction"
 
 
 async def maybe_compact(

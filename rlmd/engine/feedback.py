@@ -9,7 +9,7 @@ import enum
 from dataclasses import dataclass, field
 
 from rlmd.context import Context
-from rlmd.engine import parsing, prompts
+from rlmd.engine import parsing, prompts, verify
 from rlmd.engine.budget import Budget, BudgetExhausted
 from rlmd.engine.config import RunConfig
 from rlmd.models.base import Message
@@ -46,6 +46,9 @@ class LoopState:
         errors_in_a_row: iterations in a row whose cells all raised.
         kernel_deaths: cells in a row whose kernel died for no limit's sake.
         previous_blocks: the code blocks of the previous turn.
+        concern: why the verifier doubts the answer just judged (questioned, or accepted
+            as ``"unverified"``), else ``None``.
+        repeats: turns in a row whose code equals the previous turn's.
     """
 
     messages: list[Message] = field(default_factory=list)
@@ -58,6 +61,8 @@ class LoopState:
     errors_in_a_row: int = 0
     kernel_deaths: int = 0
     previous_blocks: list[str] = field(default_factory=list)
+    concern: verify.Concern | None = None
+    repeats: int = 0
 
     def say(self, text: str) -> None:
         """Append a user message to the conversation."""
@@ -79,6 +84,25 @@ def unverified(cfg: RunConfig, state: LoopState, answer: str) -> bool:
         and parsing.is_short_answer(answer)
         and not parsing.answer_in_outputs(answer, state.outputs)
     )
+
+
+def concern_about(
+    cfg: RunConfig, state: LoopState, context: Context, answer: str, *, literal: bool, stderr: str
+) -> verify.Concern | None:
+    """The verifier's concern about ``answer`` (``None`` when ``verify_answer`` is off)."""
+    if not cfg.verify_answer:
+        return None
+    return verify.check(
+        answer, context=context, outputs=state.outputs, stderr=stderr, literal=literal
+    )
+
+
+def question_message(cfg: RunConfig, concern: verify.Concern, answer: str) -> str:
+    """What the model is told when its answer is questioned (the guess rule keeps the
+    configurable ``unverified_answer_message``)."""
+    if concern.rule == "guess":
+        return cfg.unverified_answer_message.format(answer=answer)
+    return prompts.QUESTIONED_ANSWER.format(answer=answer, evidence=concern.evidence)
 
 
 def cell_hints(context: Context, code: str, result: CellResult) -> list[str]:
@@ -142,30 +166,58 @@ def judge_final(
     inspected: bool,
     last_turn: bool,
     budget_spent: BudgetExhausted | None,
+    context: Context | None = None,
 ) -> Verdict:
     """Judge the ``FINAL`` of cell ``code``. A FINAL given in the cell that ran out a budget
     still counts: the model's own answer beats an extraction over its work.
+
+    The verifier (:mod:`rlmd.engine.verify`) questions a doubtful answer once; an answer
+    accepted while a concern holds (given again after the question, in the last iteration,
+    or with the budget spent) leaves that concern in ``state.concern`` for the loop to mark.
 
     Args:
         inspected: some cell of the run (this one included) looked at the context.
         last_turn: this is the run's last iteration (never questioned there).
         budget_spent: the tree's exhausted budget, if any (then never questioned).
+        context: the run's context (codebase paths check path answers).
     """
+    state.concern = None
     if result.final is None:
         return Verdict.NONE
     if not (inspected or state.refused or not cfg.refuse_early_answer):
         return Verdict.REFUSE
+    ctx = context if context is not None else Context(value="", kind="text")
+    state.concern = concern_about(
+        cfg,
+        state,
+        ctx,
+        result.final,
+        literal=parsing.final_is_literal(code),
+        stderr=result.stderr,
+    )
     if (
-        not state.questioned
+        state.concern is not None
+        and not state.questioned
         and not last_turn
         and budget_spent is None
-        and (
-            (parsing.final_is_literal(code) and unverified(cfg, state, result.final))
-            or (cfg.verify_answer and parsing.is_empty_answer(result.final))
-        )
     ):
         return Verdict.QUESTION
     return Verdict.ACCEPT
+
+
+MAX_REPEATS_RUN = 1
+"""An identical turn is run again once (a cell may read something that changed); from the
+second repeat on it is not run: the 1.5B model re-ran one cell three to five times although
+its output already held the answer (issue 15)."""
+
+
+def skip_repeat(state: LoopState, blocks: list[str]) -> bool:
+    """Count a turn whose code equals the previous turn's; whether it should not run (its
+    last run worked: repeats after errors or kernel deaths are left to those rules)."""
+    state.repeats = state.repeats + 1 if blocks == state.previous_blocks else 0
+    return (
+        state.repeats > MAX_REPEATS_RUN and state.errors_in_a_row == 0 and state.kernel_deaths == 0
+    )
 
 
 def end_of_turn(
@@ -178,7 +230,7 @@ def end_of_turn(
         BudgetExhausted: ``max_errors``, after too many turns in a row whose cells all raised.
     """
     notes = []
-    if blocks == state.previous_blocks:
+    if blocks == state.previous_blocks and state.repeats <= MAX_REPEATS_RUN:
         notes.append(prompts.REPEATED)
     state.previous_blocks = blocks
     state.errors_in_a_row = state.errors_in_a_row + 1 if all_failed else 0

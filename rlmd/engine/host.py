@@ -14,6 +14,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from rlmd.context import Context, load_context
+from rlmd.engine import mapping
 from rlmd.engine.budget import BudgetExhausted
 from rlmd.engine.metered import Meter
 from rlmd.engine.usage import Usage
@@ -64,10 +65,18 @@ class HostCalls:
         meter: the run's metered model calls (sub-calls are made through it).
         root_run_id: the tree's root run.
         tools: the run's user tools: name → host callable or JSON-able value.
+        context: the run's context (a codebase's symbol index answers ``code`` calls).
     """
 
-    def __init__(self, meter: Meter, root_run_id: str, tools: dict[str, Any]) -> None:
+    def __init__(
+        self,
+        meter: Meter,
+        root_run_id: str,
+        tools: dict[str, Any],
+        context: Context | None = None,
+    ) -> None:
         self.meter = meter
+        self.context = context
         self.rt = meter.rt
         self.cfg = meter.rt.config
         self.root_run_id = root_run_id
@@ -103,6 +112,10 @@ class HostCalls:
                     for p, c in zip(prompts_, ctxs, strict=True)
                 ]
             )
+        if fn == "llm_map":
+            return await self.llm_map(args, parent_node)
+        if fn == "code":
+            return await self.code(args)
         if fn == "tool":
             return await self.tool(args)
         raise CallError(f"unknown host function {fn!r}")
@@ -119,6 +132,46 @@ class HostCalls:
                     return f"Error: {exc}"
 
         return list(await asyncio.gather(*(one(c) for c in calls)))
+
+    async def llm_map(self, args: dict[str, Any], parent_node: str | None) -> list[str]:
+        """``llm_map``: one sub-call per item (or per ``items_per_call`` items), concurrent
+        and bounded like a batch; one answer per item in order, ``"Error: ..."`` in a failed
+        item's slot (see :mod:`rlmd.engine.mapping`)."""
+        instruction = args.get("instruction")
+        if not isinstance(instruction, str) or not instruction.strip():
+            raise CallError("llm_map(instruction, items): instruction must be a non-empty str")
+        items = [str(i) for i in _as_list(args.get("items"), "items")]
+        try:
+            per_call = max(1, int(args.get("items_per_call") or 1))
+        except (TypeError, ValueError):
+            raise CallError("llm_map: items_per_call must be an int >= 1") from None
+        groups = mapping.group(items, per_call)
+        replies = await self._batched(
+            [
+                self.llm_query(mapping.prompt(instruction, g), args.get("model"), parent_node)
+                for g in groups
+            ]
+        )
+        return mapping.split_replies(groups, replies)
+
+    async def code(self, args: dict[str, Any]) -> dict[str, Any]:
+        """A code-intelligence helper (``find_definition`` ...), answered from the
+        codebase's symbol index (built on first use, in a worker thread)."""
+        from rlmd.codeintel import index as codeindex
+
+        if self.context is None or not self.context.is_codebase:
+            raise CallError("code-intelligence helpers need a codebase context")
+        op = str(args.get("op"))
+        try:
+            return await asyncio.to_thread(
+                codeindex.answer,
+                self.context,
+                op,
+                list(args.get("args") or []),
+                dict(args.get("kwargs") or {}),
+            )
+        except (TypeError, ValueError) as exc:
+            raise CallError(str(exc)) from None
 
     # -- the model-name policy ------------------------------------------------------------
     def model_named_by_code(self, name: str) -> Model:

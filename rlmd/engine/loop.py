@@ -127,7 +127,7 @@ class RLMRun:
         self.tools = self.cfg.tools if tools is None else tools
         self.model = model or rt.get_model(self.cfg.model_for_depth(depth))
         self.meter = Meter(rt, self.run_id, depth, usage or Usage())
-        self.host = HostCalls(self.meter, self.root_run_id, self.tools)
+        self.host = HostCalls(self.meter, self.root_run_id, self.tools, context)
         self._sandbox = sandbox
         self._own_sandbox = sandbox is None
         self.iterations = 0
@@ -278,6 +278,13 @@ class RLMRun:
         """
         cfg, state = self.cfg, self.state
         notes, all_failed = [], True
+        if feedback.skip_repeat(state, blocks):
+            notes = [
+                prompts.REPEATED_NOT_RUN,
+                *feedback.end_of_turn(state, blocks, False, cfg.budget, i),
+            ]
+            state.say("\n\n".join(notes))
+            return None
         for b, code in enumerate(blocks):
             result = await self._run_cell(it_node, b, code, sandbox)
             if result.final is None:
@@ -296,13 +303,17 @@ class RLMRun:
                 inspected=inspected,
                 last_turn=last_turn,
                 budget_spent=self.rt.ledger.exhausted,
+                context=self.context,
             )
             if verdict is Verdict.ACCEPT:
                 source = "final_var" if "FINAL_VAR" in code else "final"
+                if state.concern is not None:
+                    source = "unverified"
                 return "completed", result.final, source, None
             if verdict is Verdict.QUESTION:
                 state.questioned = True
-                notes.append(cfg.unverified_answer_message.format(answer=result.final))
+                assert state.concern is not None and result.final is not None
+                notes.append(feedback.question_message(cfg, state.concern, result.final))
                 break
             if self.rt.ledger.exhausted is not None:
                 raise self.rt.ledger.exhausted
@@ -327,11 +338,14 @@ class RLMRun:
                 except KeyError:
                     state.say(f"FINAL_VAR({value}) names no variable. Use SHOW_VARS() to see them.")
                     return None
-            elif not state.questioned and not last_turn and feedback.unverified(cfg, state, value):
+            concern = feedback.concern_about(
+                cfg, state, self.context, value, literal=kind != "final_var", stderr=""
+            )
+            if concern is not None and not state.questioned and not last_turn:
                 state.questioned = True
-                state.say(cfg.unverified_answer_message.format(answer=value))
+                state.say(feedback.question_message(cfg, concern, value))
                 return None
-            return "completed", value, "prose", None
+            return "completed", value, "prose" if concern is None else "unverified", None
         if prose:
             state.refused = True
             state.say(cfg.early_answer_message)

@@ -215,6 +215,16 @@ def is_short_answer(answer: str, max_chars: int = 100) -> bool:
     return 0 < len(value) <= max_chars and not any(c.isspace() for c in value)
 
 
+_WHOLE_FENCE = re.compile(r"\A```[\w+-]*[ \t]*\n(.*?)\n?```\s*\Z", re.S)
+
+
+def unfence(text: str) -> str:
+    """``text`` without a code fence wrapped around all of it (an extracted answer came
+    back as ```` ```\n42\n``` ```` in issue 15); any other text unchanged."""
+    m = _WHOLE_FENCE.match(text.strip())
+    return m.group(1).strip() if m and "```" not in m.group(1) else text
+
+
 def cap_output(text: str, limit: int) -> str:
     """Keep the head (60 %) and tail (40 %) of ``text`` within ``limit`` characters and say
     how much was cut and where the rest is."""

@@ -26,12 +26,24 @@ The REPL gives you:
 needs INTO the prompt (it cannot see `context`). Its window is about {sub_window:,} tokens.
 - `llm_query_batched(prompts, model=None) -> list[str]`: many llm_query calls at once; a failed \
 prompt gives an "Error: ..." string in its slot.
+- `llm_map(instruction, items, model=None, items_per_call=1) -> list[str]`: ask the sub-model \
+`instruction` about EACH item (calls run in parallel); one answer per item, in order; a failed \
+item gives an "Error: ..." string in its slot.
 - `rlm_query(prompt, context=None, model=None) -> str`: give a subtask to a child RLM that has \
 its own REPL with `context` set to the value you pass; use it for pieces that need several steps.
 - `rlm_query_batched(prompts, contexts=None, model=None) -> list[str]`.
 - `SHOW_VARS()`: list the variables you have made.
 - `FINAL(value)`: end the task; `value` is the answer itself, e.g. `FINAL("1932")`, or a variable your code set, e.g. `FINAL(total)`. `FINAL_VAR("total")` answers with that variable.
 {extra_helpers}
+Choose the tool by the kind of step:
+- Exact facts (where something is, a count, a list of names, a value): write code, e.g. \
+`len(...)`, a loop, `re`, the search helpers. Never ask a sub-model to count or look up.
+- A judgement about many items (classify, label, summarise, compare each one) that a keyword \
+cannot decide: `answers = llm_map("Does this commit message describe a bug fix? Answer yes or \
+no.", messages)`, then combine the answers with code, e.g. \
+`sum(a.strip().lower().startswith("yes") for a in answers)`.
+- A sub-question that needs its own searching: `rlm_query(question, context=part)`.
+
 Rules:
 1. Look at `context` with code before you answer. Never guess.
 2. Print only what you need: each block's output is cut to {output_cap:,} characters.
@@ -55,8 +67,15 @@ e.g. `len(list_files("*.py"))` counts Python files.
 - `read_file(path, start=1, end=None) -> str`: a file's lines with line numbers; \
 e.g. `print(read_file("pkg/mod.py", 1, 40))`.
 - `grep(pattern, path_glob=None, max_results=200, ignore_case=False) -> list[str]`: regex search \
-over ALL files in one call; each hit is "path:line:text"; e.g. `grep(r"class Foo\\b")` finds \
-the file that defines class Foo.
+over ALL files in one call; each hit is "path:line:text"; e.g. `grep(r"TODO")`.
+- `find_definition(name) -> list[str]`: where a class, function, method or constant is \
+defined ("Foo", "Foo.bar" or "module.func"); each hit is "path:line: kind name: signature".
+- `find_references(name, path_glob=None, max_results=200) -> list[str]`: the lines that use \
+a name ("path:line:text"), its definitions left out.
+- `find_subclasses(name, recursive=True) -> list[str]`: classes deriving from a class.
+- `outline(path) -> list[str]`: a file's definitions with line numbers.
+- `search_symbols(query, kind=None) -> list[str]`: definitions whose name contains `query`.
+These search the WHOLE codebase: never guess a path.
 """
 
 EXAMPLES = {
@@ -65,7 +84,7 @@ EXAMPLES = {
         'FINAL("the/path/you/found.py")',
     ),
     "codebase_search": (
-        "print(len(context))\nprint(list_files()[:20])\nprint(grep(r{term!r})[:20])",
+        "print(find_definition({term!r}))\nprint(grep(r{term!r})[:20])",
         'FINAL("the/path/you/found.py")',
     ),
     "text": ("print(len(context))\nprint(context[:500])", "FINAL(result)"),
@@ -200,6 +219,8 @@ def first_user_message(question: str, meta: ContextMeta) -> str:
     lines = [f"Question: {question}", "", f"About `context`: {describe_context(meta)}"]
     if meta.get("tree"):
         lines += ["Folders and files in it:", *("  " + t for t in meta["tree"])]
+    if meta.get("map"):
+        lines += ["Code map (from the symbol index):", *("  " + t for t in meta["map"])]
         lines += [
             "",
             "Start by exploring it in a ```repl block, for example with list_files() or grep(...).",
@@ -213,6 +234,13 @@ REPEATED = (
     "You ran the same code as in your previous turn and got the same result. If that result "
     "answers the question, call FINAL(...) with the answer itself in a ```repl block now; "
     "otherwise try something different."
+)
+
+REPEATED_NOT_RUN = (
+    "You sent the same code a third time in a row, so I did not run it again: its output is "
+    "in my earlier messages and would be the same. Read that output: if it holds what the "
+    "question asks, compute the answer from it with new code (count, filter, pick) or call "
+    "FINAL(...) with it; otherwise search another way."
 )
 
 FINAL_NAME_ERROR = (
@@ -231,6 +259,13 @@ UNVERIFIED_ANSWER = (
     "Your answer {answer!r} was not accepted yet: it appears in no output so far, so it may "
     "be a guess. Print the evidence with code in a ```repl block (the line or value you found "
     "in `context`), then call FINAL(...) again."
+)
+
+QUESTIONED_ANSWER = (
+    "Your answer {answer!r} was not accepted yet: {evidence}. Check it with code in a "
+    "```repl block (search the whole input another way, print what you find), then call "
+    "FINAL(...) with the answer the output supports. An answer given again unchanged "
+    "without new evidence is reported to the user as unverified."
 )
 
 GREP_ALL_HINT = (

@@ -171,6 +171,12 @@ class Codebase:
         if total and start > total:
             raise ValueError(f"read_file: start={start} is past the end of {real} ({total} lines)")
         if end < start:
+            # read_file(p, 41, 40) gave '' with no hint (issue 15): say what the range means.
+            _note(
+                f"read_file: end={end} is before start={start}, so no line was read; "
+                f"end is the last line to show (inclusive), e.g. read_file({real!r}, {start}, "
+                f"{min(start + 40, total)})"
+            )
             return ""
         width = max(4, len(str(end)))
         return "\n".join(f"{n:>{width}}| {lines[n - 1]}" for n in range(start, end + 1))
@@ -251,8 +257,52 @@ def _note(message: str) -> None:
     print(message, file=sys.stderr)
 
 
-def helpers(cb: Codebase) -> dict[str, Any]:
-    """The REPL functions ``list_files``, ``read_file`` and ``grep`` bound to ``cb``."""
+CODE_HELPER_DOCS = {
+    "find_definition": (
+        "find_definition(name) -> list[str]: where ``name`` is defined (a bare name, "
+        '``"Class.method"`` or ``"module.func"``); each hit is '
+        '``"path:line: kind qualname: signature"``.'
+    ),
+    "find_references": (
+        "find_references(name, path_glob=None, max_results=200) -> list[str]: the lines that "
+        'use ``name`` as a whole word, definitions left out; each hit is ``"path:line:text"``.'
+    ),
+    "find_subclasses": (
+        "find_subclasses(name, recursive=True) -> list[str]: classes deriving from ``name`` "
+        "(directly, or through other classes of the codebase), as find_definition hits."
+    ),
+    "outline": (
+        'outline(path) -> list[str]: one file\'s definitions in order, ``"  12| def f(x):"``, '
+        "indented by nesting."
+    ),
+    "search_symbols": (
+        "search_symbols(query, kind=None, max_results=50) -> list[str]: definitions whose name "
+        'contains ``query`` (case-insensitive), best first; ``kind``: "class", "function", '
+        '"method", "constant", ...'
+    ),
+}
+"""The code-intelligence helpers: answered by the host from its symbol index (the kernel
+holds no parser), so they work only while a task runs."""
+
+
+def _code_helper(call: Callable[[str, dict], Any], name: str) -> Callable[..., Any]:
+    def helper(*args: Any, **kwargs: Any) -> Any:
+        reply = call("code", {"op": name, "args": list(args), "kwargs": kwargs})
+        if isinstance(reply, dict):
+            if reply.get("note"):
+                _note(str(reply["note"]))
+            return reply.get("results")
+        return reply
+
+    helper.__name__ = helper.__qualname__ = name
+    helper.__doc__ = CODE_HELPER_DOCS[name]
+    return helper
+
+
+def helpers(cb: Codebase, call: Callable[[str, dict], Any] | None = None) -> dict[str, Any]:
+    """The REPL functions ``list_files``, ``read_file`` and ``grep`` bound to ``cb``, and,
+    given the kernel's host ``call``, the code-intelligence helpers of
+    :data:`CODE_HELPER_DOCS`."""
 
     def list_files(pattern: str | None = None) -> list[str]:
         """Sorted relative paths of the codebase's files, optionally filtered by a glob.
@@ -279,4 +329,8 @@ def helpers(cb: Codebase) -> dict[str, Any]:
         ``"path:line:text"`` strings, at most ``max_results``."""
         return cb.grep(pattern, path_glob, max_results, ignore_case)
 
-    return {"list_files": list_files, "read_file": read_file, "grep": grep}
+    found: dict[str, Any] = {"list_files": list_files, "read_file": read_file, "grep": grep}
+    if call is not None:
+        for name in CODE_HELPER_DOCS:
+            found[name] = _code_helper(call, name)
+    return found

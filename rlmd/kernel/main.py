@@ -408,26 +408,52 @@ def _install_sigint(kernel: Any, channel: Channel) -> None:
 
 
 def _bind_context_file(kernel: Any, req: dict[str, Any]) -> Any:
-    """Bind ``context`` to the text of the file the host wrote (UTF-8, lone surrogates
-    passed through), then delete the file: a 100 MB string costs a file read, not a JSON
+    """Bind ``context`` to what the host wrote to a file, then delete the file: ``format``
+    ``"text"`` (UTF-8, lone surrogates passed through) or ``"codebase"`` (a header line with
+    the paths and each file's size in bytes, then the files back to back; see
+    ``rlmd.sandbox.files.codebase_chunks``). A 100 MB string costs a file read, not a JSON
     round trip."""
     import mmap
 
     path = str(req.get("path"))
+    codebase = req.get("format") == "codebase"
+    value: Any = {} if codebase else ""
     try:
         with open(path, "rb") as f:
             size = os.fstat(f.fileno()).st_size
-            if size == 0:
-                text = ""
-            else:  # decode straight from the page cache: one copy, not two
+            if size:  # decode straight from the page cache: one copy, not two
                 with mmap.mmap(f.fileno(), size, access=mmap.ACCESS_READ) as view:
-                    text = str(view, "utf-8", "surrogatepass")
+                    if codebase:
+                        value = _codebase_files(view)
+                    else:
+                        value = str(view, "utf-8", "surrogatepass")
     finally:
         try:
             os.unlink(path)
         except OSError:
             pass
-    return kernel.bind_context(text, False)
+    return kernel.bind_context(value, codebase)
+
+
+def _codebase_files(view: Any) -> dict[str, str]:
+    """The ``{relpath: text}`` of a ``codebase`` file (its bytes in ``view``)."""
+    import json
+
+    start = view.find(b"\n") + 1
+    meta = json.loads(view[:start]) if start else {}
+    paths, sizes = meta.get("paths"), meta.get("sizes")
+    if not isinstance(paths, list) or not isinstance(sizes, list) or len(paths) != len(sizes):
+        raise ValueError("the codebase file has no valid header")
+    files = {}
+    with memoryview(view) as whole:
+        pos = start
+        for name, n in zip(paths, sizes, strict=True):
+            with whole[pos : pos + n] as one:
+                files[name] = str(one, "utf-8", "surrogatepass")
+            pos += n
+        if pos != len(whole):
+            raise ValueError("the codebase file's sizes do not add up to its length")
+    return files
 
 
 def main() -> None:

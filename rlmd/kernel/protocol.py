@@ -33,7 +33,9 @@ Kernel -> host
 ``{"op": "ran", "id": int}``
     The code of exec request ``id`` has finished; its ``done`` frame follows once the
     variable previews are made (bounded on their own). The host's wall-clock limit stops
-    here; a forged one only buys the code the host's short preview grace.
+    here; a forged one only buys the code the host's short preview grace. Sent only when a
+    preview may run model code (a variable of another type than the builtin scalars); a
+    ``done`` frame also means the code has finished.
 ``{"op": "call", "call": int, "fn": str, "args": {...}}``
     Model code called a host function (``llm_query``, ``llm_query_batched``, ``rlm_query``,
     ``rlm_query_batched`` or ``tool``). The calling thread blocks until the matching reply.
@@ -52,6 +54,12 @@ answers each with one ``done`` frame carrying the same ``id``.
     that file (a backend sharing a folder with the kernel passes large contexts that way).
     ``codebase=True`` needs a ``{relpath: text}`` dict and binds ``list_files``, ``read_file``
     and ``grep``; ``codebase=False`` removes them.
+``bind_context_file`` ``path: str``, ``format: "text"|"codebase"`` -> as ``bind_context``
+    The context is in a file the host wrote to a folder it shares with the kernel, which
+    memory-maps it, decodes it and deletes it: ``"text"`` is a UTF-8 string (lone
+    surrogates passed through), ``"codebase"`` a ``{relpath: text}`` dict as one line of
+    ASCII JSON ``{"paths": [...], "sizes": [...]}`` followed by each file's UTF-8 bytes
+    (``sizes`` of them) back to back.
 ``define_tools`` ``callables: [str]``, ``values: {name: any}`` -> ``null``
     Adds to the tools defined earlier (a name defined again is replaced).
 ``set_var``   ``name: str``, ``value: any``        -> ``null``
@@ -112,6 +120,7 @@ RESERVED_NAMES = (
     "llm_query_batched",
     "rlm_query",
     "rlm_query_batched",
+    "llm_map",
     "SHOW_VARS",
     "FINAL",
     "FINAL_VAR",
@@ -120,11 +129,30 @@ RESERVED_NAMES = (
 """Names the kernel restores after every cell if model code rebinds them (the host imports
 this list as :data:`rlmd.sandbox.base.RESERVED_NAMES`; the kernel imports nothing from it)."""
 
-CODEBASE_HELPERS = ("list_files", "read_file", "grep")
+CODEBASE_HELPERS = (
+    "list_files",
+    "read_file",
+    "grep",
+    "find_definition",
+    "find_references",
+    "find_subclasses",
+    "outline",
+    "search_symbols",
+)
 """Extra reserved helpers present when ``context`` is a codebase (the host's
 :data:`rlmd.sandbox.base.CODEBASE_HELPERS`)."""
 
-CALL_FNS = ("llm_query", "llm_query_batched", "rlm_query", "rlm_query_batched", "tool")
+CALL_FNS = (
+    "llm_query",
+    "llm_query_batched",
+    "llm_map",
+    "rlm_query",
+    "rlm_query_batched",
+    "tool",
+    "code",
+)
+"""Host functions kernel stubs call (``code``: the code-intelligence helpers, answered from
+the host's symbol index of the codebase)."""
 
 SENTINEL_PREFIX = b"\x00rlmd:"
 

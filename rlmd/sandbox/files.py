@@ -79,28 +79,40 @@ folder, written off the event loop, instead of one JSON frame on the channel (10
 ~0.5 s instead of ~2 s; the stdlib as a codebase: 0.58 s of encoding no longer on the loop)."""
 
 
+def codebase_chunks(files: dict[str, str]) -> Iterator[bytes]:
+    """A codebase ``{relpath: text}`` in the kernel's ``codebase`` file format: one line of
+    ASCII JSON ``{"paths": [...], "sizes": [...]}`` (each file's length in UTF-8 bytes), then
+    every text as UTF-8 (lone surrogates passed through), back to back. The kernel slices
+    the body and decodes each file on its own (one mostly-ASCII file stays a compact string):
+    no JSON escaping of 100 MB of source on either side."""
+    paths = list(files)
+    body = [files[p].encode("utf-8", "surrogatepass") for p in paths]
+    head = {"paths": paths, "sizes": [len(b) for b in body]}
+    yield json.dumps(head, ensure_ascii=True, separators=(",", ":")).encode("ascii") + b"\n"
+    yield from body
+
+
 def context_file(value: Any, codebase: bool) -> tuple[str, Iterator[bytes]] | None:
     """How a large context is written to a file: ``("text", chunks)`` for a string (the
-    kernel memory-maps and decodes it), ``("json", chunks)`` for a codebase dict (ASCII JSON
-    escapes, so any ``str`` survives); ``None`` when it is small or of another type (it then
+    kernel memory-maps and decodes it), ``("codebase", chunks)`` for a codebase dict of
+    strings (:func:`codebase_chunks`); ``None`` when it is small or of another type (it then
     goes inline). The chunks are lazy: iterate them off the event loop."""
     if isinstance(value, str) and not codebase:
         if len(value) >= FILE_CONTEXT_CHARS:
             return "text", text_chunks(value)
     elif codebase and isinstance(value, dict):
-        size = sum(len(v) for v in value.values() if isinstance(v, str))
-        if size >= FILE_CONTEXT_CHARS:
-            encoded = json.JSONEncoder().iterencode(value)
-            return "json", (part.encode("ascii") for part in encoded)
+        if not all(isinstance(k, str) and isinstance(v, str) for k, v in value.items()):
+            return None  # the kernel refuses it with its own message
+        if sum(len(v) for v in value.values()) >= FILE_CONTEXT_CHARS:
+            return "codebase", codebase_chunks(value)
     return None
 
 
 def context_file_request(fmt: str, path: str) -> dict[str, Any]:
     """The kernel request that binds a context written by :func:`context_file` at ``path``
-    (its path as the kernel sees it)."""
-    if fmt == "text":  # the kernel decodes it from a memory map and deletes the file
-        return {"op": "bind_context_file", "path": path}
-    return {"op": "bind_context", "path": path, "format": "json", "codebase": True}
+    (its path as the kernel sees it); the kernel memory-maps and decodes it, then deletes
+    the file."""
+    return {"op": "bind_context_file", "path": path, "format": fmt}
 
 
 def parts_of(path: str) -> list[str]:

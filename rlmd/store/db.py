@@ -46,8 +46,6 @@ from functools import lru_cache
 from pathlib import Path
 from typing import Any
 
-import sqlite_utils
-
 from rlmd.engine.events import (
     CellFinished,
     CellStarted,
@@ -65,6 +63,7 @@ from rlmd.redact import redact
 from rlmd.store import schema
 from rlmd.store.codec import NODE_TEXT_COLUMNS, dumps, loads, merge_text, split_text, to_jsonable
 from rlmd.store.queries import Queries
+from rlmd.store.sqlite import sqlite_utils
 
 log = logging.getLogger("rlmd.store")
 

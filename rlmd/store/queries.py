@@ -24,9 +24,8 @@ import threading
 from collections.abc import Iterable
 from typing import Any
 
-import sqlite_utils
-
 from rlmd.store.codec import NODE_TEXT_COLUMNS, RUN_JSON_COLUMNS, loads, merge_text
+from rlmd.store.sqlite import sqlite_utils
 
 TREE_TOTAL_KEYS = (
     "runs",

@@ -33,9 +33,8 @@ from __future__ import annotations
 
 from collections.abc import Callable
 
-import sqlite_utils
-
 from rlmd.store.codec import NODE_TEXT_COLUMNS
+from rlmd.store.sqlite import sqlite_utils
 
 
 class StoreError(Exception):

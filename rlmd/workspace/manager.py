@@ -213,6 +213,25 @@ class Workspace:
 
     # -- the sandbox (callers hold the workspace) ----------------------------------------------
 
+    def _new_sandbox(self) -> tuple[Sandbox, str | None]:
+        """A new sandbox of the workspace's backend and what its isolation lacks (``None``:
+        nothing). Blocking (isolation detection on first use).
+
+        Raises:
+            SandboxError: the backend or its options are wrong, or the isolation the
+                settings require is not there.
+        """
+        try:
+            sandbox = create_sandbox(self.settings.sandbox, **self.settings.sandbox_options)
+        except (ValueError, TypeError) as exc:
+            raise SandboxError(
+                f"cannot create the {self.settings.sandbox!r} sandbox: {exc}"
+            ) from None
+        try:
+            return sandbox, isolation.check(sandbox, required=self.settings.require_isolation)
+        except isolation.NotIsolated as exc:
+            raise SandboxError(str(exc)) from None
+
     async def ensure_started(self) -> StartInfo | None:
         """Start the sandbox if it is stopped: load the codebase from disk, bind it as
         ``context``, restore the checkpoint. Returns what happened (``None`` if it was
@@ -227,16 +246,9 @@ class Workspace:
         self.state = WorkspaceState.STARTING
         try:
             ctx = await asyncio.to_thread(load_codebase, Path(self.folder))
-            try:
-                sandbox = create_sandbox(self.settings.sandbox, **self.settings.sandbox_options)
-            except (ValueError, TypeError) as exc:
-                raise SandboxError(
-                    f"cannot create the {self.settings.sandbox!r} sandbox: {exc}"
-                ) from None
-            try:
-                gap = isolation.check(sandbox, required=self.settings.require_isolation)
-            except isolation.NotIsolated as exc:
-                raise SandboxError(str(exc)) from None
+            # In a thread too: the first sandbox of a kind detects the isolation the host
+            # allows (~0.1 s of probes), which would stall every other client.
+            sandbox, gap = await asyncio.to_thread(self._new_sandbox)
             if gap:
                 log.warning("workspace %s: %s", self.folder, gap)
             try:

@@ -44,12 +44,20 @@ def killpg(pid: int) -> None:
 
 
 def children(pid: int) -> list[int]:
-    """Process ids of ``pid``'s children (empty if it is gone or has none)."""
+    """Process ids of ``pid``'s children, forked by any of its threads (empty if it is gone
+    or has none)."""
+    out: list[int] = []
     try:
-        with open(f"/proc/{pid}/task/{pid}/children") as f:
-            return [int(c) for c in f.read().split()]
-    except (OSError, ValueError):
-        return []
+        tasks = os.listdir(f"/proc/{pid}/task")
+    except OSError:
+        return out
+    for task in tasks:
+        try:
+            with open(f"/proc/{pid}/task/{task}/children") as f:
+                out += [int(c) for c in f.read().split()]
+        except (OSError, ValueError):
+            continue
+    return out
 
 
 @dataclass(frozen=True)

@@ -31,6 +31,7 @@ import subprocess
 import sys
 import threading
 import weakref
+from collections.abc import Callable
 from typing import Any
 
 from rlmd.sandbox.base import CallHandler
@@ -393,18 +394,23 @@ class ProcessTransport(Transport):
         )
 
     async def spawn(self, handler: CallHandler, cap: int, start_timeout_s: float) -> KernelHandle:
+        # Forking (a daemon's large address space), cgroup set-up and a spare's hand-over
+        # block for milliseconds to tens of them: off the event loop.
         if self._workdir is None:  # the first kernel: a spare, or a new folder
-            spec = self.spec()
-            process = processes.SPARES.take(spec) if self.spare_kernel else None
-            if process is None:
-                process = processes.launch(spec)
+            process = await _in_thread(self._first_process, KernelProcess.discard)
             self._workdir = process.workdir
             self._workdir_finalizer = weakref.finalize(
                 self, shutil.rmtree, self._workdir, ignore_errors=True
             )
-        else:  # a restart, in the same folder
-            process = processes.launch(self.spec(), self._workdir)
+        else:  # a restart, in the same folder (which stays)
+            spec, folder = self.spec(), self._workdir
+            process = await _in_thread(lambda: processes.launch(spec, folder), _kill_process)
         return await self._attach(process, handler, cap, start_timeout_s)
+
+    def _first_process(self) -> KernelProcess:
+        spec = self.spec()
+        process = processes.SPARES.take(spec) if self.spare_kernel else None
+        return process if process is not None else processes.launch(spec)
 
     async def _attach(
         self, process: KernelProcess, handler: CallHandler, cap: int, start_timeout_s: float
@@ -451,6 +457,36 @@ class ProcessTransport(Transport):
     async def close(self) -> None:
         if self._workdir_finalizer is not None:
             self._workdir_finalizer()  # removes the working folder (once)
+
+
+async def _in_thread(
+    start: Callable[[], KernelProcess], drop: Callable[[KernelProcess], None]
+) -> KernelProcess:
+    """``start()`` in a worker thread; if the caller is cancelled meanwhile, the process it
+    starts is dropped (``drop``, in a thread too) instead of left running."""
+    fut = asyncio.get_running_loop().run_in_executor(None, start)
+    try:
+        return await asyncio.shield(fut)
+    except asyncio.CancelledError:
+
+        def later(f: asyncio.Future[KernelProcess]) -> None:
+            if not f.cancelled() and f.exception() is None:
+                threading.Thread(target=drop, args=(f.result(),), daemon=True).start()
+
+        fut.add_done_callback(later)
+        raise
+
+
+def _kill_process(process: KernelProcess) -> None:
+    """Kill a kernel process started in a sandbox's existing folder (the folder stays)."""
+    killpg(process.popen.pid)
+    with contextlib.suppress(subprocess.TimeoutExpired):
+        process.popen.wait(5)
+    for pipe in (process.popen.stdin, process.popen.stdout, process.popen.stderr):
+        if pipe is not None:
+            with contextlib.suppress(OSError):
+                pipe.close()
+    process.launch.remove_cgroups()
 
 
 def _give(fd: int, *, uid: int) -> None:

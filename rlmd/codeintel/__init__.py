@@ -1,0 +1,1 @@
+"""Code intelligence over a codebase context: a symbol index, queries over it, a repo map."""

@@ -1,0 +1,55 @@
+"""``llm_map``'s prompts and replies: the map step of map-reduce over items.
+
+Each sub-call gets the instruction and its item (or a numbered group of items); the answers
+come back one per item, in order. With several items per call the reply is split by the
+numbers the prompt asked for; an item the reply does not answer gets an ``"Error: ..."``
+slot rather than a neighbour's answer.
+"""
+
+from __future__ import annotations
+
+import re
+
+ERROR_PREFIX = "Error: "
+
+_NUMBERED = re.compile(r"^\s*(?:item\s*)?\[?(\d+)\]?\s*[:.)\]-]\s*(.*?)\s*$", re.IGNORECASE)
+
+
+def group(items: list[str], per_call: int) -> list[list[str]]:
+    """``items`` cut into consecutive groups of ``per_call`` (the last may be shorter)."""
+    return [items[i : i + per_call] for i in range(0, len(items), per_call)]
+
+
+def prompt(instruction: str, items: list[str]) -> str:
+    """The sub-call prompt for one group: the item itself, or numbered items with a request
+    for one ``<number>: <answer>`` line each."""
+    if len(items) == 1:
+        return f"{instruction.strip()}\n\nItem:\n{items[0]}\n\nAnswer briefly."
+    listed = "\n".join(f"{n}. {item}" for n, item in enumerate(items, 1))
+    return (
+        f"{instruction.strip()}\n\nDo this for each of the {len(items)} numbered items below. "
+        f"Reply with exactly {len(items)} lines, one per item, in the form "
+        f'"<number>: <answer>", and nothing else.\n\nItems:\n{listed}'
+    )
+
+
+def split_replies(groups: list[list[str]], replies: list[str]) -> list[str]:
+    """One answer per item, in order, from each group's reply (an ``"Error: ..."`` reply
+    fills all of its group's slots)."""
+    out: list[str] = []
+    for items, reply in zip(groups, replies, strict=True):
+        if reply.startswith(ERROR_PREFIX) or len(items) == 1:
+            out.extend([reply.strip()] * len(items))
+            continue
+        found: dict[int, str] = {}
+        for line in reply.splitlines():
+            m = _NUMBERED.match(line)
+            if m and 1 <= int(m.group(1)) <= len(items):
+                found.setdefault(int(m.group(1)), m.group(2))
+        for n in range(1, len(items) + 1):
+            out.append(
+                found[n]
+                if n in found
+                else f"{ERROR_PREFIX}the sub-model's reply had no line for item {n} of its group"
+            )
+    return out

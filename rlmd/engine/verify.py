@@ -1,0 +1,161 @@
+"""The answer verifier: cheap checks of a ``FINAL`` answer against what the run has seen,
+before the run ends ``completed``.
+
+Each rule reads only the answer's form, the cell outputs and the context (never the question's
+wording), and returns a :class:`Concern` with the evidence to show the model:
+
+* **guess** (``verify_answer``'s original rule): a short literal answer that appears in no
+  output so far;
+* **empty**: an empty answer;
+* **error**: an answer that reads like an error message, a "not found" or an empty result;
+* **path**: a codebase answer naming a file that is not in the codebase;
+* **empty-count**: a number computed by a cell whose search found nothing, or a 0 printed
+  next to an empty collection.
+
+The loop questions an answer once (:func:`rlmd.engine.feedback.judge_final`); an answer
+accepted while a concern still holds is marked ``answer_source="unverified"`` so the user is
+told, rather than ending ``completed`` in silence.
+"""
+
+from __future__ import annotations
+
+import difflib
+import re
+from dataclasses import dataclass
+
+from rlmd.context import Context
+from rlmd.engine import parsing
+
+MAX_CHECKED_CHARS = 400
+"""Longer answers are prose; only the empty and path rules apply to them."""
+
+_ERRORISH = re.compile(
+    r"^\s*(error|traceback|exception|warning)\b"
+    r"|\b(not found|no such file|does not exist|doesn't exist|could not (find|locate)"
+    r"|couldn't find|cannot find|can't find|unable to (find|locate|determine)"
+    r"|no (file|path|line|match|matches|definition|result|results|class|function)\b"
+    r"|is not defined|not available|nameerror|keyerror|indexerror|filenotfounderror)",
+    re.IGNORECASE,
+)
+_NOTHING = re.compile(r"^\s*(n/?a|unknown|\[\]|\{\}|set\(\)|\(\)|''|\"\")\s*\.?\s*$", re.I)
+_NONE = re.compile(r"^\s*(none|null|nil)\s*\.?\s*$", re.I)
+"""``None`` can be a real answer (a parameter's default): doubted only when no output
+shows it."""
+_NUMBER = re.compile(r"^\s*[-+]?\d[\d,_]*(\.\d+)?\s*$")
+_EMPTY_NOTES = re.compile(
+    r"no line matches|no path matches|is not used in|no definition of|no defined name contains"
+    r"|derives from|no file '|is not in an indexed language|defines nothing"
+)
+"""The notes the codebase helpers print (stderr) when they come back empty."""
+_EMPTY_LITERAL = re.compile(r"(^|[\s=:(,])(\[\]|\{\}|set\(\)|Counter\(\)|\(\))\s*$", re.M)
+
+_PATH = re.compile(
+    r"(?<![\w/.\-])((?:[\w.\-]+/)*[\w\-][\w.\-]*\.([A-Za-z][A-Za-z0-9]{0,7}))(?![\w/])"
+)
+_CODE_EXTS = frozenset(
+    "py pyi js mjs cjs jsx ts tsx go rs java c h cc cpp cxx hh hpp rb php cs kt swift scala "
+    "sh md rst txt toml json yaml yml cfg ini html css sql xml lock".split()
+)
+
+
+@dataclass(frozen=True)
+class Concern:
+    """Why an answer is doubted: ``rule`` (``"guess" | "empty" | "error" | "path" |
+    "empty-count"``) and ``evidence``, a sentence for the model and the user."""
+
+    rule: str
+    evidence: str
+
+
+def check(
+    answer: str,
+    *,
+    context: Context,
+    outputs: list[str],
+    stderr: str = "",
+    literal: bool = True,
+) -> Concern | None:
+    """The first concern about ``answer``, or ``None`` when no rule doubts it.
+
+    Args:
+        answer: the FINAL answer text.
+        context: the run's context (a codebase's file names check path answers).
+        outputs: every cell's output so far (stdout, stderr, error), the answering cell's
+            last.
+        stderr: the answering cell's stderr (the helpers' "found nothing" notes).
+        literal: the answer was written as a literal in FINAL (the guess rule applies).
+    """
+    text = answer.strip().strip("`").strip()
+    if not text:
+        return Concern("empty", "the answer is empty")
+    short = len(text) <= MAX_CHECKED_CHARS
+    nothing = _NOTHING.match(text) or (
+        _NONE.match(text) and not parsing.answer_in_outputs(text, outputs)
+    )
+    if short and (_ERRORISH.search(text) or nothing):
+        return Concern(
+            "error",
+            "it reads like an error message or an empty/failed search, not an answer; "
+            "a search that found nothing means the search was wrong, not that the answer "
+            "is 'not found'",
+        )
+    if context.is_codebase:
+        missing = _missing_paths(text if short else "", context)
+        if missing:
+            return Concern("path", missing)
+    if short and _NUMBER.match(text):
+        recent = "\n".join(outputs[-2:])
+        if _EMPTY_NOTES.search(stderr):
+            note = next(line for line in stderr.splitlines() if _EMPTY_NOTES.search(line))
+            return Concern(
+                "empty-count",
+                f"the number was computed by a cell whose search found nothing ({note.strip()}); "
+                "a count over an empty result is not evidence",
+            )
+        if _is_zero(text) and _EMPTY_LITERAL.search(recent):
+            return Concern(
+                "empty-count",
+                "0 was computed from an empty collection (the output shows an empty result); "
+                "check that the search or filter matches anything at all",
+            )
+    if (
+        literal
+        and parsing.is_short_answer(answer)
+        and not parsing.answer_in_outputs(answer, outputs)
+    ):
+        return Concern("guess", "it appears in no output so far, so it may be a guess")
+    return None
+
+
+def _is_zero(text: str) -> bool:
+    try:
+        return float(text.replace(",", "").replace("_", "")) == 0
+    except ValueError:
+        return False
+
+
+def _missing_paths(text: str, context: Context) -> str | None:
+    """A sentence naming the path-like words of ``text`` that name no file of the codebase
+    (with close matches), or ``None``."""
+    files: dict[str, str] = context.value
+    prefix = (context.source or "").rstrip("/") + "/"
+    missing = []
+    for m in _PATH.finditer(text):
+        cand, ext = m.group(1), m.group(2).lower()
+        if "/" not in cand and ext not in _CODE_EXTS:
+            continue  # json.dumps, os.path, v1.2: not file names
+        if cand.startswith(prefix):
+            cand = cand[len(prefix) :]
+        cand = cand.lstrip("./") if cand.startswith("./") else cand
+        if cand in files or any(p.endswith("/" + cand) for p in files):
+            continue
+        missing.append(cand)
+    if not missing:
+        return None
+    shown = missing[0]
+    base = shown.rpartition("/")[2]
+    close = [p for p in files if p.rpartition("/")[2] == base][:5] or difflib.get_close_matches(
+        shown, list(files), n=3, cutoff=0.6
+    )
+    hint = f"; files with a similar name: {', '.join(close)}" if close else ""
+    return f"no file {shown!r} exists in the codebase ({len(files):,} files){hint}"

@@ -1,0 +1,323 @@
+"""Code intelligence: per-language symbol extraction, the index's queries and incremental
+updates, the repo map, and the REPL helpers end to end (a scripted model calling them in the
+real subprocess REPL over a loaded folder)."""
+
+from __future__ import annotations
+
+import pytest
+from helpers.scripted import last_user, repl, scripted_registry, turn_of
+
+from rlmd.codeintel import index as codeindex
+from rlmd.codeintel.index import CodeIndex, index_for
+from rlmd.codeintel.parsers import extract, language_of, supported_languages
+from rlmd.codeintel.repomap import repo_map
+from rlmd.context import load_codebase
+from rlmd.engine import Budget, RunConfig, run_task
+
+PY_BASE = '''\
+"""A small package."""
+import os
+from .util import helper
+
+DEFAULT_LIMIT = 10
+
+
+class Shape:
+    sides = 0
+
+    def area(self, scale=1.5):
+        return 0
+
+
+class Square(Shape):
+    def area(self, scale=2):
+        return helper(scale)
+
+
+def build(kind: str,
+          limit=DEFAULT_LIMIT):
+    # a comment inside
+    return Square()
+'''
+
+PY_UTIL = """\
+from pkg.base import Square
+
+
+class Tiny(Square):
+    pass
+
+
+def helper(x):
+    return Square() if x else None
+"""
+
+FILES = {
+    "pkg/base.py": PY_BASE,
+    "pkg/util.py": PY_UTIL,
+    "web/app.js": "import {x} from './lib.js';\nclass Widget extends Base {\n  render() { return 1; }\n}\nfunction mount(el) { return new Widget(); }\n",
+    "web/types.ts": "export interface Store { get(k: string): number }\nexport class MemStore implements Store {\n  get(k: string) { return 1 }\n}\n",
+    "srv/main.go": 'package main\n\nimport "fmt"\n\ntype Server struct{}\n\nfunc (s *Server) Serve() {}\n\nfunc main() { fmt.Println() }\n',
+    "core/lib.rs": "use std::io;\npub struct Engine;\nimpl Engine {\n    pub fn start(&self) {}\n}\npub fn run() {}\ntrait Plugin {}\n",
+    "java/App.java": "import java.util.List;\npublic class App extends Base implements Runnable {\n  public void run() {}\n}\n",
+    "native/io.c": "#include <stdio.h>\nstruct buffer { int n; };\nint read_all(int fd) {\n  return fd;\n}\n",
+    "native/gfx.cpp": "#include <vector>\nclass Canvas : public Surface {\n public:\n  void draw();\n};\nvoid Canvas::draw() {}\n",
+    "README.md": "Shape and Square are documented here.\n",
+}
+
+
+def names(fs) -> set[tuple[str, str]]:
+    return {(s.kind, s.qualname) for s in fs.symbols}
+
+
+def test_python_symbols_come_from_ast_with_signatures_bases_and_imports():
+    fs = extract("python", PY_BASE)
+    assert fs.error is None
+    assert names(fs) == {
+        ("constant", "DEFAULT_LIMIT"),
+        ("class", "Shape"),
+        ("variable", "Shape.sides"),
+        ("method", "Shape.area"),
+        ("class", "Square"),
+        ("method", "Square.area"),
+        ("function", "build"),
+    }
+    by = {s.qualname: s for s in fs.symbols}
+    assert by["Square"].bases == ("Shape",)
+    assert by["Square.area"].signature == "def area(self, scale=2):"
+    # a multi-line header is joined; the comment line after it is not part of it
+    assert by["build"].signature == "def build(kind: str, limit=DEFAULT_LIMIT):"
+    assert (by["Shape"].line, by["Shape"].end_line) == (8, 12)
+    assert fs.imports == ("os", ".util")
+
+
+def test_a_python_file_that_does_not_parse_has_no_symbols_and_says_why():
+    fs = extract("python", "def broken(:\n")
+    assert fs.symbols == () and fs.error is not None and "SyntaxError" in fs.error
+
+
+@pytest.mark.parametrize(
+    ("path", "expected"),
+    [
+        ("web/app.js", {("class", "Widget"), ("method", "Widget.render"), ("function", "mount")}),
+        ("web/types.ts", {("interface", "Store"), ("class", "MemStore")}),
+        ("srv/main.go", {("type", "Server"), ("method", "Serve"), ("function", "main")}),
+        ("core/lib.rs", {("class", "Engine"), ("method", "start"), ("function", "run")}),
+        ("java/App.java", {("class", "App"), ("method", "App.run")}),
+        ("native/io.c", {("class", "buffer"), ("function", "read_all")}),
+        ("native/gfx.cpp", {("class", "Canvas"), ("method", "draw")}),
+    ],
+)
+def test_other_languages_come_from_tree_sitter_tags(path, expected):
+    language = language_of(path)
+    assert language in supported_languages()
+    assert expected <= names(extract(language, FILES[path]))
+
+
+def test_class_bases_are_read_for_other_languages_too():
+    bases = {
+        s.name: s.bases
+        for p in ("web/app.js", "web/types.ts", "java/App.java", "native/gfx.cpp")
+        for s in extract(language_of(p), FILES[p]).symbols  # type: ignore[arg-type]
+    }
+    assert bases["Widget"] == ("Base",)
+    assert bases["MemStore"] == ("Store",)
+    assert bases["App"] == ("Base", "Runnable")
+    assert bases["Canvas"] == ("Surface",)
+
+
+def test_unindexed_files_have_no_language():
+    assert language_of("README.md") is None and language_of("Makefile") is None
+    assert language_of("a/b.PY") == "python"
+
+
+def test_find_definition_by_bare_qualified_and_module_name():
+    ix = CodeIndex.build(FILES)
+    assert ix.find_definition("Square") == ["pkg/base.py:15: class Square: class Square(Shape):"]
+    # both areas, each with its signature
+    areas = ix.find_definition("area")
+    assert [a.split(":")[0:2] for a in areas] == [["pkg/base.py", "11"], ["pkg/base.py", "16"]]
+    assert ix.find_definition("Square.area") == [
+        "pkg/base.py:16: method Square.area: def area(self, scale=2):"
+    ]
+    assert ix.find_definition("pkg.util.helper") == [
+        "pkg/util.py:8: function helper: def helper(x):"
+    ]
+    assert ix.find_definition("other.helper") == []
+    assert ix.last_note is not None and "no definition of 'other.helper'" in ix.last_note
+
+
+def test_find_definition_of_a_missing_name_suggests_close_ones():
+    ix = CodeIndex.build(FILES)
+    assert ix.find_definition("square") == []
+    assert ix.last_note is not None and "similar names: Square" in ix.last_note
+
+
+def test_find_references_lists_uses_and_leaves_definitions_out():
+    ix = CodeIndex.build(FILES)
+    refs = ix.find_references("Square")
+    assert "pkg/base.py:15:class Square(Shape):" not in refs
+    assert set(refs) == {
+        "pkg/base.py:23:return Square()",
+        "pkg/util.py:1:from pkg.base import Square",
+        "pkg/util.py:4:class Tiny(Square):",
+        "pkg/util.py:9:return Square() if x else None",
+        "README.md:1:Shape and Square are documented here.",
+    }
+    assert ix.find_references("Square", path_glob="pkg/util.py", max_results=1) == [
+        "pkg/util.py:1:from pkg.base import Square"
+    ]
+    assert ix.last_note is not None and "max_results=1" in ix.last_note
+    assert ix.find_references("Squar") == []  # whole words only
+    assert ix.last_note is not None and "is not used" in ix.last_note
+
+
+def test_find_subclasses_follows_the_hierarchy():
+    ix = CodeIndex.build(FILES)
+    found = [h.split(": ")[1] for h in ix.find_subclasses("Shape")]
+    assert found == ["class Square", "class Tiny"]
+    assert [h.split(": ")[1] for h in ix.find_subclasses("Shape", recursive=False)] == [
+        "class Square"
+    ]
+    assert ix.find_subclasses("Nothing") == [] and ix.last_note is not None
+
+
+def test_find_subclasses_does_not_cross_to_an_unrelated_class_of_the_same_name():
+    files = {
+        "a.py": "class Error(OSError): pass\nclass AErr(Error): pass\n",
+        "b.py": "class Error(Exception): pass\nclass BErr(Error): pass\n",
+        "c.py": "from a import Error\nclass CErr(Error): pass\n",
+    }
+    found = {h.split(": ")[1] for h in CodeIndex.build(files).find_subclasses("OSError")}
+    assert found == {"class Error", "class AErr", "class CErr"}
+
+
+def test_outline_lists_a_files_definitions_indented():
+    ix = CodeIndex.build(FILES)
+    assert ix.outline("pkg/util.py") == ["   4| class Tiny(Square):", "   8| def helper(x):"]
+    # a unique end of a path is enough
+    assert ix.outline("base.py")[:2] == ["   5| DEFAULT_LIMIT = 10", "   8| class Shape:"]
+    assert "  11|     def area(self, scale=1.5):" in ix.outline("pkg/base.py")
+    assert ix.outline("README.md") == []
+    assert ix.last_note is not None and "not in an indexed language" in ix.last_note
+    assert ix.outline("pkg/nope.py") == []
+    assert ix.last_note is not None and "did you mean" in ix.last_note
+
+
+def test_search_symbols_ranks_exact_then_prefix_then_substring_and_filters_kind():
+    files = {
+        "m.py": "def load(): pass\ndef load_all(): pass\ndef reload(): pass\nclass Loader: pass\n"
+    }
+    ix = CodeIndex.build(files)
+    hits = [h.split(": ")[1] for h in ix.search_symbols("load")]
+    assert hits[0] == "function load"
+    assert set(hits[1:3]) == {"function load_all", "class Loader"}
+    assert hits[3] == "function reload"
+    assert [h.split(": ")[1] for h in ix.search_symbols("load", kind="class")] == ["class Loader"]
+    assert ix.search_symbols("zzz") == [] and ix.last_note is not None
+
+
+def test_update_parses_only_changed_files_and_drops_removed_ones():
+    codeindex.clear_cache()
+    ix = CodeIndex()
+    first = ix.update(FILES)
+    assert first.parsed == 9 and first.reused == 0  # README.md is not parsed
+    changed = dict(FILES)
+    changed["pkg/util.py"] = PY_UTIL + "\ndef extra():\n    pass\n"
+    del changed["web/app.js"]
+    second = ix.update(changed)
+    assert (second.parsed, second.removed) == (1, 1)
+    assert ix.find_definition("extra") and ix.find_definition("Widget") == []
+    # a new index over the same texts reuses the process-wide cache: nothing parsed again
+    assert CodeIndex().update(changed).parsed == 0
+
+
+def test_the_index_is_built_once_per_codebase_context(tmp_path):
+    (tmp_path / "m.py").write_text("def f():\n    pass\n")
+    ctx = load_codebase(tmp_path)
+    assert index_for(ctx) is index_for(ctx)
+    with pytest.raises(ValueError, match="codebase"):
+        index_for(load_codebase(tmp_path).__class__(value="x", kind="text"))
+
+
+def test_answer_serves_the_helpers_and_rejects_unknown_ones(tmp_path):
+    (tmp_path / "m.py").write_text("def f():\n    pass\n")
+    ctx = load_codebase(tmp_path)
+    assert codeindex.answer(ctx, "find_definition", ["f"], {}) == {
+        "results": ["m.py:1: function f: def f():"],
+        "note": None,
+    }
+    with pytest.raises(ValueError, match="unknown"):
+        codeindex.answer(ctx, "exec", [], {})
+    with pytest.raises(TypeError, match="find_definition"):
+        codeindex.answer(ctx, "find_definition", [], {"nope": 1})
+
+
+def count_words(text: str) -> int:
+    return len(text.split())
+
+
+def test_repo_map_has_the_summary_most_used_definitions_and_biggest_files_within_budget():
+    ix = CodeIndex.build(FILES)
+    lines = repo_map(ix, count_words, budget=200)
+    assert lines[0].startswith("Indexed: ") and "python" in lines[0]
+    assert "Most-used definitions (files mentioning them):" in lines
+    assert any(line.strip().startswith("class Square (pkg/base.py:15)") for line in lines)
+    assert "Biggest files (lines; top-level definitions):" in lines
+    assert any(line.strip().startswith("pkg/base.py (") for line in lines)
+    for budget in (20, 40, 60):
+        cut = repo_map(ix, count_words, budget=budget)
+        assert sum(count_words(x) + 1 for x in cut) <= budget + 1  # +1 per line joined
+        assert len(cut) <= len(lines)
+    assert repo_map(ix, count_words, budget=5) == []  # not even the summary fits
+    assert repo_map(CodeIndex.build({"README.md": "x"}), count_words) == []
+
+
+def config(**kw) -> RunConfig:
+    return RunConfig(
+        root_model="root", sub_model="sub", budget=Budget(**kw.pop("budget", {})), **kw
+    )
+
+
+async def test_the_helpers_answer_in_the_repl_and_the_map_reaches_the_model(tmp_path):
+    for path, text in FILES.items():
+        (tmp_path / path).parent.mkdir(parents=True, exist_ok=True)
+        (tmp_path / path).write_text(text)
+    seen: list[list[dict]] = []
+
+    def root(messages):
+        seen.append(messages)
+        if turn_of(messages) == 0:
+            return repl(
+                "d = find_definition('Square')\nprint(d)\n"
+                "print(len(find_references('Square')))\n"
+                "print(find_subclasses('Base'))\n"
+                "print(outline('srv/main.go'))\n"
+                "print(search_symbols('eng'))\n"
+                "print(find_definition('Nope'))"
+            )
+        return repl("FINAL(d[0].split(':')[0])")
+
+    registry = scripted_registry(root=root, sub=root)
+    try:
+        result = await run_task(
+            "Where is Square defined?", tmp_path, config(), get_model=registry.get
+        )
+    finally:
+        await registry.aclose()
+    assert (result.status, result.answer, result.answer_source) == (
+        "completed",
+        "pkg/base.py",
+        "final",
+    )
+    first_user = seen[0][1]["content"]
+    assert "Code map (from the symbol index):" in first_user
+    assert "find_definition(name)" in seen[0][0]["content"]  # documented in the system prompt
+    out = last_user(seen[1])
+    assert "pkg/base.py:15: class Square: class Square(Shape):" in out
+    assert "\n5\n" in out
+    assert "web/app.js:2: class Widget" in out and "java/App.java:2: class App" in out
+    assert "type Server struct{}" in out
+    assert "core/lib.rs:2: class Engine" in out
+    # the empty result comes with the index's note on stderr
+    assert "find_definition: no definition of 'Nope'" in out

@@ -1,0 +1,276 @@
+"""The answer verifier's rules (unit and through the loop), ``llm_map`` (prompts, order,
+per-item errors, grouped calls) end to end in the real REPL, the read_file range hint and
+the unfenced extraction."""
+
+from __future__ import annotations
+
+import pytest
+from helpers.scripted import last_user, repl, scripted_registry, turn_of
+
+from rlmd.context import Context, load_context
+from rlmd.engine import Budget, RunConfig, mapping, run_task, verify
+from rlmd.engine.parsing import unfence
+from rlmd.kernel.codebase import Codebase
+
+CODEBASE = Context(value={"pkg/a.py": "x = 1\n", "pkg/sub/b.py": "y = 2\n"}, kind="codebase")
+TEXT = load_context("some text")
+
+
+def check(answer, context=TEXT, outputs=(), stderr="", literal=False):
+    return verify.check(
+        answer, context=context, outputs=list(outputs), stderr=stderr, literal=literal
+    )
+
+
+@pytest.mark.parametrize(
+    "answer",
+    [
+        "Error: no such thing",
+        "Traceback (most recent call last): ...",
+        "The file was not found",
+        "FileNotFoundError: read_file: no file 'x.py'",
+        "list_files: no path matches 'protocol/ClassName.py'",
+        "[]",
+        "N/A",
+        "unknown",
+    ],
+)
+def test_error_and_nothing_answers_are_doubted(answer):
+    concern = check(answer, outputs=[answer])  # even when an output shows it verbatim
+    assert concern is not None and concern.rule == "error"
+
+
+def test_empty_answer_is_doubted():
+    assert check("  ").rule == "empty"  # type: ignore[union-attr]
+
+
+def test_none_is_an_answer_when_an_output_shows_it():
+    assert check("None", outputs=["def f(x=None):"]) is None
+    assert check("None", outputs=["nothing here"]).rule == "error"  # type: ignore[union-attr]
+
+
+def test_path_answers_must_name_a_file_of_the_codebase():
+    assert check("pkg/a.py", CODEBASE) is None
+    assert check("sub/b.py", CODEBASE) is None  # a unique end of a path
+    assert check("It is in pkg/sub/b.py, line 1.", CODEBASE) is None
+    concern = check("the/path/you/found.py", CODEBASE)
+    assert concern is not None and concern.rule == "path"
+    assert "no file 'the/path/you/found.py'" in concern.evidence
+    concern = check("pkg/b.py", CODEBASE)
+    assert concern is not None and "similar name: pkg/sub/b.py" in concern.evidence.replace(
+        "names", "name"
+    )
+    # dotted names and versions are not paths; text contexts have no files to check
+    assert check("json.dumps", CODEBASE) is None and check("v1.2", CODEBASE) is None
+    assert check("the/path/you/found.py", TEXT) is None
+
+
+def test_numbers_counted_over_nothing_are_doubted():
+    note = "grep: no line matches 'zebra' in all 2 files"
+    assert check("0", stderr=note).rule == "empty-count"  # type: ignore[union-attr]
+    assert check("12", stderr=note).rule == "empty-count"  # type: ignore[union-attr]
+    assert check("0", outputs=["hits = []", "[]"]).rule == "empty-count"  # type: ignore[union-attr]
+    assert check("0", outputs=["zeros: 0 of 40 lines"]) is None
+    assert check("3", outputs=["[]"]) is None  # only a 0 is read off an empty collection
+
+
+def test_guess_rule_applies_to_short_literals_only():
+    assert check("42", outputs=["no number"], literal=True).rule == "guess"  # type: ignore[union-attr]
+    assert check("42", outputs=["n = 42"], literal=True) is None
+    assert check("42", outputs=["no number"], literal=False) is None
+    assert check("a longer prose answer", literal=True) is None
+
+
+# -- through the loop -------------------------------------------------------------------------
+
+
+def config(**kw) -> RunConfig:
+    return RunConfig(
+        root_model="root", sub_model="sub", budget=Budget(**kw.pop("budget", {})), **kw
+    )
+
+
+async def go(registry, question, context, cfg):
+    try:
+        return await run_task(question, context, cfg, get_model=registry.get)
+    finally:
+        await registry.aclose()
+
+
+async def test_an_error_answer_is_questioned_with_evidence_and_then_marked_unverified(tmp_path):
+    (tmp_path / "m.py").write_text("class Proto:\n    pass\n")
+    seen = []
+
+    def root(messages):
+        seen.append(messages)
+        if turn_of(messages) == 0:
+            return repl("r = list_files('protocol/ClassName.py')\nprint(r)")
+        return repl("FINAL('not found: ' + str(r))")
+
+    result = await go(scripted_registry(root=root, sub=root), "Where is Proto?", tmp_path, config())
+    assert (result.status, result.answer, result.answer_source) == (
+        "completed",
+        "not found: []",
+        "unverified",
+    )
+    assert result.iterations == 3
+    question = last_user(seen[2])
+    assert "'not found: []' was not accepted yet" in question and "failed search" in question
+
+
+async def test_a_corrected_answer_after_the_question_is_accepted_as_final(tmp_path):
+    (tmp_path / "pkg").mkdir()
+    (tmp_path / "pkg" / "proto.py").write_text("class Proto:\n    pass\n")
+    seen = []
+
+    def root(messages):
+        seen.append(messages)
+        t = turn_of(messages)
+        if t == 0:
+            return repl("print(list_files())")
+        if t == 1:
+            return repl('FINAL("protocol/proto.py")')  # a path that does not exist
+        return repl("FINAL(find_definition('Proto')[0].split(':')[0])")
+
+    result = await go(scripted_registry(root=root, sub=root), "Where is Proto?", tmp_path, config())
+    assert (result.answer, result.answer_source, result.iterations) == ("pkg/proto.py", "final", 3)
+    assert "no file 'protocol/proto.py' exists" in last_user(seen[2])
+    assert "pkg/proto.py" in last_user(seen[2])  # the close match is named
+
+
+async def test_a_count_over_an_empty_search_is_questioned(tmp_path):
+    (tmp_path / "a.py").write_text("import os\n")
+    seen = []
+
+    def root(messages):
+        seen.append(messages)
+        if turn_of(messages) == 0:
+            return repl("print(list_files())")
+        return repl("FINAL(len(grep('warnings\\\\.warn')))")
+
+    result = await go(
+        scripted_registry(root=root, sub=root), "How many warn calls?", tmp_path, config()
+    )
+    assert (result.answer, result.answer_source) == ("0", "unverified")
+    assert "search found nothing" in last_user(seen[2])
+
+
+async def test_an_unverified_answer_in_the_last_turn_is_marked_not_questioned():
+    def root(messages):
+        return repl("print(len(context))") if turn_of(messages) == 0 else repl("FINAL('Error: x')")
+
+    result = await go(
+        scripted_registry(root=root, sub=root), "q", "abc", config(budget={"max_iterations": 2})
+    )
+    assert (result.answer, result.answer_source, result.iterations) == ("Error: x", "unverified", 2)
+
+
+# -- llm_map ----------------------------------------------------------------------------------
+
+
+def test_mapping_prompts_and_splitting():
+    groups = mapping.group(["a", "b", "c"], 2)
+    assert groups == [["a", "b"], ["c"]]
+    assert mapping.prompt("Label it.", ["x"]).startswith("Label it.\n\nItem:\nx")
+    many = mapping.prompt("Label it.", ["x", "y"])
+    assert "exactly 2 lines" in many and "1. x\n2. y" in many
+    assert mapping.split_replies(groups, ["2: B\n1) A\nnoise", "C"]) == ["A", "B", "C"]
+    out = mapping.split_replies([["a", "b"]], ["1: only one"])
+    assert out[0] == "only one" and out[1].startswith("Error: ") and "item 2" in out[1]
+    assert mapping.split_replies([["a", "b"]], ["Error: boom"]) == ["Error: boom"] * 2
+
+
+async def test_llm_map_runs_one_sub_call_per_item_in_order_with_per_item_errors():
+    calls = []
+
+    def sub(messages):
+        text = messages[-1]["content"]
+        calls.append(text)
+        item = text.split("Item:\n")[1].split("\n")[0]
+        if item == "boom":
+            raise RuntimeError("sub-model exploded")
+        return item.upper()
+
+    def root(messages):
+        if turn_of(messages) == 0:
+            return repl("out = llm_map('Shout this word.', ['a', 'boom', 'c', 'd'])\nprint(out)")
+        return repl("FINAL(out[0] + out[2] + out[3])")
+
+    seen = []
+
+    def spy(messages):
+        seen.append(messages)
+        return root(messages)
+
+    registry = scripted_registry(root=spy, sub=sub)
+    result = await go(registry, "q", "abc", config())
+    assert result.answer == "ACD"
+    shown = last_user(seen[1])
+    assert "['A', \"Error: sub-call to 'sub' failed" in shown and "'C', 'D']" in shown
+    assert len(calls) == 4 and all(c.startswith("Shout this word.") for c in calls)
+
+
+async def test_llm_map_packs_items_per_call():
+    calls = []
+
+    def sub(messages):
+        text = messages[-1]["content"]
+        calls.append(text)
+        if "Item:\n" in text:  # a group of one is asked about plainly
+            return str(len(text.split("Item:\n")[1].split("\n")[0]))
+        items = [line.split(". ", 1)[1] for line in text.split("Items:\n")[1].splitlines()]
+        return "\n".join(f"{n}: {len(it)}" for n, it in enumerate(items, 1))
+
+    def root(messages):
+        if turn_of(messages) == 0:
+            return repl(
+                "out = llm_map('Length?', ['aa', 'b', 'cccc'], items_per_call=2)\nprint(out)"
+            )
+        return repl("FINAL(','.join(out))")
+
+    result = await go(scripted_registry(root=root, sub=sub), "q", "abc", config())
+    assert result.answer == "2,1,4"
+    assert len(calls) == 2 and "1. aa\n2. b" in calls[0] and "Item:\ncccc" in calls[1]
+
+
+def test_llm_map_rejects_a_string_of_items():
+    from rlmd.kernel.core import Kernel
+
+    kernel = Kernel(lambda fn, args: None)
+    with pytest.raises(TypeError, match="items must be a list"):
+        kernel.ns["llm_map"]("x", "not a list")
+
+
+# -- small fixes from the same issue ---------------------------------------------------------
+
+
+def test_read_file_with_end_before_start_says_why(capsys):
+    cb = Codebase({"f.py": "\n".join(f"line {i}" for i in range(1, 60))})
+    assert cb.read_file("f.py", 41, 40) == ""
+    err = capsys.readouterr().err
+    assert "end=40 is before start=41" in err and "read_file('f.py', 41, 59)" in err
+
+
+def test_an_extracted_answer_loses_its_fence():
+    assert unfence("```\n42\n```") == "42"
+    assert unfence("```text\npkg/a.py\n```\n") == "pkg/a.py"
+    assert unfence("The answer is ```42```.") == "The answer is ```42```."
+    assert unfence("```\na\n```\nand\n```\nb\n```") == "```\na\n```\nand\n```\nb\n```"
+
+
+async def test_a_cell_repeated_a_third_time_is_not_run_again():
+    seen = []
+
+    def root(messages):
+        seen.append(messages)
+        if turn_of(messages) < 4:
+            return repl("print('counting', len(context))")
+        return repl("FINAL(len(context))")
+
+    result = await go(scripted_registry(root=root, sub=root), "q", "abcd", config())
+    assert (result.status, result.answer, result.iterations) == ("completed", "4", 5)
+    runs = [last_user(m) for m in seen[1:]]
+    assert "[cell 1]" in runs[0] and "[cell 1]" in runs[1]  # the first repeat still runs
+    assert "same code as in your previous turn" in runs[1]
+    for skipped in runs[2:4]:
+        assert "[cell 1]" not in skipped and "I did not run it again" in skipped
