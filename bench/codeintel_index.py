@@ -10,6 +10,8 @@ What is measured, in this process (the index lives in the daemon's process too):
   cleared first (``ast`` for Python, tree-sitter for the C files);
 * **warm build**: a new index over the same texts (what a workspace that reloads its folder
   pays: unchanged files come from the process-wide cache);
+* **from disk**: the index of the same folder in a new process (the in-memory cache cleared,
+  the on-disk index of :mod:`rlmd.codeintel.diskcache` read: every file hashed, none parsed);
 * **one-file update**: :meth:`CodeIndex.update` after one file changed;
 * **map**: the repo map for the root model's metadata (reference counts included);
 * **queries**: ``find_definition`` / ``find_subclasses`` / ``search_symbols`` medians;
@@ -18,7 +20,7 @@ What is measured, in this process (the index lives in the daemon's process too):
 The folder defaults to this interpreter's standard library without ``test/``, ``idlelib``'s
 tests, ``site-packages`` and ``__pycache__`` (CPython 3.11: about 700 files, 11 MB).
 **Targets** (2 shared cores): cold build <= 20 s and <= 3x the floor; warm build <= 1 s;
-one-file update <= 0.5 s; map <= 3 s; each query median <= 50 ms.
+from disk <= 3 s; one-file update <= 0.5 s; map <= 3 s; each query median <= 50 ms.
 """
 
 from __future__ import annotations
@@ -30,6 +32,7 @@ import os
 import statistics
 import sys
 import sysconfig
+import tempfile
 import time
 from pathlib import Path
 
@@ -44,6 +47,7 @@ TARGETS = {
     "cold_s": 20.0,
     "cold_vs_floor": 3.0,
     "warm_s": 1.0,
+    "disk_s": 3.0,
     "update_s": 0.5,
     "map_s": 3.0,
     "query_ms": 50.0,
@@ -99,6 +103,14 @@ def main() -> int:
         colds.append(t)
         warms.append(timed(lambda: codeindex.CodeIndex.build(files))[0])
     assert isinstance(ix, codeindex.CodeIndex)
+    with tempfile.TemporaryDirectory() as home:
+        os.environ["RLMD_HOME"] = home
+        source = str(args.folder)
+        codeindex._build_cached(files, source)  # writes the on-disk index
+        codeindex.clear_cache()
+        disk_t, from_disk = timed(lambda: codeindex._build_cached(files, source))
+        assert isinstance(from_disk, codeindex.CodeIndex)
+        assert from_disk.symbol_count() == ix.symbol_count()
     some = next(p for p in sorted(files) if p.endswith(".py") and len(files[p]) > 2000)
     changed = dict(files)
     changed[some] = files[some] + "\n\ndef _bench_added():\n    return 1\n"
@@ -124,6 +136,7 @@ def main() -> int:
         "floor_s": statistics.median(floors),
         "cold_s": statistics.median(colds),
         "warm_s": statistics.median(warms),
+        "disk_s": disk_t,
         "update_s": update_t,
         "map_s": map_t,
         "map_lines": len(lines),
@@ -136,6 +149,7 @@ def main() -> int:
         "cold_s": result["cold_s"] <= TARGETS["cold_s"],
         "cold_vs_floor": result["cold_vs_floor"] <= TARGETS["cold_vs_floor"],
         "warm_s": result["warm_s"] <= TARGETS["warm_s"],
+        "disk_s": result["disk_s"] <= TARGETS["disk_s"],
         "update_s": result["update_s"] <= TARGETS["update_s"],
         "map_s": result["map_s"] <= TARGETS["map_s"],
         "query_ms": max(query_ms.values()) <= TARGETS["query_ms"],
@@ -144,7 +158,7 @@ def main() -> int:
     result["met"] = checks
     print(f"symbols: {result['symbols']:,} in {result['languages']}")
     print(f"{'measure':<16}{'value':>12}{'target':>10}  met")
-    for key in ("cold_s", "cold_vs_floor", "warm_s", "update_s", "map_s"):
+    for key in ("cold_s", "cold_vs_floor", "warm_s", "disk_s", "update_s", "map_s"):
         print(f"{key:<16}{result[key]:>12.3f}{TARGETS[key]:>10}  {checks[key]}")
     for name, ms in query_ms.items():
         print(

@@ -321,3 +321,30 @@ async def test_the_helpers_answer_in_the_repl_and_the_map_reaches_the_model(tmp_
     assert "core/lib.rs:2: class Engine" in out
     # the empty result comes with the index's note on stderr
     assert "find_definition: no definition of 'Nope'" in out
+
+
+def test_a_new_process_reuses_the_index_saved_for_the_folder(tmp_path, monkeypatch):
+    monkeypatch.setenv("RLMD_HOME", str(tmp_path / "home"))
+    proj = tmp_path / "proj"
+    proj.mkdir()
+    (proj / "a.py").write_text("def one():\n    pass\n")
+    (proj / "b.py").write_text("def two():\n    pass\n")
+    codeindex.clear_cache()
+    first = index_for(load_codebase(proj))
+    assert first.find_definition("one") == ["a.py:1: function one: def one():"]
+    codeindex.clear_cache()  # as in a new process: only the disk has it
+    (proj / "b.py").write_text("def three():\n    pass\n")
+    from rlmd.codeintel import diskcache
+
+    saved = diskcache.load(str(proj))
+    assert set(saved) == {"a.py", "b.py"}
+    again = CodeIndex()
+    stats = again.update(load_codebase(proj).value, saved)
+    assert (stats.parsed, stats.reused) == (1, 1)  # only the edited file is parsed
+    assert index_for(load_codebase(proj)).find_definition("three") == [
+        "b.py:1: function three: def three():"
+    ]
+    # a corrupt cache file is ignored, not fatal
+    diskcache.cache_file(str(proj)).write_text("{not json")
+    assert diskcache.load(str(proj)) == {}
+    assert index_for(load_codebase(proj)).find_definition("one")

@@ -59,3 +59,51 @@ def test_many_threads_taking_spares_at_once_never_fail_nor_share_a_spare():
     assert len(taken) == len(set(taken))
     assert sorted(taken + discarded) == sorted(made)
     assert taken  # spares were really made and handed out
+
+
+def test_prepare_makes_one_spare_ahead_that_the_first_take_gets():
+    made: list[str] = []
+    pool: SparePool[str, str] = SparePool(
+        lambda spec: made.append(spec) or f"spare of {spec}",
+        lambda item: None,
+        errors=OSError,
+        what="test",
+        join_s=60.0,
+    )
+    pool.prepare("a")
+    pool.prepare("a")  # one is being made or ready already: nothing more
+    assert pool.take("a") == "spare of a"  # waits for it; the first start of "a"
+    assert made == ["a"]  # and no refill after a single start
+    pool.close(final=True)
+    pool.prepare("b")  # closed: makes nothing
+    assert made == ["a"]
+
+
+async def test_warm_starts_the_first_kernel_process_ahead_and_start_takes_it(monkeypatch):
+    # ``rlmd run`` and a daemon workspace warm the sandbox before loading the codebase, so
+    # the kernel's own start-up overlaps the load.
+    from helpers.sandbox_host import FakeHost
+
+    from rlmd.sandbox import create_sandbox
+    from rlmd.sandbox.process import launch
+
+    made = []
+
+    def spy(spec, workdir=None):
+        process = launch.launch(spec, workdir)
+        made.append(process)
+        return process
+
+    launch.close_spare_kernels()  # a spare left by an earlier test would be taken instead
+    monkeypatch.setattr(launch.SPARES, "_make", spy)
+    sb = create_sandbox("subprocess")
+    sb.warm()
+    try:
+        await sb.start(FakeHost())
+        # A process the pool made ahead (without warm the first start launches its own;
+        # a pool that saw two starts of this spec earlier in this process also refills).
+        assert sb.workdir in [p.workdir for p in made]
+        r = await sb.execute("print(6 * 7)")
+        assert r.stdout == "42\n"
+    finally:
+        await sb.close()

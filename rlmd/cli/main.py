@@ -5,12 +5,13 @@
              [--max-seconds S] [--max-subcalls N] [--cell-timeout S] [--threads N] [--json]
     rlmd runs [--limit N] [--status S] [--search TEXT]
     rlmd show RUN
-    rlmd export RUN [--format json|jsonl] [--output FILE]
+    rlmd export RUN [--format json|jsonl|otlp] [--output FILE] [--endpoint URL]
     rlmd models
     rlmd models pull NAME
     rlmd serve [--stdio] [--idle-timeout S] [--log-file FILE]
     rlmd attach --stdio [--no-start]
     rlmd doctor [--json] [--no-sandboxes]
+    rlmd mcp | acp [--workspace DIR] [--model NAME] [--max-usd X] ...
     rlmd sandbox build NAME | ls [--json] | reap
 
 Exit codes: 0 success (``run``: the run completed), 1 the run ended without completing
@@ -97,20 +98,37 @@ def _parser() -> argparse.ArgumentParser:
 
     e = sub.add_parser("export", help="write a run (with its child runs) as JSON or JSONL")
     e.add_argument("run", help="run id, a unique prefix, or 'last'")
-    e.add_argument("--format", choices=["json", "jsonl"], default="json")
+    e.add_argument(
+        "--format",
+        choices=["json", "jsonl", "otlp"],
+        default="json",
+        help="otlp: send OpenTelemetry spans to an OTLP/HTTP receiver (needs rlmd[otel])",
+    )
     e.add_argument("--output", "-o", help="file to write (default stdout)")
+    e.add_argument(
+        "--endpoint",
+        help="with --format otlp: the traces URL (default $OTEL_EXPORTER_OTLP_TRACES_ENDPOINT, "
+        "$OTEL_EXPORTER_OTLP_ENDPOINT, else http://localhost:4318/v1/traces)",
+    )
+    e.add_argument(
+        "--include-content",
+        action="store_true",
+        help="with --format otlp: attach prompts, outputs, questions, answers and code",
+    )
 
     m = sub.add_parser("models", help="list models and whether they are usable now")
     msub = m.add_subparsers(dest="models_command")
     pull = msub.add_parser("pull", help="install a known local model into the rlmd home")
     pull.add_argument("name")
 
+    from rlmd.cli.doors import add_door_commands
     from rlmd.cli.sandbox import add_parser as add_sandbox_command
     from rlmd.cli.serve import add_server_commands
 
     add_sandbox_command(sub)
 
     add_server_commands(sub)
+    add_door_commands(sub)
     t = sub.add_parser("tui", help="the terminal UI: browse, search and follow runs; launch tasks")
     t.add_argument("--socket", help="daemon socket (default: the rlmd home's)")
     t.add_argument("--store", help="trajectory store to browse when no daemon runs")
@@ -143,6 +161,8 @@ def main(argv: list[str] | None = None) -> int:
             "doctor": cmd_server,
             "tui": cmd_tui,
             "sandbox": cmd_sandbox,
+            "mcp": cmd_door,
+            "acp": cmd_door,
         }[args.command](args)
     except KeyboardInterrupt:
         err.print("[yellow]interrupted[/]")
@@ -227,9 +247,10 @@ def _isolation_gap(run_config, required: bool) -> str | None:
 
     if run_config.sandbox != "subprocess":
         return None
-    return isolation.check(
-        create_sandbox(run_config.sandbox, **run_config.sandbox_options), required=required
-    )
+    sandbox = create_sandbox(run_config.sandbox, **run_config.sandbox_options)
+    gap = isolation.check(sandbox, required=required)
+    sandbox.warm()  # the run's kernel process starts up while the context loads
+    return gap
 
 
 def cmd_run(args: argparse.Namespace) -> int:
@@ -438,6 +459,8 @@ def cmd_export(args: argparse.Namespace) -> int:
     run = _find_run(store, args.run)
     if run is None:
         return 2
+    if args.format == "otlp":
+        return _export_otlp(store.tree(run["id"]), args)
     text = export_run(store, run["id"], fmt=args.format)
     if args.output:
         try:
@@ -450,6 +473,21 @@ def cmd_export(args: argparse.Namespace) -> int:
         err.print(f"wrote {args.output}")
     else:
         sys.stdout.write(text if text.endswith("\n") else text + "\n")
+    return 0
+
+
+def _export_otlp(tree: dict, args: argparse.Namespace) -> int:
+    try:
+        from rlmd.frontdoors.otel import export_tree
+    except ModuleNotFoundError as exc:
+        err.print(f"[red]error:[/] {markup(str(exc))}; install it with: pip install 'rlmd[otel]'")
+        return 2
+    try:
+        sent = export_tree(tree, args.endpoint, content=args.include_content)
+    except ConnectionError as exc:
+        err.print(f"[red]error:[/] {markup(str(exc))}")
+        return 1
+    err.print(f"sent {sent} spans of run {tree['id']} (trace of root run {tree['root_run_id']})")
     return 0
 
 
@@ -469,6 +507,12 @@ def cmd_server(args: argparse.Namespace) -> int:
     from rlmd.cli.serve import run_server_command
 
     return run_server_command(args)
+
+
+def cmd_door(args: argparse.Namespace) -> int:
+    from rlmd.cli.doors import run_door_command
+
+    return run_door_command(args)
 
 
 def cmd_models(args: argparse.Namespace) -> int:

@@ -3,6 +3,9 @@
 from __future__ import annotations
 
 import argparse
+import importlib.util
+import os
+import sys
 
 
 def add_server_commands(sub: argparse._SubParsersAction) -> None:
@@ -29,6 +32,18 @@ def add_server_commands(sub: argparse._SubParsersAction) -> None:
     )
     sv.add_argument("--log-file", help="log here instead of stderr")
     sv.add_argument("--log-level", default="INFO")
+    sv.add_argument(
+        "--otlp-endpoint",
+        default=os.environ.get("RLMD_OTLP_ENDPOINT") or None,
+        help="send each task's trajectory as OpenTelemetry spans to this OTLP/HTTP traces URL "
+        "(e.g. http://localhost:4318/v1/traces; default $RLMD_OTLP_ENDPOINT; needs rlmd[otel])",
+    )
+    sv.add_argument(
+        "--otlp-content",
+        action="store_true",
+        default=os.environ.get("RLMD_OTLP_CONTENT") == "1",
+        help="include prompts, outputs and code in the spans (default off; $RLMD_OTLP_CONTENT=1)",
+    )
 
     at = sub.add_parser("attach", help="bridge stdio to the daemon (starting it if needed)")
     at.add_argument("--stdio", action="store_true", required=True, help="speak on stdin/stdout")
@@ -45,6 +60,14 @@ def run_server_command(args: argparse.Namespace) -> int:
     if args.command == "serve":
         from rlmd.server import daemon
 
+        if args.otlp_endpoint and not importlib.util.find_spec("opentelemetry.exporter"):
+            print(
+                "rlmd serve: --otlp-endpoint needs OpenTelemetry; install it with: "
+                "pip install 'rlmd[otel]'",
+                file=sys.stderr,
+            )
+            return 2
+
         return daemon.main(
             stdio=args.stdio,
             idle_timeout_s=args.idle_timeout or None,
@@ -53,6 +76,8 @@ def run_server_command(args: argparse.Namespace) -> int:
             client_stall_s=args.client_stall,
             log_file=args.log_file,
             log_level=args.log_level,
+            otlp_endpoint=args.otlp_endpoint,
+            otlp_content=args.otlp_content,
         )
     if args.command == "attach":
         from rlmd.cli import attach

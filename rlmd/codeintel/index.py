@@ -110,9 +110,17 @@ class CodeIndex:
 
     # -- building -------------------------------------------------------------------------
 
-    def update(self, files: Mapping[str, str]) -> UpdateStats:
+    def update(
+        self,
+        files: Mapping[str, str],
+        saved: Mapping[str, tuple[str, FileSymbols]] | None = None,
+    ) -> UpdateStats:
         """Make the index describe ``files`` (the whole codebase as it is now): parse new and
-        changed files, drop removed ones, keep the rest. Returns what it did."""
+        changed files, drop removed ones, keep the rest. ``saved`` (``{path: (text hash,
+        symbols)}``, see :mod:`rlmd.codeintel.diskcache`) supplies files unchanged since a
+        saved index. Returns what it did."""
+        from rlmd.codeintel.diskcache import text_hash
+
         t0 = time.perf_counter()
         stats = UpdateStats()
         for path in [p for p in self.texts if p not in files]:
@@ -128,6 +136,11 @@ class CodeIndex:
             language = language_of(path)
             if language is None or len(text) > MAX_PARSE_CHARS:
                 self.files.pop(path, None)
+                continue
+            hit = saved.get(path) if saved else None
+            if hit is not None and hit[1].language == language and hit[0] == text_hash(text):
+                self.files[path] = hit[1]
+                stats.reused += 1
                 continue
             self.files[path], cached = _cached_extract(path, language, text)
             if cached:
@@ -415,9 +428,27 @@ def index_for(context: object) -> CodeIndex:
     with _index_lock:
         index = getattr(context, "_code_index", None)
         if index is None:
-            index = CodeIndex.build(context.value)  # type: ignore[attr-defined]
+            index = _build_cached(context.value, getattr(context, "source", None))  # type: ignore[attr-defined]
             context._code_index = index  # type: ignore[attr-defined]
         return index
+
+
+def _build_cached(files: Mapping[str, str], source: str | None) -> CodeIndex:
+    """Build an index, through the on-disk index of the folder ``source`` when there is one
+    (and save it again when files were parsed)."""
+    if not source:
+        return CodeIndex.build(files)
+    from rlmd.codeintel import diskcache
+
+    saved = diskcache.load(source)
+    index = CodeIndex()
+    stats = index.update(files, saved)
+    if stats.parsed or stats.removed or len(saved) != len(index.files):
+        diskcache.save(
+            source,
+            {p: (diskcache.text_hash(index.texts[p]), fs) for p, fs in index.files.items()},
+        )
+    return index
 
 
 QUERIES = ("find_definition", "find_references", "find_subclasses", "outline", "search_symbols")

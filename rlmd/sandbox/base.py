@@ -98,6 +98,11 @@ class Sandbox(abc.ABC):
     async def start(self, handler: CallHandler) -> None:
         """Start the kernel; ``handler`` serves host calls made from model code."""
 
+    def warm(self) -> None:  # noqa: B027 (optional hook; most backends have nothing to do)
+        """Begin, in the background, what :meth:`start` will need (the subprocess backend
+        starts its kernel process ahead), so a start soon after waits less; call it before
+        other slow work such as loading a codebase. Blocks for at most a fork."""
+
     @abc.abstractmethod
     async def load_context(self, value: Any, *, codebase: bool = False) -> None:
         """Bind ``context`` (str, list or dict; for a codebase a ``{path: text}`` dict) and, for

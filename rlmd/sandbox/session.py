@@ -249,6 +249,10 @@ class SandboxSession(Sandbox):
 
     # -- lifecycle ----------------------------------------------------------------------------
 
+    def warm(self) -> None:
+        if self._kernel is None and not self._closed:
+            self.transport.warm()
+
     async def start(self, handler: CallHandler) -> None:
         """Start the kernel. On a started sandbox: keep the REPL and its state and serve
         calls with ``handler`` from now on (one persistent REPL, several runs).

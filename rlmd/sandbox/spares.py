@@ -89,6 +89,18 @@ class SparePool(Generic[S, T]):
             spare = None
         return spare
 
+    def prepare(self, spec: S) -> None:
+        """Start making a spare for ``spec`` now, in the background, unless one is ready or
+        being made (the next :meth:`take` of ``spec`` gets it; it counts as no start)."""
+        with self._lock:
+            if self._closed or spec in self._ready or spec in self._launching:
+                return
+            thread = threading.Thread(
+                target=self._refill, args=(spec,), name=f"rlmd-spare-{self._what}", daemon=True
+            )
+            thread.start()
+            self._launching[spec] = thread
+
     def _refill(self, spec: S) -> None:
         try:
             spare: T | None = self._make(spec)

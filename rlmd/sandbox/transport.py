@@ -128,6 +128,9 @@ class Transport(abc.ABC):
         """``None`` if this transport can start here, else why not (one line)."""
         return None
 
+    def warm(self) -> None:  # noqa: B027 (optional hook)
+        """Begin making the first kernel in the background (see ``Sandbox.warm``)."""
+
     @abc.abstractmethod
     async def spawn(self, handler: CallHandler, cap: int, start_timeout_s: float) -> KernelHandle:
         """Start a kernel that has said hello (the first call sets up the working folder,

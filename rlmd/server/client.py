@@ -32,12 +32,21 @@ class RpcError(Exception):
 class Client:
     """One connection to the daemon. Create with :meth:`connect`; close with :meth:`close`."""
 
-    def __init__(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+    def __init__(
+        self,
+        reader: asyncio.StreamReader,
+        writer: asyncio.StreamWriter,
+        *,
+        on_notification: Callable[[dict[str, Any]], None] | None = None,
+    ) -> None:
         self.reader = reader
         self.writer = writer
         self._ids = itertools.count(1)
         self.pending: dict[Any, asyncio.Future[Any]] = {}
         self.notifications: list[dict[str, Any]] = []
+        #: called with each notification instead of keeping it in ``notifications`` (a
+        #: long-lived client such as a front door would otherwise grow without bound)
+        self.on_notification = on_notification
         #: for each answered request id, how many notifications had arrived before its answer
         #: (lets a caller check the order of a response and the notifications around it)
         self.answered_after: dict[Any, int] = {}
@@ -174,12 +183,16 @@ class Client:
     def _dispatch(self, msg: dict[str, Any]) -> None:
         if "method" in msg and "id" in msg:  # a request from the daemon
             self._send({"jsonrpc": "2.0", "id": msg["id"], "result": None})
-            self.notifications.append(
-                {"method": msg["method"], "params": msg.get("params"), "request": True}
-            )
+            if self.on_notification is None:
+                self.notifications.append(
+                    {"method": msg["method"], "params": msg.get("params"), "request": True}
+                )
             return
         if "method" in msg:
             note = {"method": msg["method"], "params": msg.get("params")}
+            if self.on_notification is not None:
+                self.on_notification(note)
+                return
             self.notifications.append(note)
             for predicate, fut in list(self._waiters):
                 if not fut.done():

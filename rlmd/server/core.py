@@ -44,6 +44,9 @@ class DaemonOptions:
         max_client_backlog_bytes: unread output past which even a reading client is dropped
             (bounds the daemon's memory for a reader far slower than the output), bytes.
         store_path: the trajectory database (default: ``paths.store_path()``).
+        otlp_endpoint: an OTLP/HTTP traces URL: each task's run tree is sent there as
+            OpenTelemetry spans when it ends (:mod:`rlmd.frontdoors.otel`; the ``otel`` extra).
+        otlp_content: attach prompts, outputs and code to those spans.
     """
 
     idle_timeout_s: float | None = 600.0
@@ -53,6 +56,8 @@ class DaemonOptions:
     client_stall_s: float = 30.0
     max_client_backlog_bytes: int = 1024 * 1024 * 1024
     store_path: str | None = None
+    otlp_endpoint: str | None = None
+    otlp_content: bool = False
 
     def sweep_every(self) -> float:
         if self.sweep_interval_s is not None:
@@ -82,6 +87,15 @@ class DaemonCore:
         self.stopping = False
         self._sweeper: asyncio.Task[None] | None = None
         self.record_errors = 0
+        self.tracing: Any = None
+        if self.options.otlp_endpoint:
+            # late import: only with the option, which needs the otel extra
+            from rlmd.frontdoors.otel import LiveExporter
+
+            self.tracing = LiveExporter(
+                self.store.tree, self.options.otlp_endpoint, content=self.options.otlp_content
+            )
+            self.hub.add(self.tracing)
 
     # -- life cycle -----------------------------------------------------------------------
 
@@ -101,6 +115,8 @@ class DaemonCore:
             self._sweeper.cancel()
         await self.tasks.shutdown()
         await self.workspaces.shutdown()
+        if self.tracing is not None:  # send the spans of the tasks that just ended
+            await asyncio.to_thread(self.tracing.close)
         for registry in {id(r): r for _, _, r in self._configs.values()}.values():
             try:
                 await registry.aclose()

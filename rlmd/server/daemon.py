@@ -219,10 +219,14 @@ def main(
     client_stall_s: float | None = None,
     log_file: str | None = None,
     log_level: str = "INFO",
+    otlp_endpoint: str | None = None,
+    otlp_content: bool = False,
 ) -> int:
     """``rlmd serve``: returns the process exit code (0, or 3 when a daemon already runs)."""
     setup_logging(log_level, log_file)
-    options = DaemonOptions(idle_timeout_s=idle_timeout_s)
+    options = DaemonOptions(
+        idle_timeout_s=idle_timeout_s, otlp_endpoint=otlp_endpoint, otlp_content=otlp_content
+    )
     if max_message_bytes:
         options.max_message_bytes = max_message_bytes
     if max_client_buffer_bytes:

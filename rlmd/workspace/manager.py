@@ -245,13 +245,15 @@ class Workspace:
             return None
         self.state = WorkspaceState.STARTING
         try:
-            ctx = await asyncio.to_thread(load_codebase, Path(self.folder))
-            # In a thread too: the first sandbox of a kind detects the isolation the host
-            # allows (~0.1 s of probes), which would stall every other client.
+            # In a thread: the first sandbox of a kind detects the isolation the host
+            # allows (~0.1 s of probes), which would stall every other client. Its kernel
+            # process then starts up while the codebase loads.
             sandbox, gap = await asyncio.to_thread(self._new_sandbox)
             if gap:
                 log.warning("workspace %s: %s", self.folder, gap)
+            sandbox.warm()
             try:
+                ctx = await asyncio.to_thread(load_codebase, Path(self.folder))
                 await sandbox.start(_no_calls)
                 await sandbox.load_context(ctx.value, codebase=True)
             except BaseException:

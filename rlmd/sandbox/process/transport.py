@@ -393,6 +393,12 @@ class ProcessTransport(Transport):
             isolation=self._config,
         )
 
+    def warm(self) -> None:
+        """Start the first kernel's process now as the spare kernel for this sandbox's spec
+        (taken by :meth:`spawn`), unless ``spare_kernel=False`` or it was spawned."""
+        if self.spare_kernel and self._workdir is None:
+            processes.SPARES.prepare(self.spec())
+
     async def spawn(self, handler: CallHandler, cap: int, start_timeout_s: float) -> KernelHandle:
         # Forking (a daemon's large address space), cgroup set-up and a spare's hand-over
         # block for milliseconds to tens of them: off the event loop.

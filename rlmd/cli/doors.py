@@ -1,0 +1,78 @@
+"""The ``mcp`` and ``acp`` subcommands of ``rlmd`` (arguments and dispatch): the front doors
+of :mod:`rlmd.frontdoors`, each a stdio server over the user's daemon."""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from pathlib import Path
+from typing import Any
+
+EXTRA_HINT = "install it with: pip install 'rlmd[{extra}]'"
+
+
+def _task_defaults(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--model", "-m", help="root model (default: config [run] model)")
+    p.add_argument("--sub-model", help="model for sub-calls and child runs")
+    p.add_argument("--max-iterations", type=int, help="root turns per loop")
+    p.add_argument("--max-depth", type=int, help="RLM loops run at depths 0..N-1")
+    p.add_argument("--max-seconds", type=float, help="wall-clock budget per task, seconds")
+    p.add_argument("--max-tokens", type=int, help="token budget per task (whole tree)")
+    p.add_argument("--max-usd", type=float, help="USD budget per task (whole tree)")
+    p.add_argument("--no-start", action="store_true", help="fail instead of starting a daemon")
+
+
+def add_door_commands(sub: argparse._SubParsersAction) -> None:
+    """Add ``mcp`` and ``acp`` to the ``rlmd`` subparsers."""
+    m = sub.add_parser(
+        "mcp", help="serve the daemon as an MCP server on stdio (Claude Code, Cursor, VS Code)"
+    )
+    _task_defaults(m)
+    m.add_argument("--workspace", "-w", help="project folder (default: the current folder)")
+    m.add_argument(
+        "--allow-exec",
+        action="store_true",
+        help="offer the exec_cell tool (the MCP client may run Python in the workspace REPL)",
+    )
+    a = sub.add_parser(
+        "acp",
+        help="serve the daemon as an ACP agent on stdio (Zed...): a session's folder is its workspace",
+    )
+    _task_defaults(a)
+
+
+def _models_and_budgets(args: argparse.Namespace) -> tuple[dict[str, str], dict[str, Any]]:
+    models = {k: v for k, v in (("root", args.model), ("sub", args.sub_model)) if v}
+    names = ("max_iterations", "max_depth", "max_seconds", "max_tokens", "max_usd")
+    budgets = {n: getattr(args, n) for n in names if getattr(args, n) is not None}
+    return models, budgets
+
+
+def run_door_command(args: argparse.Namespace) -> int:
+    """Run ``mcp`` / ``acp``; returns the exit code (2: the extra is not installed)."""
+    models, budgets = _models_and_budgets(args)
+    try:
+        if args.command == "mcp":
+            from rlmd.frontdoors import mcp_server
+
+            workspace = Path(args.workspace or ".").expanduser().resolve()
+            if not workspace.is_dir():
+                print(f"rlmd mcp: no such folder: {workspace}", file=sys.stderr)
+                return 2
+
+            defaults = mcp_server.Defaults(workspace, models, budgets)
+            return mcp_server.main(
+                defaults, allow_exec=args.allow_exec, autostart=not args.no_start
+            )
+        from rlmd.frontdoors import acp_agent
+
+        return acp_agent.main(acp_agent.Defaults(models, budgets), autostart=not args.no_start)
+    except ModuleNotFoundError as exc:
+        if exc.name and exc.name.split(".")[0] in ("mcp", "acp"):
+            print(
+                f"rlmd {args.command}: {exc.name} is not installed; "
+                + EXTRA_HINT.format(extra=args.command),
+                file=sys.stderr,
+            )
+            return 2
+        raise

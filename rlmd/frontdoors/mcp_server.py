@@ -1,0 +1,260 @@
+"""``rlmd mcp``: the daemon as a Model Context Protocol server on stdio (the ``mcp`` SDK).
+
+Tools (each one daemon command, see ``docs/protocol.md``):
+
+``ask(question, workspace?, models?, budgets?)``
+    runs a task in the workspace (default: the folder ``rlmd mcp`` was started in) and
+    returns the answer, how the run ended, ``path:line`` citations found in the answer, the
+    run id and usage. Progress notifications (iteration, cell, sub-calls, tokens, spend) go
+    to a client that sent a progress token; cancelling the request cancels the run tree.
+``runs(limit?, search?, status?, workspace?)``, ``trajectory(run_id, messages?)``,
+``cancel(run_id)``, ``workspace_variables(workspace?)``
+    the store and the workspace, read-only but for ``cancel``.
+``exec_cell(code, workspace?, timeout_s?)``
+    only with ``rlmd mcp --allow-exec``: runs a cell in the workspace's REPL.
+
+Resources: ``rlmd://runs`` (recent runs, with their trajectory URIs) and
+``rlmd://runs/{run_id}`` (a run's trajectory, as ``rlmd export`` writes it).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import anyio
+from mcp.server.mcpserver import Context, MCPServer
+from mcp.server.mcpserver.exceptions import ToolError
+from mcp.types import CallToolResult, TextContent, ToolAnnotations
+
+import rlmd
+from rlmd.frontdoors.link import DaemonLink, TaskProgress, citations, ending
+from rlmd.server.client import RpcError
+
+INSTRUCTIONS = (
+    "rlmd answers questions about a whole codebase with a Recursive Language Model: the "
+    "code is loaded as `context` in a Python REPL kept warm between questions, and a model "
+    "inspects it with code and sub-model calls. Use `ask` for questions that need reading "
+    "much of the repository; answers cite path:line."
+)
+
+
+@dataclass
+class Defaults:
+    """What ``ask`` uses when the call does not say: the workspace folder, models
+    (``{"root", "sub"}``) and budgets (``rlmd.task.start``'s ``budgets.*``)."""
+
+    workspace: Path
+    models: dict[str, str] = field(default_factory=dict)
+    budgets: dict[str, Any] = field(default_factory=dict)
+
+
+class Bridge:
+    """The daemon connection, opened on first use (so the MCP handshake never waits for a
+    daemon to start)."""
+
+    def __init__(self, autostart: bool = True) -> None:
+        self.autostart = autostart
+        self._link: DaemonLink | None = None
+        self._lock = asyncio.Lock()
+
+    async def link(self) -> DaemonLink:
+        async with self._lock:
+            if self._link is None or self._link.client is None or self._link.client.closed:
+                try:
+                    self._link = await DaemonLink.open(autostart=self.autostart)
+                except (ConnectionError, OSError) as exc:
+                    raise ToolError(f"cannot reach the rlmd daemon: {exc}") from exc
+            return self._link
+
+    async def command(self, name: str, params: dict[str, Any] | None = None) -> Any:
+        link = await self.link()
+        try:
+            return await link.command(name, params)
+        except RpcError as exc:
+            raise ToolError(exc.message) from exc
+        except (ConnectionError, TimeoutError) as exc:
+            raise ToolError(f"the rlmd daemon did not answer {name}: {exc}") from exc
+
+
+def _trimmed_run(run: dict[str, Any]) -> dict[str, Any]:
+    keep: tuple[str, ...] = ("id", "status", "question", "answer", "answer_source", "error")
+    keep += ("root_model",)
+    keep += ("workspace", "iterations", "started_at", "finished_at", "tree")
+    return {k: run.get(k) for k in keep} | {"uri": f"rlmd://runs/{run['id']}"}
+
+
+def _without_messages(node: Any) -> Any:
+    """The tree with each model call's ``messages`` replaced by their count (the prompts
+    repeat the whole conversation every turn)."""
+    if isinstance(node, list):
+        return [_without_messages(n) for n in node]
+    if not isinstance(node, dict):
+        return node
+    out = {k: _without_messages(v) for k, v in node.items() if k != "messages"}
+    if isinstance(node.get("messages"), list):
+        out["messages_count"] = len(node["messages"])
+    return out
+
+
+def build_server(defaults: Defaults, *, allow_exec: bool = False, autostart: bool = True):
+    """The MCP server (an :class:`mcp.server.mcpserver.MCPServer`, not started)."""
+    bridge = Bridge(autostart)
+    server: MCPServer = MCPServer(
+        "rlmd", instructions=INSTRUCTIONS, version=rlmd.__version__, log_level="WARNING"
+    )
+
+    def folder(workspace: str | None) -> str:
+        return str(Path(workspace).expanduser().resolve() if workspace else defaults.workspace)
+
+    @server.tool(annotations=ToolAnnotations(read_only_hint=False, open_world_hint=False))
+    async def ask(
+        question: str,
+        ctx: Context,
+        workspace: str | None = None,
+        models: dict[str, str] | None = None,
+        budgets: dict[str, float] | None = None,
+    ) -> CallToolResult:
+        """Answer a question about a codebase with a Recursive Language Model (the code is
+        loaded as `context` in a warm Python REPL; the model reads it with code and
+        sub-model calls). workspace: the project folder (default: where rlmd mcp runs);
+        models: {"root": name, "sub": name}; budgets: {"max_iterations", "max_depth",
+        "max_seconds", "max_tokens", "max_usd", "max_subcalls"}. Returns the answer with
+        path:line citations, how the run ended, the run id and usage."""
+        params = {
+            "workspace": folder(workspace),
+            "question": question,
+            "models": {**defaults.models, **(models or {})},
+            "budgets": {**defaults.budgets, **(budgets or {})},
+        }
+        link = await bridge.link()
+        progress = TaskProgress()
+        status: dict[str, Any] = {}
+        said = ""
+        try:
+            async for note in link.follow(params):
+                progress.update(note)
+                if note["method"] == "rlmd/taskStatus":
+                    status = note["params"]
+                if progress.line() != said:  # one notification per change, not per event
+                    said = progress.line()
+                    await ctx.report_progress(progress.iterations, None, said)
+        except RpcError as exc:
+            raise ToolError(exc.message) from exc
+        except ConnectionError as exc:
+            raise ToolError(str(exc)) from exc
+        except BaseException:
+            # the client cancelled the request (or the server stops): stop the run tree
+            if status.get("run_id") and status.get("state") != "finished":
+                with anyio.CancelScope(shield=True), anyio.move_on_after(10):
+                    await link.command("rlmd.task.cancel", {"run_id": status["run_id"]})
+            raise
+        return _answer_result(status)
+
+    @server.tool(annotations=ToolAnnotations(read_only_hint=True))
+    async def runs(
+        limit: int = 20,
+        search: str | None = None,
+        status: str | None = None,
+        workspace: str | None = None,
+    ) -> dict[str, Any]:
+        """Recorded runs, newest first (search: full text over questions, answers, code and
+        outputs; status: completed, cancelled, max_iterations, failed...)."""
+        params: dict[str, Any] = {"limit": max(1, min(limit, 500))}
+        if search:
+            params["search"] = search
+        if status:
+            params["status"] = status
+        if workspace:
+            params["workspace"] = folder(workspace)
+        result = await bridge.command("rlmd.runs.list", params)
+        return {"runs": [_trimmed_run(r) for r in result["runs"]]}
+
+    @server.tool(annotations=ToolAnnotations(read_only_hint=True))
+    async def trajectory(run_id: str, messages: bool = False) -> dict[str, Any]:
+        """A run's recorded tree: iterations, model calls, cells (code, output) and child
+        runs. messages: include every model call's full prompt (large)."""
+        result = await bridge.command("rlmd.runs.get", {"run_id": run_id, "tree": True})
+        if result.get("run") is None:
+            return {"run": None, "task": result.get("task")}
+        tree = result["tree"]
+        return {"run": tree if messages else _without_messages(tree)}
+
+    @server.tool(annotations=ToolAnnotations(destructive_hint=True, idempotent_hint=True))
+    async def cancel(run_id: str) -> dict[str, Any]:
+        """Cancel a queued or running task and its whole run tree (child runs too)."""
+        return await bridge.command("rlmd.task.cancel", {"run_id": run_id})
+
+    @server.tool(annotations=ToolAnnotations(read_only_hint=True))
+    async def workspace_variables(workspace: str | None = None) -> dict[str, Any]:
+        """The variables the workspace's REPL holds (name, type, size, preview), which a
+        next question can use."""
+        return await bridge.command("rlmd.workspace.variables", {"workspace": folder(workspace)})
+
+    if allow_exec:
+
+        @server.tool(annotations=ToolAnnotations(destructive_hint=True))
+        async def exec_cell(
+            code: str, workspace: str | None = None, timeout_s: float = 60.0
+        ) -> dict[str, Any]:
+            """Run Python in the workspace's REPL (the same REPL the model uses: it sees the
+            model's variables and the next question sees yours). Returns stdout, stderr,
+            the error and the variables set."""
+            return await bridge.command(
+                "rlmd.workspace.exec",
+                {"workspace": folder(workspace), "code": code, "timeout_s": timeout_s},
+            )
+
+    @server.resource("rlmd://runs", mime_type="application/json")
+    async def recent_runs() -> str:
+        """The 50 most recent runs, each with its trajectory's URI."""
+        result = await bridge.command("rlmd.runs.list", {"limit": 50})
+        return json.dumps([_trimmed_run(r) for r in result["runs"]], ensure_ascii=False)
+
+    @server.resource("rlmd://runs/{run_id}", mime_type="application/json")
+    async def run_trajectory(run_id: str) -> str:
+        """A run's trajectory (the tree ``rlmd export`` writes)."""
+        result = await bridge.command("rlmd.runs.get", {"run_id": run_id, "tree": True})
+        return json.dumps(
+            {"format": "rlmd-trajectory", "version": 1, "run": result.get("tree")},
+            ensure_ascii=False,
+        )
+
+    return server
+
+
+def _answer_result(status: dict[str, Any]) -> CallToolResult:
+    usage = (status.get("final_usage") or {}).get("total") or status.get("usage") or {}
+    cited = citations(status.get("answer"), status.get("workspace") or ".")
+    how = ending(status)
+    structured = {
+        "answer": status.get("answer"),
+        "run_id": status.get("run_id"),
+        "status": status.get("status"),
+        "ending": how,
+        "answer_source": status.get("answer_source"),
+        "error": status.get("error"),
+        "citations": cited,
+        "iterations": status.get("iterations"),
+        "usage": usage,
+    }
+    tokens = (usage.get("input_tokens") or 0) + (usage.get("output_tokens") or 0)
+    footer = (
+        f"[rlmd run {status.get('run_id')} · {how} · {status.get('iterations')} iterations · "
+        f"{tokens:,} tokens · ${usage.get('cost_usd') or 0:.4f}]"
+    )
+    text = f"{status.get('answer') or '(no answer)'}\n\n{footer}"
+    return CallToolResult(
+        content=[TextContent(type="text", text=text)],
+        structured_content=structured,
+        is_error=status.get("status") in ("failed", "sandbox_failed"),
+    )
+
+
+def main(defaults: Defaults, *, allow_exec: bool = False, autostart: bool = True) -> int:
+    """Serve MCP on stdin/stdout until the client closes it; returns the exit code."""
+    build_server(defaults, allow_exec=allow_exec, autostart=autostart).run("stdio")
+    return 0

@@ -1,0 +1,148 @@
+"""``rlmd acp`` end to end: the agent-client-protocol SDK's own client spawns the agent over
+stdio, against a real daemon (real socket, scripted model)."""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import sys
+from typing import Any
+
+import pytest
+from helpers.server import CELLS, Daemon, make_project, question
+
+pytest.importorskip("acp")
+import acp  # noqa: E402
+from acp.schema import AgentMessageChunk, AgentThoughtChunk, ToolCallProgress, ToolCallStart  # noqa: E402
+
+pytestmark = pytest.mark.timeout(120)
+
+
+@pytest.fixture(scope="module")
+def daemon(tmp_path_factory):
+    d = Daemon(tmp_path_factory.mktemp("home"), "--idle-timeout", "0").start()
+    yield d
+    d.stop()
+
+
+class Recorder:
+    """An ACP client that keeps every session/update."""
+
+    def __init__(self) -> None:
+        self.updates: list[Any] = []
+        self.seen = asyncio.Event()
+
+    async def session_update(self, session_id: str, update: Any, **kwargs: Any) -> None:
+        self.updates.append(update)
+        self.seen.set()
+
+    async def request_permission(self, *args: Any, **kwargs: Any) -> Any:
+        raise acp.RequestError.method_not_found("session/request_permission")
+
+    def of(self, kind: type) -> list[Any]:
+        return [u for u in self.updates if isinstance(u, kind)]
+
+
+def spawn(daemon, recorder: Recorder):
+    env = {"RLMD_HOME": str(daemon.home), "PYTHONPATH": os.pathsep.join(sys.path)}
+    return acp.spawn_agent_process(
+        recorder, sys.executable, "-m", "rlmd", "acp", "--model", CELLS, "--no-start", env=env
+    )
+
+
+def text(update: Any) -> str:
+    return update.content.text
+
+
+async def test_prompt_streams_the_run_and_follow_ups_reuse_the_repl(daemon, tmp_path):
+    project = make_project(tmp_path)
+    rec = Recorder()
+    async with spawn(daemon, rec) as (conn, _proc):
+        init = await conn.initialize(protocol_version=acp.PROTOCOL_VERSION)
+        assert init.agent_info.name == "rlmd"
+        session = await conn.new_session(cwd=str(project), mcp_servers=[])
+
+        first = question(
+            "x = 41\nsub = llm_query('hi')\nprint(sub)",
+            "child = rlm_query('sub question')\nprint(child)",
+        )
+        reply = await conn.prompt(session_id=session.session_id, prompt=[acp.text_block(first)])
+        assert reply.stop_reason == "end_turn"
+        run_id = reply.field_meta["rlmd"]["run_id"]
+
+        starts = rec.of(ToolCallStart)
+        cells = [s for s in starts if s.kind == "execute"]
+        # three root cells and the child run's (its FINAL) at least
+        assert any("x = 41" in s.raw_input["code"] for s in cells)
+        subcalls = [s for s in starts if s.title.startswith("Sub-call")]
+        children = [s for s in starts if s.title.startswith("Child run (depth 1)")]
+        assert len(subcalls) == 1 and subcalls[0].status == "completed"
+        assert len(children) == 1 and "sub question" in children[0].title
+        progress = {p.tool_call_id: p for p in rec.of(ToolCallProgress)}
+        assert {c.tool_call_id for c in cells} <= set(progress)  # every cell was finished
+        assert progress[children[0].tool_call_id].status == "completed"
+        assert "sub: hi" in text(progress[cells[0].tool_call_id].content[0])
+        assert any(text(t).startswith("Iteration 1") for t in rec.of(AgentThoughtChunk))
+        assert [text(m) for m in rec.of(AgentMessageChunk)] == ["done"]
+
+        # the stream matches the store: one execute tool call per stored cell of the tree
+        client = await daemon.client()
+        try:
+            stored = await client.command("rlmd.runs.get", {"run_id": run_id, "tree": True})
+        finally:
+            await client.close()
+
+        def stored_cells(run: dict) -> list[str]:
+            found = []
+            for it in run["nodes"]:
+                for node in it["children"]:
+                    if node["kind"] == "cell":
+                        found.append(node["id"])
+                        for child in node.get("runs") or []:
+                            found += stored_cells(child)
+            return found
+
+        assert sorted(c.tool_call_id for c in cells) == sorted(stored_cells(stored["tree"]))
+
+        # a follow-up in the same session sees the REPL's variables
+        rec.updates.clear()
+        reply = await conn.prompt(
+            session_id=session.session_id, prompt=[acp.text_block(question("FINAL(str(x + 1))"))]
+        )
+        assert reply.stop_reason == "end_turn"
+        assert [text(m) for m in rec.of(AgentMessageChunk)] == ["42"]
+
+
+async def test_session_cancel_cancels_the_run_tree(daemon, tmp_path):
+    project = make_project(tmp_path)
+    rec = Recorder()
+    async with spawn(daemon, rec) as (conn, _proc):
+        await conn.initialize(protocol_version=acp.PROTOCOL_VERSION)
+        session = await conn.new_session(cwd=str(project), mcp_servers=[])
+        slow = question("print(rlm_query('child question'))", sleep_s=2.0)
+        prompt = asyncio.create_task(
+            conn.prompt(session_id=session.session_id, prompt=[acp.text_block(slow)])
+        )
+        await asyncio.wait_for(rec.seen.wait(), 60)  # the run is going
+        await conn.cancel(session_id=session.session_id)
+        reply = await asyncio.wait_for(prompt, 60)
+        assert reply.stop_reason == "cancelled"
+        run_id = reply.field_meta["rlmd"]["run_id"]
+        client = await daemon.client()
+        try:
+            stored = await client.command("rlmd.runs.get", {"run_id": run_id})
+        finally:
+            await client.close()
+        assert stored["run"]["status"] == "cancelled"
+        assert "cancelled" in text(rec.of(AgentMessageChunk)[-1])
+
+
+async def test_a_bad_session_folder_and_a_refused_task_are_request_errors(daemon, tmp_path):
+    rec = Recorder()
+    async with spawn(daemon, rec) as (conn, _proc):
+        await conn.initialize(protocol_version=acp.PROTOCOL_VERSION)
+        with pytest.raises(acp.RequestError):
+            await conn.new_session(cwd=str(tmp_path / "missing"), mcp_servers=[])
+        session = await conn.new_session(cwd=str(make_project(tmp_path)), mcp_servers=[])
+        with pytest.raises(acp.RequestError):
+            await conn.prompt(session_id=session.session_id, prompt=[acp.text_block("  ")])

@@ -1,0 +1,197 @@
+"""``rlmd mcp`` end to end: the mcp SDK's own ClientSession over stdio, against a real daemon
+(a real socket, the scripted model), checking what it says against the trajectory store."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import os
+import sys
+from contextlib import asynccontextmanager
+
+import pytest
+from helpers.server import CELLS, Daemon, make_project, question
+
+pytest.importorskip("mcp")
+from mcp import ClientSession  # noqa: E402
+from mcp.client.stdio import StdioServerParameters, stdio_client  # noqa: E402
+
+pytestmark = pytest.mark.timeout(120)
+
+
+@pytest.fixture(scope="module")
+def daemon(tmp_path_factory):
+    d = Daemon(tmp_path_factory.mktemp("home"), "--idle-timeout", "0").start()
+    yield d
+    d.stop()
+
+
+def server_params(daemon, project, *extra: str) -> StdioServerParameters:
+    env = {
+        "RLMD_HOME": str(daemon.home),
+        "PYTHONPATH": os.pathsep.join(sys.path),
+    }
+    return StdioServerParameters(
+        command=sys.executable,
+        args=[
+            "-m",
+            "rlmd",
+            "mcp",
+            "--workspace",
+            str(project),
+            "--model",
+            CELLS,
+            "--no-start",
+            *extra,
+        ],
+        env=env,
+    )
+
+
+@asynccontextmanager
+async def mcp_session(params: StdioServerParameters):
+    """An initialized ClientSession on ``rlmd mcp``."""
+    async with stdio_client(params) as (read, write), ClientSession(read, write) as session:
+        await session.initialize()
+        yield session
+
+
+async def test_ask_streams_progress_and_matches_the_store(daemon, tmp_path):
+    project = make_project(tmp_path)
+    cells = (
+        "x = llm_query('hi')\nprint(x)",
+        "y = rlm_query('sub question')\nprint(y)",
+        "FINAL('helper returns 42, see pkg/core.py:2 and the README.md:1 title')",
+    )
+    progress: list[tuple[float, str | None]] = []
+
+    async def on_progress(value: float, total: float | None, message: str | None) -> None:
+        progress.append((value, message))
+
+    async with mcp_session(server_params(daemon, project)) as session:
+        tools = {t.name for t in (await session.list_tools()).tools}
+        assert {"ask", "runs", "trajectory", "cancel", "workspace_variables"} <= tools
+        assert "exec_cell" not in tools  # off unless the user enables it
+
+        result = await session.call_tool(
+            "ask", {"question": question(*cells)}, progress_callback=on_progress
+        )
+        assert not result.is_error
+        out = result.structured_content
+        assert out["answer"] == "helper returns 42, see pkg/core.py:2 and the README.md:1 title"
+        assert out["status"] == "completed" and out["ending"] == "completed"
+        assert [(c["path"], c["line"]) for c in out["citations"]] == [
+            ("pkg/core.py", 2),
+            ("README.md", 1),
+        ]
+        assert out["citations"][0]["uri"] == (project / "pkg/core.py").as_uri() + "#L2"
+        assert out["run_id"] in result.content[0].text
+        assert progress and any("child run" in (m or "") for _, m in progress)
+
+        # what the MCP server said is what the store has
+        client = await daemon.client()
+        try:
+            stored = await client.command("rlmd.runs.get", {"run_id": out["run_id"], "tree": True})
+        finally:
+            await client.close()
+        assert stored["run"]["answer"] == out["answer"]
+        assert out["usage"] == stored["run"]["usage"]["total"]
+        assert out["iterations"] == stored["run"]["iterations"] == 3
+
+        traj = (await session.call_tool("trajectory", {"run_id": out["run_id"]})).structured_content
+        tree = traj["run"]
+        assert tree["id"] == out["run_id"]
+        cells_with_children = [
+            c
+            for it in tree["nodes"]
+            for c in it["children"]
+            if c["kind"] == "cell" and c.get("runs")
+        ]
+        assert len(cells_with_children) == 1
+        assert cells_with_children[0]["runs"][0]["question"] == "sub question"
+        model_calls = [
+            c for it in tree["nodes"] for c in it["children"] if c["kind"] == "model_call"
+        ]
+        assert all(
+            "messages" not in c["data"] and c["data"]["messages_count"] >= 1 for c in model_calls
+        )
+
+        listed = (await session.call_tool("runs", {"limit": 5})).structured_content["runs"]
+        assert (
+            listed[0]["id"] == out["run_id"] and listed[0]["uri"] == f"rlmd://runs/{out['run_id']}"
+        )
+
+        resource = await session.read_resource(f"rlmd://runs/{out['run_id']}")
+        exported = json.loads(resource.contents[0].text)
+        assert exported["run"] == stored["tree"]
+        index = json.loads((await session.read_resource("rlmd://runs")).contents[0].text)
+        assert out["run_id"] in {r["id"] for r in index}
+
+        # the REPL stays warm: the variables the run set are in the workspace
+        variables = (await session.call_tool("workspace_variables", {})).structured_content
+        assert {"x", "y"} <= {v["name"] for v in variables["variables"]}
+
+
+async def test_cancel_tool_stops_a_running_ask(daemon, tmp_path):
+    project = make_project(tmp_path)
+    async with mcp_session(server_params(daemon, project)) as session:
+        ask = asyncio.create_task(
+            session.call_tool("ask", {"question": question("print(1)", sleep_s=3.0) + " "})
+        )
+        client = await daemon.client()
+        try:
+            for _ in range(400):
+                tasks = (await client.command("rlmd.task.list", {"workspace": str(project)}))[
+                    "tasks"
+                ]
+                if tasks:
+                    break
+                await asyncio.sleep(0.05)
+            run_id = tasks[0]["run_id"]
+            cancelled = (await session.call_tool("cancel", {"run_id": run_id})).structured_content
+            assert cancelled["cancel_requested"] is True
+            result = await asyncio.wait_for(ask, 60)
+            assert result.structured_content["status"] == "cancelled"
+            assert result.structured_content["run_id"] == run_id
+            stored = await client.command("rlmd.runs.get", {"run_id": run_id})
+            assert stored["run"]["status"] == "cancelled"
+        finally:
+            await client.close()
+
+
+async def test_exec_cell_only_when_allowed_and_shares_the_repl(daemon, tmp_path):
+    project = make_project(tmp_path)
+    async with mcp_session(server_params(daemon, project, "--allow-exec")) as session:
+        assert "exec_cell" in {t.name for t in (await session.list_tools()).tools}
+        ran = (
+            await session.call_tool("exec_cell", {"code": "z = 6 * 7\nprint(z)"})
+        ).structured_content
+        assert ran["stdout"] == "42\n" and ran["error"] is None
+        result = await session.call_tool("ask", {"question": question("FINAL(str(z))")})
+        assert result.structured_content["answer"] == "42"
+
+
+async def test_a_daemon_error_is_a_tool_error(daemon, tmp_path):
+    project = make_project(tmp_path)
+    async with mcp_session(server_params(daemon, project)) as session:
+        result = await session.call_tool(
+            "ask", {"question": "q", "models": {"root": "no-such-model"}}
+        )
+        assert result.is_error and "no-such-model" in result.content[0].text
+        missing = await session.call_tool("trajectory", {"run_id": "ffffffffffff"})
+        assert missing.is_error
+
+
+def test_citations_name_only_files_of_the_workspace(tmp_path):
+    from rlmd.frontdoors.link import citations
+
+    project = make_project(tmp_path)
+    (tmp_path / "outside.py").write_text("x = 1\n")
+    answer = (
+        "see pkg/core.py:1-2, gone.py:3, ../outside.py:1, pkg/core.py:1-2 again and `README.md:1`"
+    )
+    assert [(c["path"], c["line"], c["end_line"]) for c in citations(answer, project)] == [
+        ("pkg/core.py", 1, 2),
+        ("README.md", 1, None),
+    ]
+    assert citations(None, project) == [] and citations("no refs", project) == []

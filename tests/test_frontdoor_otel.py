@@ -1,0 +1,218 @@
+"""OpenTelemetry export end to end: ``rlmd export --format otlp`` and the daemon's live
+exporter send spans to a real OTLP/HTTP receiver started here; the span tree must equal the
+stored tree."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+
+import pytest
+from helpers.server import CELLS, Daemon, make_project, question, run_to_end
+
+pytest.importorskip("opentelemetry.exporter.otlp.proto.http")
+from helpers.otlp_receiver import OtlpReceiver  # noqa: E402
+
+pytestmark = pytest.mark.timeout(120)
+
+CELLS_DEPTH_2 = (
+    "x = llm_query('hi')\nprint(x)",
+    "y = rlm_query('sub question')\nprint(y)",
+    "FINAL('all ' + y)",
+)
+
+
+def stored_edges(tree: dict) -> dict[str, tuple[str | None, str]]:
+    """Every run and node of a stored tree: its id → (the id it hangs under, what it is)."""
+    out: dict[str, tuple[str | None, str]] = {}
+
+    def run(r: dict, parent: str | None) -> None:
+        out[r["id"]] = (parent, "run")
+        for n in r.get("nodes") or []:
+            node(n, r["id"])
+        for child in r.get("runs") or []:
+            run(child, r["id"])
+
+    def node(n: dict, parent: str) -> None:
+        out[n["id"]] = (parent, n["kind"])
+        for c in n.get("children") or []:
+            node(c, n["id"])
+        for child in n.get("runs") or []:
+            run(child, n["id"])
+
+    run(tree, None)
+    return out
+
+
+def span_edges(spans: list[dict]) -> dict[str, tuple[str | None, str]]:
+    """The same, read from the spans (each names its run or node in ``rlmd.*`` attributes)."""
+
+    def key(s: dict) -> str:
+        return s["attributes"].get("rlmd.node.id") or s["attributes"]["rlmd.run.id"]
+
+    by_span = {s["span_id"]: key(s) for s in spans}
+    return {
+        key(s): (
+            by_span.get(s["parent_span_id"]) if s["parent_span_id"] else None,
+            s["attributes"].get("rlmd.node.kind") or "run",
+        )
+        for s in spans
+    }
+
+
+def assert_spans_match(spans: list[dict], tree: dict) -> None:
+    expected = stored_edges(tree)
+    assert len(spans) == len(expected)  # one span per run and node, none twice
+    assert span_edges(spans) == expected
+    assert len({s["trace_id"] for s in spans}) == 1
+    by_key = {
+        s["attributes"].get("rlmd.node.id") or s["attributes"]["rlmd.run.id"]: s for s in spans
+    }
+
+    def check(r: dict) -> None:
+        span = by_key[r["id"]]
+        assert span["name"] == "invoke_agent rlmd"
+        assert span["attributes"]["gen_ai.operation.name"] == "invoke_agent"
+        assert span["attributes"]["rlmd.run.depth"] == r["depth"]
+        assert span["start_ns"] == int(r["started_at"] * 1e9)
+        for n in walk(r):
+            s = by_key[n["id"]]
+            assert s["start_ns"] == int(n["started_at"] * 1e9) <= s["end_ns"]
+            if n["kind"] == "model_call":
+                assert s["name"] == f"chat {n['model']}"
+                assert s["attributes"]["gen_ai.usage.input_tokens"] == n["input_tokens"]
+                assert s["attributes"]["gen_ai.usage.output_tokens"] == n["output_tokens"]
+                assert s["attributes"]["gen_ai.request.model"] == n["model"]
+            if n["kind"] == "cell":
+                assert s["attributes"]["gen_ai.operation.name"] == "execute_tool"
+            for child in n.get("runs") or []:
+                check(child)
+
+    check(tree)
+
+
+def walk(run: dict):
+    todo = list(run.get("nodes") or [])
+    while todo:
+        n = todo.pop()
+        yield n
+        todo.extend(n.get("children") or [])
+
+
+CONTENT_KEYS = {"gen_ai.input.messages", "gen_ai.output.messages", "gen_ai.tool.call.arguments"}
+CONTENT_KEYS |= {"rlmd.question", "rlmd.answer", "gen_ai.tool.call.result"}
+
+
+@pytest.fixture(scope="module")
+def receiver():
+    with OtlpReceiver() as r:
+        yield r
+
+
+@pytest.fixture(scope="module")
+def daemon(tmp_path_factory, receiver):
+    home = tmp_path_factory.mktemp("home")
+    d = Daemon(home, "--idle-timeout", "0", "--otlp-endpoint", receiver.endpoint).start()
+    yield d
+    d.stop()
+
+
+async def test_live_exporter_sends_each_finished_run_as_its_tree(daemon, receiver, tmp_path):
+    project = make_project(tmp_path)
+    client = await daemon.client()
+    try:
+        status = await run_to_end(
+            client,
+            {
+                "workspace": str(project),
+                "question": question(*CELLS_DEPTH_2),
+                "models": {"root": CELLS},
+            },
+        )
+        tree = (await client.command("rlmd.runs.get", {"run_id": status["run_id"], "tree": True}))[
+            "tree"
+        ]
+    finally:
+        await client.close()
+    count = len(stored_edges(tree))
+    spans = receiver.wait_for(count, tree["id"])
+    assert_spans_match(spans, tree)
+    assert {d for d in (s["attributes"].get("rlmd.run.depth") for s in spans) if d is not None} == {
+        0,
+        1,
+    }
+    assert spans[0]["resource"]["service.name"] == "rlmd"
+    # prompts and outputs stay out unless asked for
+    assert not any(CONTENT_KEYS & set(s["attributes"]) for s in spans)
+
+
+async def test_export_command_sends_the_stored_tree_and_content_only_on_opt_in(daemon, tmp_path):
+    project = make_project(tmp_path)
+    client = await daemon.client()
+    try:
+        status = await run_to_end(
+            client,
+            {
+                "workspace": str(project),
+                "question": question(*CELLS_DEPTH_2),
+                "models": {"root": CELLS},
+            },
+        )
+        tree = (await client.command("rlmd.runs.get", {"run_id": status["run_id"], "tree": True}))[
+            "tree"
+        ]
+    finally:
+        await client.close()
+    env = {**os.environ, "RLMD_HOME": str(daemon.home)}
+
+    def export(*extra: str, receiver: OtlpReceiver) -> subprocess.CompletedProcess:
+        return subprocess.run(
+            [
+                sys.executable,
+                "-m",
+                "rlmd",
+                "export",
+                tree["id"][:10],
+                "--format",
+                "otlp",
+                "--endpoint",
+                receiver.endpoint,
+                *extra,
+            ],
+            env=env,
+            capture_output=True,
+            text=True,
+            timeout=60,
+        )
+
+    with OtlpReceiver() as plain:
+        done = export(receiver=plain)
+        assert done.returncode == 0, done.stderr
+        assert f"sent {len(stored_edges(tree))} spans" in done.stderr
+        assert_spans_match(plain.spans, tree)
+        assert not any(CONTENT_KEYS & set(s["attributes"]) for s in plain.spans)
+
+    with OtlpReceiver() as full:
+        assert export("--include-content", receiver=full).returncode == 0
+        assert_spans_match(full.spans, tree)
+        root = next(
+            s
+            for s in full.spans
+            if s["attributes"].get("rlmd.run.id") == tree["id"]
+            and "rlmd.node.id" not in s["attributes"]
+        )
+        assert root["attributes"]["rlmd.answer"] == "all done"
+        calls = [s for s in full.spans if s["name"].startswith("chat ")]
+        first = json.loads(calls[0]["attributes"]["gen_ai.input.messages"])
+        assert first and all("role" in m for m in first)
+        cells = [s for s in full.spans if s["name"] == "execute_tool repl"]
+        assert any(
+            "rlm_query('sub question')" in s["attributes"]["gen_ai.tool.call.arguments"]
+            for s in cells
+        )
+
+    with OtlpReceiver(status=400) as refusing:
+        done = export(receiver=refusing)
+        assert done.returncode == 1 and "did not accept" in done.stderr
