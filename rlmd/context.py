@@ -24,6 +24,8 @@ from typing import Any, NotRequired, TypedDict
 
 import pathspec
 
+from rlmd import paths
+
 DEFAULT_MAX_FILE_BYTES = 1_000_000
 """Files larger than this are skipped when loading a codebase (1 MB)."""
 
@@ -273,7 +275,11 @@ def load_codebase(
     nested .gitignore apply below its folder; an ignored folder is not walked at all);
     skips virtualenvs under any name (a folder with ``pyvenv.cfg``), files over
     ``max_file_bytes`` bytes, files with a NUL byte in their first 8 KiB (binary) and files
-    that do not decode as UTF-8 (counted as binary). Symlinks are not followed.
+    that do not decode as UTF-8 (counted as binary). Symlinks are not followed. The rlmd
+    home, the files of any store this process holds open (under any name: hard links too)
+    and files named like SQLite databases are skipped without being opened (counted as
+    ``"protected"``): closing a descriptor of a database the process holds drops SQLite's
+    locks on it (see :func:`rlmd.paths.protect_store`).
 
     Returns:
         A ``Context`` of kind ``"codebase"`` whose value maps POSIX relative paths, sorted,
@@ -281,12 +287,18 @@ def load_codebase(
 
     Raises:
         NotADirectoryError: ``root`` is not a folder.
+        ValueError: ``root`` lies inside the rlmd home.
         LoadStopped: ``stop`` was set (checked before every folder and file).
     """
     root = Path(root).resolve()
     if not root.is_dir():
         raise NotADirectoryError(f"not a folder: {root}")
-    skipped = Counter({"ignored": 0, "binary": 0, "oversized": 0, "unreadable": 0, "special": 0})
+    if paths.in_home(root):
+        raise ValueError(f"{root} is inside the rlmd home; it holds the store, not a codebase")
+    protected = paths.protected_files()
+    skipped = Counter(
+        {"ignored": 0, "binary": 0, "oversized": 0, "unreadable": 0, "special": 0, "protected": 0}
+    )
     files: dict[str, str] = {}
     specs: list[tuple[str, pathspec.GitIgnoreSpec]] = [
         ("", pathspec.GitIgnoreSpec.from_lines(ALWAYS_IGNORED))
@@ -316,7 +328,9 @@ def load_codebase(
         kept = []
         for d in sorted(dirnames):
             full = os.path.join(dirpath, d)
-            if (
+            if _identity(full) in protected:
+                skipped["protected"] += 1
+            elif (
                 os.path.islink(full)
                 or ignored(rel_dir + d, True)
                 or os.path.isfile(os.path.join(full, "pyvenv.cfg"))  # a virtualenv
@@ -333,12 +347,24 @@ def load_codebase(
             if os.path.islink(full) or ignored(rel, False):
                 skipped["ignored"] += 1
                 continue
+            if name.lower().endswith(paths.SQLITE_SUFFIXES) or _identity(full) in protected:
+                skipped["protected"] += 1
+                continue
             text = _read_text(full, max_file_bytes, skipped)
             if text is not None:
                 files[rel] = text
     return Context(
         value=dict(sorted(files.items())), kind="codebase", source=str(root), skipped=dict(skipped)
     )
+
+
+def _identity(path: str | Path) -> tuple[int, int] | None:
+    """``(st_dev, st_ino)`` of ``path`` itself (a symlink is not followed), else ``None``."""
+    try:
+        st = os.stat(path, follow_symlinks=False)
+    except OSError:
+        return None
+    return st.st_dev, st.st_ino
 
 
 def _read_text(path: str, max_bytes: int, skipped: Counter) -> str | None:
@@ -413,6 +439,16 @@ def _load_path(path: Path, stop: threading.Event | None = None) -> Context:
         raise FileNotFoundError(f"context path does not exist: {path}")
     if not path.is_file():
         raise ValueError(f"context path is not a regular file or folder: {path}")
+    if paths.in_home(path):
+        raise ValueError(f"context file {path} is inside the rlmd home; it is not read")
+    if _identity(path.resolve()) in paths.protected_files():
+        raise ValueError(f"context file {path} is a file of the rlmd store; it is not read")
+    with path.open("rb") as fh:
+        if fh.read(16) == b"SQLite format 3\x00":
+            raise ValueError(
+                f"context file {path} is a SQLite database; export what the question needs "
+                "as text, JSON or JSONL"
+            )
     if path.stat().st_size > MAX_CONTEXT_FILE_BYTES:
         raise ValueError(
             f"context file is {path.stat().st_size:,} bytes; the limit is {MAX_CONTEXT_FILE_BYTES:,} "

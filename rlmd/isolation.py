@@ -50,3 +50,22 @@ def check(sandbox: Any, *, required: bool) -> str | None:
             "require_isolation = false under [sandbox] in your user config to accept it."
         )
     return f"{gap}. Fix: {FIX}."
+
+
+def unenforced(record: dict[str, Any]) -> str | None:
+    """The limits a sandbox's ``isolation`` record asks for but nothing enforces here, with
+    the reasons it gives (``unavailable``), in one sentence; ``None`` if every set limit is
+    enforced. The in-process backend is left out (it enforces nothing by design)."""
+    if record.get("backend") == "inprocess":
+        return None
+    asked = record.get("limits") or {}
+    enforced = record.get("enforced") or {}
+    missing = sorted(
+        name
+        for name, how in enforced.items()
+        if how is None and asked.get(name) not in (None, False) and name != "network"
+    )
+    if not missing:
+        return None
+    why = "; ".join(f"{k}: {v}" for k, v in (record.get("unavailable") or {}).items())
+    return "limits not enforced here: " + ", ".join(missing) + (f" ({why})" if why else "")

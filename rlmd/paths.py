@@ -30,12 +30,18 @@ PROJECT_CONFIG_NAMES = (".rlmd.toml", "rlmd.toml")
 """Project-level config files, looked up in the project folder; they override the user's."""
 
 
-def home() -> Path:
-    """The rlmd home folder: ``$RLMD_HOME`` if set, else ``platformdirs.user_data_dir("rlmd")``.
-    Created if missing with mode 0700; an existing one of this user's that others may read
-    is made private (see :func:`make_private`)."""
+def home_location() -> Path:
+    """Where the rlmd home folder is (``$RLMD_HOME`` if set, else
+    ``platformdirs.user_data_dir("rlmd")``), without creating it."""
     env = os.environ.get("RLMD_HOME")
-    path = Path(env).expanduser() if env else Path(platformdirs.user_data_dir("rlmd"))
+    return Path(env).expanduser() if env else Path(platformdirs.user_data_dir("rlmd"))
+
+
+def home() -> Path:
+    """The rlmd home folder (:func:`home_location`). Created if missing with mode 0700; an
+    existing one of this user's that others may read is made private (see
+    :func:`make_private`)."""
+    path = home_location()
     path.mkdir(mode=0o700, parents=True, exist_ok=True)
     make_private(path)
     return path
@@ -65,6 +71,45 @@ def create_private_file(path: str | Path) -> None:
         os.close(os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW, 0o600))
     except FileExistsError:
         make_private(path)
+
+
+_STORES: set[str] = set()
+"""Absolute paths of the SQLite stores this process opened (see :func:`protect_store`)."""
+
+SQLITE_SUFFIXES = (".db", ".db3", ".sqlite", ".sqlite3", "-wal", "-shm", "-journal")
+"""File names that mark a SQLite database or one of its side files; the context loader skips
+them by name, before opening anything."""
+
+
+def protect_store(path: str | Path) -> None:
+    """Record that this process holds the SQLite store at ``path`` open. SQLite's locks are
+    POSIX record locks, owned by the *process*: closing any descriptor of the database or
+    its ``-shm`` file, even one opened only to read, drops them all, and another process
+    may then delete the WAL under this one. Code that reads files it did not choose (the
+    context loader) asks :func:`protected_files` first and never opens these."""
+    _STORES.add(os.path.abspath(path))
+
+
+def protected_files() -> frozenset[tuple[int, int]]:
+    """``(st_dev, st_ino)`` of every file of the stores this process opened (the database,
+    its ``-wal``, ``-shm`` and ``-journal``) and of the rlmd home folder, as they are now:
+    a hard link or bind mount under another name is still recognised."""
+    found = set()
+    candidates = [str(home_location())]
+    for db in _STORES:
+        candidates += [db + suffix for suffix in ("", "-wal", "-shm", "-journal")]
+    for candidate in candidates:
+        with contextlib.suppress(OSError):
+            st = os.stat(candidate)
+            found.add((st.st_dev, st.st_ino))
+    return frozenset(found)
+
+
+def in_home(path: str | Path) -> bool:
+    """Whether ``path`` (resolved) is the rlmd home folder or lies inside it."""
+    home_real = os.path.realpath(home_location())
+    real = os.path.realpath(path)
+    return real == home_real or real.startswith(home_real.rstrip("/") + "/")
 
 
 def store_path() -> Path:

@@ -30,6 +30,13 @@ part "ruff check" ruff check rlmd tui tests bench
 part "ruff format" ruff format --check rlmd tui tests bench
 part "mypy" mypy  # the package's types (config in pyproject.toml)
 part "pytest" pytest -q -p no:cacheprovider "$@"
+# The hostile suite again as a normal user, isolation still pinned (docs/security.md): it
+# creates the user, so only as root.
+if [ "$(id -u)" = 0 ]; then
+  part "hostile suite as a normal user" bash scripts/test-nonroot.sh
+else
+  results+=("skipped hostile suite as a normal user (needs root to create the user)")
+fi
 # The VS Code extension (clients/vscode): type check, protocol tests against a real daemon, then
 # the real workbench (code-server + playwright-core + Chromium; installs itself, cached).
 # RLMD_VSCODE_E2E=0 skips the workbench part (and says so).

@@ -43,10 +43,19 @@ class Recorder:
         return [u for u in self.updates if isinstance(u, kind)]
 
 
-def spawn(daemon, recorder: Recorder):
+def spawn(daemon, recorder: Recorder, *extra: str):
     env = {"RLMD_HOME": str(daemon.home), "PYTHONPATH": os.pathsep.join(sys.path)}
     return acp.spawn_agent_process(
-        recorder, sys.executable, "-m", "rlmd", "acp", "--model", CELLS, "--no-start", env=env
+        recorder,
+        sys.executable,
+        "-m",
+        "rlmd",
+        "acp",
+        "--model",
+        CELLS,
+        "--no-start",
+        *extra,
+        env=env,
     )
 
 
@@ -146,3 +155,18 @@ async def test_a_bad_session_folder_and_a_refused_task_are_request_errors(daemon
         session = await conn.new_session(cwd=str(make_project(tmp_path)), mcp_servers=[])
         with pytest.raises(acp.RequestError):
             await conn.prompt(session_id=session.session_id, prompt=[acp.text_block("  ")])
+
+
+async def test_a_budget_stopped_run_says_so(daemon, tmp_path):
+    project = make_project(tmp_path)
+    rec = Recorder()
+    async with spawn(daemon, rec, "--max-iterations", "1") as (conn, _proc):
+        await conn.initialize(protocol_version=acp.PROTOCOL_VERSION)
+        session = await conn.new_session(cwd=str(project), mcp_servers=[])
+        reply = await conn.prompt(
+            session_id=session.session_id,
+            prompt=[acp.text_block(question("print(1)", "print(2)"))],
+        )
+        assert reply.stop_reason == "max_turn_requests"
+        assert reply.field_meta["rlmd"]["status"] == "max_iterations"
+        assert "the max_iterations budget ended the run" in text(rec.of(AgentMessageChunk)[-1])

@@ -6,6 +6,7 @@ from __future__ import annotations
 import asyncio
 import json
 import os
+import signal
 import sys
 from contextlib import asynccontextmanager
 
@@ -54,6 +55,16 @@ async def mcp_session(params: StdioServerParameters):
     async with stdio_client(params) as (read, write), ClientSession(read, write) as session:
         await session.initialize()
         yield session
+
+
+async def first_task(client, project) -> str:
+    """The run id of the first task the daemon lists for ``project``, once there is one."""
+    for _ in range(600):
+        tasks = (await client.command("rlmd.task.list", {"workspace": str(project)}))["tasks"]
+        if tasks:
+            return tasks[0]["run_id"]
+        await asyncio.sleep(0.05)
+    raise TimeoutError(f"no task in {project}")
 
 
 async def test_ask_streams_progress_and_matches_the_store(daemon, tmp_path):
@@ -140,14 +151,7 @@ async def test_cancel_tool_stops_a_running_ask(daemon, tmp_path):
         )
         client = await daemon.client()
         try:
-            for _ in range(400):
-                tasks = (await client.command("rlmd.task.list", {"workspace": str(project)}))[
-                    "tasks"
-                ]
-                if tasks:
-                    break
-                await asyncio.sleep(0.05)
-            run_id = tasks[0]["run_id"]
+            run_id = await first_task(client, project)
             cancelled = (await session.call_tool("cancel", {"run_id": run_id})).structured_content
             assert cancelled["cancel_requested"] is True
             result = await asyncio.wait_for(ask, 60)
@@ -195,3 +199,52 @@ def test_citations_name_only_files_of_the_workspace(tmp_path):
         ("README.md", 1, None),
     ]
     assert citations(None, project) == [] and citations("no refs", project) == []
+
+
+async def test_starts_the_users_daemon_when_none_runs_and_keeps_it_warm(tmp_path):
+    home = tmp_path / "home"
+    home.mkdir()
+    project = make_project(tmp_path)
+    params = StdioServerParameters(
+        command=sys.executable,
+        args=["-m", "rlmd", "mcp", "--workspace", str(project), "--model", CELLS],
+        env={"RLMD_HOME": str(home), "PYTHONPATH": os.pathsep.join(sys.path)},
+    )
+    pid_file = home / "run" / "daemon.pid"
+    pid = None
+    try:
+        async with mcp_session(params) as session:
+            first = await session.call_tool("ask", {"question": question("w = 5")})
+            assert first.structured_content["status"] == "completed"
+            pid = int(pid_file.read_text())
+            os.kill(pid, 0)  # the daemon it started is alive
+        # a second MCP server attaches to the same daemon: the REPL is still warm
+        async with mcp_session(params) as session:
+            second = await session.call_tool("ask", {"question": question("FINAL(str(w * 2))")})
+            assert second.structured_content["answer"] == "10"
+        assert int(pid_file.read_text()) == pid
+    finally:
+        if pid is not None:
+            os.kill(pid, signal.SIGTERM)
+
+
+async def test_a_client_that_abandons_ask_cancels_the_run(daemon, tmp_path):
+    project = make_project(tmp_path)
+    async with mcp_session(server_params(daemon, project)) as session:
+        ask = asyncio.create_task(
+            session.call_tool("ask", {"question": question("print(1)", sleep_s=3.0)})
+        )
+        client = await daemon.client()
+        try:
+            run_id = await first_task(client, project)
+            ask.cancel()  # the SDK tells the server with notifications/cancelled
+            with pytest.raises(asyncio.CancelledError):
+                await ask
+            for _ in range(600):
+                status = await client.command("rlmd.task.status", {"run_id": run_id})
+                if status["state"] == "finished":
+                    break
+                await asyncio.sleep(0.05)
+            assert status["status"] == "cancelled" and status["cancel_requested"] is True
+        finally:
+            await client.close()

@@ -105,6 +105,18 @@ CONTENT_KEYS = {"gen_ai.input.messages", "gen_ai.output.messages", "gen_ai.tool.
 CONTENT_KEYS |= {"rlmd.question", "rlmd.answer", "gen_ai.tool.call.result"}
 
 
+async def depth_2_run(daemon, project) -> dict:
+    """Run a task with a sub-call and a child run; its stored tree."""
+    client = await daemon.client()
+    try:
+        params = {"workspace": str(project), "question": question(*CELLS_DEPTH_2)}
+        status = await run_to_end(client, {**params, "models": {"root": CELLS}})
+        got = await client.command("rlmd.runs.get", {"run_id": status["run_id"], "tree": True})
+        return got["tree"]
+    finally:
+        await client.close()
+
+
 @pytest.fixture(scope="module")
 def receiver():
     with OtlpReceiver() as r:
@@ -120,22 +132,7 @@ def daemon(tmp_path_factory, receiver):
 
 
 async def test_live_exporter_sends_each_finished_run_as_its_tree(daemon, receiver, tmp_path):
-    project = make_project(tmp_path)
-    client = await daemon.client()
-    try:
-        status = await run_to_end(
-            client,
-            {
-                "workspace": str(project),
-                "question": question(*CELLS_DEPTH_2),
-                "models": {"root": CELLS},
-            },
-        )
-        tree = (await client.command("rlmd.runs.get", {"run_id": status["run_id"], "tree": True}))[
-            "tree"
-        ]
-    finally:
-        await client.close()
+    tree = await depth_2_run(daemon, make_project(tmp_path))
     count = len(stored_edges(tree))
     spans = receiver.wait_for(count, tree["id"])
     assert_spans_match(spans, tree)
@@ -149,22 +146,7 @@ async def test_live_exporter_sends_each_finished_run_as_its_tree(daemon, receive
 
 
 async def test_export_command_sends_the_stored_tree_and_content_only_on_opt_in(daemon, tmp_path):
-    project = make_project(tmp_path)
-    client = await daemon.client()
-    try:
-        status = await run_to_end(
-            client,
-            {
-                "workspace": str(project),
-                "question": question(*CELLS_DEPTH_2),
-                "models": {"root": CELLS},
-            },
-        )
-        tree = (await client.command("rlmd.runs.get", {"run_id": status["run_id"], "tree": True}))[
-            "tree"
-        ]
-    finally:
-        await client.close()
+    tree = await depth_2_run(daemon, make_project(tmp_path))
     env = {**os.environ, "RLMD_HOME": str(daemon.home)}
 
     def export(*extra: str, receiver: OtlpReceiver) -> subprocess.CompletedProcess:

@@ -41,6 +41,7 @@ LIMITS = Limits(
     processes=64,
     open_files=256,
     file_size_bytes=8 * MiB,
+    disk_bytes=32 * MiB,
     output_bytes=1 * MiB,
     network=False,
 )
@@ -96,6 +97,29 @@ def test_the_subprocess_sandbox_gets_the_isolation_ci_pins():
         f"RLMD_EXPECT_ISOLATION={EXPECT_ISOLATION} but the subprocess sandbox got {got!r}: "
         "isolation detection regressed (or the machine lost bwrap/unshare)"
     )
+
+
+def test_a_normal_user_gets_the_limits_root_gets_or_is_told_which_not():
+    """Issue 11 #5: as a normal user without cgroups, 600 processes got past a limit of 256
+    and 3 GB went into tmpfs past 2 GiB. scripts/test-nonroot.sh sets RLMD_EXPECT_NONROOT."""
+    if not os.environ.get("RLMD_EXPECT_NONROOT"):
+        pytest.skip("RLMD_EXPECT_NONROOT is not set (scripts/test-nonroot.sh sets it)")
+    assert os.geteuid() != 0
+    record = make("subprocess").isolation
+    enforced = record["enforced"]
+    if record["wrapper"] is None:
+        pytest.fail(f"no namespaces for a normal user here: {record.get('unavailable')}")
+    assert enforced["processes"] is not None  # cgroup pids if delegated, else RLIMIT_NPROC
+    assert enforced["disk_bytes"].startswith("host watch")
+    if record["wrapper"] == "bwrap" and "cgroup memory" not in enforced["memory_bytes"]:
+        assert "tmpfs" in enforced["memory_bytes"]
+        tmpfs = sum(record["tmpfs_bytes"].values())
+        assert record["rlimits"]["AS"] + tmpfs <= LIMITS.memory_bytes + MiB * 16
+    for controller in ("memory", "pids"):  # each either used or explained
+        cgroup = record["cgroup"] or {"controllers": []}
+        assert controller in cgroup["controllers"] or f"cgroup {controller}" in record.get(
+            "unavailable", {}
+        )
 
 
 def contained_or_skip(box: Sandbox, case: str) -> None:
@@ -190,6 +214,90 @@ async def test_huge_file(sb):
     assert "file size limit 8 MiB exceeded" in r.error
     await usable(sb)
     assert len(await sb.download("huge.bin")) <= 8 * MiB
+
+
+async def test_filling_the_working_folder(sb):
+    """Issue 11 #5: one cell wrote 2.6 GB in the working folder, on the host's root file
+    system. The folder is a tmpfs of ``disk_bytes`` (root) or watched by the host (others)."""
+    contained_or_skip(sb, "fill_disk")
+    r = await cell(
+        sb,
+        "import time\nfor i in range(400):\n"
+        "    open(f'fill{i}.bin', 'wb').write(b'd' * 2**20)\n    time.sleep(0.005)",
+    )
+    assert r.error is not None and "working folder size limit 32 MiB exceeded" in r.error, r.error
+    assert not r.timed_out
+    names = (await sb.execute("import glob\nprint(len(glob.glob('fill*.bin')))")).stdout
+    assert 16 <= int(names) < 200  # stopped near the cap, not at 400 MiB
+    r = await sb.execute("import glob, os\nfor f in glob.glob('fill*.bin'): os.remove(f)")
+    assert r.error is None, r.error
+    await usable(sb)
+
+
+async def test_filling_the_sandbox_tmp(sb):
+    """Issue 11 #5: as a normal user 3 GB went into the sandbox's tmpfs past a 2 GiB
+    memory limit. Its tmpfs folders have sizes, counted in the memory limit."""
+    contained_or_skip(sb, "fill_disk")
+    if sb.kind != "subprocess" or sb.isolation.get("wrapper") != "bwrap":
+        pytest.skip("only the bwrap sandbox mounts its own /tmp")
+    sizes = sb.isolation["tmpfs_bytes"]
+    assert sum(sizes.values()) <= LIMITS.memory_bytes // 4 + len(sizes) * MiB
+    r = await cell(
+        sb,
+        "n = 0\ntry:\n    for i in range(200):\n"
+        "        with open(f'/tmp/fill{i}.bin', 'wb') as f:\n            f.write(b't' * 2**20)\n"
+        "        n += 1\nexcept OSError as e:\n    print(n, e.errno)",
+    )
+    n, errno = r.stdout.split()
+    assert errno == "28" and int(n) * MiB <= sizes["/tmp"]
+    await usable(sb)
+
+
+async def test_filling_a_watched_working_folder(monkeypatch):
+    """Where no tmpfs can be mounted (a normal user), the host watches the folder and stops
+    the cell past the cap; the record says so."""
+    from rlmd.sandbox import workdirs
+
+    monkeypatch.setattr(workdirs, "can_mount", lambda: False)
+    box = create_sandbox("subprocess", limits=LIMITS, spare_kernel=False)
+    await box.start(FakeHost())
+    try:
+        assert box.isolation["enforced"]["disk_bytes"].startswith("host watch")
+        assert not workdirs.capped(box.workdir)
+        await test_filling_the_working_folder(box)
+    finally:
+        await box.close()
+
+
+def test_a_cgroup_parent_this_user_cannot_write_is_not_used(tmp_path, monkeypatch):
+    """Issue 11 #10: once root had used rlmd on a cgroup-v1 host, every run of another
+    user failed with ``Permission denied`` under ``/sys/fs/cgroup/memory/rlmd``. Here the
+    parent exists but groups cannot be made in it (a read-only mount stands for another
+    user's folder): the sandbox starts without that controller and says why."""
+    from rlmd.sandbox.process import isolate
+
+    if os.geteuid() != 0:
+        pytest.skip("needs root to mount the stand-in")
+    root = tmp_path / "cgroup"
+    for controller in ("memory", "pids"):
+        (root / controller / isolate.cgroup_parent()).mkdir(parents=True)
+        (root / controller / "cgroup.procs").write_text("")
+    subprocess.run(["mount", "--bind", str(root), str(root)], check=True)
+    try:
+        subprocess.run(["mount", "-o", "remount,bind,ro", str(root)], check=True)
+        monkeypatch.setattr(isolate, "CGROUP_ROOT", str(root))
+        monkeypatch.setattr(isolate, "_CGROUP_PROBLEMS", {})
+        isolate.cgroup_controllers.cache_clear()
+        iso = isolate.Isolation(isolate.IsolationConfig(limits=LIMITS))
+        assert iso.controllers == ()
+        launch = iso.launch(["/bin/true"], str(tmp_path))  # raised EROFS/EACCES before
+        launch.close_fds()
+        record = iso.record()
+        assert "delegate" in record["unavailable"]["cgroup memory"]
+        assert record["enforced"]["processes"] != "cgroup pids"
+    finally:
+        isolate.cgroup_controllers.cache_clear()
+        subprocess.run(["umount", "-l", str(root)], check=False)
 
 
 # --------------------------------------------------------------------------- exits and kills
@@ -770,3 +878,20 @@ async def test_a_real_run_survives_hostile_cells_and_records_the_isolation(tmp_p
     assert data[1]["kernel_restarted"] and "restarted" in data[1]["error"]
     assert data[2]["timed_out"]
     assert data[3]["final"] == "5"
+
+
+def test_doctor_names_the_limits_nothing_enforces():
+    """Issue 11 #5: record honestly what was not enforced (``rlmd doctor`` prints this)."""
+    from rlmd import isolation
+
+    record = make("subprocess").isolation
+    assert isolation.unenforced(record) is None or "limits not enforced" in str(
+        isolation.unenforced(record)
+    )
+    loose = {
+        **record,
+        "enforced": {**record["enforced"], "processes": None, "disk_bytes": None},
+        "unavailable": {"cgroup pids": "cannot make groups under /sys/fs/cgroup/pids/rlmd-1000"},
+    }
+    text = isolation.unenforced(loose)
+    assert text is not None and "disk_bytes, processes" in text and "rlmd-1000" in text

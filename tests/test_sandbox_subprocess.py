@@ -269,18 +269,17 @@ async def test_unicode_and_surrogates(sb):
     assert await sb.get_variable("bad") == "\udcff"
 
 
-async def test_round_trip_speed(sb):
-    for _ in range(50):
-        await sb.execute("x = 1")
+async def test_many_round_trips_each_get_their_own_result(sb):
+    # Speed is bench/sandbox_speed.py's job (it exits 1 on a missed target): a time bound
+    # here failed at 7 ms on the shared machine under load 15 (~0.3 ms when quiet).
     times = []
-    for _ in range(200):
+    for i in range(200):
         t0 = time.perf_counter()
-        await sb.execute("x = 1")
+        r = await sb.execute(f"x = {i}\nprint(x * 2)")
         times.append(time.perf_counter() - t0)
+        assert (r.stdout, r.error) == (f"{i * 2}\n", None)
     times.sort()
-    median = times[len(times) // 2]
-    print(f"subprocess cell round trip: median {median * 1e6:.0f} us")
-    assert median < 0.005  # ~0.3 ms on a quiet machine; generous for loaded CI
+    print(f"subprocess cell round trip: median {times[len(times) // 2] * 1e6:.0f} us")
 
 
 def test_kernel_script_exits_on_eof():

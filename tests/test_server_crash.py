@@ -2,9 +2,11 @@
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 import os
 import signal
+import sqlite3
 
 import pytest
 from helpers.server import CELLS, ECHO, Daemon, event, finished, make_project, question, run_to_end
@@ -92,3 +94,69 @@ async def test_sigkill_of_the_daemon_mid_run_then_restart(tmp_path):
     finally:
         await c.close()
         d2.stop()
+
+
+def _leftovers(scratch, pid: int) -> list[str]:
+    """Working folders of daemon ``pid`` still in ``scratch`` (its TMPDIR)."""
+    return [n for n in os.listdir(scratch) if n.startswith("rlmd-") and f"-{pid}-" in n]
+
+
+def _containers_of(pid: int) -> list[str]:
+    from rlmd.sandbox.docker import engine
+
+    found = engine.client().containers.list(all=True, filters={"label": f"rlmd.pid={pid}"})
+    return [c.id for c in found]
+
+
+@pytest.mark.timeout(900)
+async def test_twenty_sigkills_mid_run_keep_the_store_whole_and_leave_nothing_behind(tmp_path):
+    """Issue 11: 20 SIGKILLs of the daemon mid-run (alternating the subprocess and, where
+    docker runs, the container sandbox); after each, ``pragma integrity_check``; after the
+    next start, no working folder or container of the killed daemon is left, and every
+    run is still listed (as interrupted)."""
+    from rlmd.sandbox import unavailable_reason
+
+    home, scratch = tmp_path / "home", tmp_path / "scratch"
+    home.mkdir()
+    scratch.mkdir()
+    project = make_project(tmp_path)
+    backends = ["subprocess"] + (["container"] if unavailable_reason("container") is None else [])
+    cells = [f"chunk{i} = 'x' * 10_000\nprint(len(chunk{i}))" for i in range(4)]
+    killed: list[tuple[int, str]] = []  # (daemon pid, backend)
+    run_ids: list[str] = []
+    for i in range(21):
+        d = Daemon(home, "--idle-timeout", "0", env={"TMPDIR": str(scratch)}).start()
+        assert d.proc is not None
+        c = await d.client()
+        try:
+            backend = backends[i % len(backends)]
+            p = params(project, *cells, "import time\ntime.sleep(60)")
+            st = await c.command("rlmd.task.start", {**p, "sandbox": backend})
+            await c.wait_for(event(st["run_id"], "cell.started"), timeout=60)
+            # the daemon killed last time left nothing once this one runs a sandbox
+            if killed:
+                dead, dead_backend = killed[-1]
+                assert _leftovers(scratch, dead) == [], (i, dead_backend)
+                if dead_backend == "container":  # reaped by a thread the daemon starts
+                    for _ in range(600):  # the daemon sweeps at start, then 5 s and 30 s later
+                        if not _containers_of(dead):
+                            break
+                        await asyncio.sleep(0.1)
+                    assert _containers_of(dead) == [], i
+            if i == 20:
+                listed = await c.command("rlmd.runs.list", {"limit": 100})
+                by_id = {r["id"]: r for r in listed["runs"]}
+                assert set(run_ids) <= set(by_id)
+                assert {by_id[r]["status"] for r in run_ids} == {"interrupted"}
+                break
+            await asyncio.sleep((i % 4) * 0.15)  # somewhere in the run's writes
+            run_ids.append(st["run_id"])
+            killed.append((d.proc.pid, backend))
+        finally:
+            await c.close()
+            if i == 20:
+                d.stop()
+            else:
+                d.kill()
+        with sqlite3.connect(home / "rlmd.db") as conn:
+            assert conn.execute("pragma integrity_check").fetchall() == [("ok",)], i

@@ -7,8 +7,10 @@ on which model names code may use. A :class:`HostCalls` is the run's
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import inspect
 import json
+import threading
 from collections.abc import Awaitable
 from dataclasses import dataclass, field
 from typing import Any
@@ -293,13 +295,20 @@ class HostCalls:
     # -- tools ----------------------------------------------------------------------------
     async def tool(self, args: dict[str, Any]) -> Any:
         """Call the user tool ``args["name"]`` with ``args``/``kwargs``; a value that is not
-        JSON-able comes back as its ``repr``."""
+        JSON-able comes back as its ``repr``. A synchronous tool runs in a thread of its own,
+        off the event loop: one that hangs cannot freeze the run, and the cell's time limit
+        ends the cell, naming the tool (the thread is abandoned; it is a daemon thread, so it
+        does not hold up the process's exit)."""
         name = args.get("name")
         fn = self.tools.get(name) if isinstance(name, str) else None
         if not callable(fn):
             raise CallError(f"no tool named {name!r}")
+        call_args, call_kwargs = args.get("args", []), args.get("kwargs", {})
         try:
-            value = fn(*args.get("args", []), **args.get("kwargs", {}))
+            if inspect.iscoroutinefunction(fn):
+                value = fn(*call_args, **call_kwargs)
+            else:
+                value = await _in_thread(str(name), fn, call_args, call_kwargs)
             if inspect.isawaitable(value):
                 value = await value
         except Exception as exc:
@@ -309,6 +318,35 @@ class HostCalls:
             return value
         except (TypeError, ValueError):
             return repr(value)
+
+
+async def _in_thread(name: str, fn: Any, args: list[Any], kwargs: dict[str, Any]) -> Any:
+    """``fn(*args, **kwargs)`` in a new daemon thread; its result or exception. Cancelling
+    the awaiting task leaves the thread to finish on its own (a thread cannot be killed)."""
+    loop = asyncio.get_running_loop()
+    fut: asyncio.Future[Any] = loop.create_future()
+
+    def settle(value: Any, error: BaseException | None) -> None:
+        if fut.done():
+            return
+        if error is not None:
+            fut.set_exception(error)
+        else:
+            fut.set_result(value)
+
+    def run() -> None:
+        value, error = None, None
+        try:
+            value = fn(*args, **kwargs)
+        except Exception as exc:  # noqa: BLE001 - handed to the awaiting task
+            error = exc
+        except BaseException as exc:  # noqa: BLE001 - SystemExit in a tool is its error too
+            error = RuntimeError(f"{type(exc).__name__}: {exc}")
+        with contextlib.suppress(RuntimeError):  # the loop may be closed by now
+            loop.call_soon_threadsafe(settle, value, error)
+
+    threading.Thread(target=run, name=f"rlmd-tool-{name}", daemon=True).start()
+    return await fut
 
 
 def _check_window(model: Model, messages: list[Message]) -> None:

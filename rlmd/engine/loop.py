@@ -228,7 +228,7 @@ class RLMRun:
         turn, the first code block of its reply runs in the REPL and the output is fed back,
         until code gives a ``FINAL`` answer the rules accept or a budget runs out."""
         sandbox = await self._attach_sandbox()
-        self._open_conversation(meta)
+        self._open_conversation(meta, self._cell_limit(sandbox))
         budget = self.cfg.budget
         for i in range(budget.max_iterations):
             self.iterations = i + 1
@@ -248,7 +248,16 @@ class RLMRun:
             "max_iterations", f"no final answer after {budget.max_iterations} iterations"
         )
 
-    def _open_conversation(self, meta: ContextMeta) -> None:
+    def _cell_limit(self, sandbox: Sandbox) -> float:
+        """A cell's own time limit, seconds: the cell timeout, or the sandbox's ``wall_s``
+        limit if lower."""
+        timeout = self.cfg.budget.cell_timeout_s
+        limits = getattr(sandbox, "limits", None)
+        if limits is not None and limits.wall_s is not None:  # the sandbox's own limit holds too
+            timeout = min(timeout, limits.wall_s)
+        return timeout
+
+    def _open_conversation(self, meta: ContextMeta, cell_limit_s: float) -> None:
         """The system prompt and the first user turn (the question and the metadata)."""
         cfg, state = self.cfg, self.state
         sub_model = self.rt.get_model(cfg.model_for_depth(self.depth + 1))
@@ -260,6 +269,7 @@ class RLMRun:
             tools=docs,
             template=cfg.system_prompt,
             question=self.question,
+            cell_limit_s=cell_limit_s,
         )
         state.messages = [
             {"role": "system", "content": system},
@@ -379,20 +389,17 @@ class RLMRun:
         return text
 
     async def _run_cell(self, it_node: str, index: int, code: str, sandbox: Sandbox) -> CellResult:
-        """Run one cell under the tightest of the cell timeout, the sandbox's own wall limit
-        and the wall-clock budget left."""
+        """Run one cell under the tighter of the cell timeout and the sandbox's own wall
+        limit (its own time: time blocked on sub-calls is not counted), and within the
+        wall-clock budget left (everything counted)."""
         node = new_id()
         self.host.cell_node = node
         self.meter.emit(CellStarted, node, it_node, index=index, code=code)
-        timeout = self.cfg.budget.cell_timeout_s
-        limits = getattr(sandbox, "limits", None)
-        if limits is not None and limits.wall_s is not None:  # the sandbox's own limit holds too
-            timeout = min(timeout, limits.wall_s)
+        timeout = self._cell_limit(sandbox)
         remaining = self.rt.ledger.remaining_seconds()
-        if remaining is not None:
-            timeout = min(timeout, max(remaining, 0.5))
+        wall = None if remaining is None else max(remaining, 0.5)
         try:
-            result = await sandbox.execute(code, timeout_s=timeout)
+            result = await sandbox.execute(code, timeout_s=timeout, wall_limit_s=wall)
         finally:
             self.host.cell_node = None
         self.rt.bus.emit(

@@ -46,7 +46,7 @@ no.", messages)`, then combine the answers with code, e.g. \
 
 Rules:
 1. Look at `context` with code before you answer. Never guess.
-2. Print only what you need: each block's output is cut to {output_cap:,} characters.
+2. Print only what you need: each block's output is cut to {output_cap:,} characters. A block may run {cell_limit} of its own time (waiting on llm_query, llm_map or rlm_query is not counted); past that it is interrupted.
 3. Do not assign to `context` or to the functions above; store results in new variables.
 4. Write ONE ```repl block per reply and stop there: my next message shows its real output. Never write the output yourself.
 5. When the output shows the answer, reply with a ```repl block that calls FINAL(...) with it.
@@ -165,6 +165,7 @@ def system_prompt(
     tools: dict[str, str],
     template: str | None = None,
     question: str | None = None,
+    cell_limit_s: float = 120.0,
 ) -> str:
     """The root model's system prompt.
 
@@ -175,6 +176,7 @@ def system_prompt(
         tools: user tool names → one-line descriptions.
         template: a custom template with the same ``{placeholders}``.
         question: the run's question; its :func:`search_term` goes into the example.
+        cell_limit_s: a cell's own time limit, seconds (see :mod:`rlmd.sandbox.clock`).
     """
     extra = CODEBASE_HELPERS if meta["kind"] == "codebase" else ""
     for name, doc in tools.items():
@@ -187,7 +189,16 @@ def system_prompt(
         output_cap=output_cap,
         example=example,
         example_final=example_final,
+        cell_limit=_seconds(cell_limit_s),
     )
+
+
+def _seconds(value: float) -> str:
+    """``"2 minutes"``, ``"90 seconds"``."""
+    if value >= 60 and value % 60 == 0:
+        minutes = int(value // 60)
+        return f"{minutes} minute{'s' if minutes != 1 else ''}"
+    return f"{value:g} seconds"
 
 
 def describe_context(meta: ContextMeta) -> str:

@@ -34,7 +34,7 @@ from acp.schema import (
 )
 
 import rlmd
-from rlmd.frontdoors.link import DaemonLink, ending
+from rlmd.frontdoors.link import DaemonLink, LazyLink, ending
 from rlmd.server.client import RpcError
 
 #: run status → ACP stop reason (anything else ends the turn normally, the message says why)
@@ -152,23 +152,18 @@ class RlmdAgent:
 
     def __init__(self, defaults: Defaults, *, autostart: bool = True) -> None:
         self.defaults = defaults
-        self.autostart = autostart
         self.sessions: dict[str, Session] = {}
         self._client: Any = None
-        self._link: DaemonLink | None = None
-        self._link_lock = asyncio.Lock()
+        self._link = LazyLink(autostart=autostart)
 
     def on_connect(self, conn: Any) -> None:
         self._client = conn
 
     async def link(self) -> DaemonLink:
-        async with self._link_lock:
-            if self._link is None or self._link.client is None or self._link.client.closed:
-                try:
-                    self._link = await DaemonLink.open(autostart=self.autostart)
-                except (ConnectionError, OSError) as exc:
-                    raise acp.RequestError(-32603, f"cannot reach the rlmd daemon: {exc}") from exc
-            return self._link
+        try:
+            return await self._link.get()
+        except ConnectionError as exc:
+            raise acp.RequestError(-32603, str(exc)) from exc
 
     async def initialize(self, protocol_version: int, **_: Any) -> InitializeResponse:
         return InitializeResponse(

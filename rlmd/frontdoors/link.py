@@ -134,6 +134,30 @@ class DaemonLink:
             await self.client.close()
 
 
+class LazyLink:
+    """A front door's daemon connection, opened on first use (so the front door's own
+    handshake never waits for a daemon to start) and again after the daemon went away."""
+
+    def __init__(self, *, autostart: bool = True) -> None:
+        self.autostart = autostart
+        self._link: DaemonLink | None = None
+        self._lock = asyncio.Lock()
+
+    async def get(self) -> DaemonLink:
+        """The open link.
+
+        Raises:
+            ConnectionError: no daemon could be reached or started.
+        """
+        async with self._lock:
+            if self._link is None or self._link.client is None or self._link.client.closed:
+                try:
+                    self._link = await DaemonLink.open(autostart=self.autostart)
+                except OSError as exc:  # ConnectionError is one; PermissionError: unsafe folder
+                    raise ConnectionError(f"cannot reach the rlmd daemon: {exc}") from exc
+            return self._link
+
+
 @dataclass
 class TaskProgress:
     """What a followed task is doing, folded from its notifications (for a one-line

@@ -19,7 +19,6 @@ Resources: ``rlmd://runs`` (recent runs, with their trajectory URIs) and
 
 from __future__ import annotations
 
-import asyncio
 import json
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -31,7 +30,7 @@ from mcp.server.mcpserver.exceptions import ToolError
 from mcp.types import CallToolResult, TextContent, ToolAnnotations
 
 import rlmd
-from rlmd.frontdoors.link import DaemonLink, TaskProgress, citations, ending
+from rlmd.frontdoors.link import DaemonLink, LazyLink, TaskProgress, citations, ending
 from rlmd.server.client import RpcError
 
 INSTRUCTIONS = (
@@ -57,18 +56,13 @@ class Bridge:
     daemon to start)."""
 
     def __init__(self, autostart: bool = True) -> None:
-        self.autostart = autostart
-        self._link: DaemonLink | None = None
-        self._lock = asyncio.Lock()
+        self._link = LazyLink(autostart=autostart)
 
     async def link(self) -> DaemonLink:
-        async with self._lock:
-            if self._link is None or self._link.client is None or self._link.client.closed:
-                try:
-                    self._link = await DaemonLink.open(autostart=self.autostart)
-                except (ConnectionError, OSError) as exc:
-                    raise ToolError(f"cannot reach the rlmd daemon: {exc}") from exc
-            return self._link
+        try:
+            return await self._link.get()
+        except ConnectionError as exc:
+            raise ToolError(str(exc)) from exc
 
     async def command(self, name: str, params: dict[str, Any] | None = None) -> Any:
         link = await self.link()

@@ -115,9 +115,21 @@ class Sandbox(abc.ABC):
         reserved. Survives restarts."""
 
     @abc.abstractmethod
-    async def execute(self, code: str, *, timeout_s: float | None = None) -> CellResult:
+    async def execute(
+        self, code: str, *, timeout_s: float | None = None, wall_limit_s: float | None = None
+    ) -> CellResult:
         """Run one cell. Never raises for errors in the code itself: they come back in
-        :attr:`CellResult.error`. A timeout kills and restarts the kernel."""
+        :attr:`CellResult.error`. Past a limit the cell is interrupted (the kernel killed
+        and restarted if it does not stop).
+
+        Args:
+            code: the cell's Python source.
+            timeout_s: the cell's own time limit, seconds (default: ``limits.wall_s``). Time
+                blocked on sub-calls (``llm_query``, ``rlm_query``, batched forms) does not
+                count; time in host tools does (see :mod:`rlmd.sandbox.clock`).
+            wall_limit_s: an upper bound on the cell's elapsed time, everything counted
+                (the run's wall-clock budget left); ``None``: none.
+        """
 
     @abc.abstractmethod
     async def set_variable(self, name: str, value: Any) -> None:

@@ -16,6 +16,7 @@ from typing import Any
 
 from rlmd.kernel import protocol
 from rlmd.sandbox.base import CallError, CallHandler, CellResult, VarInfo
+from rlmd.sandbox.clock import CallClock
 
 log = logging.getLogger(__name__)
 
@@ -224,6 +225,8 @@ class KernelChannel:
         self.pending: dict[int, asyncio.Future[dict[str, Any]]] = {}
         self.ran: dict[int, asyncio.Future[None]] = {}
         self.calls: set[asyncio.Task[None]] = set()
+        #: time blocked on sub-calls and the tools in flight (see :mod:`rlmd.sandbox.clock`)
+        self.clock = CallClock()
         self.ids = 0
         self.hello: asyncio.Future[dict[str, Any]] = loop.create_future()
         self.dead = False
@@ -331,8 +334,10 @@ class KernelChannel:
     async def _serve(self, msg: dict[str, Any]) -> None:
         """Answer one host call from model code (a failing handler becomes an error reply)."""
         reply: dict[str, Any] = {"op": "reply", "call": msg.get("call")}
+        fn, args = str(msg.get("fn")), msg.get("args") or {}
+        token = self.clock.started(fn, args if isinstance(args, dict) else {})
         try:
-            value = await self.handler(str(msg.get("fn")), msg.get("args") or {})
+            value = await self.handler(fn, args)
             data = self._encode_reply({**reply, "ok": True, "value": value})
         except asyncio.CancelledError:
             # An interrupted cell: the call fails inside it (the kernel then raises the
@@ -348,6 +353,8 @@ class KernelChannel:
             data = self._encode_reply(
                 {**reply, "ok": False, "error": f"{type(exc).__name__}: {exc}"}
             )
+        finally:
+            self.clock.ended(token)
         self.send(data)
 
     # -- outgoing ---------------------------------------------------------------------------

@@ -23,6 +23,7 @@ from rlmd.kernel.core import CellInterrupted, Kernel, json_copy
 from rlmd.sandbox import workdirs
 from rlmd.sandbox.base import CallError, CallHandler, CellResult, Sandbox, SandboxError, VarInfo
 from rlmd.sandbox.channel import result_from_kernel, wait
+from rlmd.sandbox.clock import CallClock, CellTimeout, timeout_cause, wait_cell
 from rlmd.sandbox.files import download_file, upload_file
 from rlmd.sandbox.limits import Limits
 from rlmd.sandbox.messages import AFTER_RESTART, join_names, note_stop, with_notice
@@ -47,6 +48,7 @@ UNCONTAINED = frozenset(
         "background_process",
         "fd_output_flood",
         "write_outside",
+        "fill_disk",
     }
 )
 """Hostile-code cases (names as in ``tests/test_sandbox_hostile.py``) the in-process
@@ -171,6 +173,7 @@ class InProcessSandbox(Sandbox):
         self._loop_thread: int | None = None
         self._kernel: Kernel | None = None
         self._inflight: set[concurrent.futures.Future[Any]] = set()
+        self._clock = CallClock()
         self._worker: _Worker | None = None
         self._lock = asyncio.Lock()
         self.bound = Bindings()
@@ -204,6 +207,7 @@ class InProcessSandbox(Sandbox):
                 "processes": None,
                 "open_files": None,
                 "file_size_bytes": None,
+                "disk_bytes": None,
                 "output_bytes": "capture cap" if lim.output_bytes else None,
                 "network": None,
             },
@@ -304,6 +308,7 @@ class InProcessSandbox(Sandbox):
         async def serve(fn: str, args: dict[str, Any]) -> Any:
             handler = self._handler
             assert handler is not None
+            token = self._clock.started(fn, args)
             try:
                 value = await handler(fn, args)
             except CallError as exc:
@@ -312,6 +317,8 @@ class InProcessSandbox(Sandbox):
                 raise
             except Exception as exc:  # noqa: BLE001 - reported inside the cell
                 raise RuntimeError(f"{type(exc).__name__}: {exc}") from None
+            finally:
+                self._clock.ended(token)
             try:
                 return json_copy(value, f"the host's answer to {fn}")
             except TypeError as exc:
@@ -397,7 +404,9 @@ class InProcessSandbox(Sandbox):
             self.bound.user_names = [v["name"] for v in infos]
             return [VarInfo(**v) for v in infos]
 
-    async def execute(self, code: str, *, timeout_s: float | None = None) -> CellResult:
+    async def execute(
+        self, code: str, *, timeout_s: float | None = None, wall_limit_s: float | None = None
+    ) -> CellResult:
         timeout = self.timeout_s if timeout_s is None else timeout_s
         async with self._lock:
             await self._settle_orphan()
@@ -441,7 +450,7 @@ class InProcessSandbox(Sandbox):
             self._running, self._interrupted = (kernel, worker, fut), False
             self.state = SandboxState.RUNNING
             try:
-                res = await wait(asyncio.shield(fut), timeout)
+                res = await wait_cell(fut, self._clock, timeout, wall_limit_s)
             except asyncio.CancelledError:
                 # Nobody waits for this cell any more: interrupt it; the next execute makes
                 # sure it has stopped (or replaces the REPL) before running anything.
@@ -449,8 +458,10 @@ class InProcessSandbox(Sandbox):
                 worker.interrupt()
                 self._orphan = (kernel, worker, fut)
                 raise
-            except TimeoutError:
-                return with_notice(await self._on_timeout(worker, fut, timeout, t0), notice)
+            except CellTimeout as exc:
+                cause = timeout_cause(self._clock, exc)
+                timed_out = await self._on_timeout(worker, fut, exc.limit_s, t0, cause)
+                return with_notice(timed_out, notice)
             finally:
                 self._running = None
                 if self.state is SandboxState.RUNNING:
@@ -522,20 +533,22 @@ class InProcessSandbox(Sandbox):
         fut: asyncio.Future[Any],
         timeout: float | None,
         t0: float,
+        cause: str = "",
     ) -> CellResult:
         await self._stop(worker, fut)
         if fut.done() and not isinstance(fut.result(), BaseException):
             res = fut.result()
             self.bound.user_names = list(res.get("names") or [])
             result = result_from_kernel(res, time.perf_counter() - t0)
-            return note_stop(result, timeout, timed_out=True, interrupted=False)
+            return note_stop(result, timeout, timed_out=True, interrupted=False, cause=cause)
         # The thread would not stop: abandon it and start a fresh REPL.
         self._abandon(worker)
         lost = list(self.bound.user_names)
         self._replace_kernel()
         return CellResult(
             error=(
-                f"cell timed out after {timeout:g} s and could not be interrupted (it keeps "
+                f"cell timed out after {timeout:g} s{': ' + cause if cause else ''} and "
+                "could not be interrupted (it keeps "
                 "running in a background thread of the host); a fresh REPL was started; "
                 f"variables lost: {join_names(lost)}. {AFTER_RESTART}"
             ),

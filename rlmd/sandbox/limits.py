@@ -16,10 +16,12 @@ from typing import Any
 MiB = 1024 * 1024
 
 
-WHOLE = frozenset({"memory_bytes", "processes", "open_files", "file_size_bytes", "output_bytes"})
+WHOLE = frozenset(
+    {"memory_bytes", "processes", "open_files", "file_size_bytes", "disk_bytes", "output_bytes"}
+)
 """Limits counted in whole units (bytes, processes, descriptors)."""
 
-MINIMUM = {"memory_bytes": 64 * MiB, "processes": 8, "open_files": 64}
+MINIMUM = {"memory_bytes": 64 * MiB, "processes": 8, "open_files": 64, "disk_bytes": 16 * MiB}
 """Floors with headroom for the kernel to start and report back: the hostile fresh-user
 test saw it fail at start-up with ``memory_bytes=1_000_000`` (exit 137) and ``processes=1``
 ("can't start new thread")."""
@@ -38,6 +40,9 @@ class Limits:
         processes: processes and threads the sandbox may run at once.
         open_files: open file descriptors per process.
         file_size_bytes: the largest file model code may write (bytes).
+        disk_bytes: what the working folder may hold in all (bytes): a ``tmpfs`` of that
+            size where the host may mount one (root), else watched by the host during each
+            cell, which is stopped past it (see :mod:`rlmd.sandbox.workdirs`).
         output_bytes: stdout + stderr kept per stream per cell (bytes; the rest is dropped
             with a marker saying how much).
         network: ``False`` cuts the sandbox off every network (loopback only).
@@ -49,6 +54,7 @@ class Limits:
     processes: int | None = 256
     open_files: int | None = 1024
     file_size_bytes: int | None = 1024 * MiB
+    disk_bytes: int | None = 2048 * MiB
     output_bytes: int | None = 32 * MiB
     network: bool = False
 

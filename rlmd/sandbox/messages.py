@@ -18,6 +18,7 @@ LABELS = {
     "processes": "process count",
     "open_files": "open files",
     "file_size_bytes": "file size",
+    "disk_bytes": "working folder size",
     "output_bytes": "output",
     "network": "network",
 }
@@ -68,6 +69,7 @@ _HINTS: tuple[tuple[str, tuple[str, ...], tuple[str, ...]], ...] = (
     ("memory_bytes", ("MemoryError",), ()),
     ("file_size_bytes", ("[Errno 27]", "File too large"), ()),
     ("open_files", ("[Errno 24]", "Too many open files"), ()),
+    ("disk_bytes", ("[Errno 28]", "No space left on device"), ()),
     (
         "processes",
         ("[Errno 11]", "can't start new thread"),
@@ -95,10 +97,12 @@ def limit_hint(error: str | None, limits: Limits) -> str | None:
     return None
 
 
-def timed_out_text(timeout: float, *, stopped: bool) -> str:
+def timed_out_text(timeout: float, *, stopped: bool, cause: str = "") -> str:
     """The start of a timed-out cell's error: it stopped when interrupted (``stopped``; the
-    REPL state is kept) or did not (the caller says what happened next)."""
-    head = f"cell timed out after {timeout:g} s ({limit_phrase('wall_s', timeout)}) and "
+    REPL state is kept) or did not (the caller says what happened next); ``cause`` says what
+    it was waiting on (see :func:`rlmd.sandbox.clock.timeout_cause`)."""
+    head = f"cell timed out after {timeout:g} s ({limit_phrase('wall_s', timeout)})"
+    head += f"; {cause}; it " if cause else " and "
     if stopped:
         return head + (
             "was interrupted; the REPL state is kept (variables assigned before the "
@@ -126,14 +130,19 @@ def notice_text(what: str, lost: list[str]) -> str:
 
 
 def note_stop(
-    result: CellResult, timeout: float | None, *, timed_out: bool, interrupted: bool
+    result: CellResult,
+    timeout: float | None,
+    *,
+    timed_out: bool,
+    interrupted: bool,
+    cause: str = "",
 ) -> CellResult:
     """Mark a cell that finished after a timeout (``timed_out``, with ``timeout`` seconds)
     or an interrupt: its error starts with the standard message. Returns ``result``."""
     if timed_out:
         assert timeout is not None
         result.timed_out = True
-        result.error = timed_out_text(timeout, stopped=True) + (result.error or "")
+        result.error = timed_out_text(timeout, stopped=True, cause=cause) + (result.error or "")
     elif interrupted:
         result.error = "the cell was interrupted; the REPL state is kept.\n" + (result.error or "")
     return result

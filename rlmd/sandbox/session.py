@@ -27,8 +27,10 @@ import logging
 import time
 from typing import Any
 
+from rlmd.sandbox import workdirs
 from rlmd.sandbox.base import CallHandler, CellResult, Sandbox, SandboxError, VarInfo
 from rlmd.sandbox.channel import KernelDied, exec_done_problem, result_from_kernel, wait
+from rlmd.sandbox.clock import CellTimeout, timeout_cause, wait_cell
 from rlmd.sandbox.limits import Limits
 from rlmd.sandbox.messages import (
     AFTER_RESTART,
@@ -48,6 +50,9 @@ PREVIEW_GRACE_S = 10.0
 """Seconds a cell's result may take after its code finished (the kernel's ``ran`` frame):
 the previews' own bound (``rlmd.kernel.core.PREVIEW_BUDGET_S``) plus sending a large
 result over a slow channel. A forged ``ran`` frame buys the code at most this much."""
+
+DISK_WATCH_S = 0.25
+"""Seconds between two looks at a watched working folder's size while a cell runs."""
 
 log = logging.getLogger(__name__)
 
@@ -305,13 +310,16 @@ class SandboxSession(Sandbox):
 
     # -- cells --------------------------------------------------------------------------------
 
-    async def execute(self, code: str, *, timeout_s: float | None = None) -> CellResult:
+    async def execute(
+        self, code: str, *, timeout_s: float | None = None, wall_limit_s: float | None = None
+    ) -> CellResult:
         timeout = self.timeout_s if timeout_s is None else timeout_s
         async with self._lock:
             t0 = time.perf_counter()
             kernel = await self._live()
             notice = self.bound.take_notice()
-            timed_out = False
+            timed_out, cause = False, ""
+            watch: asyncio.Task[None] | None = None
             try:
                 rid, fut = kernel.request(
                     {"op": "exec", "code": code, "max_output": self.max_output_chars}
@@ -319,16 +327,19 @@ class SandboxSession(Sandbox):
                 ran = kernel.ran_future(rid)
                 self._running, self._interrupted = (kernel, fut), False
                 self.state = SandboxState.RUNNING
+                watch = self._watch_disk(kernel)
                 try:
-                    # The wall-clock limit covers the code; the variable previews after it
-                    # (model-defined __repr__) have their own bound in the kernel. ``ran``
-                    # is this call's own future (no shield: one loop turn less per cell).
-                    await wait(ran, timeout)
+                    # The wall-clock limit covers the code, not time blocked on sub-calls
+                    # (rlmd.sandbox.clock); the variable previews after it (model-defined
+                    # __repr__) have their own bound in the kernel.
+                    await wait_cell(ran, kernel.clock, timeout, wall_limit_s)
                     grace = None if timeout is None else PREVIEW_GRACE_S
                     msg = await wait(asyncio.shield(fut), grace)
-                except TimeoutError:
+                except TimeoutError as exc:
                     # Past the wall-clock limit: interrupt, then kill if it will not stop.
-                    timed_out = True
+                    timed_out, cause = True, timeout_cause(kernel.clock, exc)
+                    if isinstance(exc, CellTimeout):
+                        timeout = exc.limit_s
                     if not await self._stop_cell(kernel, fut, "timeout"):
                         raise KernelDied() from None
                     msg = fut.result()
@@ -339,8 +350,10 @@ class SandboxSession(Sandbox):
                     self._stopping = asyncio.ensure_future(self._stop_orphan(kernel, rid, fut))
                 raise
             except KernelDied:
-                return with_notice(await self._died(kernel, t0, timeout, timed_out), notice)
+                return with_notice(await self._died(kernel, t0, timeout, timed_out, cause), notice)
             finally:
+                if watch is not None:
+                    watch.cancel()
                 self._running = None
                 if self.state is SandboxState.RUNNING:
                     self.state = SandboxState.READY
@@ -350,10 +363,35 @@ class SandboxSession(Sandbox):
                 # protocol error, never the run's failure. Replace the kernel, tell the model.
                 kernel.protocol_error = f"kernel protocol error: {problem}"
                 await kernel.kill()
-                return with_notice(await self._died(kernel, t0, timeout, timed_out), notice)
+                return with_notice(await self._died(kernel, t0, timeout, timed_out, cause), notice)
             result = await self._result(kernel, rid, msg["result"], t0)
-            note_stop(result, timeout, timed_out=timed_out, interrupted=self._interrupted)
+            note_stop(
+                result, timeout, timed_out=timed_out, interrupted=self._interrupted, cause=cause
+            )
             return with_notice(result, notice)
+
+    def _watch_disk(self, kernel: KernelHandle) -> asyncio.Task[None] | None:
+        """While a cell runs, a task that kills ``kernel`` when its working folder holds
+        more than ``limits.disk_bytes``, only where no mount caps the folder (the isolation
+        record says ``host watch``). Best effort: a check every :data:`DISK_WATCH_S`."""
+        cap, folder = self.limits.disk_bytes, self.workdir
+        how = (self.isolation.get("enforced") or {}).get("disk_bytes") or ""
+        if not cap or folder is None or not how.startswith("host watch"):
+            return None
+        if workdirs.capped(folder):
+            return None
+
+        async def watch() -> None:
+            while not kernel.dead:
+                await asyncio.sleep(DISK_WATCH_S)
+                used = await asyncio.to_thread(workdirs.usage, folder)
+                if used > cap:
+                    log.info("%s: working folder holds %d bytes, over %d", kernel.label, used, cap)
+                    kernel.kill_reason = "disk_bytes"
+                    await kernel.kill()
+                    return
+
+        return asyncio.ensure_future(watch())
 
     async def interrupt(self) -> bool:
         """``KeyboardInterrupt`` in the running cell (its host calls fail first; variables
@@ -415,7 +453,12 @@ class SandboxSession(Sandbox):
         return result
 
     async def _died(
-        self, kernel: KernelHandle, t0: float, timeout: float | None, timed_out: bool
+        self,
+        kernel: KernelHandle,
+        t0: float,
+        timeout: float | None,
+        timed_out: bool,
+        cause: str = "",
     ) -> CellResult:
         """The result of a cell whose kernel died (or was killed); restarts the kernel."""
         if self._closed:
@@ -427,7 +470,13 @@ class SandboxSession(Sandbox):
         timed_out = timed_out or kernel.kill_reason == "timeout"
         if timed_out:
             assert timeout is not None
-            error = restarted_text(timed_out_text(timeout, stopped=False), lost)
+            error = restarted_text(timed_out_text(timeout, stopped=False, cause=cause), lost)
+        elif kernel.kill_reason == "disk_bytes":
+            error = limit_message("disk_bytes", self.limits.disk_bytes, restarted=True, lost=lost)
+            error += (
+                " The files stay in the working folder: delete the ones you do not need "
+                f"before writing more. {AFTER_RESTART}"
+            )
         elif kernel.kill_reason == "interrupt":
             error = restarted_text(
                 f"the cell did not stop within {self.interrupt_grace_s:g} s of an interrupt", lost

@@ -204,6 +204,9 @@ def check_sandboxes() -> list[Check]:
             checks.append(Check(f"sandbox {backend}", "warn", f"{detail}; {gap}", isolation.FIX))
             continue
         note = " (not isolated: trusted code only)" if backend == "inprocess" else ""
+        loose = isolation.unenforced(record)
+        if loose:
+            note += f"; {loose}"
         checks.append(Check(f"sandbox {backend}", "ok", detail + note))
     return checks
 

@@ -130,7 +130,7 @@ class Store(Queries):
             path = store_path()
         self.path = str(path)
         if self.path != ":memory:":
-            from rlmd.paths import create_private_file, make_private
+            from rlmd.paths import create_private_file, make_private, protect_store
 
             Path(self.path).expanduser().parent.mkdir(parents=True, exist_ok=True)
             # Private (0600): SQLite creates -wal and -shm with the database file's mode.
@@ -140,6 +140,7 @@ class Store(Queries):
                 pass  # a folder it cannot write to: sqlite3.connect says so below
             for leftover in ("-wal", "-shm"):  # from a crash of an older, looser version
                 make_private(self.path + leftover)
+            protect_store(self.path)
         conn = sqlite3.connect(self.path, timeout=busy_timeout_s, check_same_thread=False)
         self.db = sqlite_utils.Database(conn, execute_plugins=False)
         self._conn = conn

@@ -265,6 +265,11 @@ class CloudTransport(Transport):
 
     # -- the record ---------------------------------------------------------------------------
 
+    @property
+    def uncontained(self) -> frozenset[str]:
+        """The VM's disk is the provider's: rlmd does not cap the working folder."""
+        return frozenset({"fill_disk"})
+
     def isolation(self, kernel: KernelHandle | None) -> dict[str, Any]:
         return {
             "backend": self.kind,
@@ -297,6 +302,7 @@ class CloudTransport(Transport):
             out[field] = name if getattr(lim, field) is not None and name in applied else None
         if out["memory_bytes"] and "memory_mib" in self._applied:
             out["memory_bytes"] += f" + {self.kind} memory {self._applied['memory_mib']} MiB"
+        out["disk_bytes"] = None  # the provider's disk; not limited by rlmd
         out["output_bytes"] = "host cap" if lim.output_bytes else None
         blocked = self._applied.get("network") == "none"
         out["network"] = f"{self.kind}: no internet access" if blocked else None

@@ -18,7 +18,6 @@ import functools
 import logging
 import os
 import resource
-import shutil
 import socket
 from dataclasses import dataclass
 from typing import Any
@@ -84,7 +83,7 @@ def discard(created: Created, *, keep_workdir: bool = False) -> None:
         created.sock.close()
     remove_container(created.cid)
     if not keep_workdir:
-        shutil.rmtree(created.workdir, ignore_errors=True)
+        workdirs.remove(created.workdir)
 
 
 @dataclass(frozen=True)
@@ -167,7 +166,7 @@ class LaunchSpec:
         """
         made = workdir is None
         if workdir is None:
-            workdir = workdirs.make("container")
+            workdir = workdirs.make("container", self.limits.disk_bytes)
             os.mkdir(os.path.join(workdir, "work"))
             own(os.path.join(workdir, "work"), self.user)
         api = docker_host.client().api
@@ -184,7 +183,7 @@ class LaunchSpec:
             cid = api.create_container_from_config(config)["Id"]
         except BaseException:
             if made:
-                shutil.rmtree(workdir, ignore_errors=True)
+                workdirs.remove(workdir)
             raise
         _LIVE.add(cid)
         try:
@@ -200,7 +199,7 @@ class LaunchSpec:
         except BaseException:
             remove_container(cid)
             if made:
-                shutil.rmtree(workdir, ignore_errors=True)
+                workdirs.remove(workdir)
             raise
         return Created(cid, sock, host_config, workdir)
 

@@ -10,8 +10,12 @@ from __future__ import annotations
 import importlib.util
 import logging
 import threading
+import time
 
 log = logging.getLogger(__name__)
+
+REAP_AGAIN_S = (5.0, 25.0)
+"""Pauses before the second and third sweeps after a daemon's start (seconds)."""
 
 
 def reap_in_background() -> threading.Thread | None:
@@ -27,6 +31,11 @@ def reap_in_background() -> threading.Thread | None:
 
             if docker_host.engine_unavailable_reason(timeout_s=2.0) is None:
                 docker_host.reap_orphans_once()
+                # A container whose create request was in flight when its daemon was
+                # killed appears after the first sweep: look again a little later.
+                for delay in REAP_AGAIN_S:
+                    time.sleep(delay)
+                    docker_host.reap_orphans()
         except Exception as exc:  # noqa: BLE001 - best effort, off the daemon's path
             log.debug("reaping sandbox containers failed: %s", exc)
 

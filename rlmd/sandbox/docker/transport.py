@@ -33,11 +33,11 @@ import contextlib
 import functools
 import logging
 import os
-import shutil
 import signal
 from pathlib import Path
 from typing import Any
 
+from rlmd.sandbox import workdirs
 from rlmd.sandbox.base import CallHandler, SandboxError
 from rlmd.sandbox.docker import engine as docker_host
 from rlmd.sandbox.docker import images
@@ -251,6 +251,7 @@ class ContainerTransport(Transport):
                 "processes": "cgroup pids" if lim.processes else None,
                 "open_files": "RLIMIT_NOFILE" if lim.open_files else None,
                 "file_size_bytes": "RLIMIT_FSIZE" if lim.file_size_bytes else None,
+                "disk_bytes": workdirs.enforcement(lim.disk_bytes),
                 "output_bytes": "host cap" if lim.output_bytes else None,
                 "network": "bridge network" if lim.network else "no network (network_mode none)",
             },
@@ -358,7 +359,7 @@ class ContainerTransport(Transport):
 
     async def close(self) -> None:
         if self._workdir is not None:
-            shutil.rmtree(self._workdir, ignore_errors=True)
+            workdirs.remove(self._workdir)
             self._workdir = None
 
     # -- files ------------------------------------------------------------------------------

@@ -43,7 +43,8 @@ from typing import Any
 
 from rlmd import paths
 from rlmd.kernel import KERNEL_DIR
-from rlmd.sandbox.limits import Limits
+from rlmd.sandbox import workdirs
+from rlmd.sandbox.limits import MINIMUM, Limits
 
 log = logging.getLogger(__name__)
 
@@ -53,6 +54,8 @@ MODES = ("auto", "bwrap", "unshare", "none")
 
 CGROUP_ROOT = "/sys/fs/cgroup"
 CGROUP_PARENT = "rlmd"
+"""The parent group of root's kernels; another user's is ``rlmd-<uid>`` (see
+:func:`cgroup_parent`): a parent root made is not writable by anyone else."""
 
 # -------------------------------------------------------------------------- detection
 
@@ -90,23 +93,52 @@ def unshare_problem() -> str | None:
     return _works([exe, *_unshare_args(network=False), true])
 
 
+def cgroup_parent() -> str:
+    """This user's parent group name: ``rlmd`` for root, ``rlmd-<uid>`` for anyone else (an
+    administrator may delegate one: ``mkdir /sys/fs/cgroup/{memory,pids}/rlmd-<uid>`` and
+    ``chown -R <uid>`` them)."""
+    uid = os.geteuid()
+    return CGROUP_PARENT if uid == 0 else f"{CGROUP_PARENT}-{uid}"
+
+
+_CGROUP_PROBLEMS: dict[str, str] = {}
+"""Why a cgroup-v1 controller cannot be used here (filled by :func:`cgroup_controllers`)."""
+
+
 @functools.cache
 def cgroup_controllers() -> tuple[str, ...]:
     """The cgroup-v1 controllers (of ``memory``, ``pids``) this process can create groups
-    in, under ``/sys/fs/cgroup/<controller>/rlmd``. Empty on cgroup v2 or without rights."""
+    in, under ``/sys/fs/cgroup/<controller>/<cgroup_parent()>``: tried by making and
+    removing a probe group, so a parent someone else owns is not used (it failed every run
+    of another user with ``Permission denied``). Empty on cgroup v2 or without rights; the
+    reasons are in :func:`cgroup_problems`."""
     found = []
     for controller in ("memory", "pids"):
         base = os.path.join(CGROUP_ROOT, controller)
         if not os.path.exists(os.path.join(base, "cgroup.procs")):
+            _CGROUP_PROBLEMS[controller] = f"no cgroup-v1 {controller} controller at {base}"
             continue
-        parent = os.path.join(base, CGROUP_PARENT)
+        parent = os.path.join(base, cgroup_parent())
+        probe = os.path.join(parent, f"probe-{os.getpid()}-{uuid.uuid4().hex[:8]}")
         try:
             os.makedirs(parent, exist_ok=True)
-        except OSError:
+            os.mkdir(probe)
+            os.rmdir(probe)
+        except OSError as exc:
+            _CGROUP_PROBLEMS[controller] = (
+                f"cannot make groups under {parent} ({exc.strerror or exc}); an administrator "
+                f"can delegate one: mkdir {parent} && chown -R {os.geteuid()} {parent}"
+            )
             continue
         _reap_stale_groups(parent)
         found.append(controller)
     return tuple(found)
+
+
+def cgroup_problems() -> dict[str, str]:
+    """Controller → why it cannot be used here (after :func:`cgroup_controllers`)."""
+    cgroup_controllers()
+    return dict(_CGROUP_PROBLEMS)
 
 
 STALE_AFTER_S = 120.0
@@ -298,6 +330,12 @@ class IsolationConfig:
     drop_uid: bool = True
 
 
+_SCRATCH = ("/tmp", "/var/tmp", "/dev/shm")
+"""Hidden folders that stay writable scratch space (mode 1777) inside the sandbox."""
+
+_HIDDEN_TMPFS_BYTES = 1024 * 1024
+"""Size of the tmpfs over each other hidden folder (it holds only the folders bwrap makes)."""
+
 NOBODY = 65534
 """The uid and gid the kernel runs as under bwrap when the host is root (see
 :attr:`Isolation.sandbox_uid`): root without capabilities still owns, and can read, every
@@ -436,11 +474,46 @@ class Isolation:
                 raise ValueError(f"isolation 'unshare' cannot work here: {problem}")
         return None
 
+    @property
+    def own_userns(self) -> bool:
+        """The kernel runs in a user namespace of its own (a normal user's bwrap/unshare):
+        ``RLIMIT_NPROC`` then counts its processes only."""
+        return self.wrapper is not None and os.geteuid() != 0
+
+    @property
+    def nproc_rlimit(self) -> str | None:
+        """How ``RLIMIT_NPROC`` bounds the process count (``None``: it is not set): in the
+        kernel's own user namespace, or under uid 65534 (shared by every kernel running as
+        it) where no pids cgroup could be made."""
+        if not self.config.limits.processes or "pids" in self.controllers:
+            return None
+        if self.own_userns:
+            return "RLIMIT_NPROC in the sandbox's own user namespace"
+        if self.sandbox_uid is not None:
+            return f"RLIMIT_NPROC of uid {self.sandbox_uid} (shared by every sandbox)"
+        return None
+
+    def tmpfs_sizes(self) -> dict[str, int]:
+        """Bytes of each tmpfs the bwrap sandbox mounts (a quarter of the memory limit, in
+        all, for ``/tmp``, ``/var/tmp`` and ``/dev/shm``; 1 MiB for each hidden folder),
+        empty without a memory limit. Without a memory cgroup to charge them to, they come
+        off the address-space limit: memory plus tmpfs stays within ``memory_bytes``."""
+        lim = self.config.limits
+        if self.wrapper != "bwrap" or not lim.memory_bytes:
+            return {}
+        roots = _outermost([*_hidden_roots(), *_rlmd_roots()])
+        scratch = int(lim.memory_bytes) // (4 * len(_SCRATCH))
+        return {r: scratch if r in _SCRATCH else _HIDDEN_TMPFS_BYTES for r in roots}
+
     def _rlimits(self) -> dict[str, int]:
         lim = self.config.limits
         out: dict[str, int] = {"CORE": 0}
         if lim.memory_bytes:
-            out["AS"] = int(lim.memory_bytes)
+            tmpfs = 0 if "memory" in self.controllers else sum(self.tmpfs_sizes().values())
+            out["AS"] = max(int(lim.memory_bytes) - tmpfs, MINIMUM["memory_bytes"])
+        if self.nproc_rlimit is not None:
+            assert lim.processes
+            out["NPROC"] = int(lim.processes)
         if lim.cpu_s:
             out["CPU"] = max(1, int(-(-lim.cpu_s // 1)))  # whole seconds, rounded up
         if lim.open_files:
@@ -494,7 +567,7 @@ class Isolation:
         args: list[str] = []
         name = uuid.uuid4().hex[:16]
         for controller in self.controllers:
-            path = os.path.join(CGROUP_ROOT, controller, CGROUP_PARENT, name)
+            path = os.path.join(CGROUP_ROOT, controller, cgroup_parent(), name)
             os.mkdir(path)
             launch.cgroups.append(path)
             if controller == "memory":
@@ -521,9 +594,11 @@ class Isolation:
         args = [exe, *base, *_bwrap_mounts()]
         secret = _rlmd_roots()
         hidden = _outermost([*_hidden_roots(), *secret])
+        sizes = self.tmpfs_sizes()
         for root in hidden:
-            perms = ["--perms", "1777"] if root in ("/tmp", "/var/tmp", "/dev/shm") else []
-            args += [*perms, "--tmpfs", root]
+            perms = ["--perms", "1777"] if root in _SCRATCH else []
+            size = ["--size", str(sizes[root])] if root in sizes else []
+            args += [*perms, *size, "--tmpfs", root]
         keep = [p for p in self.config.keep if any(_under(p, r) for r in hidden)]
         binds = keep + ([self.config.project_dir] if self.config.project_dir else [])
         made: set[str] = set()
@@ -545,7 +620,7 @@ class Isolation:
         # hide it again, then bind back the interpreter's folders that lie inside it.
         again = [r for r in secret if any(_under(r, b) and r != b for b in binds)]
         for root in again:
-            args += ["--tmpfs", root]
+            args += ["--size", str(_HIDDEN_TMPFS_BYTES), "--tmpfs", root]
         bind([p for p in keep if any(_under(p, r) for r in again)])
         for parent in _parents_below(workdir, hidden):
             if parent not in made:
@@ -612,8 +687,15 @@ class Isolation:
             ),
             "enforced": self.enforced(),
         }
-        if self.problems:
-            record["unavailable"] = dict(self.problems)
+        if self.tmpfs_sizes():
+            record["tmpfs_bytes"] = self.tmpfs_sizes()
+        problems = dict(self.problems)
+        wanted = {"memory": lim.memory_bytes, "pids": lim.processes}
+        for controller, reason in cgroup_problems().items():
+            if wanted.get(controller):
+                problems[f"cgroup {controller}"] = reason
+        if problems:
+            record["unavailable"] = problems
         return record
 
     def enforced(self) -> dict[str, str | None]:
@@ -624,13 +706,16 @@ class Isolation:
             mem.append("RLIMIT_AS")
             if "memory" in self.controllers:
                 mem.append("cgroup memory")
+            elif self.tmpfs_sizes():
+                mem.append("tmpfs sizes taken off it")
         return {
             "wall_s": "host timer" if lim.wall_s else None,
             "cpu_s": "RLIMIT_CPU" if lim.cpu_s else None,
             "memory_bytes": " + ".join(mem) or None,
-            "processes": "cgroup pids" if "pids" in self.controllers else None,
+            "processes": "cgroup pids" if "pids" in self.controllers else self.nproc_rlimit,
             "open_files": "RLIMIT_NOFILE" if lim.open_files else None,
             "file_size_bytes": "RLIMIT_FSIZE" if lim.file_size_bytes else None,
+            "disk_bytes": workdirs.enforcement(lim.disk_bytes),
             "output_bytes": "host cap" if lim.output_bytes else None,
             "network": (
                 "network namespace"

@@ -19,7 +19,6 @@ import atexit
 import contextlib
 import functools
 import os
-import shutil
 import signal
 import subprocess
 import sys
@@ -124,7 +123,7 @@ class KernelProcess:
                 with contextlib.suppress(OSError):
                     pipe.close()
         self.launch.remove_cgroups()
-        shutil.rmtree(self.workdir, ignore_errors=True)
+        workdirs.remove(self.workdir)
 
 
 def launch(spec: LaunchSpec, workdir: str | None = None) -> KernelProcess:
@@ -135,7 +134,8 @@ def launch(spec: LaunchSpec, workdir: str | None = None) -> KernelProcess:
         SandboxError: the interpreter cannot be executed.
     """
     owned = workdir is None
-    folder = workdirs.make("sandbox") if workdir is None else workdir
+    size = spec.isolation.limits.disk_bytes if spec.isolation is not None else None
+    folder = workdirs.make("sandbox", size) if workdir is None else workdir
     plan: isolate.Launch | None = None
     try:
         if spec.isolation is not None:
@@ -164,7 +164,7 @@ def launch(spec: LaunchSpec, workdir: str | None = None) -> KernelProcess:
             plan.close_fds()
             plan.remove_cgroups()
         if owned:
-            shutil.rmtree(folder, ignore_errors=True)
+            workdirs.remove(folder)
         raise SandboxError(f"cannot start the kernel with {spec.argv[0]!r}: {exc}") from exc
     plan.close_fds()
     return KernelProcess(popen, folder, plan)

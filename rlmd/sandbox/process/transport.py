@@ -25,7 +25,6 @@ import contextlib
 import functools
 import logging
 import os
-import shutil
 import signal
 import subprocess
 import sys
@@ -34,6 +33,7 @@ import weakref
 from collections.abc import Callable
 from typing import Any
 
+from rlmd.sandbox import workdirs
 from rlmd.sandbox.base import CallHandler
 from rlmd.sandbox.files import (
     context_file,
@@ -373,7 +373,7 @@ class ProcessTransport(Transport):
             out |= {"kill_parent", "proc_environ", "background_process"}
         if iso.wrapper != "bwrap":
             out.add("read_home")
-        if "pids" not in iso.controllers:
+        if iso.enforced()["processes"] is None:
             out.add("fork_bomb")
         if not iso.seccomp:
             out.add("user_namespace")
@@ -405,9 +405,7 @@ class ProcessTransport(Transport):
         if self._workdir is None:  # the first kernel: a spare, or a new folder
             process = await _in_thread(self._first_process, KernelProcess.discard)
             self._workdir = process.workdir
-            self._workdir_finalizer = weakref.finalize(
-                self, shutil.rmtree, self._workdir, ignore_errors=True
-            )
+            self._workdir_finalizer = weakref.finalize(self, workdirs.remove, self._workdir)
         else:  # a restart, in the same folder (which stays)
             spec, folder = self.spec(), self._workdir
             process = await _in_thread(lambda: processes.launch(spec, folder), _kill_process)

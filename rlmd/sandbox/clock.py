@@ -1,0 +1,123 @@
+"""The cell's clock: which host calls a cell is blocked on, and the rule for its time limit.
+
+The rule (issue 11 #16): a cell's own time limit (``timeout_s``, the ``wall_s`` limit and
+the run's ``cell_timeout_s``) counts the time the cell's code runs and the time it waits on
+the user's host tools, **not** the time it is blocked on sub-calls (``llm_query``, ``llm_map``,
+``rlm_query`` and their batched forms): those are bounded by the models' own timeouts and
+the run's budget, and a cell that only waits on slow sub-calls must not lose their results.
+The run's wall-clock budget still bounds the whole cell, sub-calls included
+(``wall_limit_s``). The system prompt tells the model both limits.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import itertools
+import time
+from collections.abc import Awaitable
+from typing import Any
+
+SUB_CALLS = frozenset(
+    {"llm_query", "llm_query_batched", "llm_map", "rlm_query", "rlm_query_batched"}
+)
+"""Host functions whose waiting time does not count toward the cell's own limit."""
+
+
+class CallClock:
+    """Host calls in flight for one kernel: seconds blocked on sub-calls, and the user tools
+    being waited on (named in a timeout message)."""
+
+    def __init__(self) -> None:
+        self._ids = itertools.count()
+        self._subcalls = 0
+        self._since = 0.0
+        self._blocked = 0.0
+        self._tools: dict[int, str] = {}
+
+    def started(self, fn: str, args: dict[str, Any]) -> int:
+        """Note one host call starting; returns the token for :meth:`ended`."""
+        token = next(self._ids)
+        if fn in SUB_CALLS:
+            if self._subcalls == 0:
+                self._since = time.monotonic()
+            self._subcalls += 1
+        elif fn == "tool":
+            self._tools[token] = str(args.get("name"))
+        return token if fn not in SUB_CALLS else -1 - token
+
+    def ended(self, token: int) -> None:
+        """Note the call of ``token`` ending (however it ended)."""
+        if token < 0:
+            self._subcalls -= 1
+            if self._subcalls == 0:
+                self._blocked += time.monotonic() - self._since
+        else:
+            self._tools.pop(token, None)
+
+    def blocked_s(self) -> float:
+        """Seconds spent with at least one sub-call in flight, so far."""
+        open_s = time.monotonic() - self._since if self._subcalls else 0.0
+        return self._blocked + open_s
+
+    def waiting_tools(self) -> list[str]:
+        """Names of the user tools in flight (oldest first)."""
+        return list(dict.fromkeys(self._tools.values()))
+
+
+class CellTimeout(TimeoutError):
+    """A cell ran past a limit: ``limit_s``, the cell's own (``wall`` false) or the run's
+    wall clock (``wall`` true)."""
+
+    def __init__(self, limit_s: float, *, wall: bool) -> None:
+        super().__init__(f"cell ran past {limit_s:g} s")
+        self.limit_s, self.wall = limit_s, wall
+
+
+async def wait_cell(
+    done: Awaitable[Any],
+    clock: CallClock,
+    timeout_s: float | None,
+    wall_limit_s: float | None = None,
+) -> Any:
+    """Wait for ``done`` under the rule above and return its result (a timeout does not
+    cancel it: the caller stops the cell).
+
+    Raises:
+        CellTimeout: the cell used ``timeout_s`` of its own time (sub-calls not counted), or
+            ``wall_limit_s`` of elapsed time (everything counted).
+    """
+    fut = asyncio.ensure_future(done)
+    if timeout_s is None and wall_limit_s is None:
+        return await asyncio.shield(fut)  # cancelling the caller leaves the cell to stop
+    t0, blocked0 = time.monotonic(), clock.blocked_s()
+    while True:
+        elapsed = time.monotonic() - t0
+        left = []
+        if timeout_s is not None:
+            left.append(timeout_s - (elapsed - (clock.blocked_s() - blocked0)))
+        if wall_limit_s is not None:
+            left.append(wall_limit_s - elapsed)
+        if min(left) <= 0:
+            if wall_limit_s is not None and elapsed >= wall_limit_s:
+                raise CellTimeout(wall_limit_s, wall=True)
+            assert timeout_s is not None
+            raise CellTimeout(timeout_s, wall=False)
+        # asyncio.wait never cancels ``fut`` (no shield needed); time blocked on sub-calls
+        # meanwhile moves the deadline, so look again when it passes.
+        await asyncio.wait((fut,), timeout=min(left))
+        if fut.done():
+            return fut.result()
+
+
+def timeout_cause(clock: CallClock, exc: BaseException | None = None) -> str:
+    """Why a cell timed out, for the model: the run's wall clock (``exc`` a wall
+    :class:`CellTimeout`) and the host tools it was waiting on (empty: its own code)."""
+    why = "the run's wall-clock budget ran out" if getattr(exc, "wall", False) else ""
+    tools = clock.waiting_tools()
+    if not tools:
+        return why
+    names = ", ".join(repr(t) for t in tools)
+    return (why + "; " if why else "") + (
+        f"it was waiting on the host tool {names}, which did not return in time "
+        "(the tool is abandoned; do not call it again with the same arguments)"
+    )
