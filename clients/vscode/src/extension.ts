@@ -112,11 +112,13 @@ class RlmdExtension {
 
   // ---- connection ----
 
-  /** Whether `rlmd.pythonPath` can import rlmd; if not, one notification with the reason and
-   * a button to fix the setting (instead of the language client's generic errors). */
+  /** Whether `rlmd.pythonPath` can import rlmd (and what its CLI needs); if not, one
+   * notification with the reason and a button to fix the setting (instead of the language
+   * client's generic errors). */
   private pythonHasRlmd(s: RlmdSettings): boolean {
     if (!s.pythonPath) return true;
-    const r = spawnSync(s.pythonPath, ["-c", "import rlmd"], { encoding: "utf8", timeout: 30_000, env: daemonEnv(s) });
+    // the CLI's module, so a missing dependency (rich...) shows here too, not only rlmd itself
+    const r = spawnSync(s.pythonPath, ["-c", "import rlmd.cli.main"], { encoding: "utf8", timeout: 30_000, env: daemonEnv(s) });
     if (!r.error && r.status === 0) return true;
     const reason = r.error
       ? (r.error as NodeJS.ErrnoException).code === "ENOENT" ? `no such program: ${s.pythonPath}` : r.error.message

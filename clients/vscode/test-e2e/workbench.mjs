@@ -61,9 +61,6 @@ writeFileSync(
   "[daemon]\nallow_inprocess = true\n\n[models.cells]\nprovider = \"scripted\"\n" +
     `model = "${join(repo, "tests/helpers/scripted_models.py")}:cells"\nprice_input = 10.0\nprice_output = 10.0\n`,
 );
-// A script that fails its run at the second turn (a model error), for the failure screenshot.
-const failing = join(base, "fails.json");
-writeFileSync(failing, JSON.stringify(["```repl\nprint(len(context))\n```"]));
 writeFileSync(join(ws, "pkg", "core.py"), "def helper():\n    return 42\n\n\ndef other():\n    return helper() + 1\n");
 writeFileSync(join(ws, "README.md"), "# demo project\n");
 const port = await freePort();
@@ -293,17 +290,16 @@ try {
   });
 
   await step("a failed run: the answer panel says why", async () => {
-    workspaceSettings({ "rlmd.rootModel": `scripted:${failing}` });
-    await page.waitForTimeout(1500); // the workbench reloads the settings file
-    await ask("Where is helper defined? (this run fails)");
+    // sleep_s "x" makes the scripted model raise: the run fails with a model error
+    await ask(JSON.stringify({ cells: ["print(1)"], sleep_s: "x" }));
     const panel = await findWebview("#meta", "failed");
-    await panel.locator("#error", { hasText: "script exhausted" }).waitFor();
+    await panel.locator("#error", { hasText: "could not convert string to float" }).waitFor();
     await page.screenshot({ path: join(ARTIFACTS, "answer-failed.png") });
   });
 
   await step("a budget-stopped run: partial answer, which budget, the overshoot, real costs", async () => {
-    workspaceSettings({ "rlmd.budgets.maxUsd": 0.01 });
-    await page.waitForTimeout(1500);
+    // a project budget (a project may lower budgets); the daemon reads it for the next task
+    writeFileSync(join(ws, ".rlmd.toml"), "[run]\nmax_usd = 0.01\n");
     await ask(JSON.stringify({ cells: ["a = 1", "b = 2", "c = 3", "d = 4", "e = 5", "f = 6"] }));
     const panel = await findWebview("#meta", "max_usd");
     await panel.locator("#note", { hasText: /the spend budget \(\$0\.0100\) ended the run; \$0\.\d+ spent, \$0\.\d+ \(\d+%\) over/ }).waitFor();
@@ -313,8 +309,7 @@ try {
     await traj.locator(".timeline-row").first().waitFor();
     await page.waitForTimeout(300);
     await page.screenshot({ path: join(ARTIFACTS, "trajectory-budget.png") });
-    workspaceSettings({});
-    await page.waitForTimeout(1500);
+    rmSync(join(ws, ".rlmd.toml"));
   });
 
   await step("Restart daemon: a new daemon process, the extension reconnects", async () => {
@@ -345,19 +340,19 @@ try {
   });
 
   await step("rlmd.pythonPath without rlmd: one notification with the reason and a fix button", async () => {
-    const userSettings = join(ud, "User", "settings.json");
-    const saved = readFileSync(userSettings, "utf8");
     const bare = "/usr/bin/python3"; // Debian's Python: no rlmd installed
-    writeFileSync(userSettings, JSON.stringify({ ...JSON.parse(saved), "rlmd.pythonPath": bare }, null, 2));
+    workspaceSettings({ "rlmd.pythonPath": bare });
     const toast = page.locator(".notifications-toasts .notification-toast", { hasText: "cannot run rlmd" });
     await toast.first().waitFor();
     const text = await toast.first().textContent();
     if (!text.includes("No module named") || !text.includes("Open settings")) throw new Error(`toast: ${text}`);
     await statusItem("rlmd not installed for").waitFor();
+    await page.waitForTimeout(2000); // room for any further (generic) error to show up
     await page.screenshot({ path: join(ARTIFACTS, "python-without-rlmd.png") });
-    const errors = await page.locator(".notifications-toasts .notification-toast", { hasText: "rlmd" }).count();
-    if (errors !== 1) throw new Error(`${errors} rlmd notifications, expected one`);
-    writeFileSync(userSettings, saved);
+    const mine = await toast.count();
+    const generic = await page.locator(".notifications-toasts .notification-toast", { hasText: /could not start|server/i }).count();
+    if (mine !== 1 || generic !== 0) throw new Error(`${mine} pythonPath notifications, ${generic} generic ones`);
+    workspaceSettings({});
     await statusItem("rlmd: ready").waitFor({ timeout: 90_000 });
   });
 

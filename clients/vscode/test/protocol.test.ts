@@ -26,7 +26,8 @@ const progress: any[] = [];
 
 before(async () => {
   home = mkdtempSync(join(tmpdir(), "rlmd-vsc-"));
-  project = join(home, "proj");
+  // beside the home, not in it: the daemon refuses a workspace inside its home (the store)
+  project = join(mkdtempSync(join(tmpdir(), "rlmd-vsc-proj-")), "proj");
   mkdirSync(join(project, "pkg"), { recursive: true });
   writeFileSync(join(project, "pkg", "core.py"), "def helper():\n    return 42\n");
   writeFileSync(join(project, "README.md"), "# demo\n");
@@ -35,7 +36,16 @@ before(async () => {
   writeFileSync(
     join(home, "config.toml"),
     "[daemon]\nallow_inprocess = true\n\n[models.priced]\nprovider = \"scripted\"\n" +
-      `model = "${join(REPO, "tests/helpers/scripted_models.py")}:cells"\nprice_input = 10.0\nprice_output = 10.0\n`,
+      `model = "${join(REPO, "tests/helpers/scripted_models.py")}:cells"\nprice_input = 10.0\nprice_output = 10.0\n` +
+      `\n[models.partial]\nprovider = "scripted"\nmodel = "${join(home, "partial.json")}"\nprice_input = 10.0\nprice_output = 10.0\n`,
+  );
+  // "partial": looks at the context forever; the extraction after a budget gets a plain answer.
+  writeFileSync(
+    join(home, "partial.json"),
+    JSON.stringify({
+      rules: [{ match: "^Question: .*\\n\\nWork so far", response: "pkg/core.py:2 so far" }],
+      default: "```repl\nprint(len(context))\n```",
+    }),
   );
   const cmd = rlmdCommand({ pythonPath: PYTHON }, "attach", "--stdio");
   child = spawn(cmd.command, cmd.args, { env: daemonEnv({ home }), stdio: ["pipe", "pipe", "inherit"] });
@@ -84,6 +94,7 @@ after(async () => {
     }
   }
   rmSync(home, { recursive: true, force: true });
+  rmSync(resolve(project, ".."), { recursive: true, force: true });
 });
 
 test("health: the daemon attach started lives in the temp home", async () => {
@@ -101,7 +112,7 @@ test("a task runs to the end: status, events, live trajectory, progress, store t
   assert.ok(started.run_id);
   assert.ok(["queued", "running"].includes(started.state));
   const fin = await api.waitFinished(started.run_id, 60_000);
-  assert.equal(fin.status, "completed");
+  assert.equal(fin.status, "completed", fin.error ?? "");
   assert.equal(fin.answer, "see pkg/core.py:2 and README.md");
 
   // live events build the same trajectory as the store
@@ -221,8 +232,7 @@ test("costs come from usage.total: a priced depth-2 run shows real costs in ever
 });
 
 test("a budget-stopped run: the answer is labelled partial, with the budget and the overshoot", async () => {
-  const question = JSON.stringify({ cells: ["x = 1", "y = 2", "z = 3", "w = 4"] });
-  const started = await api.start(startParams({ rootModel: "priced", sandbox: "inprocess", budgets: { maxUsd: 0.01 } }, project, question));
+  const started = await api.start(startParams({ rootModel: "partial", sandbox: "inprocess", budgets: { maxUsd: 0.01 } }, project, "Where is helper?"));
   const fin = await api.waitFinished(started.run_id, 60_000);
   assert.equal(fin.status, "max_usd", fin.error ?? "");
   const { tree } = await api.getRun(started.run_id, true);
@@ -235,8 +245,7 @@ test("a budget-stopped run: the answer is labelled partial, with the budget and 
     note,
     `the spend budget ($0.0100) ended the run; $${spent.toFixed(4)} spent, $${over.toFixed(4)} (${Math.round((over / 0.01) * 100)}%) over`,
   );
-  if (root.answer !== null && root.answer !== undefined) {
-    assert.equal(root.answer_source, "extraction");
-    assert.equal(answerNote(root), `partial answer: extracted from the work so far after ${note}`);
-  }
+  assert.equal(root.answer, "pkg/core.py:2 so far");
+  assert.equal(root.answer_source, "extraction");
+  assert.equal(answerNote(root), `partial answer: extracted from the work so far after ${note}`);
 });
