@@ -57,6 +57,11 @@ Config format::
     [daemon]                           # user config only
     allow_inprocess = true             # let socket clients open "inprocess" workspaces
 
+    [cluster]                          # user config only: child runs on a Ray cluster
+    engine = "ray"                     # (rlmd run/serve --cluster; docs/cluster.md)
+    address = "auto"                   # "auto" | "HOST:PORT" | "ray://HOST:PORT"
+    env = ["OPENAI_API_KEY"]           # variables passed to the workers, never to sandboxes
+
     [sandbox]
     require_isolation = true           # refuse to run the subprocess sandbox unisolated
                                        # (default: on in the daemon, off for rlmd run)
@@ -206,8 +211,9 @@ def read_file(settings: Settings, path: Path, *, trusted: bool = True) -> None:
     if workspace is not None:
         _check_workspace(workspace, f"{path}: [workspace]")
     if not trusted:
-        if "daemon" in data:
-            raise ValueError(f"{path}: a project config may not set [daemon]; {HINT}")
+        for table in ("daemon", "cluster"):  # [cluster] would send the runs elsewhere
+            if table in data:
+                raise ValueError(f"{path}: a project config may not set [{table}]; {HINT}")
         box = data.get("sandbox")
         if isinstance(box, dict) and box.get("require_isolation") is False:
             raise ValueError(

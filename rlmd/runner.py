@@ -6,7 +6,7 @@ from __future__ import annotations
 from typing import Any
 
 from rlmd import paths
-from rlmd.engine import EventSink, RunConfig, RunResult, run_task
+from rlmd.engine import EventSink, Executor, RunConfig, RunResult, run_task
 from rlmd.models.base import ModelNotAvailable
 from rlmd.models.registry import Registry
 
@@ -49,12 +49,14 @@ async def run_question(
     registry: Registry,
     sinks: tuple[EventSink, ...] = (),
     record: bool = True,
+    executor: Executor | None = None,
     samples: int = 1,
 ) -> RunResult:
     """Run one task and record it in the store (``paths.store_path()``) unless ``record`` is
-    false; with ``samples`` > 1, that many runs in parallel whose answers are voted
-    (:mod:`rlmd.engine.samples`): the winner's result comes back with ``vote`` set. Raises
-    what :func:`rlmd.engine.run_task` raises and :class:`ModelNotAvailable`."""
+    false; child runs and batches through ``executor`` (default: here); with ``samples`` >
+    1, that many runs in parallel whose answers are voted (:mod:`rlmd.engine.samples`): the
+    winner's result comes back with ``vote`` set. Raises what :func:`rlmd.engine.run_task`
+    raises and :class:`ModelNotAvailable`."""
     check_models(registry, config)
     store = None
     if record:
@@ -67,12 +69,14 @@ async def run_question(
             from rlmd.engine.samples import run_samples
 
             def one(q: str, ctx: Any, cfg: RunConfig) -> Any:
-                return run_task(q, ctx, cfg, get_model=registry.get, sinks=sinks)
+                return run_task(q, ctx, cfg, get_model=registry.get, sinks=sinks, executor=executor)
 
             result, vote = await run_samples(samples, question, context, config, one)
             result.vote = vote.to_dict()
             return result
-        return await run_task(question, context, config, get_model=registry.get, sinks=sinks)
+        return await run_task(
+            question, context, config, get_model=registry.get, sinks=sinks, executor=executor
+        )
     finally:
         if store is not None:
             store.close()

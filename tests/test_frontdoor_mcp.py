@@ -248,3 +248,17 @@ async def test_a_client_that_abandons_ask_cancels_the_run(daemon, tmp_path):
             assert status["status"] == "cancelled" and status["cancel_requested"] is True
         finally:
             await client.close()
+
+
+def test_notes_of_unfollowed_tasks_are_bounded_but_keep_their_end():
+    from rlmd.frontdoors.link import EARLY_NOTES_PER_TASK, EARLY_TASKS_KEPT, DaemonLink
+
+    link = DaemonLink()
+    for _ in range(EARLY_NOTES_PER_TASK * 2):
+        link._route({"method": "rlmd/event", "params": {"task_id": "a", "kind": "cell.started"}})
+    link._route({"method": "rlmd/taskStatus", "params": {"run_id": "a", "state": "finished"}})
+    kept = link._early["a"]
+    assert len(kept) == EARLY_NOTES_PER_TASK + 1 and kept[-1]["params"]["state"] == "finished"
+    for i in range(EARLY_TASKS_KEPT + 5):
+        link._route({"method": "rlmd/taskStatus", "params": {"run_id": f"t{i}", "state": "queued"}})
+    assert len(link._early) == EARLY_TASKS_KEPT and "a" not in link._early

@@ -100,3 +100,16 @@ def test_the_rooms_import_each_other_without_a_cycle() -> None:
     assert cycles == []
     assert "engine" in edges["server"] and "sandbox" in edges["engine"]  # the check sees edges
     assert "sandbox" not in edges["models"] and "engine" not in edges["sandbox"]
+
+
+def test_only_the_cluster_package_imports_ray() -> None:
+    """The engine's executor seam stays free of any cluster engine: Ray lives in
+    rlmd/cluster/ (the ``ray`` extra) and nowhere else."""
+    offenders = {
+        str(path.relative_to(PACKAGE.parent))
+        for path in modules_under(PACKAGE)
+        if "cluster" not in path.relative_to(PACKAGE).parts[:1]
+        and any(m.split(".")[0] == "ray" for m in imported_modules(path))
+    }
+    assert offenders == set()
+    assert "ray" in imported_modules(PACKAGE / "cluster" / "ray_executor.py")

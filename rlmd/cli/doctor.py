@@ -14,10 +14,11 @@ from rlmd.server.doctor import run_checks
 COLOUR = {"ok": "green", "warn": "yellow", "fail": "red", "skip": "dim"}
 
 
-def main(*, as_json: bool = False, sandboxes: bool = True) -> int:
+def main(*, as_json: bool = False, sandboxes: bool = True, cluster: str | None = None) -> int:
     """``rlmd doctor``: print the checks of the current folder's setup (as JSON with
-    ``as_json``); returns the exit code, 1 if a check failed, else 0."""
-    checks = run_checks(Path.cwd(), sandboxes=sandboxes)
+    ``as_json``; the Ray cluster's too with ``cluster``, ``""`` for the configured one);
+    returns the exit code, 1 if a check failed, else 0."""
+    checks = run_checks(Path.cwd(), sandboxes=sandboxes, cluster=cluster)
     failed = any(c.status == "fail" for c in checks)
     if as_json:
         print(json.dumps({"ok": not failed, "checks": [asdict(c) for c in checks]}, indent=1))

@@ -81,6 +81,14 @@ def _parser() -> argparse.ArgumentParser:
     )
     r.add_argument("--quiet", "-q", action="store_true", help="no progress on stderr")
     r.add_argument(
+        "--cluster",
+        nargs="?",
+        const="",
+        metavar="ADDRESS",
+        help="run child runs on a Ray cluster (the user config's [cluster], or ADDRESS: "
+        "auto | HOST:PORT | ray://HOST:PORT); needs the ray extra (docs/cluster.md)",
+    )
+    r.add_argument(
         "--samples",
         type=int,
         default=1,
@@ -289,6 +297,11 @@ def cmd_run(args: argparse.Namespace) -> int:
             for name in {run_config.root_model, run_config.model_for_depth(1)}:
                 registry.spec(name).n_threads = args.threads
         gap = _isolation_gap(run_config, config.require_isolation(settings, default=False))
+        executor = None
+        if args.cluster is not None:
+            from rlmd.cluster import executor_for
+
+            executor = executor_for(args.cluster)
     except (FileNotFoundError, ValueError, KeyError) as exc:
         err.print(f"[red]error:[/] {markup(str(exc))}")
         return 2
@@ -310,16 +323,21 @@ def cmd_run(args: argparse.Namespace) -> int:
         # as cancelled and its kernels are stopped instead of left orphaned.
         asyncio.get_running_loop().add_signal_handler(signal.SIGTERM, asyncio.current_task().cancel)
         try:
+            if executor is not None:
+                await executor.start()  # fails here, before the run, if no cluster answers
             return await run_question(
                 args.question,
                 context,
                 run_config,
                 registry=registry,
                 sinks=sinks,
+                executor=executor,
                 samples=args.samples,
             )
         finally:
             await registry.aclose()
+            if executor is not None:
+                executor.close()
 
     try:
         result = asyncio.run(go())
@@ -329,7 +347,7 @@ def cmd_run(args: argparse.Namespace) -> int:
         else:  # e.g. while the codebase was still loading: nothing was recorded
             err.print("[yellow]terminated before the run started[/]")
         return 143
-    except ModelNotAvailable as exc:
+    except (ModelNotAvailable, ConnectionError, RuntimeError) as exc:
         err.print(f"[red]error:[/] {markup(str(exc))}")
         return 2
     except (KeyError, ValueError) as exc:

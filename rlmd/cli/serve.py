@@ -30,6 +30,14 @@ def add_server_commands(sub: argparse._SubParsersAction) -> None:
         type=float,
         help="drop a watched client that takes nothing for this many seconds (default 30)",
     )
+    sv.add_argument(
+        "--cluster",
+        nargs="?",
+        const="",
+        metavar="ADDRESS",
+        help="run tasks' child runs on a Ray cluster (the user config's [cluster], or "
+        "ADDRESS); needs the ray extra (docs/cluster.md)",
+    )
     sv.add_argument("--log-file", help="log here instead of stderr")
     sv.add_argument("--log-level", default="INFO")
     sv.add_argument(
@@ -53,6 +61,13 @@ def add_server_commands(sub: argparse._SubParsersAction) -> None:
     dr = sub.add_parser("doctor", help="check the setup and say what to fix")
     dr.add_argument("--json", action="store_true")
     dr.add_argument("--no-sandboxes", action="store_true", help="do not start sandboxes")
+    dr.add_argument(
+        "--cluster",
+        nargs="?",
+        const="",
+        metavar="ADDRESS",
+        help="also check the Ray cluster (default: when the user config has [cluster])",
+    )
 
 
 def run_server_command(args: argparse.Namespace) -> int:
@@ -78,6 +93,7 @@ def run_server_command(args: argparse.Namespace) -> int:
             log_level=args.log_level,
             otlp_endpoint=args.otlp_endpoint,
             otlp_content=args.otlp_content,
+            cluster=args.cluster,
         )
     if args.command == "attach":
         from rlmd.cli import attach
@@ -85,4 +101,4 @@ def run_server_command(args: argparse.Namespace) -> int:
         return attach.main(autostart=not args.no_start, timeout_s=args.timeout)
     from rlmd.cli import doctor
 
-    return doctor.main(as_json=args.json, sandboxes=not args.no_sandboxes)
+    return doctor.main(as_json=args.json, sandboxes=not args.no_sandboxes, cluster=args.cluster)

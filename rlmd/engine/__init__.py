@@ -2,7 +2,8 @@
 
 Public surface: :func:`run_task` (async), :class:`RunConfig`, :class:`RunResult`,
 :class:`Budget`, the typed events of :mod:`rlmd.engine.events`, :func:`prepare_sandbox` and
-the child-run seam (:data:`ChildStarter`, :class:`ChildRequest`).
+the executor seam (:class:`Executor`, :class:`LocalExecutor`, :class:`ChildRequest`;
+``executor.py``).
 
 Layout: ``loop.py`` the loop itself; ``metered.py`` the metered model call and what a tree
 shares; ``host.py`` what REPL code asks of the host; ``feedback.py`` the after-cell rules;
@@ -19,9 +20,10 @@ from rlmd.context import Context, load_context_async
 from rlmd.engine.budget import RUN_STATUSES, Budget, BudgetExhausted, Ledger
 from rlmd.engine.config import RunConfig, RunResult
 from rlmd.engine.events import Event, EventBus, EventSink
+from rlmd.engine.executor import ChildStarter, Executor, LocalExecutor, StarterExecutor
 from rlmd.engine.host import ChildRequest
-from rlmd.engine.loop import RLMRun, prepare_sandbox, run_child_here
-from rlmd.engine.metered import ChildStarter, Runtime
+from rlmd.engine.loop import RLMRun, prepare_sandbox
+from rlmd.engine.metered import Runtime
 from rlmd.models.base import Model
 from rlmd.sandbox.base import Sandbox
 
@@ -33,6 +35,8 @@ __all__ = [
     "ChildStarter",
     "Event",
     "EventSink",
+    "Executor",
+    "LocalExecutor",
     "RunConfig",
     "RunResult",
     "prepare_sandbox",
@@ -51,6 +55,7 @@ async def run_task(
     sandbox: Sandbox | None = None,
     run_id: str | None = None,
     start_child: ChildStarter | None = None,
+    executor: Executor | None = None,
 ) -> RunResult:
     """Answer ``question`` about ``context`` with a recursive, code-executing loop.
 
@@ -70,8 +75,10 @@ async def run_task(
             from ``make_sandbox``, closed at the end. Child runs always get fresh ones.
         run_id: the root run's id (default: a new :func:`~rlmd.engine.events.new_id`); the
             daemon picks it up front so a queued task has its id before it starts.
-        start_child: how child runs (``rlm_query``) start; default: in this event loop
-            (:func:`~rlmd.engine.loop.run_child_here`).
+        start_child: how child runs (``rlm_query``) start (a plain function; batches stay
+            local); ignored when ``executor`` is given.
+        executor: where child runs and batches run (:class:`LocalExecutor`, the default:
+            in this event loop; :class:`rlmd.cluster.RayExecutor`: on a Ray cluster).
 
     Returns:
         The root :class:`RunResult`; its usage covers the whole tree.
@@ -91,9 +98,7 @@ async def run_task(
     # Off the event loop: a codebase read blocks nothing and a SIGTERM cancels it at once.
     ctx = context if isinstance(context, Context) else await load_context_async(context)
     ledger = Ledger(config.budget, reserve_s=config.extraction_reserve_s())
-
-    async def here(request: ChildRequest) -> RunResult:
-        return await run_child_here(rt, request)
-
-    rt = Runtime(config, get_model, make_sandbox, EventBus(*sinks), ledger, start_child or here)
+    if executor is None:
+        executor = StarterExecutor(start_child) if start_child else LocalExecutor()
+    rt = Runtime(config, get_model, make_sandbox, EventBus(*sinks), ledger, executor)
     return await RLMRun(rt, question, ctx, sandbox=sandbox, run_id=run_id).run()

@@ -29,7 +29,7 @@ RUN_STATUSES = (
 error outside the model's control (model unavailable, sandbox dead); ``sandbox_failed``: the
 kernel died for no limit's sake several cells in a row (an infrastructure fault, not the
 model's: the run ends without an extracted answer); ``interrupted`` is set by the store for
-a run whose process died."""
+a run whose process died, and by a cluster executor for a run whose node was lost."""
 
 
 class BudgetLimits(TypedDict):

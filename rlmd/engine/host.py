@@ -1,6 +1,6 @@
 """What code in a run's REPL asks of the host: ``llm_query`` (a metered sub-model call),
-``rlm_query`` (a child run, started through the tree's injected
-:data:`~rlmd.engine.metered.ChildStarter`), their batched forms, user tools, and the policy
+``rlm_query`` (a child run), their batched forms (both through the tree's
+:class:`~rlmd.engine.executor.Executor`), user tools, and the policy
 on which model names code may use. A :class:`HostCalls` is the run's
 :data:`~rlmd.sandbox.base.CallHandler`."""
 
@@ -85,7 +85,6 @@ class HostCalls:
         self.tools = tools
         self.cell_node: str | None = None
         """The cell running now: sub-calls and child runs hang under it."""
-        self._gate = asyncio.Semaphore(max(1, self.cfg.max_concurrent_subcalls))
 
     async def __call__(self, fn: str, args: dict[str, Any]) -> Any:
         parent_node = self.cell_node
@@ -123,17 +122,10 @@ class HostCalls:
         raise CallError(f"unknown host function {fn!r}")
 
     async def _batched(self, calls: list[Awaitable[str]]) -> list[str]:
-        """Run calls concurrently (bounded); a failed slot holds ``"Error: ..."``, never
-        failing the batch. A budget that runs out still ends the run after the cell."""
-
-        async def one(call: Awaitable[str]) -> str:
-            async with self._gate:
-                try:
-                    return await call
-                except CallError as exc:
-                    return f"Error: {exc}"
-
-        return list(await asyncio.gather(*(one(c) for c in calls)))
+        """Run calls through the executor, concurrently (bounded); a failed slot holds
+        ``"Error: ..."``, never failing the batch. A budget that runs out still ends the run
+        after the cell."""
+        return await self.rt.executor.run_batch(calls, self.cfg.max_concurrent_subcalls)
 
     async def llm_map(self, args: dict[str, Any], parent_node: str | None) -> list[str]:
         """``llm_map``: one sub-call per item (or per ``items_per_call`` items), concurrent
@@ -280,7 +272,7 @@ class HostCalls:
             tools=self.cfg.tools if self.cfg.sub_tools is None else self.cfg.sub_tools,
             model=self.model_named_by_code(model_name) if model_name else None,
         )
-        result = await self.rt.start_child(request)
+        result = await self.rt.executor.start_child(self.rt, request)
         if result.answer is not None and result.answer.strip():
             return result.answer
         if result.answer is not None:  # an empty answer is no answer (its run says how)

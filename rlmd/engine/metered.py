@@ -5,37 +5,32 @@ emits its start and finish events. Also :class:`Runtime`, what every run of one 
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Awaitable, Callable
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from rlmd.engine.budget import BudgetExhausted, Ledger
-from rlmd.engine.config import RunConfig, RunResult
+from rlmd.engine.config import RunConfig
 from rlmd.engine.events import Event, EventBus, ModelCallFinished, ModelCallStarted, new_id
 from rlmd.engine.usage import Usage
 from rlmd.models.base import Completion, Message, Model, ModelError
 from rlmd.sandbox.base import Sandbox
 
 if TYPE_CHECKING:
-    from rlmd.engine.host import ChildRequest
-
-ChildStarter = Callable[["ChildRequest"], Awaitable[RunResult]]
-"""Runs a child run (``rlm_query``) to its end: the seam an executor that places child runs
-elsewhere (a cluster) plugs into. The default runs it here, in this event loop
-(:func:`rlmd.engine.loop.run_child_here`)."""
+    from rlmd.engine.executor import Executor
 
 
 @dataclass
 class Runtime:
     """What every run of one tree shares: config, models, sandbox factory, events, budget,
-    and how child runs start."""
+    and where child runs and batches run (its :class:`~rlmd.engine.executor.Executor`)."""
 
     config: RunConfig
     get_model: Callable[[str], Model]
     make_sandbox: Callable[[], Sandbox]
     bus: EventBus
     ledger: Ledger
-    start_child: ChildStarter
+    executor: Executor
 
 
 class Meter:

@@ -22,9 +22,11 @@ from rlmd.server import auth
 from rlmd.server.client import Client
 
 #: notifications of tasks nobody follows (yet) are kept for this many tasks: a task's first
-#: notifications can arrive in the same read as the answer to its ``rlmd.task.start``
-EARLY_TASKS_KEPT = 64
-EARLY_NOTES_PER_TASK = 2000
+#: notifications can arrive in the same read as the answer to its ``rlmd.task.start``. Other
+#: clients' tasks pass through here too, hence the small bounds (a finished status is always
+#: kept, so a follower never waits for an end it missed).
+EARLY_TASKS_KEPT = 32
+EARLY_NOTES_PER_TASK = 64
 
 
 def is_finished(note: dict[str, Any]) -> bool:
@@ -124,7 +126,7 @@ class DaemonLink:
             queue.put_nowait(note)
         elif task:
             early = self._early.setdefault(task, [])
-            if len(early) < EARLY_NOTES_PER_TASK:
+            if len(early) < EARLY_NOTES_PER_TASK or is_finished(note):
                 early.append(note)
             while len(self._early) > EARLY_TASKS_KEPT:
                 self._early.popitem(last=False)

@@ -90,6 +90,12 @@ class Registry:
         for entry in (*self._entries.values(), *self._shorthand.values()):
             register_secret_env(entry.get("api_key_env"))
 
+    def __getstate__(self) -> dict[str, Any]:
+        """Pickled (a cluster executor ships a tree's registry to its nodes): the entries and
+        specs without the model instances (clients, loaded weights), which the copy makes
+        afresh where it runs."""
+        return {**self.__dict__, "_models": {}}
+
     def names(self) -> list[str]:
         """Every configured or added model name, sorted."""
         return sorted(set(self._entries) | set(self._added))

@@ -18,6 +18,7 @@ from typing import Any
 
 import rlmd
 from rlmd import config, paths
+from rlmd.engine import Executor
 from rlmd.engine.events import Event
 from rlmd.models.registry import Registry
 from rlmd.server.errors import SHUTTING_DOWN, CommandError
@@ -47,6 +48,8 @@ class DaemonOptions:
         otlp_endpoint: an OTLP/HTTP traces URL: each task's run tree is sent there as
             OpenTelemetry spans when it ends (:mod:`rlmd.frontdoors.otel`; the ``otel`` extra).
         otlp_content: attach prompts, outputs and code to those spans.
+        executor: where tasks' child runs and batches run (``rlmd serve --cluster``);
+            ``None``: in the daemon.
     """
 
     idle_timeout_s: float | None = 600.0
@@ -58,6 +61,7 @@ class DaemonOptions:
     store_path: str | None = None
     otlp_endpoint: str | None = None
     otlp_content: bool = False
+    executor: Executor | None = None
 
     def sweep_every(self) -> float:
         if self.sweep_interval_s is not None:
@@ -79,7 +83,9 @@ class DaemonCore:
         self.interrupted_at_start = self.store.mark_interrupted()
         self._configs: dict[str, tuple[tuple, config.Settings, Registry]] = {}
         self.workspaces = WorkspaceManager(self._settings_for, self._workspace_changed)
-        self.tasks = TaskManager(self._record, self.hub, self.workspaces)
+        self.tasks = TaskManager(
+            self._record, self.hub, self.workspaces, executor=self.options.executor
+        )
         self.connections: dict[str, Any] = {}
         self.socket_path: str | None = None
         #: the secret socket clients must send first (see rlmd.server.auth); None: none asked

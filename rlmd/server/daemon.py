@@ -221,12 +221,24 @@ def main(
     log_level: str = "INFO",
     otlp_endpoint: str | None = None,
     otlp_content: bool = False,
+    cluster: str | None = None,
 ) -> int:
-    """``rlmd serve``: returns the process exit code (0, or 3 when a daemon already runs)."""
+    """``rlmd serve``: returns the process exit code (0, or 3 when a daemon already runs;
+    2 when ``cluster`` is given, not ``None``, and the Ray cluster cannot be joined)."""
     setup_logging(log_level, log_file)
     options = DaemonOptions(
         idle_timeout_s=idle_timeout_s, otlp_endpoint=otlp_endpoint, otlp_content=otlp_content
     )
+    if cluster is not None:
+        from rlmd.cluster import executor_for
+        from rlmd.cluster.ray_executor import connect
+
+        try:
+            options.executor = executor_for(cluster)
+            connect(options.executor.address, options.executor.env)  # fail now, not per task
+        except (ValueError, ConnectionError, RuntimeError) as exc:
+            print(f"rlmd serve: cannot use the cluster: {exc}", file=sys.stderr)
+            return 2
     if max_message_bytes:
         options.max_message_bytes = max_message_bytes
     if max_client_buffer_bytes:

@@ -147,7 +147,7 @@ def check_daemon() -> list[Check]:
     return checks
 
 
-async def _sandbox_roundtrip(backend: str, options: dict) -> tuple[str, dict]:
+async def sandbox_roundtrip(backend: str, options: dict) -> tuple[str, dict]:
     """Start a sandbox of ``backend`` (with ``options``) and run one cell: (timing detail,
     isolation record)."""
     from rlmd.sandbox import create_sandbox
@@ -188,7 +188,7 @@ def check_sandboxes() -> list[Check]:
             checks.append(Check(f"sandbox {backend}", "skip", reason, ""))
             continue
         try:
-            detail, record = asyncio.run(asyncio.wait_for(_sandbox_roundtrip(backend, options), 30))
+            detail, record = asyncio.run(asyncio.wait_for(sandbox_roundtrip(backend, options), 30))
         except Exception as exc:
             checks.append(
                 Check(
@@ -293,8 +293,10 @@ def check_docker() -> Check:
     return Check("docker", "ok", f"engine {out.stdout.strip()}")
 
 
-def run_checks(project: Path, *, sandboxes: bool = True) -> list[Check]:
-    """All checks, in order. ``sandboxes=False`` skips starting sandboxes."""
+def run_checks(project: Path, *, sandboxes: bool = True, cluster: str | None = None) -> list[Check]:
+    """All checks, in order. ``sandboxes=False`` skips starting sandboxes. The cluster is
+    checked when ``cluster`` is given (an address, or ``""`` for the configured one) or the
+    user config has a ``[cluster]`` table."""
     checks = [Check("python", "ok", f"{sys.version.split()[0]} at {sys.executable}")]
     checks.append(check_home())
     checks.append(check_store())
@@ -303,4 +305,17 @@ def run_checks(project: Path, *, sandboxes: bool = True) -> list[Check]:
         checks += check_sandboxes()
     checks += check_models(project)
     checks.append(check_docker())
+    if cluster is not None or _has_cluster_table():
+        from rlmd.cluster.doctor import check_cluster
+
+        checks += check_cluster(cluster or None)
     return checks
+
+
+def _has_cluster_table() -> bool:
+    from rlmd import config
+
+    try:
+        return "cluster" in config.load(None).sections
+    except ValueError:
+        return False  # the config check reports it

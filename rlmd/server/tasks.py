@@ -23,7 +23,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import NotRequired, TypedDict
 
-from rlmd.engine import RunConfig, RunResult, run_task
+from rlmd.engine import Executor, RunConfig, RunResult, run_task
 from rlmd.engine import prompts as engine_prompts
 from rlmd.engine.budget import BudgetLimits
 from rlmd.engine.events import (
@@ -167,12 +167,19 @@ class TaskManager:
         record: the store's event sink.
         hub: where notifications go.
         workspaces: the workspace manager.
+        executor: where tasks' child runs and batches run (default: here).
     """
 
     def __init__(
-        self, record: Callable[[Event], None], hub: Hub, workspaces: WorkspaceManager
+        self,
+        record: Callable[[Event], None],
+        hub: Hub,
+        workspaces: WorkspaceManager,
+        *,
+        executor: Executor | None = None,
     ) -> None:
         self.record = record
+        self.executor = executor
         self.hub = hub
         self.workspaces = workspaces
         self.tasks: OrderedDict[str, Task] = OrderedDict()
@@ -297,6 +304,7 @@ class TaskManager:
                         sinks=(self.record, lambda ev: self._on_event(task, ev)),
                         sandbox=ws.sandbox,
                         run_id=task.run_id,
+                        executor=self.executor,
                     )
                     self._apply(task, result)
                 except asyncio.CancelledError:
