@@ -316,6 +316,11 @@ def check_project_models(
             f"({paths.user_config_path()}); a project's file may use the known local models "
             f"({', '.join(sorted(KNOWN_LOCAL_MODELS))})"
         )
+    if "lora_path" in (entry.get("options") or {}):
+        raise ValueError(
+            f"{where}: options.lora_path loads a file into the model, so it may only be set in "
+            f"the user config ({paths.user_config_path()}), not in a project's file"
+        )
     if base and name is not None:
         for key, was in (("provider", base.get("provider")), ("model", base.get("model", name))):
             if key in entry and entry[key] != was:

@@ -5,7 +5,7 @@
 set -uo pipefail
 cd "$(dirname "$0")/.."
 # Without an installed rlmd nothing below can run: that one failure stops the script.
-bash scripts/setup.sh "local,dev,bench,container,mcp,acp,otel,ray" || { echo "test: setup failed" >&2; exit 1; }
+bash scripts/setup.sh "local,dev,bench,container,mcp,acp,otel,ray,train" || { echo "test: setup failed" >&2; exit 1; }
 export PATH="$(pwd)/.venv/bin:$PATH"
 results=()
 failed=0

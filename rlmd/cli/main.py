@@ -13,6 +13,7 @@
     rlmd doctor [--json] [--no-sandboxes]
     rlmd mcp | acp [--workspace DIR] [--model NAME] [--max-usd X] ...
     rlmd sandbox build NAME | ls [--json] | reap
+    rlmd train tasks|rollout|summary|export|export-rollouts|import-rollouts|sft|grpo|convert
 
 Exit codes: 0 success (``run``: the run completed), 1 the run ended without completing
 (budget, failure), 2 bad usage or configuration (unknown model, model not installed).
@@ -134,6 +135,9 @@ def _parser() -> argparse.ArgumentParser:
     from rlmd.cli.serve import add_server_commands
 
     add_sandbox_command(sub)
+    from rlmd.cli.train import add_parser as add_train_command
+
+    add_train_command(sub)
 
     add_server_commands(sub)
     add_door_commands(sub)
@@ -169,6 +173,7 @@ def main(argv: list[str] | None = None) -> int:
             "doctor": cmd_server,
             "tui": cmd_tui,
             "sandbox": cmd_sandbox,
+            "train": cmd_train,
             "mcp": cmd_door,
             "acp": cmd_door,
         }[args.command](args)
@@ -517,6 +522,12 @@ def cmd_tui(args: argparse.Namespace) -> int:
 
 def cmd_sandbox(args: argparse.Namespace) -> int:
     from rlmd.cli.sandbox import run
+
+    return run(args)
+
+
+def cmd_train(args: argparse.Namespace) -> int:
+    from rlmd.cli.train import run
 
     return run(args)
 

@@ -71,6 +71,9 @@ class RunConfig:
             answer arrives within the wall-clock budget (the first quality run's extraction
             ran 120 s past a 150 s budget). The extraction gets what is left of the budget;
             if the loop overran its share, at most 1 s more.
+        record_prompts: put the whole prompt of every root-model call in its event (and so
+            in the store), not only the messages new since the last call; training
+            datasets (:mod:`rlmd.train.export`) take each root turn's input from it.
     """
 
     root_model: str
@@ -95,6 +98,7 @@ class RunConfig:
     verify_answer: bool = True
     unverified_answer_message: str = prompts.UNVERIFIED_ANSWER
     extraction_reserve: float = 0.2
+    record_prompts: bool = False
 
     def extraction_reserve_s(self) -> float:
         """Seconds of the wall-clock budget kept for the extraction call (0 when there is no

@@ -37,7 +37,7 @@ from rlmd.engine.feedback import LoopState, Verdict
 from rlmd.engine.host import ChildRequest, HostCalls
 from rlmd.engine.metered import Meter, Runtime
 from rlmd.engine.usage import Usage
-from rlmd.models.base import Model
+from rlmd.models.base import Message, Model
 from rlmd.sandbox.base import CallError, CallHandler, CellResult, Sandbox
 
 __all__ = ["RLMRun", "RunConfig", "RunResult", "Runtime", "prepare_sandbox", "run_child_here"]
@@ -367,7 +367,8 @@ class RLMRun:
         """One root-model turn; returns the reply text as appended to the conversation: with
         ``stop_after_code_block``, ended at its first code block (fence closed)."""
         state = self.state
-        new = state.messages[state.sent :]
+        # record_prompts: the whole prompt in the event (training samples need it exactly).
+        new = None if self.cfg.record_prompts else state.messages[state.sent :]
         stop = list(STOP_AFTER_BLOCK) if self.cfg.stop_after_code_block else None
         call = self.meter.call
         c = await call(
@@ -381,7 +382,8 @@ class RLMRun:
             if maybe_stopped and not parsing.find_code_blocks(parsing.close_open_fence(text)):
                 # The stop string closed or opened a fence that is not code (an output
                 # block): ask again without it, so a FINAL written after it survives.
-                c = await call(self.model, list(state.messages), it_node, role="root", record=[])
+                again: list[Message] | None = None if self.cfg.record_prompts else []
+                c = await call(self.model, list(state.messages), it_node, role="root", record=again)
                 text = c.text
             text = parsing.close_open_fence(parsing.cut_after_first_block(text))
         state.sent = len(state.messages) + 1

@@ -11,6 +11,8 @@ call and kept until :meth:`LocalModel.aclose`.
 * Threads: ``spec.n_threads`` (default 1: measured on a shared 2-core machine, two
   spinning ggml threads collapse when a core is shared).
 * Context: ``spec.options["n_ctx"]`` tokens, else ``min(spec.context_window, 8192)``.
+* LoRA: ``spec.options["lora_path"]``, a llama.cpp LoRA GGUF applied on top of the model
+  (``Llama(lora_path=...)``; the models ``rlmd train`` fine-tunes, :mod:`rlmd.train.gguf_lora`).
 * Concurrency: one ``Llama`` is not thread-safe, so calls run one at a time in a worker
   thread (``asyncio.to_thread``) under a lock; waiting calls hold no thread.
 * Cancellation and ``spec.timeout_s``: generation is stopped at the next token by forcing
@@ -166,6 +168,7 @@ class LocalModel(Model):
                     n_threads=self.spec.n_threads,
                     n_threads_batch=self.spec.n_threads,
                     seed=int(self.spec.sampling.get("seed", DEFAULT_SEED)),
+                    lora_path=self.spec.options.get("lora_path"),
                     verbose=False,
                 )
             except Exception as exc:

@@ -14,9 +14,11 @@ a model whose price is unknown rather than count its calls as $0: set ``price_in
 from __future__ import annotations
 
 import copy
+import json
 from collections.abc import Callable
 from typing import Any
 
+from rlmd import paths
 from rlmd.models.base import Model, ModelSpec
 from rlmd.models.pull import KNOWN_LOCAL_MODELS
 from rlmd.redact import register_secret_env
@@ -44,7 +46,8 @@ HOSTED_MODELS: dict[str, dict[str, Any]] = {
 
 
 def builtin_entries() -> dict[str, dict[str, Any]]:
-    """The built-in entries: the known local GGUF models (see :mod:`rlmd.models.pull`)."""
+    """The built-in entries: the known local GGUF models (see :mod:`rlmd.models.pull`) and
+    the fine-tuned ones (:func:`adapter_entries`)."""
     return {
         name: {
             "provider": "local",
@@ -55,7 +58,32 @@ def builtin_entries() -> dict[str, dict[str, Any]]:
             "price_output": 0.0,
         }
         for name in KNOWN_LOCAL_MODELS
-    }
+    } | adapter_entries()
+
+
+def adapter_entries() -> dict[str, dict[str, Any]]:
+    """Models fine-tuned with ``rlmd train``: each ``<models dir>/adapters/NAME.json``
+    (``{"base": local model name or GGUF path, "lora_path": adapter GGUF}``, written by
+    :func:`rlmd.train.gguf_lora.register`) is the local base with that LoRA adapter. A file
+    that cannot be read is skipped."""
+    folder = paths.home() / "models" / "adapters"
+    entries: dict[str, dict[str, Any]] = {}
+    for path in sorted(folder.glob("*.json")) if folder.is_dir() else []:
+        try:
+            entry = json.loads(path.read_text())
+            base, lora = str(entry["base"]), str(entry["lora_path"])
+        except (OSError, ValueError, KeyError, TypeError):
+            continue
+        entries[path.stem] = {
+            "provider": "local",
+            "model": base,
+            "context_window": 8_192,
+            "max_output_tokens": 1_024,
+            "price_input": 0.0,
+            "price_output": 0.0,
+            "options": {"lora_path": lora},
+        }
+    return entries
 
 
 def merge_entries(base: dict[str, Any], new: dict[str, Any]) -> dict[str, Any]:

@@ -63,6 +63,7 @@ from rlmd.redact import redact
 from rlmd.store import schema
 from rlmd.store.codec import NODE_TEXT_COLUMNS, dumps, loads, merge_text, split_text, to_jsonable
 from rlmd.store.queries import Queries
+from rlmd.store.rollouts import Rollouts
 from rlmd.store.sqlite import sqlite_utils
 
 log = logging.getLogger("rlmd.store")
@@ -92,7 +93,7 @@ RUN_TEXT_COLUMNS = ("question", "answer")
 """Run columns covered by the full-text index (``runs_fts``)."""
 
 
-class Store(Queries):
+class Store(Queries, Rollouts):
     """The SQLite trajectory store.
 
     Args:

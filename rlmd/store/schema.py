@@ -24,6 +24,13 @@ Tables (JSON columns hold compact JSON text, times are seconds since the epoch):
     ``code`` / ``stdout`` / ``stderr`` / ``error`` (string fields of the payload, kept out of
     ``data`` so the full-text index covers them without a second copy), ``data`` (JSON:
     the rest of the merged event payloads).
+``rollouts`` (version 2)
+    one row per training rollout (:mod:`rlmd.train.rollout`): ``run_id`` (pk, the root
+    run), ``rollout_set``, ``task_id``, ``family``, ``split``, ``sample_index``, ``model``,
+    ``temperature``, ``reward``, ``correctness``, ``gated``, ``iterations``, ``subcalls``,
+    ``cell_errors``, ``created_at``, ``details`` (JSON: the reward terms and the gold
+    answer); unique on ``(rollout_set, task_id, sample_index)``, which is what a resumed
+    rollout skips.
 ``runs_fts`` / ``nodes_fts``
     FTS5 indexes (external content, kept in sync by triggers) over ``runs.question``,
     ``runs.answer`` and the node text columns.
@@ -151,7 +158,36 @@ def _enable_fts(db: sqlite_utils.Database, table: str, columns: tuple[str, ...])
     )
 
 
-MIGRATIONS: list[Callable[[sqlite_utils.Database], None]] = [_m001_initial]
+def _m002_rollouts(db: sqlite_utils.Database) -> None:
+    """Version 2: ``rollouts`` (training rollouts: task id, sample index, reward)."""
+    db.table("rollouts").create(
+        {
+            "run_id": str,
+            "rollout_set": str,
+            "task_id": str,
+            "family": str,
+            "split": str,
+            "sample_index": int,
+            "model": str,
+            "temperature": float,
+            "reward": float,
+            "correctness": float,
+            "gated": str,
+            "iterations": int,
+            "subcalls": int,
+            "cell_errors": int,
+            "created_at": float,
+            "details": str,
+        },
+        pk="run_id",
+        not_null={"rollout_set", "task_id", "sample_index"},
+    )
+    db.table("rollouts").create_index(
+        ["rollout_set", "task_id", "sample_index"], unique=True, if_not_exists=True
+    )
+
+
+MIGRATIONS: list[Callable[[sqlite_utils.Database], None]] = [_m001_initial, _m002_rollouts]
 """Migration ``i`` (0-based) brings the schema from version ``i`` to ``i + 1``."""
 
 SCHEMA_VERSION = len(MIGRATIONS)

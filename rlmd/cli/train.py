@@ -1,0 +1,311 @@
+"""``rlmd train``: task sets, rollouts, datasets, fine-tuning, back into llama.cpp.
+
+    rlmd train tasks --split train|heldout --out DIR [--size tiny|small|medium] [--seed N]
+    rlmd train rollout --tasks F --model NAME [--samples K] [--temperature T] [--set NAME]
+                       [--parallel N] [--max-iterations N] [--max-seconds S] [--max-depth N]
+                       [--sub-model NAME] [--min-iterations N] [--min-subcalls N]
+                       [--error-penalty X] [--overrun-zero] [--keep-fallback]
+    rlmd train summary [--set NAME] [--json]
+    rlmd train export --format sft|grpo --out F [--set NAME ...] [--min-reward X]
+                      [--min-iterations N] [--max-depth N] [--model M ...] [--family F ...]
+                      [--max-chars N] [--keep-zero-advantage]
+    rlmd train export-rollouts --set NAME --out F      rlmd train import-rollouts F
+    rlmd train sft --base MODEL --data F --out NAME [--steps N] [--lr X] [--rank R]
+                   [--max-length N] [--device cpu|cuda|mps] [--no-convert]
+    rlmd train grpo --base MODEL --data F --out NAME [--steps N] [--lr X] [--no-convert]
+    rlmd train convert NAME --base MODEL
+
+Training output goes to ``<rlmd home>/train/NAME``; after ``sft``/``grpo`` the adapter is
+converted to GGUF and registered as model ``NAME`` (``rlmd models`` lists it). Exit codes: 0
+done, 1 failed, 2 bad usage (missing extra, unknown model, bad task file).
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+from pathlib import Path
+from typing import Any
+
+from rich.console import Console
+from rich.table import Table
+
+from rlmd import paths
+
+err = Console(stderr=True, highlight=False, soft_wrap=True)
+out = Console(highlight=False, soft_wrap=True)
+TRAIN_HINT = "pip install 'rlmd[train]'"
+
+
+def add_parser(sub: Any) -> None:
+    """Add the ``train`` command to the ``rlmd`` sub-parsers ``sub``."""
+    p = sub.add_parser("train", help="rollouts, datasets and LoRA fine-tuning of local models")
+    t = p.add_subparsers(dest="train_command", required=True)
+    g = t.add_parser("tasks", help="write a generated task set (train or held-out split)")
+    g.add_argument("--split", choices=["train", "heldout"], required=True)
+    g.add_argument("--out", required=True)
+    g.add_argument("--size", choices=["tiny", "small", "medium"], default="small")
+    g.add_argument("--seed", type=int, default=0)
+    r = t.add_parser("rollout", help="run tasks through the engine and record rewarded runs")
+    r.add_argument("--tasks", required=True, help="task-set folder or JSONL file")
+    r.add_argument("--model", required=True, help="registry model name, or 'teacher'")
+    r.add_argument("--samples", type=int, default=1)
+    r.add_argument("--temperature", type=float, default=0.0)
+    r.add_argument("--set", dest="rollout_set", help="rollout set name (default: the model)")
+    r.add_argument("--parallel", type=int, default=1)
+    r.add_argument("--max-iterations", type=int, default=6)
+    r.add_argument("--max-seconds", type=float, default=300.0)
+    r.add_argument("--max-depth", type=int, default=1)
+    r.add_argument("--sub-model")
+    r.add_argument("--sandbox", default="subprocess")
+    r.add_argument("--min-iterations", type=int, default=0)
+    r.add_argument("--min-subcalls", type=int, default=0)
+    r.add_argument("--error-penalty", type=float, default=0.0)
+    r.add_argument("--overrun-zero", action="store_true")
+    r.add_argument("--keep-fallback", action="store_true", help="score extraction answers too")
+    s = t.add_parser("summary", help="reward by task family, iterations, sub-calls")
+    s.add_argument("--set", dest="rollout_set")
+    s.add_argument("--json", action="store_true")
+    e = t.add_parser("export", help="SFT samples (per root turn) or GRPO groups as JSONL")
+    e.add_argument("--format", choices=["sft", "grpo"], required=True)
+    e.add_argument("--out", required=True)
+    e.add_argument("--set", dest="sets", action="append", default=[])
+    e.add_argument("--min-reward", type=float, default=1e-9)
+    e.add_argument("--min-iterations", type=int, default=2)
+    e.add_argument("--max-depth", type=int, default=1)
+    e.add_argument("--model", dest="models", action="append", default=[])
+    e.add_argument("--family", dest="families", action="append", default=[])
+    e.add_argument("--max-chars", type=int, default=100_000)
+    e.add_argument("--keep-zero-advantage", action="store_true")
+    x = t.add_parser("export-rollouts", help="a rollout set with its trajectories, one JSONL")
+    x.add_argument("--set", dest="rollout_set", required=True)
+    x.add_argument("--out", required=True)
+    i = t.add_parser("import-rollouts", help="read an export-rollouts file into this store")
+    i.add_argument("file")
+    for name, helptext in (("sft", "LoRA SFT (TRL)"), ("grpo", "group-relative LoRA update")):
+        f = t.add_parser(name, help=helptext)
+        f.add_argument("--base", required=True, help="pulled model name, .gguf or HF folder")
+        f.add_argument("--data", required=True)
+        f.add_argument("--out", required=True, help="model name (and output folder)")
+        f.add_argument("--steps", type=int, default=30 if name == "sft" else 1)
+        f.add_argument("--lr", type=float, default=2e-4 if name == "sft" else 1e-4)
+        f.add_argument("--rank", type=int, default=16)
+        f.add_argument("--alpha", type=int, default=32)
+        f.add_argument("--max-length", type=int, default=1_024)
+        f.add_argument("--device", choices=["cpu", "cuda", "mps"], default="cpu")
+        f.add_argument("--save-steps", type=int, default=5)
+        f.add_argument("--no-convert", action="store_true")
+    c = t.add_parser("convert", help="adapter → llama.cpp GGUF, registered as a model")
+    c.add_argument("name")
+    c.add_argument("--base", required=True)
+
+
+def train_dir(name: str) -> Path:
+    return paths.home() / "train" / name
+
+
+def run(args: argparse.Namespace) -> int:
+    """Run ``rlmd train ...``; returns the exit code."""
+    try:
+        return COMMANDS[args.train_command](args)
+    except ImportError as exc:
+        err.print(f"[red]error:[/] {exc}; training needs `{TRAIN_HINT}`")
+        return 2
+    except (ValueError, KeyError, FileNotFoundError) as exc:
+        err.print(f"[red]error:[/] {exc}")
+        return 2
+
+
+def cmd_tasks(args: argparse.Namespace) -> int:
+    from rlmd.train.tasks import generate_split
+
+    tasks = generate_split(args.split, args.out, seed=args.seed, size=args.size)
+    fams: dict[str, int] = {}
+    for task in tasks:
+        fams[task.family] = fams.get(task.family, 0) + 1
+    err.print(f"{len(tasks)} {args.split} tasks in {args.out}: {fams}")
+    return 0
+
+
+def cmd_rollout(args: argparse.Namespace) -> int:
+    from rlmd import config
+    from rlmd.store import Store
+    from rlmd.train.rewards import RewardTerms
+    from rlmd.train.rollout import RolloutOptions, run_rollouts, summary
+    from rlmd.train.tasks import load_tasks
+
+    tasks = load_tasks(args.tasks)
+    opts = RolloutOptions(
+        model=args.model,
+        samples=args.samples,
+        temperature=args.temperature,
+        rollout_set=args.rollout_set,
+        parallel=args.parallel,
+        budget={
+            "max_iterations": args.max_iterations,
+            "max_seconds": args.max_seconds,
+            "max_depth": args.max_depth,
+        },
+        sandbox=args.sandbox,
+        sub_model=args.sub_model,
+        terms=RewardTerms(
+            fallback_zero=not args.keep_fallback,
+            error_penalty=args.error_penalty,
+            overrun_zero=args.overrun_zero,
+            min_iterations=args.min_iterations,
+            min_subcalls=args.min_subcalls,
+        ),
+    )
+    registry = config.load(Path.cwd()).registry()
+
+    def progress(p: dict[str, Any]) -> None:
+        err.print(
+            f"[{p['done']}/{p['total']}] {p['task_id']} #{p['sample_index']}: reward "
+            f"{p['reward']:.2f}, {p['iterations']} turns, {p['subcalls']} sub-calls, "
+            f"{p['seconds']:.1f} s"
+        )
+
+    with Store(paths.store_path()) as store:
+        try:
+            asyncio.run(
+                run_rollouts(tasks, opts, registry=registry, store=store, progress=progress)
+            )
+        finally:
+            asyncio.run(registry.aclose())
+        _print_summary(summary(store.rollouts(opts.set_name)))
+    return 0
+
+
+def _print_summary(rows: list[dict[str, Any]]) -> None:
+    if not rows:
+        err.print("no rollouts")
+        return
+    table = Table(*rows[0].keys())
+    for r in rows:
+        table.add_row(*(str(v) for v in r.values()))
+    out.print(table)
+
+
+def cmd_summary(args: argparse.Namespace) -> int:
+    from rlmd.store import Store
+    from rlmd.train.rollout import summary
+
+    with Store(paths.store_path()) as store:
+        rows = summary(store.rollouts(args.rollout_set))
+    if args.json:
+        print(json.dumps(rows))
+    else:
+        _print_summary(rows)
+    return 0
+
+
+def cmd_export(args: argparse.Namespace) -> int:
+    from rlmd.store import Store
+    from rlmd.train.export import ExportFilters, grpo_groups, sft_samples, write_jsonl
+
+    filters = ExportFilters(
+        min_reward=args.min_reward,
+        min_iterations=args.min_iterations,
+        max_depth=args.max_depth,
+        models=tuple(args.models),
+        families=tuple(args.families),
+        max_chars=args.max_chars,
+        rollout_sets=tuple(args.sets),
+    )
+    with Store(paths.store_path()) as store:
+        if args.format == "sft":
+            records, report = sft_samples(store, filters)
+            err.print(json.dumps(report.to_dict()))
+        else:
+            records = grpo_groups(store, filters, keep_zero_advantage=args.keep_zero_advantage)
+    write_jsonl(records, args.out)
+    err.print(f"{len(records)} {args.format} records in {args.out}")
+    return 0
+
+
+def cmd_export_rollouts(args: argparse.Namespace) -> int:
+    from rlmd.store import Store
+    from rlmd.train.rollout import export_set
+
+    with Store(paths.store_path()) as store:
+        n = export_set(store, args.rollout_set, args.out)
+    err.print(f"{n} rollouts of {args.rollout_set!r} in {args.out}")
+    return 0
+
+
+def cmd_import_rollouts(args: argparse.Namespace) -> int:
+    from rlmd.store import Store
+    from rlmd.train.rollout import import_set
+
+    with Store(paths.store_path()) as store:
+        n = import_set(store, args.file)
+    err.print(f"{n} rollouts imported")
+    return 0
+
+
+def cmd_fit(args: argparse.Namespace) -> int:
+    folder = train_dir(args.out)
+    if args.train_command == "sft":
+        from rlmd.train.sft import SFTOptions, train_sft
+
+        record = train_sft(
+            args.base,
+            args.data,
+            folder,
+            SFTOptions(
+                steps=args.steps,
+                learning_rate=args.lr,
+                rank=args.rank,
+                alpha=args.alpha,
+                max_length=args.max_length,
+                device=args.device,
+                save_steps=args.save_steps,
+            ),
+        )
+    else:
+        from rlmd.train.grpo import GRPOOptions, train_grpo
+
+        record = train_grpo(
+            args.base,
+            args.data,
+            folder,
+            GRPOOptions(
+                steps=args.steps,
+                learning_rate=args.lr,
+                rank=args.rank,
+                alpha=args.alpha,
+                max_length=args.max_length,
+                device=args.device,
+            ),
+        )
+    err.print(json.dumps(record))
+    if not args.no_convert:
+        _convert(args.out, args.base)
+    return 0
+
+
+def _convert(name: str, base: str) -> None:
+    from rlmd.train.gguf_lora import convert_adapter, register
+
+    gguf = convert_adapter(train_dir(name))
+    entry = register(name, base, gguf)
+    err.print(f"model {name!r} registered ({entry}); try: rlmd run --model {name} ...")
+
+
+def cmd_convert(args: argparse.Namespace) -> int:
+    _convert(args.name, args.base)
+    return 0
+
+
+COMMANDS = {
+    "tasks": cmd_tasks,
+    "rollout": cmd_rollout,
+    "summary": cmd_summary,
+    "export": cmd_export,
+    "export-rollouts": cmd_export_rollouts,
+    "import-rollouts": cmd_import_rollouts,
+    "sft": cmd_fit,
+    "grpo": cmd_fit,
+    "convert": cmd_convert,
+}

@@ -1,0 +1,300 @@
+"""Datasets from recorded rollouts: SFT samples (one per root turn) and GRPO groups.
+
+SFT (``rlmd train export --format sft``), one JSON object per line, loadable with
+``datasets.load_dataset("json", data_files=F)``::
+
+    {"prompt": [{"role": "system" | "user" | "assistant", "content": str}, ...],
+     "completion": [{"role": "assistant", "content": str}],
+     "task_id", "family", "run_id", "rollout_set", "model", "depth", "turn", "reward",
+     "fixes": [str]}
+
+``prompt`` is exactly what the model was sent for that root turn (the store keeps whole
+prompts of rollouts, ``RunConfig.record_prompts``); ``completion`` is the turn as the engine
+kept it in the conversation (ended at its first code block, fence closed). Root turns of
+child runs (``rlm_query``) are samples too, with their own prompts. Steps, in order:
+
+1. **rollout filters**: reward ``>= min_reward`` (default: > 0), at least ``min_iterations``
+   root turns (default 2: one-turn runs teach nothing about the loop), model, family, split;
+2. **turn filters**: depth ``<= max_depth``, prompt + completion ``<= max_chars``;
+3. **template fixes** (:func:`fix_final`), each named in ``fixes``;
+4. **dedupe** on (prompt, completion).
+
+GRPO (``--format grpo``): per task of a rollout set with two or more samples, the first
+root turn's prompt (the same for every sample), each sample's first root turn and the
+rollout's reward: ``{"prompt", "completions": [[message]], "rewards": [float], "task_id",
+"run_ids"}``; groups whose rewards are all equal (zero advantage) are dropped unless asked.
+"""
+
+from __future__ import annotations
+
+import ast
+import hashlib
+import json
+import re
+from collections import Counter
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from rlmd.engine import parsing
+from rlmd.store import Store
+
+
+@dataclass
+class ExportFilters:
+    """Which rollouts and turns become samples (see the module docstring)."""
+
+    min_reward: float = 1e-9
+    min_iterations: int = 2
+    max_depth: int = 1
+    models: tuple[str, ...] = ()
+    families: tuple[str, ...] = ()
+    splits: tuple[str, ...] = ("train", "user")
+    max_chars: int = 100_000
+    rollout_sets: tuple[str, ...] = ()
+
+
+@dataclass
+class ExportReport:
+    """Counts of one export: rollouts kept / dropped (by reason), samples, fixes by kind."""
+
+    rollouts: int = 0
+    dropped: Counter = field(default_factory=Counter)
+    samples: int = 0
+    duplicates: int = 0
+    fixes: Counter = field(default_factory=Counter)
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "rollouts": self.rollouts,
+            "dropped": dict(self.dropped),
+            "samples": self.samples,
+            "duplicates": self.duplicates,
+            "fixes": dict(self.fixes),
+        }
+
+
+_FINAL_VAR_BARE = re.compile(r"\bFINAL_VAR\(\s*([A-Za-z_]\w*)\s*\)")
+_FINAL_STRING = re.compile(r"\bFINAL\(\s*(['\"])([A-Za-z_]\w*)\1\s*\)")
+
+
+def _assigned_names(code: str) -> set[str]:
+    try:
+        tree = ast.parse(code)
+    except SyntaxError:
+        return set()
+    return {
+        n.id for n in ast.walk(tree) if isinstance(n, ast.Name) and isinstance(n.ctx, ast.Store)
+    }
+
+
+def fix_final(target: str, earlier_code: str) -> tuple[str, list[str]]:
+    """Programmatic fixes of ``FINAL`` / ``FINAL_VAR`` misuse in one root turn.
+
+    Args:
+        target: the turn's text.
+        earlier_code: the code of the run's earlier root turns (to know its variables).
+
+    Returns:
+        ``(fixed text, names of the fixes applied)``:
+
+        * ``final_var_unquoted``: ``FINAL_VAR(total)`` → ``FINAL_VAR("total")`` (it takes a
+          name; the kernel raises on a value);
+        * ``final_of_name_string``: ``FINAL("total")`` where ``total`` is a variable the run
+          assigned → ``FINAL(total)`` (the quotes answer with the word ``total``);
+        * ``prose_final``: a turn with no code block whose prose says ``FINAL(...)`` →
+          the same call in a ```repl block.
+    """
+    fixes: list[str] = []
+    blocks = parsing.find_code_blocks(target)
+    if not blocks:
+        prose = parsing.find_prose_final(target)
+        if prose:
+            kind, value = prose
+            call = f"FINAL_VAR({value!r})" if kind == "final_var" else f"FINAL({value!r})"
+            return f"```repl\n{call}\n```", ["prose_final"]
+        return target, fixes
+    code = "\n".join(blocks)
+    names = _assigned_names(earlier_code + "\n" + code)
+    new = _FINAL_VAR_BARE.sub(lambda m: f'FINAL_VAR("{m.group(1)}")', target)
+    if new != target:
+        fixes.append("final_var_unquoted")
+        target = new
+
+    def unquote(m: re.Match[str]) -> str:
+        return f"FINAL({m.group(2)})" if m.group(2) in names else m.group(0)
+
+    new = _FINAL_STRING.sub(unquote, target)
+    if new != target:
+        fixes.append("final_of_name_string")
+    return new, fixes
+
+
+def kept_turn(response: str) -> str:
+    """A root reply as the engine kept it in the conversation (see
+    :meth:`rlmd.engine.loop.RLMRun._root_call`)."""
+    return parsing.close_open_fence(parsing.cut_after_first_block(response))
+
+
+def root_turns(store: Store, run_id: str, max_depth: int = 1) -> list[dict[str, Any]]:
+    """The root turns of run ``run_id`` and of its child runs down to ``max_depth``:
+    ``{"run_id", "depth", "turn", "prompt", "response"}``, in order. Per iteration only the
+    last root call counts (the engine re-asks a turn whose stop string cut prose).
+
+    Raises:
+        ValueError: a root call's event holds no whole prompt (the run was not recorded with
+            ``record_prompts``).
+    """
+    out: list[dict[str, Any]] = []
+    pending = [store.tree(run_id)]
+    while pending:
+        run = pending.pop(0)
+        if run["depth"] > max_depth:
+            continue
+        by_iteration: dict[str, dict[str, Any]] = {}
+        stack = list(run["nodes"])
+        flat = []
+        while stack:
+            node = stack.pop()
+            flat.append(node)
+            stack.extend(node["children"])
+            pending.extend(node["runs"])
+        pending.extend(run["runs"])
+        for node in sorted(flat, key=lambda n: n["seq"]):
+            data = node["data"]
+            if node["kind"] == "model_call" and data.get("role") == "root":
+                if data.get("response") is None:
+                    continue
+                by_iteration[node["parent_id"] or node["id"]] = node
+        for turn, node in enumerate(sorted(by_iteration.values(), key=lambda n: n["seq"])):
+            messages = node["data"].get("messages") or []
+            if not messages or messages[0].get("role") != "system":
+                raise ValueError(
+                    f"run {run['id']}: root call {node['id']} was recorded without its whole "
+                    "prompt (record rollouts with `rlmd train rollout`)"
+                )
+            out.append(
+                {
+                    "run_id": run["id"],
+                    "depth": run["depth"],
+                    "turn": turn,
+                    "prompt": [{"role": m["role"], "content": m["content"]} for m in messages],
+                    "response": node["data"]["response"],
+                }
+            )
+    return out
+
+
+def sft_samples(
+    store: Store, filters: ExportFilters | None = None
+) -> tuple[list[dict[str, Any]], ExportReport]:
+    """The SFT samples of the store's rollouts (see the module docstring)."""
+    f = filters or ExportFilters()
+    report = ExportReport()
+    samples: list[dict[str, Any]] = []
+    seen: set[str] = set()
+    for row in store.rollouts():
+        reason = _rollout_dropped(row, f)
+        if reason:
+            report.dropped[reason] += 1
+            continue
+        report.rollouts += 1
+        earlier: dict[str, str] = {}
+        for t in root_turns(store, row["run_id"], f.max_depth):
+            target = kept_turn(t["response"])
+            target, fixes = fix_final(target, earlier.get(t["run_id"], ""))
+            earlier[t["run_id"]] = (
+                earlier.get(t["run_id"], "") + "\n" + "\n".join(parsing.find_code_blocks(target))
+            )
+            size = sum(len(m["content"]) for m in t["prompt"]) + len(target)
+            if size > f.max_chars:
+                report.dropped["too_long"] += 1
+                continue
+            key = hashlib.sha256(json.dumps([t["prompt"], target]).encode()).hexdigest()
+            if key in seen:
+                report.duplicates += 1
+                continue
+            seen.add(key)
+            report.fixes.update(fixes)
+            samples.append(
+                {
+                    "prompt": t["prompt"],
+                    "completion": [{"role": "assistant", "content": target}],
+                    "task_id": row["task_id"],
+                    "family": row["family"],
+                    "run_id": t["run_id"],
+                    "rollout_set": row["rollout_set"],
+                    "model": row["model"],
+                    "depth": t["depth"],
+                    "turn": t["turn"],
+                    "reward": row["reward"],
+                    "fixes": fixes,
+                }
+            )
+    report.samples = len(samples)
+    return samples, report
+
+
+def _rollout_dropped(row: dict[str, Any], f: ExportFilters) -> str | None:
+    if f.rollout_sets and row["rollout_set"] not in f.rollout_sets:
+        return "rollout_set"
+    if f.splits and row["split"] not in f.splits:
+        return "split"
+    if f.models and row["model"] not in f.models:
+        return "model"
+    if f.families and row["family"] not in f.families:
+        return "family"
+    if row["reward"] < f.min_reward:
+        return "reward"
+    if row["iterations"] < f.min_iterations:
+        return "iterations"
+    return None
+
+
+def grpo_groups(
+    store: Store, filters: ExportFilters | None = None, *, keep_zero_advantage: bool = False
+) -> list[dict[str, Any]]:
+    """GRPO groups (see the module docstring); ``filters.min_reward`` and
+    ``min_iterations`` are not applied (a group needs its failures)."""
+    f = filters or ExportFilters()
+    loose = ExportFilters(
+        min_reward=float("-inf"),
+        min_iterations=0,
+        models=f.models,
+        families=f.families,
+        splits=f.splits,
+        rollout_sets=f.rollout_sets,
+    )
+    groups: dict[tuple[str, str], list[dict[str, Any]]] = {}
+    for row in store.rollouts():
+        if _rollout_dropped(row, loose) is None:
+            groups.setdefault((row["rollout_set"], row["task_id"]), []).append(row)
+    out = []
+    for (_, task_id), rows in sorted(groups.items()):
+        if len(rows) < 2:
+            continue
+        firsts = [root_turns(store, r["run_id"], 0)[:1] for r in rows]
+        if any(not t for t in firsts):
+            continue
+        rewards = [r["reward"] for r in rows]
+        if not keep_zero_advantage and len(set(rewards)) == 1:
+            continue
+        out.append(
+            {
+                "prompt": firsts[0][0]["prompt"],
+                "completions": [
+                    [{"role": "assistant", "content": kept_turn(t[0]["response"])}] for t in firsts
+                ],
+                "rewards": rewards,
+                "task_id": task_id,
+                "run_ids": [r["run_id"] for r in rows],
+            }
+        )
+    return out
+
+
+def write_jsonl(records: list[dict[str, Any]], path: str | Path) -> None:
+    """One JSON object per line (UTF-8, keys in insertion order)."""
+    with open(path, "w", encoding="utf-8") as f:
+        for rec in records:
+            f.write(json.dumps(rec, ensure_ascii=False) + "\n")

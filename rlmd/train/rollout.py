@@ -1,0 +1,279 @@
+"""Rollouts: run tasks through the engine, score them, and record them in the store.
+
+Each rollout is one recorded run (whole prompts of root calls kept: ``record_prompts``) plus
+one ``rollouts`` row (task id, sample index, reward; see :mod:`rlmd.store.schema`). A rollout
+set is resumable: ``(rollout_set, task_id, sample_index)`` already recorded is skipped. The
+set can be exported to one JSONL file (rollout rows with their trajectories) and imported
+into another machine's store.
+
+``model="teacher"`` plays :mod:`rlmd.train.teacher` (train split only); any other name is a
+registry model (local GGUF, OpenAI-compatible, Anthropic, scripted).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import dataclasses
+import json
+import time
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+from rlmd.engine import run_task
+from rlmd.models.base import ModelSpec
+from rlmd.models.registry import Registry
+from rlmd.runner import check_models
+from rlmd.store import Store
+from rlmd.store.export import flatten_tree
+from rlmd.train import teacher
+from rlmd.train.rewards import RewardTerms, RunFacts, reward
+from rlmd.train.tasks import TrainTask
+
+TEACHER = "teacher"
+"""The model name that selects the programmatic teacher."""
+
+Progress = Callable[[dict[str, Any]], None]
+"""Called after each rollout with ``{"done", "total", "task_id", "sample_index", "reward",
+"iterations", "subcalls", "seconds", "skipped"}``."""
+
+
+@dataclasses.dataclass
+class RolloutOptions:
+    """How rollouts run.
+
+    Attributes:
+        model: a registry name, or :data:`TEACHER`.
+        samples: rollouts per task (sample indices ``0 .. samples - 1``).
+        temperature: sampling temperature; sample ``k`` gets seed ``seed + k``.
+        rollout_set: the set's name (the resume key); default ``"<model>"``.
+        parallel: rollouts at once (a local GGUF model still runs one call at a time).
+        budget: :class:`rlmd.engine.budget.Budget` fields for every run.
+        sandbox: sandbox backend.
+        sub_model: model for sub-calls (default: the root model; the teacher's oracle).
+        terms: reward terms.
+        seed: base sampling seed.
+    """
+
+    model: str
+    samples: int = 1
+    temperature: float = 0.0
+    rollout_set: str | None = None
+    parallel: int = 1
+    budget: dict[str, Any] = dataclasses.field(
+        default_factory=lambda: {"max_iterations": 6, "max_depth": 1, "max_seconds": 300.0}
+    )
+    sandbox: str = "subprocess"
+    sub_model: str | None = None
+    terms: RewardTerms = dataclasses.field(default_factory=RewardTerms)
+    seed: int = 1234
+
+    @property
+    def set_name(self) -> str:
+        return self.rollout_set or self.model
+
+
+def _sample_spec(registry: Registry, name: str, opts: RolloutOptions, k: int) -> ModelSpec:
+    base = registry.spec(name)
+    sampling = {**base.sampling, "temperature": opts.temperature}
+    if opts.temperature > 0:
+        sampling["seed"] = opts.seed + k
+    return dataclasses.replace(base, name=f"{name}#s{k}", sampling=sampling)
+
+
+async def run_rollouts(
+    tasks: list[TrainTask],
+    opts: RolloutOptions,
+    *,
+    registry: Registry,
+    store: Store,
+    progress: Progress | None = None,
+) -> list[dict[str, Any]]:
+    """Run every (task, sample) not yet in ``opts.set_name`` and record it.
+
+    Returns:
+        The rollout rows recorded now (skipped ones are not returned).
+
+    Raises:
+        ValueError: the teacher was asked to play a held-out task.
+        ModelNotAvailable / KeyError: the model cannot be used (checked before any run).
+    """
+    from rlmd.config import Settings, build_run_config
+
+    if opts.model == TEACHER and any(t.split == "heldout" for t in tasks):
+        raise ValueError("the teacher never plays held-out tasks: pass the train split")
+    done = {(r["task_id"], r["sample_index"]) for r in store.rollouts(opts.set_name)}
+    todo = [(t, k) for t in tasks for k in range(opts.samples) if (t.id, k) not in done]
+    total, counter = len(tasks) * opts.samples, len(done)
+    sem = asyncio.Semaphore(max(1, opts.parallel))
+    rows: list[dict[str, Any]] = []
+
+    async def one(task: TrainTask, k: int) -> None:
+        nonlocal counter
+        async with sem:
+            if opts.model == TEACHER:
+                root = f"teacher-{task.id}-{k}"
+                registry.add(
+                    ModelSpec(root, "scripted", root, options={"callable": teacher.policy(task, k)})
+                )
+                sub = opts.sub_model or "teacher-oracle"
+                if sub == "teacher-oracle":
+                    registry.add(
+                        ModelSpec(
+                            sub, "scripted", sub, options={"callable": teacher.oracle_labeller}
+                        )
+                    )
+            else:
+                spec = _sample_spec(registry, opts.model, opts, k)
+                registry.add(spec)
+                root = spec.name
+                sub = opts.sub_model or root
+            config = build_run_config(
+                Settings(), model=root, sandbox=opts.sandbox, budget=dict(opts.budget)
+            )
+            config = dataclasses.replace(config, sub_model=sub, record_prompts=True)
+            check_models(registry, config)
+            started = time.monotonic()
+            result = await run_task(
+                task.question,
+                task.load_context(),
+                config,
+                get_model=registry.get,
+                sinks=(store.record,),
+            )
+            facts = run_facts(store, result.run_id, result)
+            parts = reward(task, facts, opts.terms)
+            row = {
+                "run_id": result.run_id,
+                "rollout_set": opts.set_name,
+                "task_id": task.id,
+                "family": task.family,
+                "split": task.split,
+                "sample_index": k,
+                "model": opts.model,
+                "temperature": opts.temperature,
+                "reward": parts["reward"],
+                "correctness": parts["correctness"],
+                "gated": parts["gated"],
+                "iterations": facts.iterations,
+                "subcalls": facts.subcalls,
+                "cell_errors": facts.cell_errors,
+                "created_at": time.time(),
+                "details": {
+                    "terms": opts.terms.to_dict(),
+                    "gold": task.answer,
+                    "answer": facts.answer,
+                    "status": facts.status,
+                    "answer_source": facts.answer_source,
+                    "seconds": round(time.monotonic() - started, 3),
+                },
+            }
+            store.record_rollout(row)
+            rows.append(row)
+            counter += 1
+            if progress:
+                progress(
+                    {
+                        "done": counter,
+                        "total": total,
+                        "task_id": task.id,
+                        "sample_index": k,
+                        "reward": row["reward"],
+                        "iterations": facts.iterations,
+                        "subcalls": facts.subcalls,
+                        "seconds": row["details"]["seconds"],
+                    }
+                )
+
+    await asyncio.gather(*(one(t, k) for t, k in todo))
+    return rows
+
+
+def run_facts(store: Store, run_id: str, result: Any) -> RunFacts:
+    """What a reward needs of a finished run: cells that raised are counted over the whole
+    tree; sub-calls are ``llm_query`` calls plus child runs."""
+    tree = store.tree(run_id)
+    errors, subcalls = 0, 0
+    stack = [tree]
+    while stack:
+        run = stack.pop()
+        subcalls += int(run.get("subcalls") or 0) + len(run.get("runs") or [])
+        stack.extend(run.get("runs") or [])
+        nodes = list(run.get("nodes") or [])
+        while nodes:
+            node = nodes.pop()
+            nodes.extend(node.get("children") or [])
+            stack.extend(node.get("runs") or [])
+            subcalls += len(node.get("runs") or [])
+            if node.get("kind") == "cell" and node.get("status") in ("error", "timeout"):
+                errors += 1
+    return RunFacts(
+        answer=result.answer,
+        status=result.status,
+        answer_source=result.answer_source,
+        iterations=result.iterations,
+        subcalls=subcalls,
+        cell_errors=errors,
+    )
+
+
+def summary(rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """Per family (and ``"all"``): rollouts, mean reward, mean correctness, share with reward
+    > 0, mean iterations, mean sub-calls, share using sub-calls, cells that raised."""
+    groups: dict[str, list[dict[str, Any]]] = {}
+    for r in rows:
+        groups.setdefault(r["family"], []).append(r)
+    if rows:
+        groups["all"] = list(rows)
+    out = []
+    for fam, rs in groups.items():
+        n = len(rs)
+        out.append(
+            {
+                "family": fam,
+                "rollouts": n,
+                "reward": round(sum(r["reward"] for r in rs) / n, 3),
+                "correctness": round(sum(r["correctness"] for r in rs) / n, 3),
+                "solved": round(sum(1 for r in rs if r["reward"] > 0) / n, 3),
+                "iterations": round(sum(r["iterations"] for r in rs) / n, 2),
+                "subcalls": round(sum(r["subcalls"] for r in rs) / n, 2),
+                "uses_subcalls": round(sum(1 for r in rs if r["subcalls"] > 0) / n, 3),
+                "cell_errors": sum(r["cell_errors"] for r in rs),
+            }
+        )
+    return out
+
+
+def export_set(store: Store, rollout_set: str, path: str | Path) -> int:
+    """Write a rollout set to one JSONL file: per rollout a ``{"type": "rollout", ...}`` line
+    followed by its trajectory's run and node lines (:func:`rlmd.store.export.flatten_tree`).
+    Returns the number of rollouts written."""
+    rows = store.rollouts(rollout_set)
+    with open(path, "w", encoding="utf-8") as f:
+        for row in rows:
+            f.write(json.dumps({"type": "rollout", **row}, ensure_ascii=False) + "\n")
+            for rec in flatten_tree(store.tree(row["run_id"])):
+                f.write(json.dumps(rec, ensure_ascii=False) + "\n")
+    return len(rows)
+
+
+def import_set(store: Store, path: str | Path) -> int:
+    """Read a file written by :func:`export_set` into ``store``; rollouts already there (same
+    set, task and sample) are skipped. Returns the number of rollouts added.
+
+    Raises:
+        ValueError: a line is not JSON.
+    """
+    records = [json.loads(line) for line in Path(path).read_text("utf-8").splitlines() if line]
+    store.import_records(records)
+    have = {(r["rollout_set"], r["task_id"], r["sample_index"]) for r in store.rollouts()}
+    added = 0
+    for rec in records:
+        if rec.get("type") != "rollout":
+            continue
+        row = {k: v for k, v in rec.items() if k != "type"}
+        if (row["rollout_set"], row["task_id"], row["sample_index"]) in have:
+            continue
+        store.record_rollout(row)
+        added += 1
+    return added

@@ -1,0 +1,234 @@
+"""LoRA supervised fine-tuning on exported root turns (``rlmd train sft``).
+
+The base model comes from the GGUF file rlmd already pulled (transformers reads qwen2 GGUF
+and dequantises it to float32) or from a Hugging Face folder. PEFT puts LoRA adapters on all
+linear layers; TRL's ``SFTTrainer`` trains on ``{"prompt", "completion"}`` samples
+(:mod:`rlmd.train.export`) with the loss on the completion (the target root turn) only.
+
+An output folder ``OUT`` holds::
+
+    checkpoints/checkpoint-N/   Trainer checkpoints: a second run with the same OUT resumes
+    adapter/                    the final PEFT adapter (adapter_config.json + weights)
+    base/config.json            the base model's config (the GGUF converter needs it)
+    log.jsonl                   one line per step: step, loss, learning_rate, seconds
+    loss.png                    loss and learning rate per step
+    train.json                  what ran: base, data, samples kept / dropped, steps, seconds
+
+Needs ``pip install 'rlmd[train]'`` (torch 2.13.0 CPU, transformers, peft, trl, datasets).
+"""
+
+from __future__ import annotations
+
+import json
+import time
+from dataclasses import asdict, dataclass
+from pathlib import Path
+from typing import Any
+
+
+@dataclass
+class SFTOptions:
+    """Training knobs (defaults sized for a CPU: short samples, few steps)."""
+
+    steps: int = 30
+    learning_rate: float = 2e-4
+    rank: int = 16
+    alpha: int = 32
+    max_length: int = 1_024
+    batch_size: int = 1
+    grad_accum: int = 1
+    save_steps: int = 5
+    device: str = "cpu"
+    seed: int = 0
+    gradient_checkpointing: bool = True
+
+
+def resolve_base(base: str) -> tuple[str, str | None]:
+    """``(folder, gguf file name or None)`` for ``from_pretrained``: ``base`` is a Hugging Face
+    folder, a ``.gguf`` path, or a pulled local model name (``qwen2.5-coder-0.5b``).
+
+    Raises:
+        FileNotFoundError: nothing usable by that name (the message says what to pull).
+    """
+    path = Path(base).expanduser()
+    if path.is_dir():
+        return str(path), None
+    if path.is_file() and path.suffix == ".gguf":
+        return str(path.parent), path.name
+    from rlmd.models.pull import local_model_path
+
+    try:
+        found = local_model_path(base)
+    except (KeyError, ValueError):
+        found = None
+    if found is None:
+        raise FileNotFoundError(
+            f"base model {base!r}: not a folder, a .gguf file or a pulled local model "
+            f"(run `rlmd models pull {base}`)"
+        )
+    return str(found.parent), found.name
+
+
+def load_base(base: str, device: str = "cpu") -> tuple[Any, Any]:
+    """``(model, tokenizer)`` of ``base`` (see :func:`resolve_base`), float32 on ``device``."""
+    import torch
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    folder, gguf = resolve_base(base)
+    kw: dict[str, Any] = {"gguf_file": gguf} if gguf else {}
+    tokenizer = AutoTokenizer.from_pretrained(folder, **kw)
+    model: Any = AutoModelForCausalLM.from_pretrained(folder, dtype=torch.float32, **kw)
+    if gguf:
+        # Dequantised to float32 on load, yet marked as a GGUF-quantised model, which the
+        # Trainer refuses to train: the weights in memory are plain floats.
+        model.hf_quantizer = None
+        model.is_quantized = False
+        if hasattr(model.config, "quantization_config"):
+            del model.config.quantization_config
+    if tokenizer.pad_token is None:
+        tokenizer.pad_token = tokenizer.eos_token
+    return model.to(device), tokenizer
+
+
+def _fits(tokenizer: Any, sample: dict[str, Any], max_length: int) -> bool:
+    ids = tokenizer.apply_chat_template(sample["prompt"] + sample["completion"], tokenize=True)
+    if isinstance(ids, dict):
+        ids = ids["input_ids"]
+    return len(ids) <= max_length
+
+
+def train_sft(
+    base: str, data: str | Path, out: str | Path, opts: SFTOptions | None = None
+) -> dict[str, Any]:
+    """Fine-tune ``base`` on the SFT JSONL ``data`` into folder ``out`` (resuming from its
+    last checkpoint if there is one).
+
+    Returns:
+        The ``train.json`` record: ``{"base", "data", "samples", "dropped_too_long", "steps",
+        "final_loss", "seconds", "options"}``.
+
+    Raises:
+        ValueError: no sample fits ``max_length`` tokens.
+        FileNotFoundError: see :func:`resolve_base`.
+    """
+    import torch
+    from datasets import load_dataset
+    from peft import LoraConfig
+    from transformers import TrainerCallback
+    from trl import SFTConfig, SFTTrainer
+
+    opts = opts or SFTOptions()
+    out = Path(out)
+    out.mkdir(parents=True, exist_ok=True)
+    torch.manual_seed(opts.seed)
+    model, tokenizer = load_base(base, opts.device)
+    ds = load_dataset("json", data_files=str(data), split="train")
+    ds = ds.select_columns(["prompt", "completion"])
+    before = len(ds)
+    ds = ds.filter(lambda s: _fits(tokenizer, s, opts.max_length))
+    if len(ds) == 0:
+        raise ValueError(f"no sample of {data} fits in {opts.max_length} tokens")
+    model.config.save_pretrained(out / "base")
+    log_path = out / "log.jsonl"
+    started = time.monotonic()
+
+    class Log(TrainerCallback):
+        def on_log(self, args: Any, state: Any, control: Any, logs: Any = None, **kw: Any) -> None:
+            if logs and "loss" in logs:
+                rec = {
+                    "step": state.global_step,
+                    "loss": logs["loss"],
+                    "learning_rate": logs.get("learning_rate"),
+                    "seconds": round(time.monotonic() - started, 2),
+                }
+                with open(log_path, "a", encoding="utf-8") as f:
+                    f.write(json.dumps(rec) + "\n")
+
+    config = SFTConfig(
+        output_dir=str(out / "checkpoints"),
+        max_steps=opts.steps,
+        per_device_train_batch_size=opts.batch_size,
+        gradient_accumulation_steps=opts.grad_accum,
+        learning_rate=opts.learning_rate,
+        lr_scheduler_type="constant_with_warmup",
+        warmup_steps=min(2, max(0, opts.steps - 1)),
+        logging_steps=1,
+        save_steps=opts.save_steps,
+        save_total_limit=2,
+        completion_only_loss=True,
+        max_length=opts.max_length,
+        use_cpu=opts.device == "cpu",
+        report_to=[],
+        gradient_checkpointing=opts.gradient_checkpointing,
+        seed=opts.seed,
+        dataloader_num_workers=0,
+    )
+    lora = LoraConfig(
+        r=opts.rank,
+        lora_alpha=opts.alpha,
+        lora_dropout=0.0,
+        target_modules="all-linear",
+        task_type="CAUSAL_LM",
+    )
+    trainer = SFTTrainer(
+        model=model,
+        args=config,
+        train_dataset=ds,
+        processing_class=tokenizer,
+        peft_config=lora,
+        callbacks=[Log()],
+    )
+    resume = any((out / "checkpoints").glob("checkpoint-*"))
+    result = trainer.train(resume_from_checkpoint=True if resume else None)
+    trained: Any = trainer.model
+    trained.save_pretrained(out / "adapter")
+    plot_log(log_path, out / "loss.png")
+    record = {
+        "base": base,
+        "data": str(data),
+        "samples": len(ds),
+        "dropped_too_long": before - len(ds),
+        "steps": trainer.state.global_step,
+        "resumed": resume,
+        "final_loss": _last_loss(log_path),
+        "train_loss": getattr(result, "training_loss", None),
+        "seconds": round(time.monotonic() - started, 1),
+        "options": asdict(opts),
+    }
+    (out / "train.json").write_text(json.dumps(record, indent=2))
+    return record
+
+
+def _last_loss(log_path: Path) -> float | None:
+    if not log_path.exists():
+        return None
+    lines = [json.loads(x) for x in log_path.read_text().splitlines() if x.strip()]
+    return lines[-1]["loss"] if lines else None
+
+
+def plot_log(log_path: Path, png: Path) -> bool:
+    """Plot loss and learning rate per step from ``log.jsonl`` into ``png``; returns whether
+    a plot was written (``False`` without matplotlib or with an empty log)."""
+    try:
+        import matplotlib
+
+        matplotlib.use("Agg")
+        import matplotlib.pyplot as plt
+    except ImportError:
+        return False
+    if not log_path.exists():
+        return False
+    recs = [json.loads(x) for x in log_path.read_text().splitlines() if x.strip()]
+    if not recs:
+        return False
+    fig, ax = plt.subplots(figsize=(6, 3.5))
+    ax.plot([r["step"] for r in recs], [r["loss"] for r in recs], "o-", label="loss")
+    ax.set_xlabel("step")
+    ax.set_ylabel("loss")
+    ax2 = ax.twinx()
+    ax2.plot([r["step"] for r in recs], [r["learning_rate"] or 0 for r in recs], "r--", label="lr")
+    ax2.set_ylabel("learning rate")
+    fig.tight_layout()
+    fig.savefig(png, dpi=100)
+    plt.close(fig)
+    return True

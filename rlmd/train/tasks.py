@@ -1,0 +1,223 @@
+"""Training task sets: generated families with disjoint train / held-out splits, and a user's
+JSONL.
+
+A task set is either
+
+* a folder in the benchmark format (``manifest.json``, ``tasks.jsonl``, ``contexts/``; see
+  ``bench/quality/tasks.py``), written by :func:`generate_split` (``rlmd train tasks``), or
+* a user's JSONL file, one task per line::
+
+      {"question": str, "context": str | {"path": text, ...}, "answer": any,
+       "scorer": "exact" | "numeric" | "f1" | "path" | "contains" | "pairs" | "module:fn",
+       "id": str (optional, default "user-<line>"), "family": str (optional, "user")}
+
+The generated families come from the benchmark generators (``bench/quality``, so a source
+checkout is needed): ``sniah`` (needle in essays), ``oolong`` (label + aggregate over WordNet
+glosses), ``pairs`` (user pairs), ``codeqa`` (questions over a renamed stdlib package). The
+two splits never share a seed **or** a source text: the train split uses essays and WordNet
+glosses of hash partition 0 and the packages in :data:`SPLITS`; the held-out split uses
+partition 1, another seed stream and other packages.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+SPLITS: dict[str, dict[str, Any]] = {
+    # seed offset, source partition [k, n], stdlib packages for codeqa
+    "train": {"seed_offset": 0, "partition": [0, 2], "packages": ["wsgiref", "json"]},
+    "heldout": {"seed_offset": 1_000_003, "partition": [1, 2], "packages": ["tomllib"]},
+}
+
+SIZES: dict[str, dict[str, Any]] = {
+    # Short contexts on purpose: root turns see metadata, not the context, so what matters
+    # for training is the strategy, and a CPU runs many of these.
+    "tiny": {"sniah": [1_024], "sniah_n": 2, "oolong_windows": 1, "oolong_q": 2, "pairs_q": 1,
+             "codeqa_q": 2},
+    "small": {"sniah": [1_024, 2_048], "sniah_n": 4, "oolong_windows": 2, "oolong_q": 4,
+              "pairs_q": 2, "codeqa_q": 4},
+    "medium": {"sniah": [2_048, 4_096], "sniah_n": 10, "oolong_windows": 4, "oolong_q": 6,
+               "pairs_q": 3, "codeqa_q": 10},
+}  # fmt: skip
+
+
+@dataclass
+class TrainTask:
+    """One question with a known answer.
+
+    Attributes:
+        id: unique in its set.
+        family: ``sniah | oolong | pairs | codeqa | user`` (or the user's own label).
+        question: the text the model is asked.
+        answer: the gold answer (str, number, list).
+        scorer: a metric of :mod:`rlmd.train.scoring` or ``"module:fn"``.
+        context: a str, or ``{relative path: text}`` for a codebase; or ``None`` when
+            ``context_path`` is set.
+        context_path: a text file or codebase folder holding the context.
+        split: ``train``, ``heldout`` or ``user``.
+        choices / unique_basename / params: scoring options and how it was made.
+    """
+
+    id: str
+    family: str
+    question: str
+    answer: Any
+    scorer: str
+    context: Any = None
+    context_path: str | None = None
+    split: str = "user"
+    choices: list[str] | None = None
+    unique_basename: bool = False
+    params: dict[str, Any] = field(default_factory=dict)
+
+    def load_context(self) -> Any:
+        """The context value: a str, or a folder :class:`Path` for a codebase."""
+        if self.context is not None:
+            return self.context
+        path = Path(self.context_path or "")
+        return path if path.is_dir() else path.read_text(encoding="utf-8")
+
+
+class TaskFileError(ValueError):
+    """A task file or folder cannot be read; the message says where and why."""
+
+
+def load_tasks(path: str | Path) -> list[TrainTask]:
+    """The tasks of a task-set folder or a user JSONL file (see the module docstring).
+
+    Raises:
+        TaskFileError: missing file, a line that is not JSON, or a record without
+            ``question`` / ``context`` / ``answer``.
+    """
+    path = Path(path)
+    if path.is_dir():
+        return _load_folder(path)
+    if not path.is_file():
+        raise TaskFileError(f"{path}: no such task file or task-set folder")
+    tasks = []
+    for n, line in enumerate(path.read_text(encoding="utf-8").splitlines(), 1):
+        if not line.strip():
+            continue
+        try:
+            rec = json.loads(line)
+        except json.JSONDecodeError as exc:
+            raise TaskFileError(f"{path}:{n}: not JSON ({exc})") from None
+        missing = [k for k in ("question", "context", "answer") if k not in rec]
+        if not isinstance(rec, dict) or missing:
+            raise TaskFileError(f"{path}:{n}: missing {missing or 'an object'}")
+        tasks.append(
+            TrainTask(
+                id=str(rec.get("id", f"user-{n}")),
+                family=str(rec.get("family", "user")),
+                question=str(rec["question"]),
+                answer=rec["answer"],
+                scorer=str(rec.get("scorer", "exact")),
+                context=rec["context"],
+                split=str(rec.get("split", "user")),
+                choices=rec.get("choices"),
+            )
+        )
+    ids = [t.id for t in tasks]
+    if len(set(ids)) != len(ids):
+        raise TaskFileError(f"{path}: task ids are not unique")
+    return tasks
+
+
+def _load_folder(root: Path) -> list[TrainTask]:
+    try:
+        manifest = json.loads((root / "manifest.json").read_text())
+        lines = (root / "tasks.jsonl").read_text(encoding="utf-8").splitlines()
+    except (OSError, ValueError) as exc:
+        raise TaskFileError(f"{root}: not a task-set folder ({exc})") from None
+    split = manifest.get("split", "user")
+    tasks = []
+    for line in lines:
+        if not line.strip():
+            continue
+        rec = json.loads(line)
+        tasks.append(
+            TrainTask(
+                id=rec["id"],
+                family=rec["family"],
+                question=rec["question"],
+                answer=rec["answer"],
+                scorer=rec["metric"],
+                context_path=str(root / rec["context_ref"]),
+                split=split,
+                choices=rec.get("choices"),
+                unique_basename=bool(rec.get("unique_basename")),
+                params=rec.get("params") or {},
+            )
+        )
+    return tasks
+
+
+def split_spec(split: str, size: str = "small") -> dict[str, Any]:
+    """The benchmark-generator spec of one split (see :data:`SPLITS`, :data:`SIZES`)."""
+    s, z = SPLITS[split], SIZES[size]
+    return {
+        "partition": s["partition"],
+        "sniah": {"lengths": z["sniah"], "per_length": z["sniah_n"]},
+        "oolong": {"lengths": [1_024], "windows": z["oolong_windows"], "questions": z["oolong_q"]},
+        "pairs": {"lengths": [1_024], "windows": z["oolong_windows"], "questions": z["pairs_q"]},
+        "codeqa": [
+            {"package": p, "questions": 0, "renamed_questions": z["codeqa_q"]}
+            for p in s["packages"]
+        ],
+    }
+
+
+def generate_split(
+    split: str,
+    out: str | Path,
+    *,
+    seed: int = 0,
+    size: str = "small",
+    families: tuple[str, ...] = ("sniah", "oolong", "pairs", "codeqa"),
+) -> list[TrainTask]:
+    """Write the ``split`` (``train`` / ``heldout``) task set of ``size`` to folder ``out``
+    and return its tasks. Every task id is prefixed with the split, so ids of the two splits
+    never collide.
+
+    Raises:
+        KeyError: unknown split or size.
+        ImportError: the benchmark generators are not importable (run from a source checkout).
+        bench.quality.sources.SourceUnavailable: a pinned source text could not be fetched.
+    """
+    from bench.quality import suites
+    from bench.quality.tasks import TaskSet
+    from bench.quality.tokenizer import estimate_tokenizer
+
+    spec = split_spec(split, size)
+    seed = seed + SPLITS[split]["seed_offset"]
+    tok = estimate_tokenizer()
+    out = Path(out)
+    base = {k: v for k, v in spec.items() if k != "codeqa"}
+    fams = tuple(f for f in families if f != "codeqa")
+    ts = suites.generate(base, out, seed=seed, count=tok.count, tokenizer=tok.name, families=fams)
+    all_tasks = list(ts.tasks)
+    manifest = ts.manifest
+    if "codeqa" in families:
+        for i, sub in enumerate(spec["codeqa"]):
+            part = suites.generate(
+                {"codeqa": sub},
+                out / f".codeqa-{i}",
+                seed=seed,
+                count=tok.count,
+                tokenizer=tok.name,
+                families=("codeqa",),
+            )
+            for task in part.tasks:
+                task.id = f"{task.id}-{sub['package']}"
+                task.context_ref = f".codeqa-{i}/{task.context_ref}"
+            all_tasks += part.tasks
+    for task in all_tasks:
+        task.id = f"{split}-{task.id}"
+    merged = TaskSet(out)
+    merged.tasks = all_tasks
+    merged.manifest = {**manifest, "split": split, "size": size, "spec": spec, "seed": seed}
+    merged.save()
+    return load_tasks(out)

@@ -1,0 +1,314 @@
+"""The programmatic teacher: a scripted expert that writes the trajectory a good RLM would for
+the generated families, run through the real engine and sandbox (so its turns are genuine
+rlmd root turns, recorded like any model's).
+
+It knows the task's family and parameters (never the context or the gold answer: its code
+must find the answer in the REPL) and plays these strategies, varied per sample by a seeded
+choice of wording and of merging steps:
+
+* ``sniah``: search the *whole* input for the key with a regex, print the neighbourhood of
+  every hit, pull out the number with a second regex and print it, then ``FINAL(number)``.
+* ``oolong`` / ``pairs``: look at the line format, split every line into date / user /
+  instance, label every instance with one ``llm_query_batched`` map (the categories are not in
+  the text: that is the judgement a sub-model gives), aggregate with ``Counter`` in code,
+  print the result, then ``FINAL``.
+* ``codeqa``: walk every file's ``ast`` (definitions, calls, bases, defaults, constants,
+  imports), print what was found, then ``FINAL``.
+
+Sub-calls of a teacher run go to :func:`oracle_labeller` (the generator's own labels), so the
+aggregation is right; only root turns become training samples. The teacher is used on the
+train split only (:func:`rlmd.train.rollout.run_rollouts` refuses a held-out task).
+"""
+
+from __future__ import annotations
+
+import random
+import re
+from collections.abc import Callable
+from typing import Any
+
+from rlmd.train.tasks import TrainTask
+
+FAMILIES = ("sniah", "oolong", "pairs", "codeqa")
+
+Turn = tuple[str, str]
+"""``(one line of reasoning, code)`` of one root turn."""
+
+
+def reply(note: str, code: str) -> str:
+    """A root reply: a line of reasoning and one ```repl block."""
+    return f"{note}\n```repl\n{code.strip()}\n```"
+
+
+def policy(task: TrainTask, sample: int = 0) -> Callable[[list[dict[str, Any]]], str]:
+    """A scripted-model callable (``fn(messages) -> str``) that plays the teacher on ``task``.
+
+    Raises:
+        ValueError: the family has no teacher, or the task is from the held-out split.
+    """
+    if task.family not in FAMILIES:
+        raise ValueError(f"the teacher knows {FAMILIES}, not {task.family!r}")
+    if task.split == "heldout":
+        raise ValueError(f"the teacher never plays a held-out task ({task.id})")
+    rng = random.Random(f"{task.id}:{sample}")
+    turns = {"sniah": _sniah, "oolong": _oolong, "pairs": _pairs, "codeqa": _codeqa}[task.family](
+        task, rng
+    )
+    if rng.random() < 0.5 and len(turns) > 2:  # variant: compute and answer in one turn
+        note, code = turns[-2]
+        turns = [*turns[:-2], (note, code + "\n" + turns[-1][1])]
+
+    def play(messages: list[dict[str, Any]]) -> str:
+        done = sum(1 for m in messages if m.get("role") == "assistant")
+        note, code = turns[min(done, len(turns) - 1)]
+        return reply(note, code)
+
+    return play
+
+
+def _sniah(task: TrainTask, rng: random.Random) -> list[Turn]:
+    key = str(task.params.get("key", ""))
+    var = rng.choice(["hits", "found", "matches"])
+    look = (
+        rng.choice(
+            [
+                "I search the whole text for the key and print what surrounds each hit.",
+                "The key is a distinctive string: I find every place it occurs in the input.",
+            ]
+        ),
+        f"import re\nkey = {key!r}\n"
+        f"{var} = [m.start() for m in re.finditer(re.escape(key), context, re.IGNORECASE)]\n"
+        f"print(len(context), {var})\n"
+        f"for i in {var}[:3]:\n    print(repr(context[max(0, i - 150): i + 150]))",
+    )
+    extract = (
+        "The sentence gives the number after the key; I extract it with a regex and check it.",
+        "m = re.search(re.escape(key) + r'\\D{0,40}?(\\d{5,})', context, re.IGNORECASE)\n"
+        "number = m.group(1) if m else None\nprint(number)",
+    )
+    return [look, extract, ("The output shows the number, so I answer with it.", "FINAL(number)")]
+
+
+_SPLIT_LINES = """\
+records = []
+for line in context.splitlines():
+    parts = [p.strip() for p in line.split("||")]
+    if len(parts) == 3:
+        records.append((parts[0].removeprefix("Date: "), parts[1].removeprefix("User: "),
+                        parts[2].removeprefix("Instance: ")))
+print(len(records), records[:2])"""
+
+_LABEL = """\
+categories = {categories!r}
+prompts = [
+    "Which one of these categories does the description belong to: " + ", ".join(categories)
+    + "? Answer with the category only.\\nDescription: " + text
+    for _, _, text in records
+]
+replies = llm_query_batched(prompts)
+labels = [next((c for c in categories if c in r.lower()), "unknown") for r in replies]
+from collections import Counter
+counts = Counter(labels)
+print(counts)"""
+
+
+def _categories(question: str) -> list[str]:
+    m = re.search(r"these categories: ([^.]+)\.", question)
+    return [c.strip() for c in m.group(1).split(",")] if m else []
+
+
+def _aggregation_prelude(task: TrainTask, rng: random.Random) -> list[Turn]:
+    return [
+        (
+            rng.choice(
+                [
+                    "First I look at the line format and split every line into its fields.",
+                    "I parse all lines into (date, user, instance) to work on every record.",
+                ]
+            ),
+            _SPLIT_LINES,
+        ),
+        (
+            "The categories are not in the text, so I ask a sub-model to label every "
+            "instance in one batched call, then count the labels.",
+            _LABEL.format(categories=_categories(task.question)),
+        ),
+    ]
+
+
+def _oolong(task: TrainTask, rng: random.Random) -> list[Turn]:
+    p, t = task.params, task.params.get("template")
+    if t == "most_common":
+        code = "answer = counts.most_common(1)[0][0]"
+    elif t == "least_common":
+        code = "answer = min(categories, key=lambda c: counts[c])"
+    elif t == "count_label":
+        code = f"answer = counts[{p['label']!r}]"
+    elif t == "compare":
+        a, b = p["labels"]
+        code = (
+            f"a, b = counts[{a!r}], counts[{b!r}]\n"
+            "answer = 'more common' if a > b else 'less common' if a < b else 'same frequency'"
+        )
+    elif t == "user_count":
+        code = (
+            f"answer = sum(1 for (_, user, _), label in zip(records, labels)\n"
+            f"             if user == {str(p['user'])!r} and label == {p['label']!r})"
+        )
+    else:  # user_most
+        code = (
+            f"per_user = Counter(user for (_, user, _), label in zip(records, labels)\n"
+            f"                   if label == {p['label']!r})\n"
+            "print(per_user.most_common(3))\nanswer = per_user.most_common(1)[0][0]"
+        )
+    return [
+        *_aggregation_prelude(task, rng),
+        ("Now I compute the answer from the labels in code.", code + "\nprint(answer)"),
+        ("The printed value answers the question.", "FINAL(answer)"),
+    ]
+
+
+_PAIR_CONDITIONS = {
+    "both_have": ("c[a] >= 1", "c[a] >= 1"),
+    "both_have_either": ("c[a] + c[b] >= 1", "c[a] + c[b] >= 1"),
+    "both_exactly_one": ("c[a] == 1", "c[a] == 1"),
+    "both_none": ("c[a] == 0", "c[a] == 0"),
+}
+
+
+def _pairs(task: TrainTask, rng: random.Random) -> list[Turn]:
+    a, b = task.params.get("labels", ["", ""])
+    t = task.params.get("template")
+    head = (
+        f"a, b = {a!r}, {b!r}\nper_user = {{}}\n"
+        "for (_, user, _), label in zip(records, labels):\n"
+        "    per_user.setdefault(int(user), Counter())[label] += 1\n"
+        "users = sorted(per_user)\n"
+    )
+    if t == "one_each":
+        body = (
+            "xs = [u for u in users if per_user[u][a] >= 1]\n"
+            "ys = [u for u in users if per_user[u][b] >= 1]\n"
+            "pairs = sorted({(min(x, y), max(x, y)) for x in xs for y in ys if x != y})"
+        )
+    else:
+        cond = _PAIR_CONDITIONS.get(str(t), ("c[a] >= 1", ""))[0]
+        body = (
+            f"ok = [u for u in users if (lambda c: {cond})(per_user[u])]\n"
+            "pairs = [(x, y) for i, x in enumerate(ok) for y in ok[i + 1:]]"
+        )
+    return [
+        *_aggregation_prelude(task, rng),
+        (
+            "I group the labels by user and build every qualifying pair in code.",
+            head + body + "\nanswer = '\\n'.join(f'({x}, {y})' for x, y in pairs)\n"
+            "print(len(pairs), pairs[:5])",
+        ),
+        ("The pairs are computed from every line; I answer with them.", "FINAL(answer)"),
+    ]
+
+
+def _codeqa(task: TrainTask, rng: random.Random) -> list[Turn]:
+    p, t = task.params, task.params.get("template")
+    walk = (
+        "import ast\ntrees = {path: ast.parse(text) for path, text in context.items() "
+        "if path.endswith('.py')}\n"
+    )
+    if t == "where_defined":
+        name = p["name"]
+        code = (
+            walk + "found = [path for path, tree in trees.items() for n in ast.walk(tree)\n"
+            "         if isinstance(n, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef))"
+            f" and n.name == {name!r}]\nprint(found)\nanswer = found[0] if found else None"
+        )
+    elif t == "call_count":
+        name = p["name"]
+        code = (
+            walk + "def called(f):\n"
+            "    return f.id if isinstance(f, ast.Name) else "
+            "f.attr if isinstance(f, ast.Attribute) else None\n"
+            "answer = sum(1 for tree in trees.values() for n in ast.walk(tree)\n"
+            f"             if isinstance(n, ast.Call) and called(n.func) == {name!r})\n"
+            "print(answer)"
+        )
+    elif t == "subclasses":
+        base = p["base"]
+        code = (
+            walk + "def base_name(b):\n"
+            "    return b.id if isinstance(b, ast.Name) else "
+            "b.attr if isinstance(b, ast.Attribute) else None\n"
+            "answer = sorted({n.name for tree in trees.values() for n in ast.walk(tree)\n"
+            f"                 if isinstance(n, ast.ClassDef) and {base!r} in "
+            "[base_name(b) for b in n.bases]})\nprint(answer)"
+        )
+    elif t == "param_default":
+        fn, param = p["function"], p["param"]
+        code = (
+            walk + "answer = None\nfor tree in trees.values():\n"
+            "    for n in ast.walk(tree):\n"
+            f"        if isinstance(n, (ast.FunctionDef, ast.AsyncFunctionDef)) and n.name == {fn!r}:\n"
+            "            args = n.args.posonlyargs + n.args.args\n"
+            "            pairs = list(zip(args[len(args) - len(n.args.defaults):], n.args.defaults))\n"
+            "            pairs += [(a, d) for a, d in zip(n.args.kwonlyargs, n.args.kw_defaults) if d]\n"
+            "            for a, d in pairs:\n"
+            f"                if a.arg == {param!r}:\n"
+            "                    answer = ast.unparse(d)\nprint(answer)"
+        )
+    elif t == "module_constant":
+        name = p["name"]
+        code = (
+            walk + "answer = None\nfor tree in trees.values():\n"
+            "    for n in tree.body:\n"
+            "        if isinstance(n, ast.Assign) and any(isinstance(t, ast.Name) and "
+            f"t.id == {name!r} for t in n.targets):\n"
+            "            answer = ast.unparse(n.value)\nprint(answer)"
+        )
+    else:  # importers
+        mod = p["module"]
+        code = (
+            walk + "def imports(tree, mod):\n"
+            "    for n in ast.walk(tree):\n"
+            "        if isinstance(n, ast.Import) and any(a.name == mod or "
+            "a.name.startswith(mod + '.') for a in n.names):\n"
+            "            return True\n"
+            "        if isinstance(n, ast.ImportFrom) and n.module and n.level == 0 and "
+            "(n.module == mod or n.module.startswith(mod + '.')):\n"
+            "            return True\n"
+            "    return False\n"
+            f"answer = sorted(path for path, tree in trees.items() if imports(tree, {mod!r}))\n"
+            "print(answer)"
+        )
+    look = (
+        rng.choice(
+            [
+                "I list the files to see the codebase's layout.",
+                "First a look at which files the codebase has.",
+            ]
+        ),
+        "print(len(context))\nprint(list_files()[:30])",
+    )
+    return [
+        look,
+        ("Exact answers come from the syntax tree of every file, not from a text search.", code),
+        ("The output is the answer.", "FINAL(answer)"),
+    ]
+
+
+_ORACLE: dict[str, str] = {}
+
+
+def oracle_labeller(messages: list[dict[str, Any]]) -> str:
+    """The teacher runs' sub-model: the generator's own label of the instance named after
+    ``Description:`` in the last user message (WordNet, ``bench/quality/sources``), or
+    ``"unknown"``."""
+    if not _ORACLE:
+        from bench.quality import sources
+
+        _ORACLE.update({item.text: item.label for item in sources.wordnet_items()})
+    text = ""
+    for m in reversed(messages):
+        if m.get("role") == "user":
+            text = str(m.get("content") or "")
+            break
+    desc = text.rsplit("Description:", 1)[-1].strip()
+    return _ORACLE.get(desc, "unknown")

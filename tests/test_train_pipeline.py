@@ -1,0 +1,241 @@
+"""rlmd.train without torch: rollouts through the real engine and subprocess sandbox with a
+scripted model, rewards, the store migration, resume, export/import, SFT/GRPO datasets,
+filters and template fixes, and the programmatic teacher."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from rlmd.models.base import ModelSpec
+from rlmd.models.registry import Registry
+from rlmd.store import Store
+from rlmd.train import teacher
+from rlmd.train.export import ExportFilters, fix_final, grpo_groups, sft_samples, write_jsonl
+from rlmd.train.rewards import RewardTerms, RunFacts, correctness, reward
+from rlmd.train.rollout import RolloutOptions, export_set, import_set, run_rollouts, summary
+from rlmd.train.tasks import TaskFileError, TrainTask, load_tasks
+
+CONTEXT = "filler line\n" * 50 + "The secret number is 4417.\n" + "more filler\n" * 50
+
+LOOK = "I search the text.\n```repl\nimport re\nm = re.search(r'secret number is (\\d+)', context)\nprint(m.group(1))\n```"
+ANSWER = {
+    "code": "The output shows it.\n```repl\nFINAL(m.group(1))\n```",
+    "prose": "The number is printed above.\nFINAL(4417)",
+    "wrong": "```repl\nFINAL(str(int(m.group(1)) - 1))\n```",
+}
+
+
+class Scripted:
+    """A root model that looks, then answers in the task's style; it keeps every prompt it
+    was sent, so the export can be compared with what the model really saw."""
+
+    def __init__(self) -> None:
+        self.seen: list[list[dict[str, Any]]] = []
+
+    def __call__(self, messages: list[dict[str, Any]]) -> str:
+        self.seen.append([dict(m) for m in messages])
+        turns = sum(1 for m in messages if m["role"] == "assistant")
+        style = "code"
+        for key in ANSWER:
+            if f"[{key}]" in messages[1]["content"]:
+                style = key
+        return LOOK if turns == 0 else ANSWER[style]
+
+
+def write_tasks(path: Path) -> Path:
+    rows = [
+        {"id": "t-code", "question": "What is the secret number? [code]", "context": CONTEXT,
+         "answer": "4417", "scorer": "exact"},
+        {"id": "t-prose", "question": "What is the secret number? [prose]", "context": CONTEXT,
+         "answer": "4417", "scorer": "exact", "family": "prose"},
+        {"id": "t-wrong", "question": "What is the secret number? [wrong]", "context": CONTEXT,
+         "answer": "4417", "scorer": "exact"},
+    ]  # fmt: skip
+    path.write_text("".join(json.dumps(r) + "\n" for r in rows))
+    return path
+
+
+def registry_with(model: Scripted) -> Registry:
+    reg = Registry()
+    reg.add(ModelSpec("script", "scripted", "script", options={"callable": model}))
+    return reg
+
+
+def rollout(tasks: list[TrainTask], model: Scripted, store: Store, samples: int) -> list[dict]:
+    opts = RolloutOptions(model="script", samples=samples, rollout_set="s1")
+    return asyncio.run(run_rollouts(tasks, opts, registry=registry_with(model), store=store))
+
+
+def test_rollout_reward_export_resume_and_import(tmp_path: Path) -> None:
+    tasks = load_tasks(write_tasks(tmp_path / "tasks.jsonl"))
+    model = Scripted()
+    progress: list[dict] = []
+    with Store(tmp_path / "a.db") as store:
+        opts = RolloutOptions(model="script", samples=2, rollout_set="s1")
+        rows = asyncio.run(
+            run_rollouts(
+                tasks, opts, registry=registry_with(model), store=store, progress=progress.append
+            )
+        )
+        assert len(rows) == 6 and progress[-1]["done"] == 6 and progress[-1]["total"] == 6
+        by = {(r["task_id"], r["sample_index"]): r for r in store.rollouts("s1")}
+        assert set(by) == {(t, k) for t in ("t-code", "t-prose", "t-wrong") for k in (0, 1)}
+        assert by["t-code", 0]["reward"] == 1.0 and by["t-code", 0]["iterations"] == 2
+        assert by["t-prose", 1]["reward"] == 1.0
+        assert by["t-prose", 1]["details"]["answer_source"] == "prose"
+        assert by["t-wrong", 0]["details"]["answer"] == "4416"
+        assert by["t-wrong", 0]["reward"] == 0.0
+
+        # resume: only the new sample index runs
+        calls = len(model.seen)
+        again = rollout(tasks, model, store, samples=3)
+        assert sorted((r["task_id"], r["sample_index"]) for r in again) == [
+            ("t-code", 2),
+            ("t-prose", 2),
+            ("t-wrong", 2),
+        ]
+        assert len(model.seen) == calls + 6  # two root turns per new rollout
+        assert sum(1 for p in model.seen if len(p) == 2) == 9  # 9 runs started in all
+        assert rollout(tasks, model, store, samples=3) == []
+
+        table = {r["family"]: r for r in summary(store.rollouts("s1"))}
+        assert table["user"]["rollouts"] == 6 and table["prose"]["solved"] == 1.0
+        assert table["all"]["rollouts"] == 9 and table["all"]["iterations"] == 2.0
+
+        # SFT export: every root turn of the rewarded rollouts, prompts exactly as sent
+        samples, report = sft_samples(store)
+        assert report.dropped == {"reward": 3} and report.rollouts == 6
+        assert report.samples == 4 and report.duplicates == 8  # samples 1, 2 repeat sample 0
+        assert report.fixes == {"prose_final": 1}
+        sent = [p for p in model.seen if "[wrong]" not in p[1]["content"]]
+        for s in samples:
+            assert s["prompt"] in sent
+        code0, code1 = [s for s in samples if s["task_id"] == "t-code"]
+        assert code0["prompt"] == model.seen[0] and code0["completion"] == [
+            {"role": "assistant", "content": LOOK}
+        ]
+        assert code1["prompt"][:2] == code0["prompt"] and code1["prompt"][2] == {
+            "role": "assistant",
+            "content": LOOK,
+        }
+        assert "4417" in code1["prompt"][3]["content"]  # the cell's real output
+        assert code1["completion"][0]["content"] == ANSWER["code"]
+        prose1 = [s for s in samples if s["task_id"] == "t-prose"][1]
+        assert prose1["completion"][0]["content"] == "```repl\nFINAL('4417')\n```"
+        assert prose1["fixes"] == ["prose_final"]
+        out = tmp_path / "sft.jsonl"
+        write_jsonl(samples, out)
+        lines = [json.loads(x) for x in out.read_text().splitlines()]
+        assert lines == samples
+
+        # filters
+        assert sft_samples(store, ExportFilters(min_iterations=3))[1].dropped == {
+            "reward": 3,
+            "iterations": 6,
+        }
+        only = sft_samples(store, ExportFilters(families=("prose",)))[0]
+        assert {s["task_id"] for s in only} == {"t-prose"}
+        assert sft_samples(store, ExportFilters(min_reward=-1))[1].rollouts == 9
+
+        # GRPO groups: all-equal rewards have no advantage and are dropped by default
+        assert grpo_groups(store) == []
+        groups = grpo_groups(store, keep_zero_advantage=True)
+        assert [g["task_id"] for g in groups] == ["t-code", "t-prose", "t-wrong"]
+        assert groups[0]["prompt"] == model.seen[0] and groups[0]["rewards"] == [1.0] * 3
+        assert groups[0]["completions"] == [[{"role": "assistant", "content": LOOK}]] * 3
+
+        # export the set, import it into another store: same samples there
+        n = export_set(store, "s1", tmp_path / "set.jsonl")
+        assert n == 9
+    with Store(tmp_path / "b.db") as other:
+        assert import_set(other, tmp_path / "set.jsonl") == 9
+        assert import_set(other, tmp_path / "set.jsonl") == 0
+        assert sft_samples(other)[0] == samples
+
+
+def test_rewards_terms_and_user_scorer(tmp_path: Path, monkeypatch) -> None:
+    assert correctness(TrainTask("n", "f", "q", 4417, "numeric"), "4416") == 0.75
+    task = TrainTask("x", "f", "q", ["a", "b"], "f1")
+    assert correctness(task, "a, b") == 1.0 and correctness(task, "a") == pytest.approx(2 / 3)
+    assert correctness(TrainTask("p", "f", "q", "pkg/mod.py", "path"), "It is in pkg/mod.py.") == 1
+    facts = RunFacts("a, b", "completed", "final", iterations=1, subcalls=0, cell_errors=2)
+    assert reward(task, facts)["reward"] == 1.0
+    assert reward(task, facts, RewardTerms(error_penalty=0.1))["reward"] == 0.8
+    assert reward(task, facts, RewardTerms(min_iterations=2))["gated"] == "min_iterations"
+    assert reward(task, facts, RewardTerms(min_subcalls=1))["reward"] == 0.0
+    fallback = RunFacts("a, b", "max_iterations", "extraction", 6, 0, 0)
+    assert reward(task, fallback)["gated"] == "fallback"
+    assert reward(task, fallback, RewardTerms(fallback_zero=False))["reward"] == 1.0
+    assert reward(task, fallback, RewardTerms(False, overrun_zero=True))["gated"] == "overrun"
+    (tmp_path / "myscore.py").write_text(
+        "def half(answer, gold, task):\n    return 0.5 if answer == gold else 0.0\n"
+    )
+    monkeypatch.syspath_prepend(str(tmp_path))
+    assert correctness(TrainTask("u", "f", "q", "yes", "myscore:half"), "yes") == 0.5
+    with pytest.raises(ValueError, match="unknown scorer"):
+        correctness(TrainTask("u", "f", "q", "yes", "nope"), "yes")
+
+
+def test_task_file_errors_name_the_line(tmp_path: Path) -> None:
+    bad = tmp_path / "t.jsonl"
+    bad.write_text('{"question": "q", "context": "c", "answer": 1}\n{"question": "q"}\n')
+    with pytest.raises(TaskFileError, match=r"t.jsonl:2: missing \['context', 'answer'\]"):
+        load_tasks(bad)
+    bad.write_text("not json\n")
+    with pytest.raises(TaskFileError, match="t.jsonl:1: not JSON"):
+        load_tasks(bad)
+
+
+def test_template_fixes() -> None:
+    text, fixes = fix_final("```repl\nFINAL_VAR(total)\n```", "total = 3")
+    assert text == '```repl\nFINAL_VAR("total")\n```' and fixes == ["final_var_unquoted"]
+    text, fixes = fix_final("```repl\nFINAL('total')\n```", "total = len(x)")
+    assert text == "```repl\nFINAL(total)\n```" and fixes == ["final_of_name_string"]
+    same = "```repl\nFINAL('paris')\n```"
+    assert fix_final(same, "total = 1") == (same, [])  # a literal answer stays
+    assert fix_final("So:\nFINAL_VAR(result)", "") == (
+        "```repl\nFINAL_VAR('result')\n```",
+        ["prose_final"],
+    )
+
+
+def _run_teacher(task: TrainTask, tmp_path: Path) -> dict:
+    with Store(tmp_path / "t.db") as store:
+        opts = RolloutOptions(model="teacher", samples=2)
+        asyncio.run(run_rollouts([task], opts, registry=Registry(), store=store))
+        rows = store.rollouts("teacher")
+        samples, _ = sft_samples(store)
+    assert [r["reward"] for r in rows] == [1.0, 1.0], rows
+    assert all(r["iterations"] >= 2 for r in rows)
+    assert samples and all("```repl" in s["completion"][0]["content"] for s in samples)
+    return {"rows": rows, "samples": samples}
+
+
+def test_teacher_solves_a_needle_through_the_engine(tmp_path: Path) -> None:
+    text = "Some essay text. " * 200 + "The special magic number for quiet-otter is 5150123. "
+    text += "More essay text. " * 200
+    task = TrainTask(
+        "train-sniah-x", "sniah", "What is the special magic number for quiet-otter?",
+        "5150123", "contains", context=text, split="train", params={"key": "quiet-otter"},
+    )  # fmt: skip
+    got = _run_teacher(task, tmp_path)
+    assert got["rows"][0]["details"]["answer"] == "5150123"
+    held = TrainTask("heldout-1", "sniah", "q", "1", "contains", context="x", split="heldout")
+    with pytest.raises(ValueError, match="held-out"):
+        teacher.policy(held)
+
+
+def test_teacher_answers_codebase_questions_from_the_syntax_tree(
+    tmp_path: Path, codebase: Path
+) -> None:
+    task = TrainTask(
+        "train-codeqa-x", "codeqa", "In which file is `helper2` defined?", "pkg/util.py",
+        "path", context_path=str(codebase), split="train",
+        params={"template": "where_defined", "name": "helper2"},
+    )  # fmt: skip
+    _run_teacher(task, tmp_path)
