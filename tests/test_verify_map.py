@@ -70,6 +70,8 @@ def test_numbers_counted_over_nothing_are_doubted():
     assert check("0", stderr=note).rule == "empty-count"  # type: ignore[union-attr]
     assert check("12", stderr=note).rule == "empty-count"  # type: ignore[union-attr]
     assert check("0", outputs=["hits = []", "[]"]).rule == "empty-count"  # type: ignore[union-attr]
+    # the evidence stays in view when FINAL cells (which print nothing) follow it
+    assert check("0", outputs=["20 lines\n0 []", "\n\n", "\n\n"]).rule == "empty-count"  # type: ignore[union-attr]
     assert check("0", outputs=["zeros: 0 of 40 lines"]) is None
     assert check("3", outputs=["[]"]) is None  # only a 0 is read off an empty collection
 

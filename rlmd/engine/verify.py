@@ -104,7 +104,9 @@ def check(
         if missing:
             return Concern("path", missing)
     if short and _NUMBER.match(text):
-        recent = "\n".join(outputs[-2:])
+        # the last two outputs that show anything: a FINAL cell prints nothing, and the
+        # evidence must not slide out of view when the model answers again (issue 15 run)
+        recent = "\n".join([o for o in outputs if o.strip()][-2:])
         if _EMPTY_NOTES.search(stderr):
             note = next(line for line in stderr.splitlines() if _EMPTY_NOTES.search(line))
             return Concern(
