@@ -46,7 +46,7 @@ sys.path[:0] = [str(REPO), str(REPO / "tui")]
 
 from bench.local_cluster import LocalCluster, tree_shape  # noqa: E402
 from rlmd.engine import Budget, RunConfig, run_task  # noqa: E402
-from rlmd.engine.events import CellStarted, Event, RunStarted  # noqa: E402
+from rlmd.engine.events import CellStarted, Event, RunFinished, RunStarted  # noqa: E402
 from rlmd.models.base import ModelSpec  # noqa: E402
 from rlmd.models.registry import Registry  # noqa: E402
 from rlmd.store import Store  # noqa: E402
@@ -136,7 +136,7 @@ async def one_tree(
     fan_cell = next(e for e in events if isinstance(e, CellStarted) and e.depth == 0)
     dispatch = [e.ts - fan_cell.ts for e in events if isinstance(e, RunStarted) and e.depth == 1]
     if concurrency == 1:  # one after another: from the previous child's end to the next's start
-        ends = sorted(e.ts for e in events if e.kind == "run.finished" and e.depth == 1)
+        ends = sorted(e.ts for e in events if isinstance(e, RunFinished) and e.depth == 1)
         starts = sorted(e.ts for e in events if isinstance(e, RunStarted) and e.depth == 1)
         dispatch = [starts[0] - fan_cell.ts] + [
             s - e for s, e in zip(starts[1:], ends, strict=False)

@@ -42,10 +42,23 @@ if [[ ",${EXTRAS}," == *",local,"* ]]; then
   key="$(printf '%s %s' "$LLAMA_VERSION" "$LLAMA_CMAKE_ARGS" | sha256sum | cut -c1-12)"
   wheels="${XDG_CACHE_HOME:-$HOME/.cache}/rlmd/wheels/llama-cpp-python-$key"
   if ! ls "$wheels"/llama_cpp_python-*.whl >/dev/null 2>&1; then
-    echo "setup: building llama-cpp-python $LLAMA_VERSION ($LLAMA_CMAKE_ARGS; ~5 min on 2 cores, once)" >&2
+    echo "setup: building llama-cpp-python $LLAMA_VERSION (llama.cpp from source, $LLAMA_CMAKE_ARGS)" \
+      "— about 5 min on 2 cores, once; later installs reuse the wheel" >&2
     CMAKE_ARGS="$LLAMA_CMAKE_ARGS" CMAKE_BUILD_PARALLEL_LEVEL="${CMAKE_BUILD_PARALLEL_LEVEL:-2}" \
       .venv/bin/python -m pip wheel -q --no-deps --no-cache-dir "llama-cpp-python==$LLAMA_VERSION" \
-      -w "$wheels.tmp" >&2
+      -w "$wheels.tmp" >&2 &
+    build=$!
+    # A line every 30 s, so a silent compile does not look like a hang.
+    started=$SECONDS
+    while kill -0 "$build" 2>/dev/null; do
+      for _ in $(seq 30); do kill -0 "$build" 2>/dev/null && sleep 1; done
+      if kill -0 "$build" 2>/dev/null; then
+        elapsed=$((SECONDS - started))
+        printf 'setup: still building llama.cpp (%dm%02ds elapsed)\n' $((elapsed / 60)) $((elapsed % 60)) >&2
+      fi
+    done
+    wait "$build"
+    echo "setup: llama-cpp-python built in $((SECONDS - started)) s" >&2
     rm -rf "$wheels" && mv "$wheels.tmp" "$wheels"
   fi
   if [ "$(cat .venv/.llama-build 2>/dev/null)" != "$key" ]; then
@@ -54,6 +67,9 @@ if [[ ",${EXTRAS}," == *",local,"* ]]; then
     echo "$key" > .venv/.llama-build
   fi
 fi
-.venv/bin/python -m pip install -q -e ".[${EXTRAS}]" 2>&1 | { grep -v '^WARNING: Location' || true; } >&2
+# PYTHONWARNINGS reaches the build backend: it hides setuptools' "Editable installation"
+# banner (a BuildBackendWarning printed on every install; nothing to act on).
+PYTHONWARNINGS="ignore::UserWarning" \
+  .venv/bin/python -m pip install -q -e ".[${EXTRAS}]" 2>&1 | { grep -v '^WARNING: Location' || true; } >&2
 .venv/bin/rlmd --help >/dev/null
 echo "setup: rlmd installed in $(pwd)/.venv (extras: ${EXTRAS})" >&2

@@ -18,7 +18,10 @@ fi
 npx tsc --noEmit -p .
 node build.mjs
 RLMD_PYTHON="$PY" node --test out/test/
-if [ "${RLMD_VSCODE_E2E:-1}" = "0" ]; then exit 0; fi
+if [ "${RLMD_VSCODE_E2E:-1}" = "0" ]; then
+  echo "vscode: workbench tests SKIPPED (RLMD_VSCODE_E2E=0); the protocol tests ran" >&2
+  exit 0
+fi
 CS="$(bash "$REPO/scripts/vscode-e2e-install.sh" | tail -n1)"
 npx vsce package --no-dependencies --allow-missing-repository --skip-license -o rlmd.vsix >/dev/null
 node test-e2e/workbench.mjs "$CS" "$(pwd)/rlmd.vsix" "$PY" "$REPO"

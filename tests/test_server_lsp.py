@@ -20,8 +20,10 @@ from pytest_lsp import ClientServerConfig, LanguageClient
 
 pytestmark = pytest.mark.timeout(60)
 
-HOME = Path(tempfile.mkdtemp(prefix="rlmd-lsp-"))
-PROJECT = make_project(HOME, "lsp-proj")
+BASE = Path(tempfile.mkdtemp(prefix="rlmd-lsp-"))
+HOME = BASE / "home"  # the project lies beside the rlmd home: a codebase inside it is refused
+HOME.mkdir()
+PROJECT = make_project(BASE, "lsp-proj")
 ENV = {**os.environ, "RLMD_HOME": str(HOME)}
 INIT = types.InitializeParams(
     capabilities=types.ClientCapabilities(

@@ -274,3 +274,14 @@ async def test_a_cell_repeated_a_third_time_is_not_run_again():
     assert "same code as in your previous turn" in runs[1]
     for skipped in runs[2:4]:
         assert "[cell 1]" not in skipped and "I did not run it again" in skipped
+
+
+async def test_a_final_given_again_after_its_refusal_and_question_is_not_skipped_as_a_repeat():
+    """The model insists on its answer: the same ``FINAL`` cell a third time still runs and
+    is accepted (it was refused as too early, then questioned as unseen in any output)."""
+
+    def root(messages):
+        return repl("FINAL('ok')")
+
+    result = await go(scripted_registry(root=root, sub=root), "q", "abcd", config())
+    assert (result.status, result.answer, result.iterations) == ("completed", "ok", 3)

@@ -192,6 +192,13 @@ def main(argv: list[str] | None = None) -> int:
 
 def _check_args(args: argparse.Namespace) -> str | None:
     """A message for arguments that parse but make no sense, else ``None``."""
+    if args.command == "runs" and args.limit < 1:
+        return f"--limit must be >= 1, got {args.limit}"
+    if args.command == "serve":
+        for name in ("idle_timeout", "client_stall", "max_message_bytes", "max_client_buffer"):
+            value = getattr(args, name, None)
+            if value is not None and not (math.isfinite(value) and value >= 0):
+                return f"--{name.replace('_', '-')} must be a number >= 0, got {value}"
     if args.command != "run":
         return None
     if not args.question.strip():
@@ -204,6 +211,31 @@ def _check_args(args: argparse.Namespace) -> str | None:
         value = getattr(args, name)
         if value is not None and value < 1:
             return f"--{name.replace('_', '-')} must be >= 1, got {value}"
+    return _sandbox_problem(args.sandbox, args.template)
+
+
+def _sandbox_problem(sandbox: str | None, template: str | None) -> str | None:
+    """Why the chosen sandbox cannot start here (an unknown template, missing cloud
+    credentials), found before a run is recorded; else ``None``."""
+    import os
+
+    if template:
+        from rlmd.sandbox import SandboxError
+        from rlmd.sandbox.docker import images
+
+        try:
+            images.template_path(template)
+        except (SandboxError, ValueError) as exc:
+            return str(exc)
+    if sandbox == "e2b":
+        from rlmd.sandbox.cloud.e2b import API_KEY_ENV
+
+        if not os.environ.get(API_KEY_ENV):
+            return f"--sandbox e2b needs {API_KEY_ENV} set (create a key in the E2B dashboard)"
+    if sandbox == "modal":
+        from rlmd.sandbox.cloud.modal import _credentials_missing
+
+        return _credentials_missing()
     return None
 
 
@@ -347,12 +379,19 @@ def cmd_run(args: argparse.Namespace) -> int:
             )
         )
     else:
+        from rlmd.cli.outcome import answer_note, budget_note
+
+        ended = {
+            "status": result.status,
+            "answer": result.answer,
+            "answer_source": result.answer_source,
+            "usage": result.usage,
+            "budget": run_config.budget.to_dict(),
+        }
         if result.answer is not None:
-            if result.answer_source == "extraction":
-                err.print(
-                    "[yellow]The run stopped before a final answer; this answer was extracted "
-                    "from its work so far (marked 'extraction').[/]"
-                )
+            note = answer_note(ended)
+            if note:  # before the answer, so a reader of the terminal sees it first
+                err.print(f"[bold yellow]{markup(note[0].upper() + note[1:])}.[/]")
             elif result.answer_source == "unverified":
                 err.print(
                     "[yellow]Unverified answer: the checks doubted it (an error or 'not "
@@ -367,6 +406,8 @@ def cmd_run(args: argparse.Namespace) -> int:
             write_answer(result.answer)
         else:
             err.print(f"[yellow]no answer[/] ({result.status}: {markup(str(result.error))})")
+            if budget_note(ended):
+                err.print(f"[yellow]{markup(budget_note(ended))}[/]")
         err.print(f"[dim]trajectory: rlmd show {result.run_id}  (store {paths.store_path()})[/]")
     return 0 if result.status == "completed" else 1
 
@@ -400,7 +441,7 @@ def cmd_runs(args: argparse.Namespace) -> int:
         filtered = args.search or args.status or args.limit < 1
         err.print("no runs match" if filtered else "no runs recorded yet: try rlmd run")
     else:
-        out.print(runs_table(runs))
+        out.print(runs_table(runs, width=out.width))
     return 0
 
 
@@ -429,8 +470,8 @@ def cmd_show(args: argparse.Namespace) -> int:
     if run is None:
         return 2
     tree = store.tree(run["id"])
-    out.print(run_summary(tree))
-    out.print(run_tree(tree))
+    out.print(run_summary(tree), soft_wrap=False)  # long answers wrap inside the panel
+    out.print(run_tree(tree), soft_wrap=False)
     return 0
 
 
@@ -505,6 +546,7 @@ def cmd_door(args: argparse.Namespace) -> int:
 
 def cmd_models(args: argparse.Namespace) -> int:
     from rich.table import Table
+    from rich.text import Text
 
     from rlmd import config
 
@@ -520,18 +562,30 @@ def cmd_models(args: argparse.Namespace) -> int:
         print(path)
         return 0
     registry = config.load(Path.cwd()).registry()
-    table = Table("name", "provider", "model", "window", "$/M in", "$/M out", "usable")
+    wide = out.width >= 110
+    table = Table(pad_edge=False)
+    table.add_column("name", no_wrap=True)
+    table.add_column("provider", no_wrap=True)
+    if wide:
+        table.add_column("model", overflow="fold")
+    for name in ("window", "$/M in", "$/M out", "usable"):
+        table.add_column(name, no_wrap=True, justify="left" if name == "usable" else "right")
+    notes: list[str] = []  # why a model is not usable, one whole line each under the table
     for spec, reason in registry.list():
+        if reason is not None:
+            notes.append(f"{len(notes) + 1}. {markup(spec.name)}: {markup(reason)}")
         table.add_row(
-            spec.name,
+            Text(spec.name),
             spec.provider,
-            spec.model,
+            *([Text(spec.model)] if wide else []),
             f"{spec.context_window:,}",
             "?" if spec.price_input is None else f"{spec.price_input:g}",
             "?" if spec.price_output is None else f"{spec.price_output:g}",
-            "[green]yes[/]" if reason is None else f"[yellow]no[/]: {reason}",
+            "[green]yes[/]" if reason is None else f"[yellow]no[/] (see {len(notes)})",
         )
     out.print(table)
+    for note in notes:
+        out.print(note)
     return 0
 
 

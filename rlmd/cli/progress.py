@@ -6,6 +6,8 @@ from typing import Any
 
 from rich.console import Console
 
+from rlmd.cli.outcome import CELL_SOURCES, answer_note, budget_note
+from rlmd.cli.render import fmt_cost
 from rlmd.cli.term import markup
 from rlmd.engine.events import (
     CellFinished,
@@ -31,6 +33,8 @@ class ProgressPrinter:
         self.calls = 0
         self.tokens = 0
         self.usd = 0.0
+        self.proposed: set[str] = set()  # runs whose last cell gave a FINAL not yet judged
+        self.limits: dict[str, dict[str, Any]] = {}  # run id → its budget
 
     def __call__(self, event: Event) -> None:
         pad = "  " * event.depth
@@ -42,12 +46,16 @@ class ProgressPrinter:
                 if ctx.get("files") is not None:
                     what += f" · {ctx['files']:,} files"
                 label = "run" if event.depth == 0 else "child run"
+                self.limits[event.run_id] = dict(event.budget or {})
                 root = (models or {}).get("root") or {}
                 c.print(
                     f"{pad}[bold cyan]▶ {label}[/] {event.run_id} · depth {event.depth} · "
                     f"model {markup(str(root.get('name')))} · context {what}"
                 )
             case IterationStarted(index=index):
+                if event.run_id in self.proposed:
+                    self.proposed.discard(event.run_id)
+                    c.print(f"{pad}  [yellow]FINAL not accepted[/]: the engine asked for more work")
                 c.print(f"{pad}[bold]iteration {index + 1}[/]")
             case ModelCallFinished(error=str(error)):
                 c.print(
@@ -60,7 +68,7 @@ class ProgressPrinter:
                 c.print(
                     f"{pad}  [magenta]{event.role} call[/] {markup(event.model)} "
                     f"{event.input_tokens:,}→{event.output_tokens:,} tok · {event.latency_s:.1f}s · "
-                    f"total {self.tokens:,} tok · ${self.usd:.4f}"
+                    f"total {self.tokens:,} tok · {fmt_cost(self.usd)}"
                 )
             case CellStarted(index=index, code=code) if self.show_code:
                 first = code.strip().splitlines()[0] if code.strip() else ""
@@ -84,16 +92,31 @@ class ProgressPrinter:
                 f"{pad}  [green]cell {event.index + 1} ok[/] {event.duration_s * 1000:.0f} ms · {preview}"
             )
         if event.final is not None:
-            c.print(f"{pad}  [bold green]FINAL[/] {markup(str(event.final)[:200])}")
+            self.proposed.add(event.run_id)  # judged by what comes next: the end or a new turn
+            c.print(f"{pad}  [bold]FINAL proposed[/] {markup(str(event.final)[:200])}")
 
     def _run_finished(self, pad: str, event: RunFinished) -> None:
         usage = event.usage
         u: dict[str, Any] = dict(usage["total"]) if usage else {}
         wall = usage["wall_time_s"] if usage else 0
         style = "green" if event.status == "completed" else "yellow"
+        accepted = event.run_id in self.proposed and event.answer_source in CELL_SOURCES
+        self.proposed.discard(event.run_id)
         self.console.print(
-            f"{pad}[{style}]■ {event.status}[/] · {event.iterations} iterations · "
+            f"{pad}[{style}]■ {event.status}[/]"
+            + (" (FINAL accepted)" if accepted else "")
+            + f" · {event.iterations} iterations · "
             f"{u.get('calls', 0)} model calls · {u.get('total_tokens', 0):,} tokens · "
-            f"${u.get('cost_usd', 0):.4f} · {wall:.1f}s"
+            f"{fmt_cost(u.get('cost_usd', 0))} · {wall:.1f}s"
             + (f" · {markup(event.error)}" if event.error else "")
         )
+        run = {
+            "status": event.status,
+            "budget": self.limits.get(event.run_id),
+            "usage": usage,
+            "answer": event.answer,
+            "answer_source": event.answer_source,
+        }
+        note = answer_note(run) or budget_note(run)
+        if note and event.depth > 0:  # the root run's note comes with its answer
+            self.console.print(f"{pad}[dark_orange]{markup(note)}[/]")

@@ -22,6 +22,7 @@ from rich.table import Table
 from rich.text import Text
 from rich.tree import Tree
 
+from rlmd.cli.outcome import answer_note, budget_note, refused_finals
 from rlmd.cli.term import visible_all
 
 STATUS_STYLES = {
@@ -78,6 +79,12 @@ def fmt_duration(seconds: Any) -> str:
     return f"{int(s // 3600)}h{int(s % 3600 // 60):02d}m"
 
 
+def cell_name(data: dict[str, Any]) -> str:
+    """``cell 1`` for a cell node's data: counted from 1, as the live progress counts."""
+    index = data.get("index")
+    return f"cell {int(index) + 1}" if isinstance(index, int) else "cell"
+
+
 def fmt_time(ts: Any) -> str:
     """Local ``YYYY-MM-DD HH:MM`` of an epoch timestamp."""
     if ts is None:
@@ -111,46 +118,70 @@ def _one_line(text: Any, width: int) -> str:
     return text if len(text) <= width else text[: width - 1] + "…"
 
 
-def runs_table(
-    runs: list[dict[str, Any]], *, title: str | None = None, question_width: int = 48
-) -> Table:
-    """A table of runs (dicts from :meth:`Store.list_runs`).
+RUN_COLUMNS = (
+    "id", "status", "question", "model", "depth", "iters", "subcalls",
+    "tokens in/out", "cost", "duration", "started",
+)  # fmt: skip
+"""Columns of :func:`runs_table`, left to right."""
 
-    Columns: id (shortest unique prefix), status, question (truncated), root model, depth
-    reached, iterations, sub-calls, tokens in/out, cost, duration, started. Totals come from
-    each run's ``"tree"`` (the run and its child runs) when present, else its own counters.
+OPTIONAL_RUN_COLUMNS = ("duration", "subcalls", "iters", "depth", "model")
+"""Dropped in this order when the terminal is too narrow for them and a readable question."""
+
+
+def runs_table(runs: list[dict[str, Any]], *, title: str | None = None, width: int = 200) -> Table:
+    """A table of runs (dicts from :meth:`Store.list_runs`) laid out for a terminal ``width``
+    columns wide: every column keeps its full width and the question (one line, cut with
+    ``…``) takes the rest; the columns of :data:`OPTIONAL_RUN_COLUMNS` are dropped, in that
+    order, while the question would get fewer than 30 cells.
+
+    Columns: id (shortest unique prefix), status, question, root model, depth reached,
+    iterations, sub-calls, tokens in/out, cost, duration, started. Totals come from each
+    run's ``"tree"`` (the run and its child runs) when present, else its own counters.
     """
     runs = visible_all(runs)
-    table = Table(title=title, box=box.SIMPLE_HEAVY, header_style="bold")
-    table.add_column("id", style="cyan", no_wrap=True)
-    table.add_column("status", no_wrap=True)
-    table.add_column("question", overflow="ellipsis", max_width=question_width)
-    table.add_column("root model", overflow="ellipsis", max_width=28)
-    table.add_column("depth", justify="right")
-    table.add_column("iters", justify="right")
-    table.add_column("subcalls", justify="right")
-    table.add_column("tokens in/out", justify="right", no_wrap=True)
-    table.add_column("cost", justify="right")
-    table.add_column("duration", justify="right")
-    table.add_column("started", no_wrap=True)
     short = short_ids(r["id"] for r in runs)
+    rows: list[dict[str, Text]] = []
     for run in runs:
         totals = run.get("tree") or {}
         get = lambda k, run=run, totals=totals: totals.get(k, run.get(k))  # noqa: E731
         depth = totals.get("max_depth", run.get("depth"))
-        table.add_row(
-            short[run["id"]],
-            status_text(run.get("status")),
-            Text(_one_line(run.get("question"), question_width)),
-            Text(str(run.get("root_model") or "-")),
-            str(depth if depth is not None else "-"),
-            str(get("iterations") or 0),
-            str(get("subcalls") or 0),
-            f"{fmt_tokens(get('input_tokens'))}/{fmt_tokens(get('output_tokens'))}",
-            fmt_cost(get("cost_usd")),
-            fmt_duration(run_duration(run)),
-            fmt_time(run.get("started_at")),
+        cells: dict[str, str | Text] = {
+            "id": Text(short[run["id"]], style="cyan"),
+            "status": status_text(run.get("status")),
+            "question": Text(_one_line(run.get("question"), 400)),
+            "model": Text(str(run.get("root_model") or "-")),
+            "depth": str(depth if depth is not None else "-"),
+            "iters": str(get("iterations") or 0),
+            "subcalls": str(get("subcalls") or 0),
+            "tokens in/out": f"{fmt_tokens(get('input_tokens'))}/{fmt_tokens(get('output_tokens'))}",
+            "cost": fmt_cost(get("cost_usd")),
+            "duration": fmt_duration(run_duration(run)),
+            "started": fmt_time(run.get("started_at"))[0 if width >= 120 else 5 :],
+        }
+        rows.append({k: v if isinstance(v, Text) else Text(v) for k, v in cells.items()})
+    widths = {c: max([len(c)] + [r[c].cell_len for r in rows]) for c in RUN_COLUMNS}
+    if width < 120:  # "tokens" over "3.2k/47": the header is the widest cell
+        widths["tokens in/out"] = max([6] + [r["tokens in/out"].cell_len for r in rows])
+    widths["model"] = min(widths["model"], 24)
+    names = list(RUN_COLUMNS)
+
+    def room() -> int:  # cells left for the question; 2 between columns (their padding)
+        return width - sum(widths[c] for c in names if c != "question") - 2 * (len(names) - 1)
+
+    for optional in OPTIONAL_RUN_COLUMNS:
+        if room() >= min(30, widths["question"]):
+            break
+        names.remove(optional)
+    table = Table(title=title, box=None, header_style="bold underline", pad_edge=False)
+    for name in names:
+        w = max(12, min(widths[name], room())) if name == "question" else widths[name]
+        right = name not in ("id", "status", "question", "model", "started")
+        header = "tokens" if name == "tokens in/out" and w < len(name) else name
+        table.add_column(
+            header, no_wrap=True, overflow="ellipsis", width=w, justify="right" if right else "left"
         )
+    for row in rows:
+        table.add_row(*(row[name] for name in names))
     return table
 
 
@@ -181,7 +212,7 @@ def _node_label(node: dict[str, Any]) -> Text:
         if node.get("cost_usd"):
             label.append(f"  {fmt_cost(node.get('cost_usd'))}", style="dim")
     elif kind == "cell":
-        label.append(f"cell {data.get('index', '')}".rstrip(), style="bold green")
+        label.append(cell_name(data), style="bold green")
     elif kind == "compaction":
         label.append("compaction", style="bold magenta")
         label.append(f": summarised {data.get('summarised_messages', '?')} messages", style="dim")
@@ -195,7 +226,9 @@ def _node_label(node: dict[str, Any]) -> Text:
     return label
 
 
-def _add_node(parent: Tree, node: dict[str, Any], code_lines: int, output_lines: int) -> None:
+def _add_node(
+    parent: Tree, node: dict[str, Any], code_lines: int, output_lines: int, refused: set[str]
+) -> None:
     data = node.get("data") or {}
     branch = parent.add(_node_label(node))
     if node.get("kind") == "cell":
@@ -207,12 +240,20 @@ def _add_node(parent: Tree, node: dict[str, Any], code_lines: int, output_lines:
             branch.add(Text(_preview(data["stderr"], output_lines), style="yellow"))
         if data.get("error"):
             branch.add(Text(_preview(data["error"], output_lines), style="bold red"))
-        if data.get("final") is not None:
+        if data.get("final") is not None and node.get("id") in refused:
+            branch.add(
+                Text(
+                    f"FINAL not accepted (the engine asked for more work): "
+                    f"{_one_line(data['final'], 80)}",
+                    style="yellow",
+                )
+            )
+        elif data.get("final") is not None:
             branch.add(Text(f"FINAL: {_one_line(data['final'], 100)}", style="bold green"))
     elif node.get("kind") == "model_call" and data.get("error"):
         branch.add(Text(_one_line(data["error"], 110), style="bold red"))
     for child in node.get("children") or []:
-        _add_node(branch, child, code_lines, output_lines)
+        _add_node(branch, child, code_lines, output_lines, refused)
     for run in node.get("runs") or []:
         _add_run(branch, run, code_lines, output_lines)
 
@@ -237,14 +278,18 @@ def _add_run(parent: Tree, run: dict[str, Any], code_lines: int, output_lines: i
 
 
 def _fill_run(branch: Tree, run: dict[str, Any], code_lines: int, output_lines: int) -> None:
+    refused = refused_finals(run)
     for node in run.get("nodes") or []:
-        _add_node(branch, node, code_lines, output_lines)
+        _add_node(branch, node, code_lines, output_lines, refused)
     for child in run.get("runs") or []:
         _add_run(branch, child, code_lines, output_lines)
     if run.get("error"):
         branch.add(Text(f"error: {_one_line(run['error'], 110)}", style="bold red"))
     if run.get("answer") is not None:
-        branch.add(Text(f"answer: {_one_line(run['answer'], 110)}", style="bold green"))
+        partial = run.get("answer_source") == "extraction"
+        label = "partial answer (extracted)" if partial else "answer"
+        style = "bold dark_orange" if partial else "bold green"
+        branch.add(Text(f"{label}: {_one_line(run['answer'], 110)}", style=style))
 
 
 def run_tree(tree: dict[str, Any], *, code_lines: int = 3, output_lines: int = 3) -> Tree:
@@ -294,6 +339,10 @@ def run_summary(run: dict[str, Any]) -> Panel:
     )
     if run.get("answer_source"):
         lines.append(f"  ({run['answer_source']})", style="dim")
+    note = answer_note(run) or budget_note(run)
+    if note:
+        lines.append("\nbudget   ", style="bold")
+        lines.append(note, style="dark_orange")
     if run.get("error"):
         lines.append("\nerror    ", style="bold")
         lines.append(str(run["error"]), style="bold red")

@@ -73,8 +73,8 @@ class Budget:
     def __post_init__(self) -> None:
         for f in fields(self):
             value = getattr(self, f.name)
-            if value is not None and value < 0:
-                raise ValueError(f"budget {f.name} must be >= 0, got {value!r}")
+            if value is not None and not value >= 0:  # NaN compares false: refused too
+                raise ValueError(f"budget {f.name} must be a number >= 0, got {value!r}")
         if self.max_iterations < 1:
             raise ValueError("budget max_iterations must be >= 1")
 

@@ -49,6 +49,8 @@ class LoopState:
         concern: why the verifier doubts the answer just judged (questioned, or accepted
             as ``"unverified"``), else ``None``.
         repeats: turns in a row whose code equals the previous turn's.
+        final_not_taken: the previous turn's ``FINAL`` was refused or questioned (giving it
+            again is how the model insists, so that turn is never skipped as a repeat).
     """
 
     messages: list[Message] = field(default_factory=list)
@@ -63,6 +65,7 @@ class LoopState:
     previous_blocks: list[str] = field(default_factory=list)
     concern: verify.Concern | None = None
     repeats: int = 0
+    final_not_taken: bool = False
 
     def say(self, text: str) -> None:
         """Append a user message to the conversation."""

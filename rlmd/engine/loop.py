@@ -288,7 +288,8 @@ class RLMRun:
         """
         cfg, state = self.cfg, self.state
         notes, all_failed = [], True
-        if feedback.skip_repeat(state, blocks):
+        insisting, state.final_not_taken = state.final_not_taken, False
+        if feedback.skip_repeat(state, blocks) and not insisting:
             notes = [
                 prompts.REPEATED_NOT_RUN,
                 *feedback.end_of_turn(state, blocks, False, cfg.budget, i),
@@ -321,14 +322,14 @@ class RLMRun:
                     source = "unverified"
                 return "completed", result.final, source, None
             if verdict is Verdict.QUESTION:
-                state.questioned = True
+                state.questioned = state.final_not_taken = True
                 assert state.concern is not None and result.final is not None
                 notes.append(feedback.question_message(cfg, state.concern, result.final))
                 break
             if self.rt.ledger.exhausted is not None:
                 raise self.rt.ledger.exhausted
             if verdict is Verdict.REFUSE:
-                state.refused = True
+                state.refused = state.final_not_taken = True
                 notes.append(cfg.early_answer_message)
                 break
         notes += feedback.end_of_turn(state, blocks, all_failed, cfg.budget, i)

@@ -34,6 +34,15 @@ from acp.schema import (
 )
 
 import rlmd
+from rlmd.engine.events import (
+    CellFinished,
+    CellStarted,
+    IterationStarted,
+    ModelCallFinished,
+    RunFinished,
+    RunStarted,
+    type_of,
+)
 from rlmd.frontdoors.link import DaemonLink, LazyLink, ending
 from rlmd.server.client import RpcError
 
@@ -83,14 +92,14 @@ def question_of(blocks: list[Any]) -> str:
 
 def updates_for(event: dict[str, Any]) -> list[Any]:
     """The ``session/update`` payloads for one ``rlmd/event`` (summary detail) of the task."""
-    kind, depth, data = event["kind"], event.get("depth") or 0, event.get("data") or {}
+    kind, depth, data = type_of(event["kind"]), event.get("depth") or 0, event.get("data") or {}
     where = f" (depth {depth})" if depth else ""
-    if kind == "iteration.started" and depth == 0:
+    if kind is IterationStarted and depth == 0:
         return [acp.update_agent_thought_text(f"Iteration {data.get('index', 0) + 1}\n")]
-    if kind == "model_call.finished" and data.get("role") == "root" and depth == 0:
+    if kind is ModelCallFinished and data.get("role") == "root" and depth == 0:
         reasoning = _REPL_BLOCK.sub("", data.get("response") or "").strip()
         return [acp.update_agent_thought_text(reasoning + "\n")] if reasoning else []
-    if kind == "cell.started":
+    if kind is CellStarted:
         code = data.get("code") or ""
         first = next((ln for ln in code.splitlines() if ln.strip()), "")
         return [
@@ -102,7 +111,7 @@ def updates_for(event: dict[str, Any]) -> list[Any]:
                 raw_input={"code": code},
             )
         ]
-    if kind == "cell.finished":
+    if kind is CellFinished:
         error = data.get("error")
         shown = "".join(
             [data.get("stdout") or "", data.get("stderr") or "", f"\n{error}" if error else ""]
@@ -115,7 +124,7 @@ def updates_for(event: dict[str, Any]) -> list[Any]:
                 raw_output={k: data.get(k) for k in ("stdout", "stderr", "error", "final")},
             )
         ]
-    if kind == "model_call.finished" and data.get("role") == "sub":
+    if kind is ModelCallFinished and data.get("role") == "sub":
         reply = data.get("error") or data.get("response") or ""
         return [
             acp.start_tool_call(
@@ -126,7 +135,7 @@ def updates_for(event: dict[str, Any]) -> list[Any]:
                 content=[acp.tool_content(acp.text_block(reply))],
             )
         ]
-    if kind == "run.started" and depth:
+    if kind is RunStarted and depth:
         return [
             acp.start_tool_call(
                 f"run-{event['run_id']}",
@@ -135,7 +144,7 @@ def updates_for(event: dict[str, Any]) -> list[Any]:
                 status="in_progress",
             )
         ]
-    if kind == "run.finished" and depth:
+    if kind is RunFinished and depth:
         answer = data.get("answer") or data.get("error") or data.get("status") or ""
         return [
             acp.update_tool_call(

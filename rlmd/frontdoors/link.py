@@ -18,6 +18,14 @@ from typing import Any
 
 from rlmd import paths
 from rlmd.cli.attach import connect_or_start
+from rlmd.engine.events import (
+    CellFinished,
+    CellStarted,
+    IterationStarted,
+    ModelCallFinished,
+    RunStarted,
+    type_of,
+)
 from rlmd.server import auth
 from rlmd.server.client import Client
 
@@ -187,19 +195,19 @@ class TaskProgress:
             if p.get("state") == "finished":
                 self.doing = p.get("status") or "finished"
             return
-        kind, depth = p.get("kind"), p.get("depth") or 0
+        kind, depth = type_of(p.get("kind")), p.get("depth") or 0
         where = f" (depth {depth})" if depth else ""
-        if kind == "iteration.started":
+        if kind is IterationStarted:
             self.doing = f"iteration {(p.get('data') or {}).get('index', 0) + 1}{where}: model"
-        elif kind == "cell.started":
+        elif kind is CellStarted:
             self.open_cells.add(p.get("node_id") or "")
             self.doing = f"running a cell{where}"
-        elif kind == "cell.finished":
+        elif kind is CellFinished:
             self.open_cells.discard(p.get("node_id") or "")
-        elif kind == "model_call.finished" and (p.get("data") or {}).get("role") == "sub":
+        elif kind is ModelCallFinished and (p.get("data") or {}).get("role") == "sub":
             self.subcalls += 1
             self.doing = f"sub-call {self.subcalls}{where}"
-        elif kind == "run.started" and depth:
+        elif kind is RunStarted and depth:
             self.child_runs += 1
             self.doing = f"child run {self.child_runs} (depth {depth})"
 

@@ -184,6 +184,10 @@ class Model(abc.ABC):
     stops at a stop string server-side but cannot say whether it did (its
     ``finish_reason`` is ``"stop"`` for both)."""
 
+    per_run: bool = False
+    """Whether each run tree needs its own instance (state that must not carry over from one
+    task to the next, like a script's position); see :meth:`Registry.for_run`."""
+
     MESSAGE_TOKENS_REMEMBERED = 4096
     """How many message contents :meth:`count_messages` remembers the count of."""
 

@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import copy
 import json
+from collections.abc import Callable
 from typing import Any
 
 from rlmd import paths
@@ -189,6 +190,25 @@ class Registry:
             model = create_model(self.spec(name))
             self._models[name] = model
         return model
+
+    def for_run(self) -> Callable[[str], Model]:
+        """A ``get`` for one run tree: the cached instances of :meth:`get`, except models that
+        are ``per_run`` (scripted), which are created once for this run tree.
+
+        Raises (from the returned function):
+            KeyError / ValueError: as :meth:`spec`.
+        """
+        own: dict[str, Model] = {}
+
+        def get(name: str) -> Model:
+            if name in own:
+                return own[name]
+            model = self.get(name)
+            if model.per_run:
+                model = own[name] = create_model(model.spec)
+            return model
+
+        return get
 
     def list(self) -> list[tuple[ModelSpec, str | None]]:
         """Every configured or added model with ``None`` if usable now, else the reason."""

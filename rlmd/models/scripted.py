@@ -143,8 +143,11 @@ class ScriptedModel(Model):
     """Replies from a script file or a Python callable (see the module docstring).
 
     The source is ``spec.options["callable"]`` if set, else ``spec.model``: a ``.json``
-    script path or ``file.py:function``. It is loaded on the first call.
+    script path or ``file.py:function``. It is loaded on the first call. Each run tree gets
+    its own instance (``per_run``): a daemon's next task starts at the first response again.
     """
+
+    per_run = True
 
     def __init__(self, spec: ModelSpec) -> None:
         super().__init__(spec)

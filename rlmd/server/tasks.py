@@ -300,7 +300,7 @@ class TaskManager:
                         task.question,
                         ws.context,
                         task.config,
-                        get_model=task.registry.get,
+                        get_model=task.registry.for_run(),
                         sinks=(self.record, lambda ev: self._on_event(task, ev)),
                         sandbox=ws.sandbox,
                         run_id=task.run_id,

@@ -156,13 +156,7 @@ class Queries:
         # Double quotes cannot be escaped inside an FTS5 term: search for the words around them.
         search = search.replace('"', " ") if search is not None else None
         if search is not None and search.strip():
-            params["query"] = self.db.quote_fts(search)
-            matched = (
-                "SELECT runs.id FROM runs JOIN runs_fts ON runs_fts.rowid = runs.rowid "
-                "WHERE runs_fts MATCH :query "
-                "UNION SELECT nodes.run_id FROM nodes JOIN nodes_fts ON nodes_fts.rowid = nodes.rowid "
-                "WHERE nodes_fts MATCH :query"
-            )
+            matched = self._search_matches(search.split(), params)
             if root_only:
                 matched = f"SELECT root_run_id FROM runs WHERE id IN ({matched})"
             where.append(f"id IN ({matched})")
@@ -176,6 +170,32 @@ class Queries:
         for run in runs:
             run["tree"] = totals.get(run["id"], dict.fromkeys(TREE_TOTAL_KEYS, 0))
         return runs
+
+    @staticmethod
+    def _search_matches(words: list[str], params: dict[str, Any]) -> str:
+        """SQL selecting the ids of runs where every word of ``words`` starts a word (full-text
+        prefix, e.g. ``Stream`` finds ``StreamReader``) or occurs anywhere (substring, e.g.
+        ``Reader``) in the question, answer or one node's code/output; fills ``params``."""
+        params["query"] = " ".join(f'"{w}"*' for w in words)  # '"' is gone already
+        for i, w in enumerate(words):
+            params[f"like{i}"] = (
+                "%" + w.replace("\\", "\\\\").replace("%", "\\%").replace("_", "\\_") + "%"
+            )
+
+        def contains(columns: tuple[str, ...]) -> str:
+            return " AND ".join(
+                "(" + " OR ".join(f"{c} LIKE :like{i} ESCAPE '\\'" for c in columns) + ")"
+                for i in range(len(words))
+            )
+
+        return (
+            "SELECT runs.id FROM runs JOIN runs_fts ON runs_fts.rowid = runs.rowid "
+            "WHERE runs_fts MATCH :query "
+            "UNION SELECT nodes.run_id FROM nodes JOIN nodes_fts ON nodes_fts.rowid = nodes.rowid "
+            "WHERE nodes_fts MATCH :query "
+            f"UNION SELECT id FROM runs WHERE {contains(('question', 'answer'))} "
+            f"UNION SELECT run_id FROM nodes WHERE {contains(NODE_TEXT_COLUMNS)}"
+        )
 
     def _tree_totals(self, run_ids: list[str]) -> dict[str, dict[str, Any]]:
         """Totals over each run's subtree (the run and its descendants), by run id."""

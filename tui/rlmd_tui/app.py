@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import argparse
 import os
+import shlex
+import subprocess
 from pathlib import Path
 from typing import Any
 
@@ -13,7 +15,7 @@ from textual.binding import Binding
 from textual.message import Message
 
 from rlmd.engine.events import RunFinished, RunStarted, type_of
-from rlmd_tui.backend import Backend, DaemonBackend, StoreBackend
+from rlmd_tui.backend import Backend, DaemonBackend, StoreBackend, describe
 from rlmd_tui.screens import (
     HelpScreen,
     LaunchScreen,
@@ -81,9 +83,20 @@ class RlmdApp(App):
         self._given = backend is not None
         self.socket = socket
         self.store_path = store_path
-        self.export_dir = Path(export_dir) if export_dir else Path.cwd()
+        self._export_dir = Path(export_dir) if export_dir else None
         self.copied: str | None = None
         self.exported: Path | None = None
+        self.edited: list[str] | None = None  # the last editor command run (for tests)
+        self._reconnect_timer: Any = None
+
+    @property
+    def export_dir(self) -> Path:
+        """Where ``e`` writes: the folder given, else ``$RLMD_HOME/exports``."""
+        if self._export_dir is None:
+            from rlmd import paths
+
+            self._export_dir = paths.home() / "exports"
+        return self._export_dir
 
     async def on_mount(self) -> None:
         if not self._given:
@@ -107,14 +120,53 @@ class RlmdApp(App):
                 ):
                     screen.schedule_reload()
 
+    def _socket(self) -> Path:
+        from rlmd import paths
+
+        return Path(self.socket) if self.socket is not None else paths.socket_path()
+
     async def _connect(self) -> Backend:
         from rlmd import paths
 
-        socket = self.socket if self.socket is not None else paths.socket_path()
         try:
-            return await DaemonBackend.connect(socket)
+            return await DaemonBackend.connect(self._socket())
         except (OSError, TimeoutError):
             return StoreBackend(self.store_path or paths.store_path())
+
+    def daemon_lost(self, reason: str) -> None:
+        """The daemon's connection ended: say so once, then try to reconnect every 2 s."""
+        self.notify(
+            f"lost the daemon ({reason or 'connection closed'}); reconnecting every 2 s. "
+            "Start it with `rlmd serve` if it stopped.",
+            severity="error",
+            timeout=8,
+        )
+        self._retitle()
+        if self._reconnect_timer is None:
+            self._reconnect_timer = self.set_interval(2.0, self.reconnect)
+
+    @work(exclusive=True, group="reconnect")
+    async def reconnect(self) -> None:
+        try:
+            backend = await DaemonBackend.connect(self._socket(), timeout=1.0)
+        except (OSError, TimeoutError, ConnectionError):
+            return
+        if self._reconnect_timer is not None:
+            self._reconnect_timer.stop()
+            self._reconnect_timer = None
+        old, self.backend = self.backend, backend
+        backend.on_note = lambda note: self.post_message(BackendNote(note))
+        await old.close()
+        self.notify("reconnected to the daemon")
+        for screen in self.screen_stack:
+            if isinstance(screen, RunsScreen | TrajectoryScreen):
+                screen.schedule_reload()
+        self._retitle()
+
+    def _retitle(self) -> None:
+        for screen in self.screen_stack:
+            if isinstance(screen, RunsScreen) and screen.is_mounted:
+                screen.show_title()
 
     async def on_unmount(self) -> None:
         await self.backend.close()
@@ -122,6 +174,9 @@ class RlmdApp(App):
     def on_backend_note(self, message: BackendNote) -> None:
         params = message.note.get("params") or {}
         method = message.note.get("method")
+        if method == "rlmd/lost":
+            self.daemon_lost(str(params.get("reason") or ""))
+            return
         for screen in self.screen_stack:
             if isinstance(screen, RunsScreen) and method in ("rlmd/taskStatus", "rlmd/event"):
                 kind = type_of(params.get("kind"))
@@ -165,7 +220,7 @@ class RlmdApp(App):
         try:
             status = await self.backend.start(params)
         except Exception as exc:  # noqa: BLE001 - shown to the user
-            self.notify(f"could not start: {exc}", severity="error")
+            self.notify(f"could not start the task: {describe(exc)}", severity="error")
             return
         self.notify(f"started {status['run_id']}")
         self.open_run(status["run_id"], follow=True)
@@ -175,7 +230,7 @@ class RlmdApp(App):
         try:
             status = await self.backend.cancel(run_id)
         except Exception as exc:  # noqa: BLE001 - shown to the user
-            self.notify(f"could not cancel: {exc}", severity="error")
+            self.notify(f"could not cancel {run_id}: {describe(exc)}", severity="error")
             return
         self.notify(f"cancel requested: {status.get('run_id', run_id)}")
 
@@ -193,9 +248,29 @@ class RlmdApp(App):
 
     def export_tree(self, tree: dict[str, Any]) -> None:
         path = self.export_dir / f"rlmd-{tree['id']}.json"
-        path.write_text(dump_tree(tree))
+        try:
+            path.parent.mkdir(parents=True, exist_ok=True)
+            path.write_text(dump_tree(tree), encoding="utf-8")
+        except OSError as exc:
+            self.notify(f"could not export to {path}: {exc.strerror or exc}", severity="error")
+            return
         self.exported = path
-        self.notify(f"exported to {path}")
+        self.notify(f"exported the run (with its child runs) to {path}", timeout=8)
+
+    def open_in_editor(self, path: Path, line: int) -> None:
+        """Open ``path`` at ``line`` in ``$VISUAL`` / ``$EDITOR`` (``vi`` if neither is set),
+        suspending the TUI while it runs."""
+        editor = os.environ.get("VISUAL") or os.environ.get("EDITOR") or "vi"
+        command = [*shlex.split(editor), f"+{line}", str(path)]
+        self.edited = command
+        try:
+            with self.suspend():
+                subprocess.run(command, check=False)
+        except FileNotFoundError:
+            self.notify(f"no editor {command[0]!r}: set $EDITOR", severity="error")
+        except Exception:  # noqa: BLE001 - a headless app cannot suspend: run it detached
+            subprocess.run(command, check=False, stdin=subprocess.DEVNULL, capture_output=True)
+        self.refresh()
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -216,5 +291,5 @@ def run(args: argparse.Namespace) -> int:
         from rlmd import paths
 
         backend = StoreBackend(args.store or paths.store_path())
-    RlmdApp(backend, socket=args.socket, store_path=args.store, export_dir=os.getcwd()).run()
+    RlmdApp(backend, socket=args.socket, store_path=args.store).run()
     return 0

@@ -13,7 +13,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from rlmd.server.client import Client
+from rlmd.server.client import Client, RpcError
 
 
 class ReadOnlyError(RuntimeError):
@@ -113,6 +113,18 @@ class _NotifyingClient(Client):
     """A :class:`Client` that hands notifications to a callback instead of keeping them."""
 
     callback: Callable[[dict[str, Any]], None] | None = None
+    on_lost: Callable[[str], None] | None = None
+    closing = False
+
+    def _fail(self, exc: Exception) -> None:
+        first = not self.closed
+        super()._fail(exc)
+        if first and not self.closing and self.on_lost is not None:
+            self.on_lost(str(exc) or type(exc).__name__)
+
+    async def close(self) -> None:
+        self.closing = True
+        await super().close()
 
     def _dispatch(self, msg: dict[str, Any]) -> None:
         if "method" in msg and "id" not in msg and self.callback is not None:
@@ -125,14 +137,20 @@ class _NotifyingClient(Client):
 
 
 class DaemonBackend(Backend):
-    """The daemon over its Unix socket: everything, live."""
+    """The daemon over its Unix socket: everything, live. When the connection ends (the
+    daemon stopped or crashed) it posts a ``{"method": "rlmd/lost"}`` note; the app then
+    reconnects with a new backend."""
 
     live = True
-    label = "daemon"
 
     def __init__(self, client: Client, socket: str | Path) -> None:
         self.client = client
         self.socket = Path(socket)
+        self.lost: str | None = None  # why the connection ended, once it has
+
+    @property
+    def label(self) -> str:  # type: ignore[override]
+        return "daemon lost: reconnecting…" if self.lost else "daemon"
 
     @classmethod
     async def connect(cls, socket: str | Path, timeout: float = 2.0) -> DaemonBackend:
@@ -144,12 +162,18 @@ class DaemonBackend(Backend):
         client = await _NotifyingClient.connect(socket, timeout=timeout)
         backend = cls(client, socket)
         client.callback = backend._note
+        client.on_lost = backend._lost
         await client.command("rlmd.subscribe", {"events": "summary", "progress": "none"})
         return backend
 
     def _note(self, note: dict[str, Any]) -> None:
         if self.on_note is not None:
             self.on_note(note)
+
+    def _lost(self, why: str) -> None:
+        """The daemon went away: tell the app with a ``rlmd/lost`` note (it reconnects)."""
+        self.lost = why
+        self._note({"method": "rlmd/lost", "params": {"reason": why}})
 
     async def list_runs(self, *, search=None, status=None, workspace=None, limit=200):
         params: dict[str, Any] = {"limit": min(limit, 500)}
@@ -190,3 +214,13 @@ class DaemonBackend(Backend):
 
     async def close(self) -> None:
         await self.client.close()
+
+
+def describe(exc: BaseException) -> str:
+    """A daemon or backend error in words: a JSON-RPC error's message without its code, a lost
+    connection as such, else the exception's text (its type when it has none)."""
+    if isinstance(exc, RpcError):
+        return exc.message or f"the daemon refused (code {exc.code})"
+    if isinstance(exc, ConnectionError):
+        return f"the daemon is not reachable ({exc or 'connection closed'})"
+    return str(exc) or type(exc).__name__

@@ -3,15 +3,30 @@
 from __future__ import annotations
 
 import json
+import re
 from datetime import datetime
+from pathlib import Path
 from typing import Any
 
 from rich.style import Style
 from rich.syntax import Syntax
 from rich.text import Text
 
-from rlmd.cli.render import fmt_cost, fmt_duration, fmt_tokens, run_duration, status_text
+from rlmd.cli.outcome import answer_note, budget_note
+from rlmd.cli.render import (
+    cell_name,
+    fmt_cost,
+    fmt_duration,
+    fmt_tokens,
+    run_duration,
+    status_text,
+)
 from rlmd.cli.term import visible
+from rlmd_tui.lineview import Para
+
+ORANGE = Style(color="dark_orange", bold=True)
+SOURCE_REF = re.compile(r"(?<![\w/.-])((?:[\w.-]+/)*[\w.-]+\.\w+):(\d+)\b")
+"""``path/to/file.py:12`` in an answer or output."""
 
 RED = Style(color="red", bold=True)
 YELLOW = Style(color="yellow")
@@ -60,7 +75,7 @@ def node_label(node: dict[str, Any]) -> Text:
                 style="dim",
             )
     elif kind == "cell":
-        label.append(f"cell {data.get('index', '')}".rstrip(), style="bold green")
+        label.append(cell_name(data), style="bold green")
         code = one_line(data.get("code"), 30)
         if code:
             label.append(f" {code}", style="dim")
@@ -79,13 +94,41 @@ def node_label(node: dict[str, Any]) -> Text:
     return label
 
 
-def _block(title: str, text: Any, style: Style | None = None) -> list:
+def _block(title: str, text: Any, style: Style | None = None, *, prose: bool = False) -> list:
+    """A titled block; ``prose`` lines (answers, questions) wrap at the pane's width."""
     lines: list = [Text(title, style=HEAD)]
     body = str(text)
     for line in body.splitlines() or [""]:
+        if prose:
+            line = Para(line)
         lines.append((line, style) if style is not None else line)
     lines.append("")
     return lines
+
+
+def detail_text(kind: str, item: dict[str, Any]) -> str:
+    """The text of an item where ``path:line`` citations are looked for: a run's answer, a
+    cell's output and FINAL, a model call's response."""
+    data = item.get("data") or {}
+    if kind == "run":
+        parts = [item.get("answer")]
+    else:
+        parts = [data.get(k) for k in ("final", "stdout", "response", "summary")]
+    return "\n".join(str(p) for p in parts if p)
+
+
+def source_refs(text: str, workspace: str | None) -> list[tuple[Path, int]]:
+    """The ``path:line`` citations in ``text`` that name an existing file (relative paths
+    against ``workspace``), in order, without repeats."""
+    found: list[tuple[Path, int]] = []
+    for match in SOURCE_REF.finditer(text or ""):
+        path = Path(match.group(1))
+        if not path.is_absolute() and workspace:
+            path = Path(workspace) / path
+        ref = (path, int(match.group(2)))
+        if path.is_file() and ref not in found:
+            found.append(ref)
+    return found
 
 
 def _code(title: str, code: str) -> list:
@@ -196,25 +239,46 @@ def run_detail(run: dict[str, Any]) -> list:
     head.append_text(status_text(run.get("status")))
     head.append(f"  depth {run.get('depth', 0)}  {run.get('root_model') or ''}", style="dim")
     lines: list = [head, _metrics(run), ""]
-    lines += _block("question", run.get("question") or "")
+    lines += _block("question", run.get("question") or "", prose=True)
+    partial = answer_note(run)
+    if partial:
+        lines.append((Para(partial), ORANGE))
+    elif budget_note(run):
+        lines.append((Para(str(budget_note(run))), ORANGE))
     if run.get("answer") is not None:
         src = f" ({run['answer_source']})" if run.get("answer_source") else ""
-        lines += _block("answer" + src, run["answer"], Style(color="green"))
+        title = ("partial answer" if partial else "answer") + src
+        lines += _block(title, run["answer"], Style(color="green"), prose=True)
     if run.get("error"):
-        lines += _block("error", run["error"], RED)
+        lines += _block("error", run["error"], RED, prose=True)
     lines += [Text("usage", style=HEAD), *usage_lines(run), ""]
     if run.get("budget"):
         lines += _block("budget", json.dumps(run["budget"], default=str))
     return lines
 
 
+def tree_iterations(run: dict[str, Any]) -> int:
+    """Iterations of a :meth:`Store.tree` run and all its child runs (as the runs table's
+    ``iter`` column counts them)."""
+    if isinstance(run.get("tree"), dict) and run["tree"].get("iterations") is not None:
+        return int(run["tree"]["iterations"])
+
+    def children(item: dict[str, Any]) -> list[dict[str, Any]]:
+        found = list(item.get("runs") or [])
+        for node in item.get("nodes") or item.get("children") or []:
+            found += children(node)
+        return found
+
+    return int(run.get("iterations") or 0) + sum(tree_iterations(c) for c in children(run))
+
+
 def summary_text(run: dict[str, Any], follow: bool) -> Text:
     """The trajectory screen's header (a few lines)."""
     t = Text()
     t.append_text(status_text(run.get("status")))
-    status = str(run.get("status") or "")
-    if status.startswith("max_"):
-        t.append(f" (budget {status[4:]} ran out)", style="dark_orange")
+    note = budget_note(run)
+    if note:
+        t.append(f" ({note})", style="dark_orange")
     tree = run.get("tree") or {}
     usage = run.get("usage") if isinstance(run.get("usage"), dict) else {}
     total = usage.get("total") or {}
@@ -222,8 +286,9 @@ def summary_text(run: dict[str, Any], follow: bool) -> Text:
     if not tokens:
         tokens = tokens_of(run)
     cost = total.get("cost_usd") if total else (tree.get("cost_usd") or run.get("cost_usd"))
+    # Over the whole tree, as the runs table and `rlmd runs` count them.
     t.append(
-        f"  {run.get('iterations') or 0} it  {fmt_tokens(tokens)} tok  {fmt_cost(cost)}"
+        f"  {tree_iterations(run)} it  {fmt_tokens(tokens)} tok  {fmt_cost(cost)}"
         f"  {fmt_duration(run_duration(run))}",
         style="dim",
     )
@@ -233,6 +298,8 @@ def summary_text(run: dict[str, Any], follow: bool) -> Text:
     t.append(one_line(run.get("question"), 200))
     t.append("\nA ", style="bold")
     if run.get("answer") is not None:
+        if run.get("answer_source") == "extraction":
+            t.append("(partial) ", style="bold dark_orange")
         t.append(one_line(run["answer"], 200), style="green")
     elif run.get("error"):
         t.append(one_line(run["error"], 200), style="bold red")

@@ -29,11 +29,14 @@ from textual.widgets import (
 from textual.widgets.tree import TreeNode
 
 from rlmd.cli.render import fmt_cost, fmt_duration, fmt_tokens, run_duration, status_text
+from rlmd_tui.backend import describe
 from rlmd_tui.format import (
     detail_lines,
+    detail_text,
     node_label,
     one_line,
     run_label,
+    source_refs,
     summary_text,
     tokens_of,
     when,
@@ -90,6 +93,24 @@ def parse_filter(text: str) -> dict[str, str | None]:
     return out
 
 
+class RunsTable(DataTable):
+    """The runs: Home and End move the cursor to the first and last run (a plain DataTable
+    only scrolls, leaving the cursor where it was)."""
+
+    BINDINGS = [
+        Binding("home", "first", "First run", show=False),
+        Binding("end", "last", "Last run", show=False),
+    ]
+
+    def action_first(self) -> None:
+        if self.row_count:
+            self.move_cursor(row=0, animate=False)
+
+    def action_last(self) -> None:
+        if self.row_count:
+            self.move_cursor(row=self.row_count - 1, animate=False)
+
+
 class RunsScreen(Screen):
     """Every run: a sortable, filterable table with full-text search; live with a daemon."""
 
@@ -119,7 +140,7 @@ class RunsScreen(Screen):
         yield Input(
             placeholder="search…  status:completed  ws:NAME  model:NAME  (enter)", id="filter"
         )
-        table: DataTable = DataTable(id="runs", cursor_type="row", zebra_stripes=True)
+        table: DataTable = RunsTable(id="runs", cursor_type="row", zebra_stripes=True)
         yield table
         yield Footer()
 
@@ -131,7 +152,7 @@ class RunsScreen(Screen):
         table.focus()
         self.reload()
 
-    def _title(self) -> None:
+    def show_title(self) -> None:
         arrow = "↓" if self.sort_reverse else "↑"
         f = {k: v for k, v in self.filters.items() if v}
         shown = "  ".join(f"{k}={v}" for k, v in f.items())
@@ -153,7 +174,9 @@ class RunsScreen(Screen):
                 search=f.get("search"), status=f.get("status"), workspace=None, limit=500
             )
         except Exception as exc:  # noqa: BLE001 - shown to the user
-            self.notify(f"could not list runs: {exc}", severity="error")
+            if not getattr(self.app.backend, "lost", None):  # the loss is announced once
+                self.notify(f"could not list runs: {describe(exc)}", severity="error")
+            self.show_title()
             return
         if f.get("workspace"):
             runs = [r for r in runs if f["workspace"] in (r.get("workspace") or "")]
@@ -173,17 +196,18 @@ class RunsScreen(Screen):
         table.clear()
         for run in runs:
             tree = run.get("tree") or {}
+            # Text cells: a question like "[b]x[/b]" is shown as typed, never as markup.
             table.add_row(
                 status_text(run.get("status")),
-                one_line(run.get("question"), 24),
+                Text(one_line(run.get("question"), 24)),
                 fmt_tokens(tokens_of(run)),
                 fmt_cost(tree.get("cost_usd") or run.get("cost_usd")),
                 fmt_duration(run_duration(run)),
                 str(tree.get("max_depth") or 0),
                 str(tree.get("iterations") or run.get("iterations") or 0),
                 str(tree.get("subcalls") or run.get("subcalls") or 0),
-                one_line(run.get("root_model") or "-", 20),
-                Path(run.get("workspace") or "-").name,
+                Text(one_line(run.get("root_model") or "-", 20)),
+                Text(Path(run.get("workspace") or "-").name),
                 when(run.get("started_at")),
                 key=run["id"],
             )
@@ -192,7 +216,7 @@ class RunsScreen(Screen):
                 table.move_cursor(row=table.get_row_index(current), animate=False)
             except Exception:  # noqa: BLE001 - the row is gone
                 pass
-        self._title()
+        self.show_title()
 
     def schedule_reload(self) -> None:
         if not self._pending:
@@ -248,6 +272,17 @@ class RunsScreen(Screen):
         if run_id:
             self.app.cancel_run(run_id)
 
+    def check_action(self, action: str, parameters: tuple[object, ...]) -> bool | None:
+        """Offer Cancel only for a running run, and only with a daemon."""
+        if action == "cancel":
+            run = next((r for r in self.runs if r["id"] == self.selected_run()), None)
+            return self.app.backend.live and (run or {}).get("status") == "running"
+        return True
+
+    @on(DataTable.RowHighlighted, "#runs")
+    def _highlighted(self) -> None:
+        self.refresh_bindings()
+
 
 class TrajectoryScreen(Screen):
     """One run as a tree (iterations, cells, model calls, child runs) with a detail pane."""
@@ -258,6 +293,7 @@ class TrajectoryScreen(Screen):
         Binding("c", "copy_answer", "Copy answer"),
         Binding("e", "export", "Export"),
         Binding("x", "cancel", "Cancel"),
+        Binding("v", "open_source", "Open path:line"),
         Binding("o", "focus_detail", "Output"),
         Binding("t", "focus_tree", "Tree", show=False),
         Binding("w", "workspace", "Workspace", show=False),
@@ -299,12 +335,18 @@ class TrajectoryScreen(Screen):
         self.run = tree
         self.run_id = tree["id"]
         self.sync(tree)
+        detail = self.query_one("#detail", LineView)
         if first:
-            self.query_one("#detail", LineView).set_lines(detail_lines("run", tree))
+            detail.set_lines(detail_lines("run", tree))
+        else:  # the highlighted item as it is now (a finished run shows its answer)
+            node = self.query_one("#tree", Tree).cursor_node
+            kind, item = node.data if node is not None and node.data else ("run", tree)
+            detail.update_lines(detail_lines(kind, item))
         if self.follow and tree.get("status") not in (None, "running"):
             self.follow = False
             self.notify(f"run finished: {tree.get('status')}")
         self._summary()
+        self.refresh_bindings()
 
     def _summary(self) -> None:
         if self.run is not None:
@@ -344,11 +386,15 @@ class TrajectoryScreen(Screen):
                         child.expand()
         else:
             self._sync_children(root, tree.get("id"))
-        if self.follow and root.children:
-            last = root.children[-1]
-            if not last.is_expanded:
-                self.populate(last)
-                last.expand()
+        if self.follow:
+            # Open the path to the newest step, down through a busy cell's sub-calls and
+            # child runs, so what is running now is in view.
+            node = root
+            while node.children:
+                node = node.children[-1]
+                if node.allow_expand and not node.is_expanded:
+                    self.populate(node)
+                    node.expand()
             widget.scroll_end(animate=False)
 
     def _key(self, kind: str, item: dict[str, Any]) -> str:
@@ -396,6 +442,37 @@ class TrajectoryScreen(Screen):
         if event.node.data:
             kind, item = event.node.data
             self.query_one("#detail", LineView).set_lines(detail_lines(kind, item))
+        self.refresh_bindings()
+
+    def check_action(self, action: str, parameters: tuple[object, ...]) -> bool | None:
+        """Offer Follow and Cancel only while the run runs, Copy only with an answer, Open
+        only when the highlighted item cites a ``path:line``."""
+        run = self.run or {}
+        running = run.get("status") in (None, "running")
+        if action == "cancel":
+            return running and self.app.backend.live
+        if action == "follow":
+            return running or self.follow
+        if action == "copy_answer":
+            return run.get("answer") is not None
+        if action == "open_source":
+            return bool(self.source_refs())
+        return True
+
+    def source_refs(self) -> list[tuple[Path, int]]:
+        """``path:line`` references in the highlighted item (else the run's answer) that name
+        a file in the run's workspace."""
+        node = self.query_one("#tree", Tree).cursor_node
+        kind, item = node.data if node is not None and node.data else ("run", self.run or {})
+        return source_refs(detail_text(kind, item), (self.run or {}).get("workspace"))
+
+    def action_open_source(self) -> None:
+        refs = self.source_refs()
+        if not refs:
+            self.notify("no path:line here", severity="warning")
+            return
+        path, line = refs[0]
+        self.app.open_in_editor(path, line)
 
     # -- actions ------------------------------------------------------------------------------
     def action_follow(self) -> None:
@@ -416,6 +493,9 @@ class TrajectoryScreen(Screen):
             self.app.export_tree(self.run)
 
     def action_cancel(self) -> None:
+        if (self.run or {}).get("status") not in (None, "running"):
+            self.notify(f"the run has already ended ({(self.run or {}).get('status')})")
+            return
         self.app.cancel_run(self.run_id)
 
     def action_focus_detail(self) -> None:
@@ -585,14 +665,14 @@ class WorkspaceScreen(Screen):
             return
         for var in result.get("variables") or []:
             table.add_row(
-                var.get("name", ""),
-                var.get("type", ""),
+                Text(str(var.get("name", ""))),
+                Text(str(var.get("type", ""))),
                 "-" if var.get("size") is None else str(var["size"]),
-                one_line(var.get("preview"), 60),
+                Text(one_line(var.get("preview"), 60)),
                 key=var.get("name"),
             )
         for name, reason in (result.get("not_restored") or {}).items():
-            table.add_row(Text(name, style="red"), "not restored", "-", one_line(reason, 60))
+            table.add_row(Text(name, style="red"), "not restored", "-", Text(one_line(reason, 60)))
 
     def action_run_cell(self) -> None:
         self.run_cell(self.query_one("#cell", TextArea).text)
@@ -619,13 +699,14 @@ HELP = """\
 [b]rlmd tui[/b] — browse, search and follow trajectories; launch tasks
 
 [b]Runs[/b]
-  enter open run   / search (FTS; status:X ws:X model:X filters)
+  enter open run   / search (prefix/substring; status:X ws:X model:X filters)
+  home/end first/last run
   s next sort column   S reverse   r reload   n new task
   x cancel the selected task   w workspace   q quit
 [b]Trajectory[/b]
   ↑↓ move   enter/space expand   o output pane   t tree
-  f follow a running run   c copy answer   e export JSON
-  x cancel   w workspace   esc back
+  f follow a running run   c copy answer   e export JSON (to $RLMD_HOME/exports)
+  v open the path:line cited here in $EDITOR   x cancel   w workspace   esc back
 [b]Output pane[/b]
   ↑↓ pgup pgdn scroll   home/end top/bottom   ←→ sideways
 [b]Launch[/b]  ctrl+s start   esc close

@@ -3,9 +3,10 @@
 import * as vscode from "vscode";
 import * as fs from "node:fs";
 import * as path from "node:path";
+import { spawnSync } from "node:child_process";
 import { LanguageClient, LanguageClientOptions, ServerOptions, State, TransportKind } from "vscode-languageclient/node";
 import { RlmdApi, TaskStatus, errorName, Run } from "./rpc/api";
-import { Trajectory, formatCost } from "./rpc/model";
+import { Trajectory, formatCost, formatSeconds, formatTokens, usageTotals } from "./rpc/model";
 import { RlmdSettings, daemonEnv, rlmdCommand, scopedQuestion, startParams } from "./rpc/settings";
 import { AnswerPanel, TrajectoryPanel } from "./panels";
 import { RunsProvider } from "./runsView";
@@ -55,8 +56,12 @@ class RlmdExtension {
   private daemonState = "starting";
   private home?: string;
   private tail?: { file: string; pos: number; timer: NodeJS.Timeout };
+  private failure?: string; // why the daemon cannot start, shown in the status bar
+  private readonly progress = new Map<string, (step?: string) => void>(); // task → its notification
+  private readonly media: vscode.Uri;
 
   constructor(private readonly context: vscode.ExtensionContext) {
+    this.media = vscode.Uri.joinPath(context.extensionUri, "media");
     this.log = vscode.window.createOutputChannel("rlmd", { log: true });
     this.daemonLog = vscode.window.createOutputChannel("rlmd daemon");
     this.status = vscode.window.createStatusBarItem("rlmd.status", vscode.StatusBarAlignment.Left, 50);
@@ -107,8 +112,40 @@ class RlmdExtension {
 
   // ---- connection ----
 
+  /** Whether `rlmd.pythonPath` can import rlmd (and what its CLI needs); if not, one
+   * notification with the reason and a button to fix the setting (instead of the language
+   * client's generic errors). */
+  private pythonHasRlmd(s: RlmdSettings): boolean {
+    if (!s.pythonPath) return true;
+    // the CLI's module, so a missing dependency (rich...) shows here too, not only rlmd itself
+    const r = spawnSync(s.pythonPath, ["-c", "import rlmd.cli.main"], { encoding: "utf8", timeout: 30_000, env: daemonEnv(s) });
+    if (!r.error && r.status === 0) return true;
+    const reason = r.error
+      ? (r.error as NodeJS.ErrnoException).code === "ENOENT" ? `no such program: ${s.pythonPath}` : r.error.message
+      : (r.stderr || "").trim().split("\n").pop() || `exit code ${r.status}`;
+    this.failure = `rlmd not installed for ${s.pythonPath}`;
+    this.daemonState = "failed";
+    this.runs.message = `rlmd.pythonPath (${s.pythonPath}) cannot run rlmd: ${reason}`;
+    this.log.error(`rlmd.pythonPath ${s.pythonPath} cannot import rlmd: ${reason}`);
+    void vscode.window
+      .showErrorMessage(
+        `rlmd: the Python in rlmd.pythonPath cannot run rlmd (${reason}). Install rlmd into it (pip install -e /path/to/rlmd) or point rlmd.pythonPath at the Python that has it.`,
+        "Open settings",
+      )
+      .then((c) => {
+        if (c) void vscode.commands.executeCommand("workbench.action.openSettings", "rlmd.pythonPath");
+      });
+    return false;
+  }
+
   async start(): Promise<void> {
     const s = settings();
+    this.failure = undefined;
+    if (!this.pythonHasRlmd(s)) {
+      this.renderStatus();
+      this.runs.refresh();
+      return;
+    }
     const cmd = rlmdCommand(s, "attach", "--stdio");
     const serverOptions: ServerOptions = {
       command: cmd.command,
@@ -141,6 +178,7 @@ class RlmdExtension {
         this.live.set(e.task_id, t);
       }
       t.apply(e);
+      this.progress.get(e.task_id)?.(stepOf(e));
       TrajectoryPanel.get(e.task_id)?.update(t);
       this.runs.refresh();
     });
@@ -262,7 +300,10 @@ class RlmdExtension {
   private renderStatus(): void {
     const running = [...this.tasks.values()].filter((t) => t.state !== "finished");
     const spend = running.reduce((a, t) => a + (t.usage?.cost_usd ?? 0), 0);
-    if (this.daemonState !== "ready") {
+    if (this.failure) {
+      this.status.text = `$(error) rlmd: ${this.failure}`;
+      this.status.tooltip = "rlmd.pythonPath cannot run rlmd: fix the setting";
+    } else if (this.daemonState !== "ready") {
       this.status.text = `$(${this.daemonState === "starting" ? "sync~spin" : "error"}) rlmd: ${this.daemonState}`;
       this.status.tooltip = "rlmd daemon: click for its log";
     } else if (running.length) {
@@ -354,9 +395,42 @@ class RlmdExtension {
     this.runs.refresh();
     this.log.info(`task ${started.run_id} started: ${question.split("\n")[0].slice(0, 100)}`);
     vscode.window.setStatusBarMessage(`rlmd: task ${started.run_id.slice(0, 8)} started`, 3000);
-    const fin = await api.waitFinished(started.run_id, 24 * 3600 * 1000);
+    const id = started.run_id;
+    // A cancellable notification while the task runs: the current step, elapsed time,
+    // tokens and spend so far.
+    const fin = await vscode.window.withProgress(
+      { location: vscode.ProgressLocation.Notification, title: `rlmd: ${question.split("\n")[0].slice(0, 50)}`, cancellable: true },
+      async (progress, token) => {
+        const t0 = Date.now();
+        let step = "queued";
+        const render = () => {
+          const u = usageTotals(this.tasks.get(id)?.usage);
+          progress.report({
+            message: `${step} · ${formatSeconds((Date.now() - t0) / 1000)} · ${formatTokens(u.input_tokens + u.output_tokens)} tok · ${formatCost(u.cost_usd)}`,
+          });
+        };
+        this.progress.set(id, (s) => {
+          if (s) step = s;
+          render();
+        });
+        const tick = setInterval(render, 1000);
+        token.onCancellationRequested(() => {
+          api.cancel(id).then(
+            () => this.log.info(`task ${id}: cancel requested from the notification`),
+            (e) => this.log.warn(`cancel ${id}: ${e}`),
+          );
+        });
+        try {
+          render();
+          return await api.waitFinished(id, 24 * 3600 * 1000);
+        } finally {
+          clearInterval(tick);
+          this.progress.delete(id);
+        }
+      },
+    );
     this.log.info(`task ${fin.run_id} ${fin.status}`);
-    AnswerPanel.show(fin, (id) => void this.showTrajectory(id));
+    AnswerPanel.show(fin, this.answerActions(), this.media);
     if (fin.status !== "completed") {
       vscode.window.showWarningMessage(`rlmd: the task ended with ${fin.status}${fin.error ? `: ${fin.error}` : ""}`);
     }
@@ -366,7 +440,18 @@ class RlmdExtension {
     const t = this.tasks.get(runId);
     if (t && t.state !== "finished") return this.showTrajectory(runId);
     const s = await this.needApi().status(runId);
-    AnswerPanel.show(s, (id) => void this.showTrajectory(id));
+    AnswerPanel.show(s, this.answerActions(), this.media);
+  }
+
+  private answerActions() {
+    return {
+      trajectory: (id: string) => void this.showTrajectory(id),
+      // a follow-up runs in the same workspace: the daemon keeps its REPL state
+      followUp: (workspace: string, question: string) =>
+        void this.run(this.needApi(), workspace, question).catch((e) =>
+          vscode.window.showErrorMessage(`rlmd: ${e instanceof Error ? e.message : String(e)}`),
+        ),
+    };
   }
 
   private runIdOf(item: any): string | undefined {
@@ -418,7 +503,8 @@ class RlmdExtension {
       if (!pick) return;
       runId = pick.id;
     }
-    const panel = TrajectoryPanel.show(runId, undefined);
+    const ws = this.tasks.get(runId)?.workspace ?? this.folders()[0];
+    const panel = TrajectoryPanel.show(runId, ws, this.media);
     const t = await this.trajectory(runId);
     if (t) panel.update(t);
     void api;
@@ -507,4 +593,21 @@ function safeReal(p: string): string {
 
 function shellQuote(s: string): string {
   return /^[\w@%+=:,./-]+$/.test(s) ? s : `'${s.replace(/'/g, `'\\''`)}'`;
+}
+
+/** What a task is doing now, from one of its events (for the progress notification). */
+function stepOf(e: { kind: string; depth: number; data: Record<string, any> }): string | undefined {
+  const where = e.depth > 0 ? `child run (depth ${e.depth}) · ` : "";
+  switch (e.kind) {
+    case "iteration.started":
+      return `${where}iteration ${Number(e.data?.index ?? 0) + 1}`;
+    case "cell.started":
+      return `${where}cell ${Number(e.data?.index ?? 0) + 1}`;
+    case "model_call.started":
+      return `${where}${e.data?.role === "root" ? "root call" : `${e.data?.role ?? "sub"}-call`}`;
+    case "run.finished":
+      return e.depth === 0 ? `finishing (${e.data?.status})` : undefined;
+    default:
+      return undefined;
+  }
 }

@@ -3,7 +3,7 @@ import * as vscode from "vscode";
 import * as path from "node:path";
 import * as fs from "node:fs";
 import { randomBytes } from "node:crypto";
-import { findFileRefs, formatCost, Trajectory } from "./rpc/model";
+import { answerNote, budgetNote, findFileRefs, formatCost, formatSeconds, formatTokens, timeline, Trajectory, TRun, TNode, usageTotals } from "./rpc/model";
 import type { TaskStatus } from "./rpc/api";
 
 function nonce(): string {
@@ -13,7 +13,7 @@ function nonce(): string {
 function csp(webview: vscode.Webview, n: string): string {
   return (
     `default-src 'none'; img-src ${webview.cspSource}; ` +
-    `style-src 'nonce-${n}'; script-src 'nonce-${n}'; font-src ${webview.cspSource};`
+    `style-src 'nonce-${n}'; script-src 'nonce-${n}' ${webview.cspSource}; font-src ${webview.cspSource};`
   );
 }
 
@@ -30,7 +30,45 @@ details { margin: 2px 0 2px 14px; }
 summary { cursor: pointer; }
 .run > summary { font-weight: bold; }
 .label { font-weight: 600; }
+.note { color: var(--vscode-editorWarning-foreground); font-weight: 600; }
+.answer h1, .answer h2, .answer h3, .answer h4 { margin: 8px 0 4px; }
+.answer p { margin: 4px 0; }
+.answer code { background: var(--vscode-textCodeBlock-background); padding: 0 3px; border-radius: 3px; }
+.bar-row { display: flex; align-items: center; height: 18px; font-size: 12px; }
+.bar-label { width: 42%; overflow: hidden; white-space: nowrap; text-overflow: ellipsis; }
+.bar-track { position: relative; flex: 1; height: 12px; }
+.bar { position: absolute; height: 12px; min-width: 2px; border-radius: 2px; background: var(--vscode-charts-blue); }
+.bar.kind-run { background: var(--vscode-charts-purple); }
+.bar.kind-cell { background: var(--vscode-charts-green); }
+.bar.kind-iteration { background: var(--vscode-charts-yellow); opacity: 0.6; }
+.bar.error { background: var(--vscode-charts-red); }
+.badge { margin-left: 6px; color: var(--vscode-descriptionForeground); white-space: nowrap; }
+button { color: var(--vscode-button-foreground); background: var(--vscode-button-background); border: none; padding: 4px 10px; cursor: pointer; }
+textarea { width: 100%; box-sizing: border-box; font-family: var(--vscode-font-family); color: var(--vscode-input-foreground); background: var(--vscode-input-background); border: 1px solid var(--vscode-input-border, transparent); }
 `;
+
+/** Text cut into plain strings and existing-file links (`path`, `path:line`). */
+export type Segment = string | (FileLink & { text: string });
+
+/** The tree with `answer_segments` on runs and `stdout_segments` on cells: the links the
+ * trajectory view shows (only for files that exist in the workspace). */
+function linkified(root: TRun | undefined, workspace: string | undefined): any {
+  if (!root) return root;
+  const run = (r: TRun): any => ({
+    ...r,
+    answer_segments: r.answer && workspace ? answerSegments(r.answer, workspace) : undefined,
+    note: answerNote(r) ?? budgetNote(r),
+    nodes: r.nodes.map(node),
+    runs: r.runs.map(run),
+  });
+  const node = (n: TNode): any => ({
+    ...n,
+    stdout_segments: n.stdout && workspace ? answerSegments(n.stdout, workspace) : undefined,
+    children: n.children.map(node),
+    runs: n.runs.map(run),
+  });
+  return run(root);
+}
 
 export interface FileLink {
   path: string;
@@ -67,79 +105,90 @@ export function answerSegments(answer: string, workspace: string): Array<string 
   return out;
 }
 
-/** One panel that shows the latest answer (reused). */
+/** One panel that shows the latest answer (reused): Markdown with `path:line` links, a
+ * Copy button, and a box for a follow-up question in the same workspace. */
 export class AnswerPanel {
   private static current?: AnswerPanel;
+  private answer = "";
   private constructor(
     private readonly panel: vscode.WebviewPanel,
     private workspace: string,
-    private onTrajectory: (runId: string) => void,
+    private actions: AnswerActions,
+    private readonly media: vscode.Uri,
   ) {
     panel.onDidDispose(() => (AnswerPanel.current = undefined));
     panel.webview.onDidReceiveMessage((m) => {
       if (m?.type === "open" && typeof m.path === "string") {
         openFileRef(this.workspace, m).catch((e) => vscode.window.showErrorMessage(`rlmd: cannot open ${m.path}: ${e}`));
       } else if (m?.type === "trajectory" && typeof m.runId === "string") {
-        this.onTrajectory(m.runId);
+        this.actions.trajectory(m.runId);
+      } else if (m?.type === "copy") {
+        void vscode.env.clipboard.writeText(this.answer).then(() => vscode.window.setStatusBarMessage("rlmd: answer copied", 3000));
+      } else if (m?.type === "followup" && typeof m.question === "string" && m.question.trim()) {
+        this.actions.followUp(this.workspace, m.question.trim());
       }
     });
   }
 
-  static show(status: TaskStatus, onTrajectory: (runId: string) => void): void {
+  static show(status: TaskStatus, actions: AnswerActions, media: vscode.Uri): void {
     let p = AnswerPanel.current;
     if (!p) {
       const panel = vscode.window.createWebviewPanel("rlmd.answer", "rlmd answer", vscode.ViewColumn.Beside, {
         enableScripts: true,
-        localResourceRoots: [],
+        localResourceRoots: [media],
       });
-      p = AnswerPanel.current = new AnswerPanel(panel, status.workspace, onTrajectory);
+      p = AnswerPanel.current = new AnswerPanel(panel, status.workspace, actions, media);
     }
     p.workspace = status.workspace;
-    p.onTrajectory = onTrajectory;
+    p.actions = actions;
     p.render(status);
     p.panel.reveal(undefined, true);
   }
 
   private render(s: TaskStatus): void {
     const n = nonce();
-    const cost = s.usage?.cost_usd ?? s.final_usage?.total?.cost_usd;
+    const u = usageTotals(s.final_usage ?? s.usage);
+    const wall = s.started_at && s.finished_at ? s.finished_at - s.started_at : u.wall_time_s;
+    const end = { status: s.status, budget: (s as any).budget, usage: s.final_usage ?? s.usage, answer: s.answer, answer_source: s.answer_source };
+    this.answer = s.answer ?? "";
     const data = {
       runId: s.run_id,
       question: s.question,
       status: s.status ?? s.state,
       error: s.error,
-      meta: `${s.status ?? s.state} · ${s.iterations} iteration(s) · ${formatCost(cost)} · ${s.models?.root ?? ""}`,
-      segments: answerSegments(s.answer ?? "", s.workspace),
+      answer: s.answer ?? "",
+      note: answerNote(end) ?? budgetNote(end) ?? (s.answer_source === "unverified" ? "unverified answer: the checks doubted it; check it before relying on it" : ""),
+      meta:
+        `${s.status ?? s.state} · ${s.iterations} iteration(s) · ${formatTokens(u.input_tokens)} in / ${formatTokens(u.output_tokens)} out tokens · ` +
+        `${formatCost(u.cost_usd)} · ${formatSeconds(wall)} · ${s.models?.root ?? ""}`,
+      refs: answerSegments(s.answer ?? "", s.workspace).filter((x): x is FileLink & { text: string } => typeof x !== "string"),
     };
     this.panel.title = `rlmd: ${s.question.split("\n")[0].slice(0, 40)}`;
     this.panel.webview.html = `<!DOCTYPE html><html><head><meta charset="utf-8">
 <meta http-equiv="Content-Security-Policy" content="${csp(this.panel.webview, n)}">
 <style nonce="${n}">${STYLE}</style></head><body>
-<h3>Answer</h3><pre id="answer" class="answer"></pre>
+<h3>Answer <button id="copy" title="Copy the answer">Copy</button></h3>
+<p id="note" class="note"></p>
+<div id="answer" class="answer"></div>
 <p class="meta" id="meta"></p><p id="error" class="err"></p>
 <p><a id="traj">Show trajectory</a></p>
 <h4>Question</h4><pre id="question"></pre>
-<script nonce="${n}">
-const vscode = acquireVsCodeApi();
-const data = ${JSON.stringify(data).replace(/</g, "\\u003c")};
-const answer = document.getElementById("answer");
-for (const seg of data.segments) {
-  if (typeof seg === "string") { answer.appendChild(document.createTextNode(seg)); continue; }
-  const a = document.createElement("a");
-  a.textContent = seg.text; a.className = "file-link"; a.title = "Open " + seg.path + (seg.line ? ":" + seg.line : "");
-  a.addEventListener("click", () => vscode.postMessage({ type: "open", path: seg.path, line: seg.line, column: seg.column }));
-  answer.appendChild(a);
-}
-if (!data.segments.length) answer.textContent = "(no answer)";
-document.getElementById("meta").textContent = data.meta;
-document.getElementById("error").textContent = data.error || "";
-document.getElementById("question").textContent = data.question;
-document.getElementById("traj").addEventListener("click", () => vscode.postMessage({ type: "trajectory", runId: data.runId }));
-</script></body></html>`;
+<h4>Follow-up</h4>
+<textarea id="followup" rows="3" placeholder="Ask a follow-up question in this workspace (its REPL state is kept)"></textarea>
+<p><button id="ask">Ask</button></p>
+<script type="application/json" id="data">${JSON.stringify(data).replace(/</g, "\\u003c")}</script>
+<script nonce="${n}" src="${this.panel.webview.asWebviewUri(vscode.Uri.joinPath(this.media, "answer.js"))}"></script></body></html>`;
   }
 }
 
-/** A live trajectory view of one run (one panel per run). */
+export interface AnswerActions {
+  trajectory(runId: string): void;
+  followUp(workspace: string, question: string): void;
+}
+
+/** A live trajectory view of one run (one panel per run): the tree with tokens, latency and
+ * cost on every run and call, `path:line` links in answers and outputs, and a timeline
+ * (waterfall) of the tree with per-iteration badges showing where time and money went. */
 export class TrajectoryPanel {
   private static panels = new Map<string, TrajectoryPanel>();
   private timer?: NodeJS.Timeout;
@@ -149,6 +198,7 @@ export class TrajectoryPanel {
     private readonly runId: string,
     private readonly panel: vscode.WebviewPanel,
     private readonly workspace: string | undefined,
+    media: vscode.Uri,
   ) {
     panel.onDidDispose(() => {
       TrajectoryPanel.panels.delete(runId);
@@ -156,69 +206,30 @@ export class TrajectoryPanel {
     });
     panel.webview.onDidReceiveMessage((m) => {
       if (m?.type === "ready" && this.latest) this.post();
+      else if (m?.type === "open" && typeof m.path === "string" && this.workspace) {
+        openFileRef(this.workspace, m).catch((e) => vscode.window.showErrorMessage(`rlmd: cannot open ${m.path}: ${e}`));
+      }
     });
     const n = nonce();
     panel.webview.html = `<!DOCTYPE html><html><head><meta charset="utf-8">
 <meta http-equiv="Content-Security-Policy" content="${csp(panel.webview, n)}">
 <style nonce="${n}">${STYLE}</style></head><body>
-<h3 id="title">Trajectory</h3><p class="meta" id="summary">loading…</p><div id="tree"></div>
-<script nonce="${n}">
-const vscode = acquireVsCodeApi();
-const el = (tag, cls, text) => { const e = document.createElement(tag); if (cls) e.className = cls; if (text !== undefined) e.textContent = text; return e; };
-const open = new Set(JSON.parse(sessionStorage.getItem("open") || "[]"));
-function cost(u) { const c = u && u.cost_usd; return c ? "$" + (c < 0.01 ? c.toFixed(4) : c.toFixed(2)) : "$0.00"; }
-function details(id, summaryText, cls, defaultOpen) {
-  const d = el("details", cls); d.dataset.id = id;
-  d.open = open.has(id) || (defaultOpen && !open.has("closed:" + id));
-  d.addEventListener("toggle", () => { if (d.open) { open.add(id); open.delete("closed:" + id); } else { open.delete(id); open.add("closed:" + id); } sessionStorage.setItem("open", JSON.stringify([...open])); });
-  d.appendChild(el("summary", "", summaryText)); return d;
-}
-function pre(label, text, cls) { const w = el("div"); w.appendChild(el("div", "label", label)); w.appendChild(el("pre", cls || "", text)); return w; }
-function nodeLabel(n) {
-  if (n.kind === "iteration") return "iteration " + ((n.index || 0) + 1) + (n.state === "running" ? " …" : "");
-  if (n.kind === "model_call") return (n.role || "model") + " call " + (n.model ? "(" + n.model + ") " : "") + (n.input_tokens !== undefined ? n.input_tokens + "+" + (n.output_tokens || 0) + " tok " + cost(n) : "…");
-  if (n.kind === "cell") { const l = (n.code || "").split("\\n").find((x) => x.trim() && !x.startsWith("_n = len(context)")) || ""; return "cell" + (n.error ? " ✗ " : ": ") + l.slice(0, 80); }
-  return n.kind;
-}
-function renderNode(n) {
-  const d = details(n.id, nodeLabel(n), "node node-" + n.kind, n.kind === "iteration");
-  if (n.code) d.appendChild(pre("code", n.code, "code"));
-  if (n.response) d.appendChild(pre("response", n.response));
-  if (n.stdout) d.appendChild(pre("stdout", n.stdout, "stdout"));
-  if (n.stderr) d.appendChild(pre("stderr", n.stderr, "err"));
-  if (n.error) d.appendChild(pre("error", n.error, "err"));
-  for (const c of n.children || []) d.appendChild(renderNode(c));
-  for (const r of n.runs || []) d.appendChild(renderRun(r));
-  return d;
-}
-function renderRun(r) {
-  const d = details(r.id, "run " + r.id.slice(0, 8) + " · depth " + r.depth + " · " + r.status + " · " + cost(r.usage) + " · " + (r.question || "").split("\\n")[0].slice(0, 80), "run status-" + r.status, true);
-  for (const n of r.nodes || []) d.appendChild(renderNode(n));
-  for (const c of r.runs || []) d.appendChild(renderRun(c));
-  if (r.answer !== undefined && r.answer !== null) d.appendChild(pre("answer", r.answer, "answer"));
-  if (r.error) d.appendChild(pre("error", r.error, "err"));
-  return d;
-}
-window.addEventListener("message", (ev) => {
-  const m = ev.data; if (!m || m.type !== "update") return;
-  const root = m.root; const tree = document.getElementById("tree");
-  document.getElementById("title").textContent = "Trajectory " + (root ? root.id.slice(0, 8) : "");
-  document.getElementById("summary").textContent = root ? root.status + " · " + cost(root.usage) + " · " + (root.question || "").split("\\n")[0].slice(0, 120) : "no data";
-  tree.replaceChildren(); if (root) tree.appendChild(renderRun(root));
-});
-vscode.postMessage({ type: "ready" });
-</script></body></html>`;
+<h3 id="title">Trajectory</h3><p class="meta" id="summary">loading…</p><p class="note" id="note"></p>
+<details id="timeline-box" open><summary>Timeline</summary><div id="timeline"></div></details>
+<div id="tree"></div>
+<script nonce="${n}" src="${panel.webview.asWebviewUri(vscode.Uri.joinPath(media, "trajectory.js"))}"></script>
+</body></html>`;
   }
 
-  static show(runId: string, workspace: string | undefined): TrajectoryPanel {
+  static show(runId: string, workspace: string | undefined, media: vscode.Uri): TrajectoryPanel {
     let p = TrajectoryPanel.panels.get(runId);
     if (!p) {
       const panel = vscode.window.createWebviewPanel("rlmd.trajectory", `rlmd trajectory ${runId.slice(0, 8)}`, vscode.ViewColumn.Active, {
         enableScripts: true,
         retainContextWhenHidden: true,
-        localResourceRoots: [],
+        localResourceRoots: [media],
       });
-      p = new TrajectoryPanel(runId, panel, workspace);
+      p = new TrajectoryPanel(runId, panel, workspace, media);
       TrajectoryPanel.panels.set(runId, p);
     }
     p.panel.reveal();
@@ -240,6 +251,18 @@ vscode.postMessage({ type: "ready" });
   }
 
   private post(): void {
-    if (this.latest) void this.panel.webview.postMessage({ type: "update", root: this.latest.root });
+    const root = this.latest?.root;
+    if (!root) return;
+    const u = usageTotals(root.usage);
+    const wall = root.started_at && root.finished_at ? root.finished_at - root.started_at : u.wall_time_s;
+    void this.panel.webview.postMessage({
+      type: "update",
+      root: linkified(root, this.workspace),
+      rows: timeline(root),
+      summary:
+        `${root.status} · ${formatTokens(u.input_tokens)} in / ${formatTokens(u.output_tokens)} out tokens · ` +
+        `${formatCost(u.cost_usd)} · ${formatSeconds(wall)} · ${(root.question || "").split("\n")[0].slice(0, 100)}`,
+      note: answerNote(root) ?? budgetNote(root) ?? "",
+    });
   }
 }

@@ -1,7 +1,7 @@
 // The Runs tree view: runs of this workspace (status, cost); expanding a run shows its
 // recursion tree, live while it runs.
 import * as vscode from "vscode";
-import { formatCost, nodeLabel, TNode, TRun, Trajectory } from "./rpc/model";
+import { formatCost, formatSeconds, formatTokens, nodeLabel, TNode, TRun, Trajectory, usageTotals } from "./rpc/model";
 import type { Run, TaskStatus } from "./rpc/api";
 
 export type RunsItem =
@@ -52,11 +52,18 @@ export class RunsProvider implements vscode.TreeDataProvider<RunsItem> {
         return new vscode.TreeItem(item.text);
       case "run": {
         const status = item.live ? (item.live.state === "finished" ? item.live.status ?? "finished" : item.live.state) : item.run.status;
-        const cost = item.live?.usage?.cost_usd ?? item.run.tree?.cost_usd ?? item.run.cost_usd;
-        const t = new vscode.TreeItem(firstLine(item.run.question, 70), vscode.TreeItemCollapsibleState.Collapsed);
-        t.id = `run:${item.run.id}`;
-        t.description = `${status} · ${formatCost(cost)}`;
-        t.tooltip = `${item.run.question}\n\n${status} · ${formatCost(cost)} · ${item.run.id}`;
+        // tree totals (the run and its child runs), as `rlmd runs` and the TUI count them
+        const r = item.run;
+        const cost = item.live?.usage?.cost_usd ?? r.tree?.cost_usd ?? r.cost_usd;
+        const tokens =
+          (item.live?.usage?.input_tokens ?? r.tree?.input_tokens ?? r.input_tokens ?? 0) +
+          (item.live?.usage?.output_tokens ?? r.tree?.output_tokens ?? r.output_tokens ?? 0);
+        const end = r.finished_at ?? (status === "running" ? Date.now() / 1000 : undefined);
+        const secs = r.started_at && end ? end - r.started_at : undefined;
+        const t = new vscode.TreeItem(firstLine(r.question, 70), vscode.TreeItemCollapsibleState.Collapsed);
+        t.id = `run:${r.id}`;
+        t.description = `${status} · ${formatTokens(tokens)} tok · ${formatCost(cost)} · ${formatSeconds(secs)}`;
+        t.tooltip = `${r.question}\n\n${t.description} · ${r.id}`;
         t.iconPath = statusIcon(status);
         t.contextValue = item.live && item.live.state !== "finished" ? "run-live" : "run";
         t.command = { command: "rlmd.ui.showAnswer", title: "Show answer", arguments: [item.run.id] };
@@ -66,7 +73,8 @@ export class RunsProvider implements vscode.TreeDataProvider<RunsItem> {
         const r = item.run;
         const t = new vscode.TreeItem(`run depth ${r.depth}: ${firstLine(r.question, 60)}`, vscode.TreeItemCollapsibleState.Collapsed);
         t.id = `child:${r.id}`;
-        t.description = `${r.status} · ${formatCost(r.usage?.cost_usd)}`;
+        const u = usageTotals(r.usage);
+        t.description = `${r.status} · ${formatTokens(u.input_tokens + u.output_tokens)} tok · ${formatCost(u.cost_usd)}`;
         t.iconPath = statusIcon(r.status);
         return t;
       }
@@ -81,7 +89,7 @@ export class RunsProvider implements vscode.TreeDataProvider<RunsItem> {
         t.iconPath = new vscode.ThemeIcon(
           n.state === "running" ? "sync~spin" : n.state === "error" ? "error" : n.kind === "cell" ? "code" : n.kind === "model_call" ? "comment-discussion" : "list-tree",
         );
-        if (n.kind === "model_call" && n.cost_usd) t.description = formatCost(n.cost_usd);
+
         t.tooltip = n.code ?? n.response ?? undefined;
         t.command = { command: "rlmd.ui.showTrajectory", title: "Show trajectory", arguments: [item.runId] };
         return t;

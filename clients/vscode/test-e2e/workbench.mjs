@@ -54,7 +54,13 @@ mkdirSync(join(ws, "pkg"), { recursive: true });
 mkdirSync(join(ud, "User"), { recursive: true });
 mkdirSync(home, { recursive: true });
 // "rlmd.sandbox": "inprocess" below: over the daemon's socket that needs the user's opt-in.
-writeFileSync(join(home, "config.toml"), "[daemon]\nallow_inprocess = true\n");
+// "cells" is the scripted model with a price, so every view shows real costs (a view reading
+// the wrong usage field shows $0 and fails the checks below).
+writeFileSync(
+  join(home, "config.toml"),
+  "[daemon]\nallow_inprocess = true\n\n[models.cells]\nprovider = \"scripted\"\n" +
+    `model = "${join(repo, "tests/helpers/scripted_models.py")}:cells"\nprice_input = 10.0\nprice_output = 10.0\n`,
+);
 writeFileSync(join(ws, "pkg", "core.py"), "def helper():\n    return 42\n\n\ndef other():\n    return helper() + 1\n");
 writeFileSync(join(ws, "README.md"), "# demo project\n");
 const port = await freePort();
@@ -65,7 +71,7 @@ writeFileSync(
     {
       "rlmd.pythonPath": python,
       "rlmd.home": home,
-      "rlmd.rootModel": CELLS,
+      "rlmd.rootModel": "cells",
       "rlmd.sandbox": "inprocess",
       "workbench.startupEditor": "none",
       "security.workspace.trust.enabled": false,
@@ -157,10 +163,11 @@ try {
     const row = page.locator('.monaco-list-row', { hasText: "cells" }).filter({ hasText: "completed" }).first();
     await row.waitFor();
     const desc = await row.textContent();
-    if (!/\$0\.00/.test(desc)) throw new Error(`row: ${desc}`);
+    // tokens, a real (non-zero) cost and the duration
+    if (!/completed · [\d.]+k? tok · \$0\.\d*[1-9]\d* · [\d.]+s/.test(desc)) throw new Error(`row: ${desc}`);
     await row.locator(".monaco-tl-twistie").click();
     await page.locator(".monaco-list-row", { hasText: "iteration 1" }).first().waitFor();
-    await page.locator(".monaco-list-row", { hasText: "cell: print(read_file" }).first().waitFor();
+    await page.locator(".monaco-list-row", { hasText: "cell 1: print(read_file" }).first().waitFor();
     await page.screenshot({ path: join(ARTIFACTS, "runs-view.png") });
   });
 
@@ -175,6 +182,9 @@ try {
         const f = webview(k);
         if ((await f.locator("#tree").count()) > 0) {
           await f.locator("#summary", { hasText: "completed" }).waitFor();
+          const summary = await f.locator("#summary").textContent();
+          if (!/tokens · \$0\.\d*[1-9]/.test(summary)) throw new Error(`summary: ${summary}`);
+          await f.locator(".timeline-row").first().waitFor();
           await f.locator("pre.stdout", { hasText: "return 42" }).first().waitFor({ state: "attached" });
           await f.locator("pre.answer", { hasText: "pkg/core.py:5" }).first().waitFor({ state: "attached" });
           found = true;
@@ -229,6 +239,79 @@ try {
     if (!found) throw new Error("no answer panel for the file question");
   });
 
+  const ask = async (q) => {
+    await runCommand("rlmd: Ask about this workspace");
+    await page.locator(".quick-input-widget", { hasText: "Ask about this workspace" }).waitFor();
+    await page.locator(".quick-input-widget input").first().fill(q);
+    await page.keyboard.press("Enter");
+  };
+  // the webview (answer panel or trajectory) whose `selector` matches `text`
+  const findWebview = async (selector, text) => {
+    for (let i = 0; i < 240; i++) {
+      const n = await page.locator("iframe.webview.ready").count();
+      for (let k = 0; k < n; k++) {
+        const f = webview(k);
+        if ((await f.locator(selector, { hasText: text }).count()) > 0) return f;
+      }
+      await page.waitForTimeout(250);
+    }
+    throw new Error(`no webview with ${selector} ~ ${text}`);
+  };
+  const workspaceSettings = (obj) => {
+    mkdirSync(join(ws, ".vscode"), { recursive: true });
+    writeFileSync(join(ws, ".vscode", "settings.json"), JSON.stringify(obj, null, 2));
+  };
+
+  await step("a depth-2 run: progress notification, Markdown answer, timeline with real costs", async () => {
+    await ask(JSON.stringify({ cells: ["r = rlm_query('what is in pkg?')\nprint(r)", "FINAL('**Found**: `pkg/core.py:1` holds ' + r)"], sleep_s: 1 }));
+    // the cancellable progress notification names the step, tokens and spend
+    await page.locator(".notifications-toasts", { hasText: /tok · \$/ }).first().waitFor();
+    await page.screenshot({ path: join(ARTIFACTS, "progress-notification.png") });
+    const panel = await findWebview("#answer strong", "Found");
+    await panel.locator("#answer a.file-link", { hasText: "pkg/core.py:1" }).waitFor();
+    await panel.locator("#copy").waitFor();
+    const meta = await panel.locator("#meta").textContent();
+    if (!/completed · 2 iteration\(s\) · .* tokens · \$0\.\d*[1-9]/.test(meta)) throw new Error(`meta: ${meta}`);
+    await page.screenshot({ path: join(ARTIFACTS, "answer-depth2.png") });
+    await panel.locator("#traj").click();
+    const traj = await findWebview("#summary", "what is in pkg");
+    await traj.locator(".timeline-row", { hasText: "run d1" }).first().waitFor();
+    await traj.locator("details.run summary", { hasText: "depth 1" }).first().waitFor({ state: "attached" });
+    await page.waitForTimeout(300);
+    await page.screenshot({ path: join(ARTIFACTS, "trajectory-depth2.png") });
+  });
+
+  await step("a follow-up question from the answer panel runs in the same workspace", async () => {
+    await page.locator(".tabs-container .tab", { hasText: "rlmd: {" }).first().click(); // the answer panel
+    const panel = await findWebview("#answer strong", "Found");
+    await panel.locator("#followup").fill(JSON.stringify({ cells: ["print('again')", "FINAL('follow-up answered')"] }));
+    await panel.locator("#ask").click();
+    await findWebview("#answer", "follow-up answered");
+  });
+
+  await step("a failed run: the answer panel says why", async () => {
+    // sleep_s "x" makes the scripted model raise: the run fails with a model error
+    await ask(JSON.stringify({ cells: ["print(1)"], sleep_s: "x" }));
+    const panel = await findWebview("#meta", "failed");
+    await panel.locator("#error", { hasText: "could not convert string to float" }).waitFor();
+    await page.screenshot({ path: join(ARTIFACTS, "answer-failed.png") });
+  });
+
+  await step("a budget-stopped run: partial answer, which budget, the overshoot, real costs", async () => {
+    // a project budget (a project may lower budgets); the daemon reads it for the next task
+    writeFileSync(join(ws, ".rlmd.toml"), "[run]\nmax_usd = 0.01\n");
+    await ask(JSON.stringify({ cells: ["a = 1", "b = 2", "c = 3", "d = 4", "e = 5", "f = 6"] }));
+    const panel = await findWebview("#meta", "max_usd");
+    await panel.locator("#note", { hasText: /the spend budget \(\$0\.0100\) ended the run; \$0\.\d+ spent, \$0\.\d+ \(\d+%\) over/ }).waitFor();
+    await page.screenshot({ path: join(ARTIFACTS, "answer-budget.png") });
+    await panel.locator("#traj").click();
+    const traj = await findWebview("#note", "spend budget");
+    await traj.locator(".timeline-row").first().waitFor();
+    await page.waitForTimeout(300);
+    await page.screenshot({ path: join(ARTIFACTS, "trajectory-budget.png") });
+    rmSync(join(ws, ".rlmd.toml"));
+  });
+
   await step("Restart daemon: a new daemon process, the extension reconnects", async () => {
     const before = readFileSync(join(home, "run", "daemon.pid"), "utf8").trim();
     await runCommand("rlmd: Restart daemon");
@@ -254,6 +337,23 @@ try {
     await page.locator(".notifications-toasts", { hasText: "root model (default), sub model (default)" }).first().waitFor();
     const saved = JSON.parse(readFileSync(join(ws, ".vscode", "settings.json"), "utf8"));
     if (saved["rlmd.rootModel"] !== "" || saved["rlmd.subModel"] !== "") throw new Error(JSON.stringify(saved));
+  });
+
+  await step("rlmd.pythonPath without rlmd: one notification with the reason and a fix button", async () => {
+    const bare = "/usr/bin/python3"; // Debian's Python: no rlmd installed
+    workspaceSettings({ "rlmd.pythonPath": bare });
+    const toast = page.locator(".notifications-toasts .notification-toast", { hasText: "cannot run rlmd" });
+    await toast.first().waitFor();
+    const text = await toast.first().textContent();
+    if (!text.includes("No module named") || !text.includes("Open settings")) throw new Error(`toast: ${text}`);
+    await statusItem("rlmd not installed for").waitFor();
+    await page.waitForTimeout(2000); // room for any further (generic) error to show up
+    await page.screenshot({ path: join(ARTIFACTS, "python-without-rlmd.png") });
+    const mine = await toast.count();
+    const generic = await page.locator(".notifications-toasts .notification-toast", { hasText: /could not start|server/i }).count();
+    if (mine !== 1 || generic !== 0) throw new Error(`${mine} pythonPath notifications, ${generic} generic ones`);
+    workspaceSettings({});
+    await statusItem("rlmd: ready").waitFor({ timeout: 90_000 });
   });
 
   await step("the daemon log reaches the output channel; the client log names the daemon", async () => {

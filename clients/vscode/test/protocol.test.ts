@@ -8,7 +8,7 @@ import { tmpdir } from "node:os";
 import { join, resolve } from "node:path";
 import { createMessageConnection, StreamMessageReader, StreamMessageWriter, MessageConnection } from "vscode-jsonrpc/node";
 import { RlmdApi, errorName, RunEvent, TaskStatus } from "../src/rpc/api";
-import { Trajectory, findFileRefs, nodeLabel, formatCost } from "../src/rpc/model";
+import { Trajectory, answerNote, budgetNote, findFileRefs, nodeLabel, formatCost, timeline, usageTotals } from "../src/rpc/model";
 import { rlmdCommand, startParams, daemonEnv, scopedQuestion } from "../src/rpc/settings";
 
 const REPO = resolve(__dirname, "../../../..");
@@ -26,12 +26,27 @@ const progress: any[] = [];
 
 before(async () => {
   home = mkdtempSync(join(tmpdir(), "rlmd-vsc-"));
-  project = join(home, "proj");
+  // beside the home, not in it: the daemon refuses a workspace inside its home (the store)
+  project = join(mkdtempSync(join(tmpdir(), "rlmd-vsc-proj-")), "proj");
   mkdirSync(join(project, "pkg"), { recursive: true });
   writeFileSync(join(project, "pkg", "core.py"), "def helper():\n    return 42\n");
   writeFileSync(join(project, "README.md"), "# demo\n");
   // The tests use the fast inprocess sandbox: over the socket that needs the user's opt-in.
-  writeFileSync(join(home, "config.toml"), "[daemon]\nallow_inprocess = true\n");
+  // "priced": the scripted model with a price, so costs are real numbers a test can check.
+  writeFileSync(
+    join(home, "config.toml"),
+    "[daemon]\nallow_inprocess = true\n\n[models.priced]\nprovider = \"scripted\"\n" +
+      `model = "${join(REPO, "tests/helpers/scripted_models.py")}:cells"\nprice_input = 10.0\nprice_output = 10.0\n` +
+      `\n[models.partial]\nprovider = "scripted"\nmodel = "${join(home, "partial.json")}"\nprice_input = 10.0\nprice_output = 10.0\n`,
+  );
+  // "partial": looks at the context forever; the extraction after a budget gets a plain answer.
+  writeFileSync(
+    join(home, "partial.json"),
+    JSON.stringify({
+      rules: [{ match: "^Question: .*\\n\\nWork so far", response: "pkg/core.py:2 so far" }],
+      default: "```repl\nprint(len(context))\n```",
+    }),
+  );
   const cmd = rlmdCommand({ pythonPath: PYTHON }, "attach", "--stdio");
   child = spawn(cmd.command, cmd.args, { env: daemonEnv({ home }), stdio: ["pipe", "pipe", "inherit"] });
   conn = createMessageConnection(new StreamMessageReader(child.stdout!), new StreamMessageWriter(child.stdin!));
@@ -79,6 +94,7 @@ after(async () => {
     }
   }
   rmSync(home, { recursive: true, force: true });
+  rmSync(resolve(project, ".."), { recursive: true, force: true });
 });
 
 test("health: the daemon attach started lives in the temp home", async () => {
@@ -96,7 +112,7 @@ test("a task runs to the end: status, events, live trajectory, progress, store t
   assert.ok(started.run_id);
   assert.ok(["queued", "running"].includes(started.state));
   const fin = await api.waitFinished(started.run_id, 60_000);
-  assert.equal(fin.status, "completed");
+  assert.equal(fin.status, "completed", fin.error ?? "");
   assert.equal(fin.answer, "see pkg/core.py:2 and README.md");
 
   // live events build the same trajectory as the store
@@ -112,7 +128,7 @@ test("a task runs to the end: status, events, live trajectory, progress, store t
   assert.ok(kinds.includes("model_call") && kinds.includes("cell"), kinds.join());
   const cell = iter.children.find((n) => n.kind === "cell")!;
   assert.match(cell.stdout ?? "", /return 42/, JSON.stringify(events.filter((e) => e.kind === "cell.finished").map((e) => e.data)).slice(0, 1500));
-  assert.match(nodeLabel(cell), /^cell: print\(read_file/);
+  assert.match(nodeLabel(cell), /^cell 1: print\(read_file/);
 
   const { run, tree } = await api.getRun(started.run_id, true);
   assert.equal(run?.status, "completed");
@@ -181,9 +197,55 @@ test("pure helpers", () => {
   assert.deepEqual(rlmdCommand({}, "tui"), { command: "rlmd", args: ["tui"] });
   assert.equal(formatCost(0.0012), "$0.0012");
   assert.equal(formatCost(1.5), "$1.50");
+  assert.equal(formatCost(0), "$0");
+  assert.equal(formatCost(0.00042), "$0.000420");
   const p = startParams({ sandbox: "", budgets: { maxUsd: 0.5, maxDepth: null } }, "/w", "q");
   assert.deepEqual(p, { workspace: "/w", question: "q", budgets: { max_usd: 0.5 } });
   assert.match(scopedQuestion("why?", "a.py", { startLine: 3, endLine: 4, text: "x = 1" }), /a\.py.*lines 3-4/);
   const refs = findFileRefs("Look at src/a.ts:3:5, core.py#L12, version 1.2.3 and e.g. foo.", (f) => f !== "foo." && !f.startsWith("e.g"));
   assert.deepEqual(refs.map((r) => [r.path, r.line, r.column]), [["src/a.ts", 3, 5], ["core.py", 12, undefined]]);
+});
+
+test("costs come from usage.total: a priced depth-2 run shows real costs in every view", async () => {
+  const question = JSON.stringify({ cells: ["r = rlm_query('what is in pkg?')\nprint(r)", "FINAL(r)"] });
+  const started = await api.start(startParams({ rootModel: "priced", sandbox: "inprocess", budgets: { maxDepth: 2 } }, project, question));
+  const fin = await api.waitFinished(started.run_id, 60_000);
+  assert.equal(fin.status, "completed", fin.error ?? "");
+  const { tree } = await api.getRun(started.run_id, true);
+  const t = Trajectory.fromStore(tree);
+  const total = usageTotals(t.root!.usage);
+  assert.ok(total.cost_usd > 0, JSON.stringify(t.root!.usage));
+  assert.equal(total.cost_usd, (tree as any).usage.total.cost_usd);
+  const listed = (await api.runs({ workspace: project })).find((r) => r.id === started.run_id)!;
+  assert.ok(Math.abs(total.cost_usd - Number(listed.tree?.cost_usd)) < 1e-9, JSON.stringify(listed.tree));
+  assert.notEqual(formatCost(total.cost_usd), "$0");
+  const child = t.root!.nodes[0].children.find((n) => n.kind === "cell")!.runs[0];
+  assert.ok(usageTotals(child.usage).cost_usd > 0);
+  // the waterfall: every run, iteration, call and cell, in time order within the tree
+  const rows = timeline(t.root);
+  assert.equal(rows[0].kind, "run");
+  assert.ok(rows.some((r) => r.kind === "run" && r.label.startsWith("run d1")));
+  const iters = rows.filter((r) => r.kind === "iteration");
+  assert.ok(iters.length >= 3 && iters.every((r) => r.end >= r.start && r.start >= 0));
+  assert.ok(iters[0].cost_usd > 0 && iters[0].tokens > 0); // the badge: its calls' spend
+  assert.ok(Math.abs(rows[0].cost_usd - total.cost_usd) < 1e-9);
+});
+
+test("a budget-stopped run: the answer is labelled partial, with the budget and the overshoot", async () => {
+  const started = await api.start(startParams({ rootModel: "partial", sandbox: "inprocess", budgets: { maxUsd: 0.01 } }, project, "Where is helper?"));
+  const fin = await api.waitFinished(started.run_id, 60_000);
+  assert.equal(fin.status, "max_usd", fin.error ?? "");
+  const { tree } = await api.getRun(started.run_id, true);
+  const root = Trajectory.fromStore(tree).root!;
+  const spent = usageTotals(root.usage).cost_usd;
+  assert.ok(spent > 0.01, String(spent));
+  const over = spent - 0.01;
+  const note = budgetNote(root)!;
+  assert.equal(
+    note,
+    `the spend budget ($0.0100) ended the run; $${spent.toFixed(4)} spent, $${over.toFixed(4)} (${Math.round((over / 0.01) * 100)}%) over`,
+  );
+  assert.equal(root.answer, "pkg/core.py:2 so far");
+  assert.equal(root.answer_source, "extraction");
+  assert.equal(answerNote(root), `partial answer: extracted from the work so far after ${note}`);
 });

@@ -18,6 +18,9 @@ export interface TNode {
   output_tokens?: number;
   cost_usd?: number;
   latency_s?: number;
+  started_at?: number;
+  finished_at?: number;
+  final?: string | null;
   children: TNode[];
   runs: TRun[];
 }
@@ -32,6 +35,11 @@ export interface TRun {
   parent_run_id?: string | null;
   parent_node_id?: string | null;
   usage?: Record<string, any>;
+  answer_source?: string | null;
+  budget?: Record<string, any> | null;
+  iterations?: number;
+  started_at?: number;
+  finished_at?: number;
   nodes: TNode[];
   runs: TRun[]; // child runs not attached to a known cell
 }
@@ -45,7 +53,7 @@ function nodeKind(kind: string): TNode["kind"] {
 }
 
 function fillNode(n: TNode, d: Record<string, any>): void {
-  for (const k of ["index", "role", "model", "code", "stdout", "stderr", "response", "input_tokens", "output_tokens", "cost_usd", "latency_s"] as const) {
+  for (const k of ["index", "role", "model", "code", "stdout", "stderr", "response", "input_tokens", "output_tokens", "cost_usd", "latency_s", "started_at", "finished_at", "final"] as const) {
     if (d[k] !== undefined && d[k] !== null) (n as any)[k] = d[k];
   }
   if ("error" in d) n.error = d.error;
@@ -71,12 +79,17 @@ export class Trajectory {
     switch (e.kind) {
       case "run.started":
         run.question = String(d.question ?? "");
+        run.budget = d.budget ?? null;
+        run.started_at = e.ts;
         break;
       case "run.finished":
         run.status = String(d.status ?? "finished");
         run.answer = d.answer ?? null;
+        run.answer_source = d.answer_source ?? null;
         run.error = d.error ?? null;
         run.usage = d.usage;
+        run.iterations = d.iterations;
+        run.finished_at = e.ts;
         break;
       default: {
         if (!e.node_id || e.kind === "sandbox.started") break;
@@ -85,7 +98,7 @@ export class Trajectory {
         }
         let node = this.nodes.get(e.node_id);
         if (!node) {
-          node = { id: e.node_id, kind: nodeKind(e.kind), state: "running", children: [], runs: [] };
+          node = { id: e.node_id, kind: nodeKind(e.kind), state: "running", started_at: e.ts, children: [], runs: [] };
           this.nodes.set(node.id, node);
           const parent = e.parent_id ? this.nodes.get(e.parent_id) : undefined;
           (parent ? parent.children : run.nodes).push(node);
@@ -98,6 +111,7 @@ export class Trajectory {
         fillNode(node, d);
         if (e.kind.endsWith(".finished") || e.kind === "compaction") {
           node.state = d.error ? "error" : "done";
+          node.finished_at = e.ts;
         }
         if (e.kind === "iteration.started") node.state = "running";
       }
@@ -147,6 +161,11 @@ export class Trajectory {
         question: r.question ?? "",
         status: r.status ?? "unknown",
         answer: r.answer,
+        answer_source: r.answer_source ?? null,
+        budget: r.budget ?? null,
+        iterations: r.iterations ?? undefined,
+        started_at: r.started_at ?? undefined,
+        finished_at: r.finished_at ?? undefined,
         error: r.error,
         parent_run_id: r.parent_run_id,
         parent_node_id: r.parent_node_id,
@@ -176,24 +195,26 @@ export class Trajectory {
 
 function pick(n: any): Record<string, any> {
   const out: Record<string, any> = {};
-  for (const k of ["index", "role", "model", "code", "stdout", "stderr", "error", "response", "input_tokens", "output_tokens", "cost_usd", "latency_s"]) {
+  for (const k of ["index", "role", "model", "code", "stdout", "stderr", "error", "response", "input_tokens", "output_tokens", "cost_usd", "latency_s", "started_at", "finished_at"]) {
     if (n[k] !== undefined && n[k] !== null) out[k] = n[k];
   }
   return out;
 }
 
-/** One-line label for a node in a tree view. */
+/** One-line label for a node in a tree view (numbers as the CLI and TUI show them). */
 export function nodeLabel(n: TNode): string {
   switch (n.kind) {
     case "iteration":
       return `iteration ${(n.index ?? 0) + 1}`;
     case "model_call": {
-      const tok = n.input_tokens !== undefined ? ` · ${n.input_tokens}+${n.output_tokens ?? 0} tok` : "";
-      return `${n.role ?? "model"} call${n.model ? ` (${n.model})` : ""}${tok}`;
+      const tok = n.input_tokens !== undefined ? ` · ${formatTokens(n.input_tokens)}→${formatTokens(n.output_tokens)} tok · ${formatCost(n.cost_usd)}` : "";
+      const lat = n.latency_s !== undefined ? ` · ${formatSeconds(n.latency_s)}` : "";
+      return `${n.role ?? "model"} call${n.model ? ` (${n.model})` : ""}${tok}${lat}`;
     }
     case "cell": {
       const first = (n.code ?? "").split("\n").find((l) => l.trim() && !l.startsWith("_n = len(context)")) ?? "";
-      return `cell${n.error ? " ✗" : ""}: ${first.slice(0, 60)}`;
+      const num = n.index !== undefined ? ` ${n.index + 1}` : "";
+      return `cell${num}${n.error ? " ✗" : ""}: ${first.slice(0, 60)}`;
     }
     case "compaction":
       return "compaction";
@@ -202,10 +223,177 @@ export function nodeLabel(n: TNode): string {
   }
 }
 
+/** Dollars as every rlmd surface shows them (`rlmd.cli.render.fmt_cost`): `$0`, `$0.0208`,
+ * `$0.000420`, `$1.25`. */
 export function formatCost(usd: number | null | undefined): string {
-  if (usd === null || usd === undefined) return "$0.00";
-  if (usd > 0 && usd < 0.01) return `$${usd.toFixed(4)}`;
-  return `$${usd.toFixed(2)}`;
+  const v = Number(usd ?? 0);
+  if (!v) return "$0";
+  if (v >= 1) return `$${v.toFixed(2)}`;
+  return v >= 0.001 ? `$${v.toFixed(4)}` : `$${v.toFixed(6)}`;
+}
+
+/** `950`, `12.3k`, `4.1M` (as `rlmd.cli.render.fmt_tokens`). */
+export function formatTokens(n: number | null | undefined): string {
+  const v = Math.trunc(Number(n ?? 0));
+  if (v < 1000) return String(v);
+  if (v < 1_000_000) return `${(v / 1000).toFixed(1)}k`;
+  return `${(v / 1_000_000).toFixed(1)}M`;
+}
+
+export function formatSeconds(s: number | null | undefined): string {
+  if (s === null || s === undefined) return "-";
+  if (s < 10) return `${s.toFixed(1)}s`;
+  if (s < 60) return `${Math.round(s)}s`;
+  return `${Math.floor(s / 60)}m${String(Math.floor(s % 60)).padStart(2, "0")}s`;
+}
+
+export interface Totals {
+  cost_usd: number;
+  input_tokens: number;
+  output_tokens: number;
+  calls: number;
+  wall_time_s?: number;
+}
+
+/** The totals of a usage dict in any of its shapes: the store's / `run.finished`'s
+ * `{total: {...}, wall_time_s}`, a task's live `{cost_usd, input_tokens, ...}`, or a store
+ * row's own counters. */
+export function usageTotals(usage: Record<string, any> | null | undefined): Totals {
+  const u = usage ?? {};
+  const t = u.total && typeof u.total === "object" ? u.total : u;
+  return {
+    cost_usd: Number(t.cost_usd ?? 0),
+    input_tokens: Number(t.input_tokens ?? 0),
+    output_tokens: Number(t.output_tokens ?? 0),
+    calls: Number(t.calls ?? t.model_calls ?? 0),
+    wall_time_s: u.wall_time_s ?? undefined,
+  };
+}
+
+const BUDGETS: Record<string, [string, string]> = {
+  max_iterations: ["iteration budget", "max_iterations"],
+  max_time: ["wall-clock budget", "max_seconds"],
+  max_tokens: ["token budget", "max_tokens"],
+  max_usd: ["spend budget", "max_usd"],
+  max_subcalls: ["sub-call budget", "max_subcalls"],
+  max_errors: ["error budget", "max_consecutive_errors"],
+};
+
+function amount(status: string, x: number): string {
+  if (status === "max_usd") return x < 1 ? `$${x.toFixed(4)}` : `$${x.toFixed(2)}`;
+  if (status === "max_time") return `${x.toFixed(1)} s`;
+  return Math.trunc(x).toLocaleString("en-US") + (status === "max_tokens" ? " tokens" : "");
+}
+
+export interface RunEnd {
+  status?: string | null;
+  budget?: Record<string, any> | null;
+  usage?: Record<string, any> | null;
+  answer?: string | null;
+  answer_source?: string | null;
+  subcalls?: number | null;
+}
+
+/** Which budget ended a run and by how much it was overshot, in the CLI's words
+ * (`rlmd.cli.outcome.budget_note`); undefined when no budget ended it. */
+export function budgetNote(run: RunEnd): string | undefined {
+  const status = String(run.status ?? "");
+  const b = BUDGETS[status];
+  if (!b) return undefined;
+  const limit = run.budget?.[b[1]];
+  if (limit === null || limit === undefined) return `the ${b[0]} ended the run`;
+  let note = `the ${b[0]} (${amount(status, Number(limit))}) ended the run`;
+  const u = usageTotals(run.usage);
+  const spent =
+    status === "max_usd" ? u.cost_usd
+    : status === "max_tokens" ? u.input_tokens + u.output_tokens
+    : status === "max_time" ? u.wall_time_s
+    : status === "max_subcalls" ? run.subcalls ?? undefined
+    : undefined;
+  if (spent !== undefined && spent !== null && spent > Number(limit)) {
+    const over = spent - Number(limit);
+    const pct = Number(limit) > 0 ? ` (${Math.round((over / Number(limit)) * 100)}%)` : "";
+    note += `; ${amount(status, spent)} spent, ${amount(status, over)}${pct} over`;
+  }
+  return note;
+}
+
+/** "partial answer: ..." for an answer extracted after a budget ran out, else undefined. */
+export function answerNote(run: RunEnd): string | undefined {
+  if (run.answer === null || run.answer === undefined || run.answer_source !== "extraction") return undefined;
+  return `partial answer: extracted from the work so far after ${budgetNote(run) ?? `the run ended (${run.status})`}`;
+}
+
+export interface TimelineRow {
+  id: string;
+  label: string;
+  depth: number; // nesting in the tree (for indentation)
+  kind: string;
+  start: number; // seconds from the root run's start
+  end: number;
+  cost_usd: number;
+  tokens: number;
+  error: boolean;
+}
+
+/** The tree as waterfall rows: every run, iteration (with its model calls' tokens and cost
+ * summed as a badge), model call and cell, with start/end in seconds from the root's start. */
+export function timeline(root: TRun | undefined, now = Date.now() / 1000): TimelineRow[] {
+  if (!root) return [];
+  const t0 = root.started_at ?? firstStart(root) ?? now;
+  const rows: TimelineRow[] = [];
+  const sum = (n: TNode): { cost: number; tokens: number } => {
+    let cost = n.cost_usd ?? 0;
+    let tokens = (n.input_tokens ?? 0) + (n.output_tokens ?? 0);
+    for (const c of n.children) {
+      const s = sum(c);
+      cost += s.cost;
+      tokens += s.tokens;
+    }
+    for (const r of n.runs) {
+      const u = usageTotals(r.usage);
+      cost += u.cost_usd;
+      tokens += u.input_tokens + u.output_tokens;
+    }
+    return { cost, tokens };
+  };
+  const visitRun = (r: TRun, depth: number) => {
+    const u = usageTotals(r.usage);
+    const start = (r.started_at ?? t0) - t0;
+    rows.push({
+      id: r.id, label: `run d${r.depth} · ${r.status} · ${(r.question || "").split("\n")[0].slice(0, 60)}`,
+      depth, kind: "run", start, end: (r.finished_at ?? now) - t0, cost_usd: u.cost_usd,
+      tokens: u.input_tokens + u.output_tokens, error: ["failed", "cancelled", "sandbox_failed"].includes(r.status),
+    });
+    const visitNode = (n: TNode, d: number) => {
+      const s = sum(n);
+      const startN = (n.started_at ?? r.started_at ?? t0) - t0;
+      const endN = n.finished_at !== undefined ? n.finished_at - t0
+        : n.latency_s !== undefined ? startN + n.latency_s
+        : lastEnd(n, t0) ?? startN;
+      rows.push({ id: n.id, label: nodeLabel(n), depth: d, kind: n.kind, start: startN, end: Math.max(startN, endN), cost_usd: s.cost, tokens: s.tokens, error: Boolean(n.error) });
+      for (const c of n.children) visitNode(c, d + 1);
+      for (const cr of n.runs) visitRun(cr, d + 1);
+    };
+    for (const n of r.nodes) visitNode(n, depth + 1);
+    for (const cr of r.runs) visitRun(cr, depth + 1);
+  };
+  visitRun(root, 0);
+  return rows;
+}
+
+function firstStart(r: TRun): number | undefined {
+  const n = r.nodes[0];
+  return n?.started_at;
+}
+
+function lastEnd(n: TNode, t0: number): number | undefined {
+  let end: number | undefined;
+  for (const c of n.children) {
+    const e = c.finished_at ?? (c.started_at !== undefined && c.latency_s !== undefined ? c.started_at + c.latency_s : undefined);
+    if (e !== undefined) end = Math.max(end ?? 0, e - t0);
+  }
+  return end;
 }
 
 export interface FileRef {
