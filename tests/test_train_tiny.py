@@ -20,7 +20,7 @@ pytest.importorskip("peft")
 pytest.importorskip("trl")
 llama_cpp = pytest.importorskip("llama_cpp")
 
-from rlmd.cli import main as cli_main  # noqa: E402
+from rlmd.cli.main import main as cli_main  # noqa: E402
 from rlmd.models.registry import Registry  # noqa: E402
 from rlmd.train.gguf_lora import convert_adapter, convert_model, register  # noqa: E402
 from rlmd.train.grpo import GRPOOptions, train_grpo  # noqa: E402
@@ -116,7 +116,7 @@ def test_sft_step_adapter_to_llama_cpp(tiny: Path, tmp_path: Path, capsys) -> No
     register("tiny-tuned", str(base_gguf), adapter)
     spec = Registry().spec("tiny-tuned")
     assert spec.provider == "local" and spec.options["lora_path"] == str(adapter.resolve())
-    assert cli_main.main(["models"]) == 0
+    assert cli_main(["models"]) == 0
     assert "tiny-tuned" in capsys.readouterr().out
 
 

@@ -17,11 +17,12 @@ from __future__ import annotations
 
 import json
 import time
+from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from rlmd.train.sft import load_base, plot_log
+from rlmd.train.sft import load_base, plot_log, save_base_config
 
 
 @dataclass
@@ -43,7 +44,7 @@ def completion_logprob(model: Any, tokenizer: Any, prompt: list, completion: lis
 
     def ids(messages: list, gen: bool) -> list[int]:
         out = tokenizer.apply_chat_template(messages, tokenize=True, add_generation_prompt=gen)
-        return list(out["input_ids"] if isinstance(out, dict) else out)
+        return list(out["input_ids"] if isinstance(out, Mapping) else out)
 
     head = ids(prompt, True)
     full = ids(prompt + completion, False)
@@ -81,7 +82,7 @@ def train_grpo(
     if not groups:
         raise ValueError(f"{data}: no group whose rewards differ (nothing to learn from)")
     model, tokenizer = load_base(base, opts.device)
-    model.config.save_pretrained(out / "base")
+    save_base_config(model, out / "base")
     if (out / "adapter" / "adapter_config.json").exists():
         model = PeftModel.from_pretrained(model, out / "adapter", is_trainable=True)
     else:

@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import json
 import time
+from collections.abc import Mapping
 from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
@@ -90,9 +91,18 @@ def load_base(base: str, device: str = "cpu") -> tuple[Any, Any]:
     return model.to(device), tokenizer
 
 
+def save_base_config(model: Any, folder: Path) -> None:
+    """Write the base model's ``config.json`` to ``folder`` for llama.cpp's LoRA converter,
+    with ``architectures`` set (a config read from a GGUF has none, and the converter picks
+    its model class by it)."""
+    if not getattr(model.config, "architectures", None):
+        model.config.architectures = [type(model).__name__]
+    model.config.save_pretrained(folder)
+
+
 def _fits(tokenizer: Any, sample: dict[str, Any], max_length: int) -> bool:
     ids = tokenizer.apply_chat_template(sample["prompt"] + sample["completion"], tokenize=True)
-    if isinstance(ids, dict):
+    if isinstance(ids, Mapping):  # transformers 5 returns a BatchEncoding
         ids = ids["input_ids"]
     return len(ids) <= max_length
 
@@ -128,7 +138,7 @@ def train_sft(
     ds = ds.filter(lambda s: _fits(tokenizer, s, opts.max_length))
     if len(ds) == 0:
         raise ValueError(f"no sample of {data} fits in {opts.max_length} tokens")
-    model.config.save_pretrained(out / "base")
+    save_base_config(model, out / "base")
     log_path = out / "log.jsonl"
     started = time.monotonic()
 
@@ -151,7 +161,7 @@ def train_sft(
         gradient_accumulation_steps=opts.grad_accum,
         learning_rate=opts.learning_rate,
         lr_scheduler_type="constant_with_warmup",
-        warmup_steps=min(2, max(0, opts.steps - 1)),
+        warmup_steps=opts.steps // 10,  # the first warmup step has lr 0: none for short runs
         logging_steps=1,
         save_steps=opts.save_steps,
         save_total_limit=2,
