@@ -115,9 +115,12 @@ class Context:
         """
         owner = getattr(count_tokens, "__self__", None)
         key = (getattr(owner, "name", None) or count_tokens, tree_lines)
-        if key not in self._meta_cache:
-            self._meta_cache[key] = self._metadata(count_tokens, tree_lines)
-        return self._meta_cache[key].copy()
+        cached = self._meta_cache.get(key)
+        if cached is None:
+            cached = self._metadata(count_tokens, tree_lines)
+            if not _map_pending(self):  # a map still being built: a later task gets it
+                self._meta_cache[key] = cached
+        return cached.copy()
 
     def _metadata(self, count_tokens: Callable[[str], int], tree_lines: int) -> ContextMeta:
         meta: ContextMeta = {
@@ -150,18 +153,34 @@ class Context:
 
 
 def _code_map(context: Context, count_tokens: Callable[[str], int]) -> list[str]:
-    """The codebase's map from its symbol index (built here on first use; see
-    :mod:`rlmd.codeintel`), ``[]`` when no file is in an indexed language or the codebase is
-    too big to index before the first turn (``EAGER_MAX_CHARS``)."""
-    from rlmd.codeintel.index import EAGER_MAX_CHARS, index_for, indexable_chars
+    """The codebase's map from its symbol index (built on first use; see
+    :mod:`rlmd.codeintel`), ``[]`` when no file is in an indexed language, the codebase is
+    too big to index before the first turn (``EAGER_MAX_CHARS``), or its index was not
+    ready within ``MAP_WAIT_S`` (above ``SYNC_MAX_CHARS``; it goes on building)."""
+    from rlmd.codeintel.index import (
+        EAGER_MAX_CHARS,
+        MAP_WAIT_S,
+        SYNC_MAX_CHARS,
+        index_for,
+        index_within,
+        indexable_chars,
+    )
     from rlmd.codeintel.repomap import repo_map
 
-    if (
-        getattr(context, "_code_index", None) is None
-        and indexable_chars(context.value) > EAGER_MAX_CHARS
-    ):
-        return []
+    if getattr(context, "_code_index", None) is None:
+        size = indexable_chars(context.value)
+        if size > EAGER_MAX_CHARS:
+            return []
+        if size > SYNC_MAX_CHARS:
+            index = index_within(context, MAP_WAIT_S)
+            return repo_map(index, count_tokens) if index is not None else []
     return repo_map(index_for(context), count_tokens)
+
+
+def _map_pending(context: Context) -> bool:
+    """Whether a background build of ``context``'s symbol index is still running."""
+    thread = getattr(context, "_index_thread", None)
+    return thread is not None and thread.is_alive()
 
 
 def _chars(value: Any) -> int:

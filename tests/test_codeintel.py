@@ -348,3 +348,29 @@ def test_a_new_process_reuses_the_index_saved_for_the_folder(tmp_path, monkeypat
     diskcache.cache_file(str(proj)).write_text("{not json")
     assert diskcache.load(str(proj)) == {}
     assert index_for(load_codebase(proj)).find_definition("one")
+
+
+def test_a_slow_index_does_not_hold_the_first_turn_and_a_later_task_gets_the_map(
+    tmp_path, monkeypatch
+):
+    """Above SYNC_MAX_CHARS the first turn waits at most MAP_WAIT_S for the map; the build
+    goes on in the background and the next metadata (a later task) has the map."""
+    (tmp_path / "m.py").write_text("class Widget:\n    pass\n")
+    ctx = load_codebase(tmp_path)
+    release = __import__("threading").Event()
+    real = codeindex._build_cached
+
+    def slow(files, source):
+        assert release.wait(60)
+        return real(files, source)
+
+    monkeypatch.setattr(codeindex, "_build_cached", slow)
+    monkeypatch.setattr(codeindex, "SYNC_MAX_CHARS", 0)
+    monkeypatch.setattr(codeindex, "MAP_WAIT_S", 0.0)
+    first = ctx.metadata(len)
+    assert "map" not in first and first["files"] == 1  # not ready: no map, no wait
+    release.set()
+    ctx._index_thread.join(60)
+    later = ctx.metadata(len)
+    assert any("Widget" in line for line in later["map"])
+    assert index_for(ctx) is ctx._code_index  # one build, shared with the REPL helpers

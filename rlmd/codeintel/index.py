@@ -15,6 +15,7 @@ was close, so a model does not take ``[]`` for an answer.
 from __future__ import annotations
 
 import difflib
+import logging
 import re
 import threading
 import time
@@ -32,9 +33,21 @@ EAGER_MAX_CHARS = 16_000_000
 the first turn (no map in the metadata; ~10 s per 16 M characters on one core): its index
 is built when a helper first needs it."""
 
+SYNC_MAX_CHARS = 1_000_000
+"""Up to this many indexable characters (~0.6 s to parse) the index is always built before
+the first turn, so a small codebase's map never depends on the machine's speed; a bigger one
+gets :data:`MAP_WAIT_S` (its build goes on in the background and later turns and tasks use it)."""
+
+MAP_WAIT_S = 2.0
+"""Seconds the first turn waits for the index of a codebase above :data:`SYNC_MAX_CHARS`:
+a cold 12 M-character build took 15.5 s (bench/codeintel_index.py), which would hold the
+first model request that long (issue 16: a codebase ready in about a second)."""
+
 CACHE_CHARS = 256 * 1024 * 1024
 """The process-wide parse cache holds results for files totalling at most this many
 characters (oldest dropped first)."""
+
+log = logging.getLogger(__name__)
 
 _IDENT = re.compile(r"[A-Za-z_$][\w$]*")
 
@@ -409,6 +422,7 @@ def _check_name(name: object, fn: str) -> str:
 
 
 _index_lock = threading.Lock()
+_start_lock = threading.Lock()
 
 
 def indexable_chars(files: Mapping[str, str]) -> int:
@@ -431,6 +445,38 @@ def index_for(context: object) -> CodeIndex:
             index = _build_cached(context.value, getattr(context, "source", None))  # type: ignore[attr-defined]
             context._code_index = index  # type: ignore[attr-defined]
         return index
+
+
+def index_within(context: object, seconds: float) -> CodeIndex | None:
+    """The index of a codebase ``Context`` if it is built, or gets built within ``seconds``;
+    ``None`` otherwise, while a background thread goes on building it (a later call, or a
+    REPL helper through :func:`index_for`, finds it; one build per context).
+
+    Raises:
+        ValueError: the context is not a codebase.
+    """
+    index = getattr(context, "_code_index", None)
+    if index is not None:
+        return index
+    if getattr(context, "kind", None) != "codebase":
+        raise ValueError("code intelligence needs a codebase context (a loaded folder)")
+    with _start_lock:
+        thread = getattr(context, "_index_thread", None)
+        if thread is None:
+            thread = threading.Thread(
+                target=_build_in_background, args=(context,), name="rlmd-code-index", daemon=True
+            )
+            context._index_thread = thread  # type: ignore[attr-defined]
+            thread.start()
+    thread.join(seconds)
+    return getattr(context, "_code_index", None)
+
+
+def _build_in_background(context: object) -> None:
+    try:
+        index_for(context)
+    except Exception:  # a failed build leaves no index: helpers build (and raise) on demand
+        log.warning("code index build failed", exc_info=True)
 
 
 def _build_cached(files: Mapping[str, str], source: str | None) -> CodeIndex:
