@@ -88,6 +88,13 @@ class Context:
         default_factory=dict, init=False, repr=False, compare=False
     )
 
+    def __getstate__(self) -> dict[str, Any]:
+        """Pickled (a child run sent to a cluster node) without the process-local caches:
+        the symbol index, its build thread and the metadata cache are rebuilt there."""
+        state = {k: v for k, v in self.__dict__.items() if k not in _LOCAL_CACHES}
+        state["_meta_cache"] = {}
+        return state
+
     @property
     def is_codebase(self) -> bool:
         return self.kind == "codebase"
@@ -150,6 +157,9 @@ class Context:
                 meta["map"] = code_map
             meta["skipped"] = {k: v for k, v in self.skipped.items() if v}
         return meta
+
+
+_LOCAL_CACHES = ("_code_index", "_index_thread", "_meta_cache")
 
 
 def _code_map(context: Context, count_tokens: Callable[[str], int]) -> list[str]:

@@ -374,3 +374,16 @@ def test_a_slow_index_does_not_hold_the_first_turn_and_a_later_task_gets_the_map
     later = ctx.metadata(len)
     assert any("Widget" in line for line in later["map"])
     assert index_for(ctx) is ctx._code_index  # one build, shared with the REPL helpers
+
+
+def test_a_codebase_context_pickles_without_its_index(tmp_path):
+    """A child run's context goes to a cluster node pickled: the symbol index (locks), its
+    build thread and the metadata cache stay behind and are rebuilt there."""
+    import pickle
+
+    (tmp_path / "m.py").write_text("class Widget:\n    pass\n")
+    ctx = load_codebase(tmp_path)
+    assert any("Widget" in line for line in ctx.metadata(len)["map"])
+    copy = pickle.loads(pickle.dumps(ctx))
+    assert copy.value == ctx.value and getattr(copy, "_code_index", None) is None
+    assert any("Widget" in line for line in copy.metadata(len)["map"])

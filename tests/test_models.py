@@ -915,3 +915,20 @@ def test_count_messages_counts_each_message_once_as_history_grows() -> None:
         expected = sum(count_tokens(m["content"]) + 4 for m in history) + 2
         assert model.count_messages(history) == expected
     assert len(counted) == len(history)  # not 1 + 2 + ... + 51
+
+
+def test_a_run_trees_models_pickle_for_a_cluster_node(tmp_path):
+    """``Registry.for_run()`` goes to cluster nodes pickled (a closure over live instances,
+    which hold locks, could not); the copy makes its own scripted instance there."""
+    import pickle
+
+    from rlmd.models.registry import Registry
+
+    script = tmp_path / "s.json"
+    script.write_text(json.dumps({"responses": ["a", "b"]}))
+    get = Registry({}).for_run()
+    name = f"scripted:{script}"
+    model = get(name)
+    assert get(name) is model  # one instance per run tree
+    copy = pickle.loads(pickle.dumps(get))
+    assert copy(name) is not model and copy(name).spec.model == model.spec.model

@@ -198,17 +198,7 @@ class Registry:
         Raises (from the returned function):
             KeyError / ValueError: as :meth:`spec`.
         """
-        own: dict[str, Model] = {}
-
-        def get(name: str) -> Model:
-            if name in own:
-                return own[name]
-            model = self.get(name)
-            if model.per_run:
-                model = own[name] = create_model(model.spec)
-            return model
-
-        return get
+        return RunModels(self)
 
     def list(self) -> list[tuple[ModelSpec, str | None]]:
         """Every configured or added model with ``None`` if usable now, else the reason."""
@@ -248,3 +238,24 @@ def create_model(spec: ModelSpec) -> Model:
 
         return ScriptedModel(spec)
     raise ValueError(f"{spec.name}: unknown provider {spec.provider!r}; use one of {PROVIDERS}")
+
+
+class RunModels:
+    """``name -> Model`` for one run tree (:meth:`Registry.for_run`). Picklable, as a
+    cluster executor ships it to its nodes: the copy keeps the registry's entries and makes
+    its own instances there (a scripted model's copy starts at its first response)."""
+
+    def __init__(self, registry: Registry) -> None:
+        self.registry = registry
+        self.own: dict[str, Model] = {}
+
+    def __call__(self, name: str) -> Model:
+        if name in self.own:
+            return self.own[name]
+        model = self.registry.get(name)
+        if model.per_run:
+            model = self.own[name] = create_model(model.spec)
+        return model
+
+    def __getstate__(self) -> dict[str, Any]:
+        return {"registry": self.registry, "own": {}}
