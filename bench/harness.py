@@ -429,7 +429,7 @@ async def rlmd_whole_run(
             seen["last_cell"] = time.perf_counter()
 
     store = Store(store_path) if store_path is not None else None
-    sinks = (store.record, tracker) if store is not None else (tracker,)
+    sinks = (store.record_batched, tracker) if store is not None else (tracker,)
     if warm is not None:  # the owner of a kept REPL binds each run's context
         await prepare_sandbox(warm, load_context(context))
     try:

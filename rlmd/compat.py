@@ -279,7 +279,7 @@ class RLM:
             from rlmd.store import Store
 
             store = Store(paths.store_path())
-            sinks.append(store.record)
+            sinks.append(store.record_batched)
         if self.verbose:
             from rlmd.cli.progress import ProgressPrinter
 

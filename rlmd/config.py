@@ -425,13 +425,30 @@ def check_project_sandbox(table: dict[str, Any], where: str) -> None:
 
 def _check_model_names(run: dict[str, Any], where: str, models: set[str]) -> None:
     """Refuse, in ``model``, ``sub_model`` and ``models_by_depth``, any name outside
-    ``models`` but a ``local:`` known local model: ``scripted:``/``local:FILE`` shorthands
-    would make the host load a file of the project, hosted ones (``openai:o3``) would send
-    your code to a provider at your expense."""
+    ``models`` but a ``local:`` known local model (see :func:`check_model_names`)."""
     names: list[tuple[str, Any]] = [(k, run.get(k)) for k in ("model", "sub_model")]
     by_depth = run.get("models_by_depth")
     if isinstance(by_depth, dict):
         names += [(f"models_by_depth.{k}", v) for k, v in by_depth.items()]
+    check_model_names(names, where, models)
+
+
+def check_model_names(
+    names: list[tuple[str, Any]], where: str, models: set[str], who: str = "a project's file"
+) -> None:
+    """Refuse, among ``names`` (``(key, name)`` pairs, for the message), any name outside
+    ``models`` but a ``local:`` known local model: ``scripted:``/``local:FILE`` shorthands
+    would make the host load a file ``who`` chose, hosted ones (``openai:o3``) would send
+    your code to a provider at your expense.
+
+    Args:
+        models: the model names the user allows (those the user config or the built-ins
+            define...).
+        who: who named them, for the message (a project's file, an MCP client).
+
+    Raises:
+        ValueError: naming ``where``, the key and the name.
+    """
     for key, name in names:
         if not isinstance(name, str) or name in models:
             continue
@@ -444,10 +461,20 @@ def _check_model_names(run: dict[str, Any], where: str, models: set[str]) -> Non
             else "is not a model your user config or the built-ins define"
         )
         raise ValueError(
-            f"{where}: {key} = {name!r} {harm}; a project's file may only name configured "
+            f"{where}: {key} = {name!r} {harm}; {who} may only name configured "
             f"models, never switch your run to another (hosted) model (set it in the user "
             f"config {paths.user_config_path()} or pass --model)"
         )
+
+
+def user_model_names() -> set[str]:
+    """The model names the built-ins and the user config define (no project's file): what
+    a less trusted party (a project's file, an MCP client) may name."""
+    settings = Settings()
+    user = paths.user_config_path()
+    if user.is_file():
+        read_file(settings, user)
+    return set(settings.models)
 
 
 def _check_budget(run: dict[str, Any], user: dict[str, Any], where: str) -> None:

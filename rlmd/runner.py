@@ -63,7 +63,7 @@ async def run_question(
         from rlmd.store import Store
 
         store = Store(paths.store_path())
-        sinks = (store.record, *sinks)
+        sinks = (store.record_batched, *sinks)
     try:
         if samples > 1:
             from rlmd.engine.samples import run_samples

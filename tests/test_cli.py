@@ -468,6 +468,7 @@ ATTACK = (
     "\x1b]52;c;cHduZWQ=\x1b\\"  # OSC 52: write the clipboard
     "\x1b]8;;https://evil.example\x1b\\click\x1b]8;;\x1b\\"  # OSC 8: a hidden link
     "\x9b31m"  # C1 CSI
+    "gpj.\u202eexe"  # a right-to-left override: reads as "exe.jpg" (Trojan Source)
 )
 
 
@@ -492,6 +493,7 @@ def test_terminal_escape_injection_is_shown_not_obeyed(rlmd_home, attack_script)
     assert show.returncode == 0, show.stderr
     assert "\x1b" not in show.stdout and "\x9b" not in show.stdout
     assert "\\x1b]0;pwned" in show.stdout
+    assert "\u202e" not in show.stdout and "gpj.\\u202eexe" in show.stdout
     runs = rlmd("runs", home=rlmd_home)
     assert "\x1b" not in runs.stdout
 

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import asyncio
 import os
+import subprocess
 import sys
 from typing import Any
 
@@ -170,3 +171,20 @@ async def test_a_budget_stopped_run_says_so(daemon, tmp_path):
         assert reply.stop_reason == "max_turn_requests"
         assert reply.field_meta["rlmd"]["status"] == "max_iterations"
         assert "the max_iterations budget ended the run" in text(rec.of(AgentMessageChunk)[-1])
+
+
+def test_stdio_that_is_not_a_pipe_is_a_one_line_error(tmp_path):
+    out = tmp_path / "out.txt"
+    with out.open("w") as stdout:
+        done = subprocess.run(
+            [sys.executable, "-m", "rlmd", "acp", "--no-start"],
+            env={**os.environ, "RLMD_HOME": str(tmp_path), "PYTHONPATH": os.pathsep.join(sys.path)},
+            stdin=subprocess.DEVNULL,
+            stdout=stdout,
+            stderr=subprocess.PIPE,
+            text=True,
+            timeout=60,
+        )
+    assert done.returncode == 2, done.stderr
+    assert "Traceback" not in done.stderr and len(done.stderr.strip().splitlines()) == 1
+    assert "stdin is not a pipe" in done.stderr

@@ -7,11 +7,12 @@ import asyncio
 import json
 import os
 import signal
+import subprocess
 import sys
 from contextlib import asynccontextmanager
 
 import pytest
-from helpers.server import CELLS, Daemon, make_project, question
+from helpers.server import CELLS, MODELS, Daemon, make_project, question
 
 pytest.importorskip("mcp")
 from mcp import ClientSession  # noqa: E402
@@ -262,3 +263,86 @@ def test_notes_of_unfollowed_tasks_are_bounded_but_keep_their_end():
     for i in range(EARLY_TASKS_KEPT + 5):
         link._route({"method": "rlmd/taskStatus", "params": {"run_id": f"t{i}", "state": "queued"}})
     assert len(link._early) == EARLY_TASKS_KEPT and "a" not in link._early
+
+
+async def test_a_client_may_name_only_models_the_user_configured(daemon, tmp_path):
+    """A (possibly prompt-injected) MCP client must not make the daemon import a file of its
+    choosing: only the user's models (built-ins, user config, rlmd mcp --model) go."""
+    project = make_project(tmp_path)
+    marker = tmp_path / "pwned"
+    evil = tmp_path / "evil.py"
+    evil.write_text(
+        f"def respond(messages):\n    open({str(marker)!r}, 'w').close()\n    return 'FINAL(1)'\n"
+    )
+    config = daemon.home / "config.toml"
+    config.write_text(f'[models.mine]\nprovider = "scripted"\nmodel = "{MODELS}:cells"\n')
+    try:
+        async with mcp_session(server_params(daemon, project)) as session:
+            for name in (f"scripted:{evil}:respond", f"local:{evil}"):
+                for role in ("root", "sub"):
+                    result = await session.call_tool(
+                        "ask", {"question": question("FINAL(1)"), "models": {role: name}}
+                    )
+                    text = result.content[0].text
+                    assert result.is_error and "loads a file" in text and "MCP client" in text
+            hosted = await session.call_tool(
+                "ask", {"question": "q", "models": {"root": "openai:o3"}}
+            )
+            assert hosted.is_error and "not a model your user config" in hosted.content[0].text
+            assert not marker.exists()
+            # the user's own: the --model it was started with, and a user-config entry
+            for name in (CELLS, "mine"):
+                ok = await session.call_tool(
+                    "ask", {"question": question("FINAL('ok')"), "models": {"root": name}}
+                )
+                assert not ok.is_error and ok.structured_content["status"] == "completed"
+    finally:
+        config.unlink()
+
+
+async def test_a_workspace_must_lie_inside_the_servers_folder(daemon, tmp_path):
+    project = make_project(tmp_path)
+    async with mcp_session(server_params(daemon, project)) as session:
+        for outside in ("/etc", "../../..", str(tmp_path)):
+            for tool, args in (
+                ("ask", {"question": question("FINAL(1)")}),
+                ("workspace_variables", {}),
+                ("runs", {}),
+            ):
+                result = await session.call_tool(tool, {**args, "workspace": outside})
+                text = result.content[0].text
+                assert result.is_error and f"outside {project}" in text, (tool, outside, text)
+        inside = await session.call_tool("runs", {"workspace": "pkg"})
+        assert not inside.is_error
+
+
+async def test_trajectory_of_last_and_a_nan_budget_says_what_it_got(daemon, tmp_path):
+    project = make_project(tmp_path)
+    async with mcp_session(server_params(daemon, project)) as session:
+        done = await session.call_tool("ask", {"question": question("FINAL('x')")})
+        last = await session.call_tool("trajectory", {"run_id": "last"})
+        assert not last.is_error
+        assert last.structured_content["run"]["id"] == done.structured_content["run_id"]
+        nan = await session.call_tool("ask", {"question": "q", "budgets": {"max_usd": "NaN"}})
+        assert nan.is_error and "got NaN" in nan.content[0].text
+
+
+@pytest.mark.parametrize(
+    "args, message",
+    [
+        (["mcp", "--max-usd", "-1"], "--max-usd must be a number > 0, got -1.0"),
+        (["mcp", "--max-iterations", "0"], "--max-iterations must be >= 1, got 0"),
+        (["acp", "--max-usd", "-5"], "--max-usd must be a number > 0, got -5.0"),
+        (["acp", "--max-seconds", "nan"], "--max-seconds must be a number > 0, got nan"),
+    ],
+)
+def test_a_bad_budget_stops_the_door_at_startup(tmp_path, args, message):
+    done = subprocess.run(
+        [sys.executable, "-m", "rlmd", *args, "--no-start"],
+        env={**os.environ, "RLMD_HOME": str(tmp_path), "PYTHONPATH": os.pathsep.join(sys.path)},
+        stdin=subprocess.PIPE,
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert done.returncode == 2 and message in done.stderr, done.stderr

@@ -104,7 +104,9 @@ def _leftovers(scratch, pid: int) -> list[str]:
 def _containers_of(pid: int) -> list[str]:
     from rlmd.sandbox.docker import engine
 
-    found = engine.client().containers.list(all=True, filters={"label": f"rlmd.pid={pid}"})
+    found = engine.client().containers.list(
+        all=True, sparse=True, filters={"label": f"rlmd.pid={pid}"}
+    )  # sparse: no inspect per container, which raced the reaper removing one (404)
     return [c.id for c in found]
 
 

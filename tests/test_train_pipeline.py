@@ -6,6 +6,10 @@ from __future__ import annotations
 
 import asyncio
 import json
+import os
+import shutil
+import subprocess
+import sys
 from pathlib import Path
 from typing import Any
 
@@ -239,3 +243,29 @@ def test_teacher_answers_codebase_questions_from_the_syntax_tree(
         params={"template": "where_defined", "name": "helper2"},
     )  # fmt: skip
     _run_teacher(task, tmp_path)
+
+
+def test_task_generation_finds_the_generators_from_any_working_directory(tmp_path: Path) -> None:
+    """``bench/`` is not installed: an rlmd imported from a checkout (here through a symlinked
+    package folder, as an editable install maps it) still finds ``bench/quality`` beside it,
+    and says what to do when there is none."""
+    root = Path(__file__).resolve().parents[1]
+    (tmp_path / "pk").mkdir()
+    (tmp_path / "pk" / "rlmd").symlink_to(root / "rlmd")
+    probe = (
+        "from rlmd.train.tasks import bench_on_path; bench_on_path(); "
+        "import bench.quality.suites as s; print(s.__file__)"
+    )
+    env = {**os.environ, "PYTHONPATH": str(tmp_path / "pk")}
+    found = subprocess.run(
+        [sys.executable, "-c", probe], cwd=tmp_path, env=env, capture_output=True, text=True
+    )
+    assert found.returncode == 0, found.stderr
+    assert found.stdout.strip() == str(root / "bench" / "quality" / "suites.py")
+    (tmp_path / "copy" / "rlmd").mkdir(parents=True)  # a copy with no bench/ beside it
+    shutil.copytree(root / "rlmd", tmp_path / "copy" / "rlmd", dirs_exist_ok=True)
+    env["PYTHONPATH"] = str(tmp_path / "copy")
+    lost = subprocess.run(
+        [sys.executable, "-c", probe], cwd=tmp_path, env=env, capture_output=True, text=True
+    )
+    assert lost.returncode == 1 and "source checkout of rlmd" in lost.stderr

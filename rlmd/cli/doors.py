@@ -4,6 +4,8 @@ of :mod:`rlmd.frontdoors`, each a stdio server over the user's daemon."""
 from __future__ import annotations
 
 import argparse
+import os
+import stat
 import sys
 from pathlib import Path
 from typing import Any
@@ -48,6 +50,22 @@ def _models_and_budgets(args: argparse.Namespace) -> tuple[dict[str, str], dict[
     return models, budgets
 
 
+def _stdio_problem() -> str | None:
+    """Why stdin/stdout cannot carry ACP (the SDK's asyncio pipes take only pipes, sockets
+    and terminals: not a file nor /dev/null), else ``None``."""
+    for fd, name in ((0, "stdin"), (1, "stdout")):
+        try:
+            mode = os.fstat(fd).st_mode
+        except OSError:
+            return f"{name} is closed; an editor starts rlmd acp with pipes on stdin and stdout"
+        if not (stat.S_ISFIFO(mode) or stat.S_ISSOCK(mode) or os.isatty(fd)):
+            return (
+                f"{name} is not a pipe, a socket or a terminal (a file, /dev/null?); an editor "
+                "(Zed...) starts rlmd acp with pipes on stdin and stdout"
+            )
+    return None
+
+
 def run_door_command(args: argparse.Namespace) -> int:
     """Run ``mcp`` / ``acp``; returns the exit code (2: the extra is not installed)."""
     models, budgets = _models_and_budgets(args)
@@ -66,6 +84,10 @@ def run_door_command(args: argparse.Namespace) -> int:
             )
         from rlmd.frontdoors import acp_agent
 
+        problem = _stdio_problem()
+        if problem:
+            print(f"rlmd acp: {problem}", file=sys.stderr)
+            return 2
         return acp_agent.main(acp_agent.Defaults(models, budgets), autostart=not args.no_start)
     except ModuleNotFoundError as exc:
         if exc.name and exc.name.split(".")[0] in ("mcp", "acp"):

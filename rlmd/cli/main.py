@@ -199,19 +199,26 @@ def _check_args(args: argparse.Namespace) -> str | None:
             value = getattr(args, name, None)
             if value is not None and not (math.isfinite(value) and value >= 0):
                 return f"--{name.replace('_', '-')} must be a number >= 0, got {value}"
+    if args.command in ("mcp", "acp"):  # their budgets apply to every task they start
+        return _budget_problem(args)
     if args.command != "run":
         return None
     if not args.question.strip():
         return "the question is empty"
+    return _budget_problem(args) or _sandbox_problem(args.sandbox, args.template)
+
+
+def _budget_problem(args: argparse.Namespace) -> str | None:
+    """A message for a budget option (``rlmd run``, ``mcp``, ``acp``) no run could use."""
     for name in ("max_usd", "max_seconds", "cell_timeout"):
-        value = getattr(args, name)
+        value = getattr(args, name, None)
         if value is not None and not (math.isfinite(value) and value > 0):
             return f"--{name.replace('_', '-')} must be a number > 0, got {value}"
     for name in ("max_depth", "max_iterations", "max_tokens", "max_subcalls", "threads"):
-        value = getattr(args, name)
+        value = getattr(args, name, None)
         if value is not None and value < 1:
             return f"--{name.replace('_', '-')} must be >= 1, got {value}"
-    return _sandbox_problem(args.sandbox, args.template)
+    return None
 
 
 def _sandbox_problem(sandbox: str | None, template: str | None) -> str | None:

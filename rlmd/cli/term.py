@@ -12,9 +12,12 @@ from typing import Any
 
 from rich.markup import escape
 
-_UNSAFE = re.compile(r"[\x00-\x08\x0b-\x1f\x7f-\x9f\ud800-\udfff]")
-"""C0 and C1 control characters except newline and tab, DEL, and lone surrogates (which no
-terminal encoding can write)."""
+_UNSAFE = re.compile(
+    r"[\x00-\x08\x0b-\x1f\x7f-\x9f\u061c\u200e\u200f\u202a-\u202e\u2066-\u2069\ud800-\udfff]"
+)
+"""C0 and C1 control characters except newline and tab, DEL, the Unicode bidirectional
+controls (U+202E and its kin reorder how a line reads: the "Trojan Source" attack,
+CVE-2021-42574), and lone surrogates (which no terminal encoding can write)."""
 
 
 def _escape(match: re.Match[str]) -> str:
@@ -23,9 +26,9 @@ def _escape(match: re.Match[str]) -> str:
 
 
 def visible(text: Any) -> str:
-    """``str(text)`` with control characters other than ``\\n`` and ``\\t`` and lone
-    surrogates shown as Python escapes (ESC becomes the four characters ``\\x1b``). Never
-    raises; text without them is returned unchanged."""
+    """``str(text)`` with control characters other than ``\\n`` and ``\\t``, bidirectional
+    controls and lone surrogates shown as Python escapes (ESC becomes the four characters
+    ``\\x1b``, U+202E ``\\u202e``). Never raises; text without them is returned unchanged."""
     return _UNSAFE.sub(_escape, str(text))
 
 

@@ -29,6 +29,7 @@ from pathlib import Path
 from typing import Any
 
 from rich.console import Console
+from rich.markup import escape
 from rich.table import Table
 
 from rlmd import paths
@@ -110,7 +111,8 @@ def run(args: argparse.Namespace) -> int:
     try:
         return COMMANDS[args.train_command](args)
     except ImportError as exc:
-        err.print(f"[red]error:[/] {exc}; training needs `{TRAIN_HINT}`")
+        hint = "" if exc.name == "bench" else f"; training needs `{TRAIN_HINT}`"
+        err.print(f"[red]error:[/] {escape(str(exc))}{hint}")
         return 2
     except (ValueError, KeyError, FileNotFoundError) as exc:
         err.print(f"[red]error:[/] {exc}")

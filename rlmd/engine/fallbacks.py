@@ -88,7 +88,7 @@ async def maybe_compact(
         return
     spec = model.spec
     limit = (spec.context_window - spec.max_output_tokens) * cfg.compaction_threshold
-    if model.count_messages(state.messages) < limit:
+    if state.message_tokens(model) < limit:  # a running total, not a recount
         return
     head, middle, tail = state.messages[:2], state.messages[2:-2], state.messages[-2:]
     compacted = await meter.call(

@@ -12,7 +12,7 @@ from rlmd.context import Context
 from rlmd.engine import parsing, prompts, verify
 from rlmd.engine.budget import Budget, BudgetExhausted
 from rlmd.engine.config import RunConfig
-from rlmd.models.base import Message
+from rlmd.models.base import Message, Model
 from rlmd.sandbox.base import CellResult
 from rlmd.sandbox.messages import died_text
 
@@ -66,6 +66,26 @@ class LoopState:
     concern: verify.Concern | None = None
     repeats: int = 0
     final_not_taken: bool = False
+    _tokens: tuple[object, object, int, int] | None = field(default=None, repr=False, compare=False)
+    """The running total of :meth:`message_tokens`: (model, messages list, messages
+    counted, tokens)."""
+
+    def message_tokens(self, model: Model) -> int:
+        """``model.count_messages(self.messages)``, kept as a running total: only messages
+        appended since the last call are counted (a replaced list, after a compaction, is
+        counted afresh)."""
+        known = self._tokens
+        if known is None or known[0] is not model or known[1] is not self.messages:
+            counted, total = 0, 2
+        else:
+            counted, total = known[2], known[3]
+            if counted > len(self.messages):
+                counted, total = 0, 2
+        new = self.messages[counted:]
+        if new:
+            total += model.count_messages(new) - 2  # the prompt's framing is counted once
+        self._tokens = (model, self.messages, len(self.messages), total)
+        return total
 
     def say(self, text: str) -> None:
         """Append a user message to the conversation."""

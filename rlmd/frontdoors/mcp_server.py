@@ -30,6 +30,7 @@ from mcp.server.mcpserver.exceptions import ToolError
 from mcp.types import CallToolResult, TextContent, ToolAnnotations
 
 import rlmd
+from rlmd import config
 from rlmd.frontdoors.link import DaemonLink, LazyLink, TaskProgress, citations, ending
 from rlmd.server.client import RpcError
 
@@ -102,7 +103,42 @@ def build_server(defaults: Defaults, *, allow_exec: bool = False, autostart: boo
     )
 
     def folder(workspace: str | None) -> str:
-        return str(Path(workspace).expanduser().resolve() if workspace else defaults.workspace)
+        """The workspace a tool call names, which must lie inside the server's root (a
+        relative one is relative to it)."""
+        if not workspace:
+            return str(defaults.workspace)
+        path = (defaults.workspace / Path(workspace).expanduser()).resolve()
+        if not path.is_relative_to(defaults.workspace):
+            raise ToolError(
+                f"workspace {workspace!r} ({path}) is outside {defaults.workspace}, the folder "
+                "this rlmd mcp server serves; a workspace must be that folder or one inside it "
+                "(start rlmd mcp with --workspace to serve another)"
+            )
+        return str(path)
+
+    def client_models(models: dict[str, str] | None) -> dict[str, str]:
+        """``models`` as the client named them, each one the user configured (the built-ins,
+        the user config) or gave ``rlmd mcp``: never a file (``scripted:``, ``local:PATH``)
+        the daemon would load and run, nor a hosted model the user did not choose."""
+        if not models:
+            return {}
+        try:
+            allowed = config.user_model_names() | set(defaults.models.values())
+            config.check_model_names(
+                [(f"models.{k}", v) for k, v in models.items()], "ask", allowed, "an MCP client"
+            )
+        except ValueError as exc:
+            raise ToolError(str(exc)) from None
+        return models
+
+    async def run_ref(run_id: str) -> str:
+        """``run_id``, or for ``last`` the newest run's id (as the CLI's ``rlmd show last``)."""
+        if run_id != "last":
+            return run_id
+        runs = (await bridge.command("rlmd.runs.list", {"limit": 1}))["runs"]
+        if not runs:
+            raise ToolError("no runs recorded yet")
+        return str(runs[0]["id"])
 
     @server.tool(annotations=ToolAnnotations(read_only_hint=False, open_world_hint=False))
     async def ask(
@@ -114,14 +150,14 @@ def build_server(defaults: Defaults, *, allow_exec: bool = False, autostart: boo
     ) -> CallToolResult:
         """Answer a question about a codebase with a Recursive Language Model (the code is
         loaded as `context` in a warm Python REPL; the model reads it with code and
-        sub-model calls). workspace: the project folder (default: where rlmd mcp runs);
-        models: {"root": name, "sub": name}; budgets: {"max_iterations", "max_depth",
+        sub-model calls). workspace: the project folder, inside the server's (the default);
+        models: {"root": name, "sub": name}, names the user configured; budgets: {"max_iterations", "max_depth",
         "max_seconds", "max_tokens", "max_usd", "max_subcalls"}. Returns the answer with
         path:line citations, how the run ended, the run id and usage."""
         params = {
             "workspace": folder(workspace),
             "question": question,
-            "models": {**defaults.models, **(models or {})},
+            "models": {**defaults.models, **client_models(models)},
             "budgets": {**defaults.budgets, **(budgets or {})},
         }
         link = await bridge.link()
@@ -170,7 +206,9 @@ def build_server(defaults: Defaults, *, allow_exec: bool = False, autostart: boo
     @server.tool(annotations=ToolAnnotations(read_only_hint=True))
     async def trajectory(run_id: str, messages: bool = False) -> dict[str, Any]:
         """A run's recorded tree: iterations, model calls, cells (code, output) and child
-        runs. messages: include every model call's full prompt (large)."""
+        runs. run_id: an id, a unique prefix, or "last". messages: include every model
+        call's full prompt (large)."""
+        run_id = await run_ref(run_id)
         result = await bridge.command("rlmd.runs.get", {"run_id": run_id, "tree": True})
         if result.get("run") is None:
             return {"run": None, "task": result.get("task")}
@@ -211,6 +249,7 @@ def build_server(defaults: Defaults, *, allow_exec: bool = False, autostart: boo
     @server.resource("rlmd://runs/{run_id}", mime_type="application/json")
     async def run_trajectory(run_id: str) -> str:
         """A run's trajectory (the tree ``rlmd export`` writes)."""
+        run_id = await run_ref(run_id)
         result = await bridge.command("rlmd.runs.get", {"run_id": run_id, "tree": True})
         return json.dumps(
             {"format": "rlmd-trajectory", "version": 1, "run": result.get("tree")},

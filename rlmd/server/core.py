@@ -169,7 +169,7 @@ class DaemonCore:
 
     def _record(self, event: Event) -> None:
         try:
-            self.store.record(event)
+            self.store.record_batched(event)
         except Exception:  # Store.record never raises, but a closed store might
             self.record_errors += 1
             log.exception("recording %s failed", event.kind)

@@ -24,6 +24,8 @@ def _kind(value: Any) -> str:
         return "null"
     if isinstance(value, bool):
         return "boolean"
+    if isinstance(value, float) and not math.isfinite(value):
+        return "NaN" if value != value else ("Infinity" if value > 0 else "-Infinity")
     if isinstance(value, int | float):
         return "number"
     if isinstance(value, str):

@@ -29,10 +29,20 @@ changes, so the index is rewritten only for new text. sqlite-utils still creates
 migrates the schema and serves the reads. WAL checkpoints (copying the log back into the
 database, with two fsyncs) run in a background thread every :data:`CHECKPOINT_EVERY`
 events, not inside an event's commit; closing the store does the last one.
+
+:meth:`Store.record_batched` (the sink ``rlmd run`` and the daemon give the engine) writes
+the events of one step in one transaction instead: called on a thread that runs an asyncio
+loop, it keeps an event and writes the kept ones at the loop's next turn, and at once when
+the event starts a step the engine then waits on (:data:`STEP_STARTS`: a run's start and
+end, a cell, a model call other than a sub-call, whose cell is the step). Sinks after the
+store therefore never see a step start before it is committed, and a crash loses at most
+the step in flight (the events since the last step start, all emitted without a wait).
+Stored rows are the same as with :meth:`Store.record`.
 """
 
 from __future__ import annotations
 
+import asyncio
 import logging
 import os
 import sqlite3
@@ -78,6 +88,9 @@ NODE_STARTS: dict[type[Event], str] = {
 NODE_ENDS: dict[type[Event], str] = {ModelCallFinished: "model_call", CellFinished: "cell"}
 """Events that finish a node, and the node's kind."""
 NODE_STATUSES = ("running", "ok", "error", "timeout")
+STEP_STARTS: tuple[type[Event], ...] = (RunStarted, RunFinished, CellStarted, ModelCallStarted)
+"""Events :meth:`Store.record_batched` commits at once (with those kept before them); a
+``ModelCallStarted`` of a sub-call is kept (its cell is the step in flight)."""
 MAX_ERRORS_KEPT = 100
 CHECKPOINT_EVERY = 250
 """Events recorded between two background WAL checkpoints (an event writes about 6 pages of
@@ -151,6 +164,8 @@ class Store(Queries, Rollouts):
         self._known_runs: set[str] = set()  # run rows seen committed (rows are never deleted)
         self._checkpointer: _Checkpointer | None = None
         self._events = 0
+        self._pending: list[tuple[Event, dict[str, Any]]] = []  # see record_batched
+        self._flush_scheduled = False
         try:
             self.db.execute(f"PRAGMA busy_timeout = {int(busy_timeout_s * 1000):d}")
             self._enable_wal(busy_timeout_s)
@@ -183,6 +198,7 @@ class Store(Queries, Rollouts):
     def close(self) -> None:
         """Stop the background checkpoints and close the connection (the last one to close
         checkpoints the WAL). Safe twice."""
+        self.flush()
         with self._lock:
             if self._checkpointer is not None:
                 self._checkpointer.close()
@@ -225,6 +241,89 @@ class Store(Queries, Rollouts):
             self._exec(_update_sql(table, tuple(updates)), [*updates.values(), row_id])
 
     # -- the event sink ---------------------------------------------------------------------
+    def record_batched(self, event: Event) -> None:
+        """:meth:`record`, writing one step's events in one transaction (see the module
+        docstring): an event is kept until the loop's next turn or the next step start,
+        whichever comes first; on a thread without a running asyncio loop it is written
+        at once. Never raises."""
+        try:
+            loop = asyncio.get_running_loop()
+        except RuntimeError:
+            self.record(event)
+            return
+        try:
+            data = self._prepare(event)
+        except Exception as exc:
+            self._failed(event, exc)
+            return
+        with self._lock:
+            self._pending.append((event, data))
+        if isinstance(event, STEP_STARTS) and not (
+            isinstance(event, ModelCallStarted) and data.get("role") == "sub"
+        ):
+            self.flush()
+        elif not self._flush_scheduled:
+            self._flush_scheduled = True
+            loop.call_soon(self.flush)
+
+    def flush(self) -> None:
+        """Write the events :meth:`record_batched` kept, in one transaction (an event that
+        fails rolls the batch back; the events are then written one transaction each, so
+        only the failing one is lost, as with :meth:`record`). Never raises."""
+        with self._lock:
+            self._flush_scheduled = False
+            pending, self._pending = self._pending, []
+        if not pending:
+            return
+        try:
+            with self._lock:
+                anomalies = self.anomalies.copy()
+                try:
+                    with self._write():
+                        for event, data in pending:
+                            self._dispatch(event, data)
+                except Exception:
+                    # the rolled-back rows may be in the known-runs cache, and anomalies
+                    # counted: start over one event at a time
+                    self._known_runs.clear()
+                    self.anomalies = anomalies
+                    for event, data in pending:
+                        self._write_one(event, data)
+                    return
+                self._count(len(pending))
+        except Exception as exc:  # the lock or the connection itself failed
+            for event, _ in pending:
+                self._failed(event, exc)
+
+    def _prepare(self, event: Event) -> dict[str, Any]:
+        data = event.data if isinstance(event.data, dict) else {"value": event.data}
+        data = redact(to_jsonable(data))
+        return data if isinstance(data, dict) else {"value": data}
+
+    def _write_one(self, event: Event, data: dict[str, Any]) -> None:
+        try:
+            with self._write():
+                self._dispatch(event, data)
+            self._count(1)
+        except Exception as exc:
+            self._failed(event, exc)
+
+    def _count(self, n: int) -> None:
+        before, self._events = self._events, self._events + n
+        if self._checkpointer is not None and before // CHECKPOINT_EVERY != (
+            self._events // CHECKPOINT_EVERY
+        ):
+            self._checkpointer.request()
+
+    def _failed(self, event: Event, exc: Exception) -> None:
+        kind = getattr(event, "kind", "?")
+        self.anomalies["error"] += 1
+        self.errors.append(f"{kind}: {exc!r}")
+        del self.errors[:-MAX_ERRORS_KEPT]
+        log.warning(
+            "could not record %s event for run %s: %r", kind, getattr(event, "run_id", "?"), exc
+        )
+
     def record(self, event: Event) -> None:
         """Store one engine event (an :data:`rlmd.engine.events.EventSink`).
 
@@ -233,25 +332,16 @@ class Store(Queries, Rollouts):
         Never raises: failures are logged, counted as ``anomalies["error"]`` and appended to
         :attr:`errors`.
         """
-        kind = getattr(event, "kind", "?")
+        if self._pending:  # keep the order of events kept by record_batched
+            self.flush()
         try:
             with self._lock:
-                data = event.data if isinstance(event.data, dict) else {"value": event.data}
-                data = redact(to_jsonable(data))
-                if not isinstance(data, dict):
-                    data = {"value": data}
+                data = self._prepare(event)
                 with self._write():
                     self._dispatch(event, data)
-                self._events += 1
-                if self._checkpointer is not None and self._events % CHECKPOINT_EVERY == 0:
-                    self._checkpointer.request()
+                self._count(1)
         except Exception as exc:
-            self.anomalies["error"] += 1
-            self.errors.append(f"{kind}: {exc!r}")
-            del self.errors[:-MAX_ERRORS_KEPT]
-            log.warning(
-                "could not record %s event for run %s: %r", kind, getattr(event, "run_id", "?"), exc
-            )
+            self._failed(event, exc)
 
     __call__ = record
 

@@ -22,6 +22,7 @@ partition 1, another seed stream and other packages.
 from __future__ import annotations
 
 import json
+import sys
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -170,6 +171,27 @@ def split_spec(split: str, size: str = "small") -> dict[str, Any]:
     }
 
 
+def bench_on_path() -> None:
+    """Make the benchmark generators (``bench/quality``, not part of the installed package)
+    importable from the source checkout rlmd runs from, whatever the working directory.
+
+    Raises:
+        ImportError: rlmd does not run from a source checkout holding ``bench/quality``.
+    """
+    try:
+        import bench.quality  # noqa: F401
+    except ImportError:
+        checkout = Path(__file__).resolve().parents[2]
+        if not (checkout / "bench" / "quality" / "__init__.py").is_file():
+            raise ImportError(
+                "the generated task families come from bench/quality in a source checkout of "
+                "rlmd (git clone + scripts/setup.sh); with an installed rlmd use your own "
+                "tasks JSONL (--tasks FILE)",
+                name="bench",
+            ) from None
+        sys.path.append(str(checkout))
+
+
 def generate_split(
     split: str,
     out: str | Path,
@@ -187,6 +209,7 @@ def generate_split(
         ImportError: the benchmark generators are not importable (run from a source checkout).
         bench.quality.sources.SourceUnavailable: a pinned source text could not be fetched.
     """
+    bench_on_path()
     from bench.quality import suites
     from bench.quality.tasks import TaskSet
     from bench.quality.tokenizer import estimate_tokenizer

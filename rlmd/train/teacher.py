@@ -302,6 +302,9 @@ def oracle_labeller(messages: list[dict[str, Any]]) -> str:
     ``Description:`` in the last user message (WordNet, ``bench/quality/sources``), or
     ``"unknown"``."""
     if not _ORACLE:
+        from rlmd.train.tasks import bench_on_path
+
+        bench_on_path()
         from bench.quality import sources
 
         _ORACLE.update({item.text: item.label for item in sources.wordnet_items()})

@@ -132,8 +132,10 @@ def reap_orphans(engine: Any | None = None) -> list[str]:
     """
     engine = engine or client()
     removed = []
-    for container in engine.containers.list(all=True, filters={"label": f"{LABEL}=1"}):
-        if _owner_alive(container.labels):
+    # sparse: the list alone, no inspect per container (which raised NotFound for a container
+    # another reaper removed in between); its labels are then top-level attributes
+    for container in engine.containers.list(all=True, sparse=True, filters={"label": f"{LABEL}=1"}):
+        if _owner_alive(container.attrs.get("Labels") or {}):
             continue
         try:
             container.remove(force=True)

@@ -1,0 +1,119 @@
+"""Store.record_batched: one transaction per step, the same rows as Store.record, and a
+crash loses at most the step in flight (step starts are committed before later sinks see
+them)."""
+
+from __future__ import annotations
+
+import asyncio
+import sqlite3
+from types import SimpleNamespace
+from typing import Any
+
+from helpers.store_events import record_three_depths
+
+from rlmd.engine.events import (
+    CellStarted,
+    Event,
+    IterationStarted,
+    ModelCallFinished,
+    ModelCallStarted,
+    RunStarted,
+)
+from rlmd.store import Store
+
+
+def _recorded() -> list[Event]:
+    events: list[Event] = []
+    record_three_depths(SimpleNamespace(record=events.append))  # type: ignore[arg-type]
+    return events
+
+
+def _dump(path: Any) -> list[list[tuple[Any, ...]]]:
+    with sqlite3.connect(path) as conn:
+        return [
+            sorted(conn.execute(f"SELECT * FROM {t}").fetchall(), key=repr)
+            for t in ("runs", "nodes")
+        ]
+
+
+def _committed(path: Any, node_id: str) -> bool:
+    with sqlite3.connect(path) as conn:
+        return conn.execute("SELECT 1 FROM nodes WHERE id = ?", (node_id,)).fetchone() is not None
+
+
+def test_batched_rows_equal_one_transaction_per_event(tmp_path):
+    events = _recorded()
+    with Store(tmp_path / "plain.db") as plain:
+        for ev in events:
+            plain.record(ev)
+
+    async def batched() -> Store:
+        store = Store(tmp_path / "batched.db")
+        for i, ev in enumerate(events):
+            store.record_batched(ev)
+            if i % 3 == 0:
+                await asyncio.sleep(0)
+        return store
+
+    store = asyncio.run(batched())
+    store.close()  # writes what is still kept
+    assert not store.errors and not plain.errors
+    assert _dump(tmp_path / "batched.db") == _dump(tmp_path / "plain.db")
+
+
+def test_step_starts_are_committed_at_once_and_the_rest_at_the_next_turn(tmp_path):
+    path = tmp_path / "s.db"
+
+    async def main() -> None:
+        store = Store(path)
+        run = "r1"
+        store.record_batched(RunStarted(run_id=run, depth=0, question="q"))
+        store.record_batched(IterationStarted(run_id=run, depth=0, node_id="it1", index=1))
+        assert not _committed(path, "it1")  # kept for one turn
+        call = ModelCallStarted(run_id=run, depth=0, node_id="m1", parent_id="it1", role="root")
+        store.record_batched(call)  # a step start: committed with what was kept
+        assert _committed(path, "it1") and _committed(path, "m1")
+        store.record_batched(ModelCallFinished(run_id=run, depth=0, node_id="m1"))
+        store.record_batched(CellStarted(run_id=run, depth=0, node_id="c1", parent_id="it1"))
+        assert _committed(path, "c1")
+        sub = ModelCallStarted(run_id=run, depth=1, node_id="s1", parent_id="c1", role="sub")
+        store.record_batched(sub)  # inside the cell in flight: kept
+        assert not _committed(path, "s1")
+        await asyncio.sleep(0)
+        assert _committed(path, "s1")
+        store.close()
+
+    asyncio.run(main())
+
+
+def test_outside_a_loop_batched_writes_at_once(tmp_path):
+    path = tmp_path / "s.db"
+    with Store(path) as store:
+        store.record_batched(RunStarted(run_id="r", depth=0, question="q"))
+        store.record_batched(IterationStarted(run_id="r", depth=0, node_id="it", index=1))
+        assert _committed(path, "it")
+
+
+def test_a_failing_event_in_a_batch_loses_only_itself(tmp_path, monkeypatch):
+    path = tmp_path / "s.db"
+
+    async def main() -> Store:
+        store = Store(path)
+        real = store._node_started
+
+        def flaky(event: Event, data: dict[str, Any], kind: str) -> None:
+            if event.node_id == "bad":
+                raise RuntimeError("boom")
+            real(event, data, kind)
+
+        monkeypatch.setattr(store, "_node_started", flaky)
+        store.record_batched(RunStarted(run_id="r", depth=0, question="q"))
+        for node in ("it1", "bad", "it2"):
+            store.record_batched(IterationStarted(run_id="r", depth=0, node_id=node, index=1))
+        await asyncio.sleep(0)
+        return store
+
+    store = asyncio.run(main())
+    store.close()
+    assert _committed(path, "it1") and _committed(path, "it2") and not _committed(path, "bad")
+    assert store.anomalies["error"] == 1 and "boom" in store.errors[0]
