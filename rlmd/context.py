@@ -61,6 +61,7 @@ class ContextMeta(TypedDict):
     item_chars: NotRequired[list[int | str]]
     keys: NotRequired[list[str]]
     files: NotRequired[int]
+    lines: NotRequired[int]
     example_path: NotRequired[str]
     tree: NotRequired[list[str]]
     map: NotRequired[list[str]]
@@ -148,6 +149,8 @@ class Context:
             meta["item_chars"] = shown + (["..."] if len(lengths) > 20 else [])
             if isinstance(self.value, dict):
                 meta["keys"] = [str(k)[:80] for k in list(self.value)[:20]]
+        if isinstance(self.value, str):
+            meta["lines"] = self.value.count("\n") + (not self.value.endswith("\n"))
         if self.is_codebase:
             meta["files"] = len(self.value)
             meta["example_path"] = next((p for p in self.value if not p.startswith(".")), "")

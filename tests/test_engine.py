@@ -824,10 +824,36 @@ def test_example_searches_for_the_questions_distinctive_word():
         tools={},
         question="Where is class `Engine` defined?",
     )
-    assert "grep(r'Engine')" in code
+    assert "find_definition('Engine')" in code and "find_references('Engine')" in code
     # without a usable word the example only looks
     plain = prompts.system_prompt(meta, sub_window=8192, output_cap=4000, tools={}, question="?")
     assert "print(context[:500])" in plain
+
+
+def test_a_text_of_short_lines_gets_the_per_item_example_and_hint():
+    """Decided by the context's shape, not the question: many short lines show llm_map as
+    the next step for a per-line judgement, and no keyword search to copy."""
+    from rlmd.engine import prompts
+
+    items = {"kind": "text", "type": "str", "chars": 2000, "tokens": 500, "lines": 40}
+    question = "How many of the reviews are positive?"
+    text = prompts.system_prompt(
+        items, sub_window=8192, output_cap=4000, tools={}, question=question
+    )
+    assert "llm_map(" in text and "in line.lower()" not in text
+    assert "FINAL(count)" in text and "FINAL(answer)" not in text
+    assert "use llm_map over the lines" in prompts.first_user_message(question, items)
+    assert "40 lines" in prompts.first_user_message(question, items)
+    # one long text keeps the keyword search, and no per-item hint
+    prose = {**items, "chars": 200_000, "lines": 40}
+    text = prompts.system_prompt(
+        prose, sub_window=8192, output_cap=4000, tools={}, question=question
+    )
+    assert "'positive' in line.lower()" in text
+    assert "llm_map over" not in prompts.first_user_message(question, prose)
+    # a codebase's first message points to the symbol helpers
+    code = {"kind": "codebase", "type": "dict", "chars": 10, "tokens": 3, "files": 2}
+    assert "find_definition(name)" in prompts.first_user_message(question, code)
 
 
 async def test_the_root_prompt_example_uses_the_runs_question():

@@ -36,12 +36,10 @@ its own REPL with `context` set to the value you pass; use it for pieces that ne
 - `FINAL(value)`: end the task; `value` is the answer itself, e.g. `FINAL("1932")`, or a variable your code set, e.g. `FINAL(total)`. `FINAL_VAR("total")` answers with that variable.
 {extra_helpers}
 Choose the tool by the kind of step:
-- Exact facts (where something is, a count, a list of names, a value): write code, e.g. \
-`len(...)`, a loop, `re`, the search helpers. Never ask a sub-model to count or look up.
-- A judgement about many items (classify, label, summarise, compare each one) that a keyword \
-cannot decide: `answers = llm_map("Does this commit message describe a bug fix? Answer yes or \
-no.", messages)`, then combine the answers with code, e.g. \
-`sum(a.strip().lower().startswith("yes") for a in answers)`.
+- Exact facts (where a name is defined, a count, a list of names, a value): code and the \
+helpers above. Never ask a sub-model to count or look up.
+- A judgement about each of many items (its kind, topic, tone) that no keyword decides: \
+`llm_map(instruction, items)`, then combine its answers with code.
 - A sub-question that needs its own searching: `rlm_query(question, context=part)`.
 
 Rules:
@@ -55,7 +53,7 @@ Example, first a look:
 ```repl
 {example}
 ```
-then, in a later turn, once the output shows the answer:
+{example_middle}then, in a later turn, once the output shows the answer:
 ```repl
 {example_final}
 ```
@@ -84,7 +82,7 @@ EXAMPLES = {
         'FINAL("the/path/you/found.py")',
     ),
     "codebase_search": (
-        "print(find_definition({term!r}))\nprint(grep(r{term!r})[:20])",
+        "print(find_definition({term!r}))\nprint(find_references({term!r})[:20])",
         'FINAL("the/path/you/found.py")',
     ),
     "text": ("print(len(context))\nprint(context[:500])", "FINAL(result)"),
@@ -97,6 +95,10 @@ EXAMPLES = {
         "print(len(hits), hits[:10])",
         "FINAL(hits[0])",
     ),
+    "lines": (
+        "lines = [line for line in context.splitlines() if line.strip()]\nprint(len(lines), lines[:3])",
+        "FINAL(count)",
+    ),
     "list": ("print(len(context))\nprint(context[:3])", "FINAL(len(context))"),
     "dict": ("print(len(context))\nprint(list(context)[:20])", "FINAL(len(context))"),
 }
@@ -105,7 +107,46 @@ forms, used when the question has a distinctive word (:func:`search_term`), sear
 input for it: the first quality run's model copied the example cell every time, and with
 ``print(context[:500])`` it answered from those 500 characters (``bench/RESULTS.md``); with
 a fixed search word it searched for that word (trajectory ``61798a7c0344c30f49a7``). No
-last cell is a bare ``FINAL(answer)``."""
+last cell is a bare ``FINAL(answer)``. ``lines`` is for a text of many short lines (items,
+records: :func:`is_line_items`): copying a keyword search there answered a per-item
+judgement by counting keyword hits (issue 15's run), so its example looks, then shows both
+next steps (:data:`MIDDLE`)."""
+
+MIDDLE = {
+    "codebase": (
+        "(with a path it printed, `outline(path)` lists that file's classes and methods; "
+        "`find_subclasses(name)` lists a class's subclasses), "
+    ),
+    "lines": (
+        "then, if each line needs a judgement (its kind, topic or tone) that no keyword "
+        "decides, ask the sub-model about every line and count with code:\n"
+        "```repl\n"
+        'answers = llm_map("Does this line describe a vehicle? Answer yes or no.", lines)\n'
+        'count = sum(a.strip().lower().startswith("yes") for a in answers)\n'
+        "print(count)\n"
+        "```\n"
+        "(if a word or number decides it, filter `lines` with code instead), "
+    ),
+}
+"""Per example kind, the text between the example's first and last cell: the next step a
+kind of question needs (code-intelligence helpers; ``llm_map`` for per-item judgement)."""
+
+LINE_ITEMS_MIN = 10
+LINE_ITEMS_MAX_CHARS = 300
+"""A text is "line items" (:func:`is_line_items`) with at least this many lines of at most
+this many characters on average."""
+
+
+def is_line_items(meta: ContextMeta) -> bool:
+    """Whether a text context is many short lines (a list of items, records, messages):
+    decided from its shape only, never from the question."""
+    lines = meta.get("lines") or 0
+    return (
+        meta["kind"] == "text"
+        and lines >= LINE_ITEMS_MIN
+        and meta["chars"] / lines <= LINE_ITEMS_MAX_CHARS
+    )
+
 
 _STOPWORDS = frozenset(
     "about above after again against also answer because been before being below between "
@@ -148,13 +189,19 @@ def context_line(meta: ContextMeta) -> str:
 
 
 def example_cells(kind: str, question: str | None = None) -> tuple[str, str]:
-    """The example's first (looking) and last (answering) cell for a context ``kind``; for
-    text and codebases, a search for :func:`search_term` of ``question`` when it has one."""
+    """The example's first (looking) and last (answering) cell for an example ``kind`` (a
+    context kind, or ``"lines"``); for text and codebases, a search for :func:`search_term`
+    of ``question`` when it has one."""
     term = search_term(question) if question else None
     if term and kind in ("text", "codebase"):
         first, last = EXAMPLES[f"{kind}_search"]
         return first.format(term=term.lower() if kind == "text" else term), last
     return EXAMPLES.get(kind, EXAMPLES["text"])
+
+
+def example_middle(kind: str) -> str:
+    """The example's text between its first and last cell (:data:`MIDDLE`), ``""`` if none."""
+    return MIDDLE.get(kind, "")
 
 
 def system_prompt(
@@ -181,8 +228,10 @@ def system_prompt(
     extra = CODEBASE_HELPERS if meta["kind"] == "codebase" else ""
     for name, doc in tools.items():
         extra += f"- `{name}`: {doc}\n"
-    example, example_final = example_cells(meta["kind"], question)
+    kind = "lines" if is_line_items(meta) else meta["kind"]
+    example, example_final = example_cells(kind, question)
     return (template or SYSTEM_PROMPT).format(
+        example_middle=example_middle(kind),
         context_line=context_line(meta),
         sub_window=sub_window,
         extra_helpers=extra,
@@ -222,7 +271,8 @@ def describe_context(meta: ContextMeta) -> str:
         keys = ", ".join(repr(k) for k in meta.get("keys", []))
         more = " ..." if meta["items"] > len(meta.get("keys", [])) else ""
         return f"`context` is a dict with {meta['items']:,} keys ({size}); its keys: {keys}{more}."
-    return f"`context` is a string of {size}."
+    lines = meta.get("lines")
+    return f"`context` is a string of {size}" + (f", {lines:,} lines." if lines else ".")
 
 
 def first_user_message(question: str, meta: ContextMeta) -> str:
@@ -232,12 +282,21 @@ def first_user_message(question: str, meta: ContextMeta) -> str:
         lines += ["Folders and files in it:", *("  " + t for t in meta["tree"])]
     if meta.get("map"):
         lines += ["Code map (from the symbol index):", *("  " + t for t in meta["map"])]
-        lines += [
-            "",
-            "Start by exploring it in a ```repl block, for example with list_files() or grep(...).",
-        ]
+    lines.append("")
+    if meta["kind"] == "codebase":
+        lines.append(
+            "Start in a ```repl block with the symbol helpers, e.g. find_definition(name) or "
+            "find_references(name); grep(pattern) searches the text of every file."
+        )
+    elif is_line_items(meta) or meta["kind"] == "list":
+        what = "line" if meta["kind"] == "text" else "item"
+        lines.append(
+            f"Start by looking at `context` in a ```repl block. If the question needs a "
+            f"judgement about each {what} (its kind, topic or tone), use llm_map over the "
+            f"{what}s and count its answers with code."
+        )
     else:
-        lines += ["", "Start by looking at `context` in a ```repl block."]
+        lines.append("Start by looking at `context` in a ```repl block.")
     return "\n".join(lines)
 
 
