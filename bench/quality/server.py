@@ -54,6 +54,9 @@ class LlamaServer:
             "--n_threads", str(self.n_threads),
             "--n_threads_batch", str(self.n_threads),
             "--seed", "1234",
+            # queue concurrent requests: by default a new request interrupts the one being
+            # generated, which failed 19 of 20 parallel llm_map sub-calls (issue 15's run)
+            "--interrupt_requests", "false",
         ]  # fmt: skip
         if self.cache:
             cmd += ["--cache", "true", "--cache_type", "ram", "--cache_size", str(2 << 30)]
