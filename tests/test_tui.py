@@ -5,11 +5,11 @@ from __future__ import annotations
 
 import asyncio
 import json
-import time
 
 import pytest
 from helpers.server import CELLS, Daemon, finished, make_project, question
 from helpers.tui_memory import MemoryBackend
+from helpers.tui_pilot import until
 from helpers.tui_sample import big_tree, demo_trees
 from textual.command import CommandList, CommandPalette
 from textual.widgets import DataTable, Input, TextArea, Tree
@@ -22,18 +22,6 @@ from rlmd_tui.lineview import LineView
 from rlmd_tui.screens import LaunchScreen, RunsScreen, TrajectoryScreen, WorkspaceScreen
 
 pytestmark = pytest.mark.timeout(120)
-
-
-async def until(pilot, predicate, timeout: float = 30.0, what: str = "condition"):
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        await pilot.pause(0.05)
-        try:
-            if predicate():
-                return
-        except Exception:  # noqa: BLE001 - not there yet
-            pass
-    raise AssertionError(f"timed out waiting for {what}")
 
 
 def row_keys(app) -> list[str]:

@@ -6,13 +6,13 @@ text from runs is never markup."""
 from __future__ import annotations
 
 import stat
-import time
 from pathlib import Path
 from typing import Any
 
 import pytest
 from helpers.server import Daemon
 from helpers.tui_memory import MemoryBackend
+from helpers.tui_pilot import until
 from helpers.tui_sample import T0, _node, _run, demo_trees
 from textual.widgets import DataTable, Tree
 
@@ -22,18 +22,6 @@ from rlmd_tui.lineview import LineView
 from rlmd_tui.screens import RunsScreen, TrajectoryScreen
 
 pytestmark = pytest.mark.timeout(120)
-
-
-async def until(pilot, predicate, timeout: float = 30.0, what: str = "condition"):
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        await pilot.pause(0.05)
-        try:
-            if predicate():
-                return
-        except Exception:  # noqa: BLE001 - not there yet
-            pass
-    raise AssertionError(f"timed out waiting for {what}")
 
 
 class LiveMemory(MemoryBackend):
