@@ -242,7 +242,8 @@ def test_teacher_answers_codebase_questions_from_the_syntax_tree(
         "path", context_path=str(codebase), split="train",
         params={"template": "where_defined", "name": "helper2"},
     )  # fmt: skip
-    _run_teacher(task, tmp_path)
+    got = _run_teacher(task, tmp_path)
+    assert got["rows"][0]["details"]["answer"] == "pkg/util.py"
 
 
 def test_task_generation_finds_the_generators_from_any_working_directory(tmp_path: Path) -> None:
