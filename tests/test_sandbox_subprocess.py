@@ -256,6 +256,42 @@ async def test_start_failure_is_a_sandbox_error(tmp_path):
     await box.close()
 
 
+async def test_a_start_that_loses_bwraps_mount_race_is_tried_again(tmp_path):
+    """bwrap fails when a host mount vanishes while it copies the root (CI saw it while
+    other sandboxes closed): the kernel starts again; any other start failure does not."""
+    starts = tmp_path / "starts"
+    flaky_python = tmp_path / "python"
+    flaky_python.write_text(
+        "#!/bin/sh\n"
+        f"echo start >> {starts}\n"
+        f"if [ $(wc -l < {starts}) -lt 3 ]; then\n"
+        "  echo \"bwrap: Can't bind mount /oldroot/ on /newroot/: Unable to apply mount flags:"
+        ' remount \\"/newroot/tmp/x\\": No such file or directory" >&2\n'
+        "  exit 1\n"
+        "fi\n"
+        f'exec {sys.executable} "$@"\n'
+    )
+    flaky_python.chmod(0o755)
+    box = create_sandbox("subprocess", python=str(flaky_python), isolation="none")
+    try:
+        await box.start(FakeHost())
+        r = await ok(box, "6 * 7")
+        assert r.stdout.strip() == "42"
+        assert starts.read_text().count("start") == 3
+    finally:
+        await box.close()
+
+    starts.unlink()
+    failing = tmp_path / "failing"
+    failing.write_text(f"#!/bin/sh\necho start >> {starts}\necho 'no kernel' >&2\nexit 1\n")
+    failing.chmod(0o755)
+    box = create_sandbox("subprocess", python=str(failing), isolation="none")
+    with pytest.raises(SandboxError, match="no kernel"):
+        await box.start(FakeHost())
+    await box.close()
+    assert starts.read_text().count("start") == 1
+
+
 async def test_big_output(sb):
     r = await ok(sb, "s = 'y' * 5_000_000\nprint(s)")
     assert len(r.stdout) == 5_000_001

@@ -116,7 +116,7 @@ async def test_twenty_sigkills_mid_run_keep_the_store_whole_and_leave_nothing_be
     docker runs, the container sandbox); after each, ``pragma integrity_check``; after the
     next start, no working folder or container of the killed daemon is left, and every
     run is still listed (as interrupted)."""
-    from rlmd.sandbox import unavailable_reason
+    from rlmd.sandbox import unavailable_reason, workdirs
 
     home, scratch = tmp_path / "home", tmp_path / "scratch"
     home.mkdir()
@@ -162,3 +162,5 @@ async def test_twenty_sigkills_mid_run_keep_the_store_whole_and_leave_nothing_be
                 d.kill()
         with sqlite3.connect(home / "rlmd.db") as conn:
             assert conn.execute("pragma integrity_check").fetchall() == [("ok",)], i
+    # the last kill's size-limited working folder is a mount nobody sweeps otherwise
+    workdirs.reap_stale(str(scratch))

@@ -34,7 +34,7 @@ from collections.abc import Callable
 from typing import Any
 
 from rlmd.sandbox import workdirs
-from rlmd.sandbox.base import CallHandler
+from rlmd.sandbox.base import CallHandler, SandboxError
 from rlmd.sandbox.files import (
     context_file,
     context_file_request,
@@ -407,9 +407,22 @@ class ProcessTransport(Transport):
             self._workdir = process.workdir
             self._workdir_finalizer = weakref.finalize(self, workdirs.remove, self._workdir)
         else:  # a restart, in the same folder (which stays)
-            spec, folder = self.spec(), self._workdir
-            process = await _in_thread(lambda: processes.launch(spec, folder), _kill_process)
-        return await self._attach(process, handler, cap, start_timeout_s)
+            process = await self._relaunch()
+        for attempt in range(1, _MOUNT_RACE_TRIES + 1):
+            try:
+                return await self._attach(process, handler, cap, start_timeout_s)
+            except SandboxError as exc:
+                if attempt == _MOUNT_RACE_TRIES or not _lost_mount_race(str(exc)):
+                    raise
+                log.info("bwrap lost a race with a host mount going away; starting again")
+                process = await self._relaunch()
+        raise AssertionError("unreachable")
+
+    async def _relaunch(self) -> KernelProcess:
+        """A new kernel process in this sandbox's (existing) working folder."""
+        spec, folder = self.spec(), self._workdir
+        assert folder is not None
+        return await _in_thread(lambda: processes.launch(spec, folder), _kill_process)
 
     def _first_process(self) -> KernelProcess:
         spec = self.spec()
@@ -461,6 +474,21 @@ class ProcessTransport(Transport):
     async def close(self) -> None:
         if self._workdir_finalizer is not None:
             self._workdir_finalizer()  # removes the working folder (once)
+
+
+_MOUNT_RACE_TRIES = 3
+"""Starts tried when bwrap fails because a host mount vanished while it copied the root."""
+
+
+def _lost_mount_race(message: str) -> bool:
+    """Whether a kernel's start-up failure is bwrap losing a race with the host.
+
+    ``--ro-bind / /`` copies every host mount, then remounts each copy read-only; a mount
+    that goes away in between (another sandbox's ``tmpfs`` working folder removed, a docker
+    container's overlay unmounted) fails that remount with ``ENOENT`` (seen in CI, 1 start
+    in a few thousand while other sandboxes close). A new start copies the new mount table.
+    """
+    return "Can't bind mount /oldroot/" in message and "No such file or directory" in message
 
 
 async def _in_thread(
