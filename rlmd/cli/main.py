@@ -23,6 +23,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import gc
 import json
 import math
 import signal
@@ -149,7 +150,18 @@ def _parser() -> argparse.ArgumentParser:
 
 
 def main(argv: list[str] | None = None) -> int:
+    if argv is None:  # the ``rlmd`` process itself (not a call from Python code)
+        _pause_collector()
+    try:
+        return _main(argv)
+    finally:
+        _start_up_done()
+
+
+def _main(argv: list[str] | None) -> int:
     args = _parser().parse_args(argv)
+    if args.command != "run":
+        _start_up_done()
     problem = _check_args(args)
     if problem:
         err.print(f"[red]error:[/] {markup(str(problem))}")
@@ -246,6 +258,30 @@ def _sandbox_problem(sandbox: str | None, template: str | None) -> str | None:
     return None
 
 
+_gc_paused = False
+
+
+def _pause_collector() -> None:
+    """Keep the cyclic garbage collector off while rlmd imports its modules (see
+    :func:`_start_up_done`). Only for the ``rlmd`` process itself, never for a caller's."""
+    global _gc_paused
+    if gc.isenabled():
+        gc.disable()
+        _gc_paused = True
+
+
+def _start_up_done() -> None:
+    """Freeze what start-up made (modules, classes, functions: they live as long as the
+    process) and turn the collector back on. Start-up makes tens of thousands of long-lived
+    objects, and the collector walked them again and again as they piled up: ~15 % of
+    ``rlmd run``'s time to the first model request."""
+    global _gc_paused
+    if _gc_paused:
+        _gc_paused = False
+        gc.freeze()
+        gc.enable()
+
+
 def _read_context(arg: str | None):
     if arg is None:
         return None
@@ -284,6 +320,10 @@ def cmd_run(args: argparse.Namespace) -> int:
             raise ValueError(f"--samples must be at least 1, not {args.samples}")
         context = _read_context(args.context)
         project = context if isinstance(context, Path) and context.is_dir() else Path.cwd()
+        if isinstance(context, Path):  # read while the rest of rlmd starts up
+            from rlmd.context import PendingLoad
+
+            context = PendingLoad(context)
         settings = config.load(project)
         registry = settings.registry()
         run_config = config.build_run_config(
@@ -351,6 +391,9 @@ def cmd_run(args: argparse.Namespace) -> int:
             if executor is not None:
                 executor.close()
 
+    import rlmd.store  # noqa: F401 - the run's store: imported with the collector paused
+
+    _start_up_done()
     try:
         result = asyncio.run(go())
     except asyncio.CancelledError:
