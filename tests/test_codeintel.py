@@ -376,6 +376,45 @@ def test_a_slow_index_does_not_hold_the_first_turn_and_a_later_task_gets_the_map
     assert index_for(ctx) is ctx._code_index  # one build, shared with the REPL helpers
 
 
+async def test_a_map_not_ready_for_the_first_request_goes_with_a_later_turn(tmp_path, monkeypatch):
+    """The first model request never waits for the index (above SYNC_MAX_CHARS); once its
+    background build has ended, the next turn carries the map, once."""
+    import threading
+
+    (tmp_path / "m.py").write_text("class Widget:\n    pass\n")
+    ctx = load_codebase(tmp_path)
+    release = threading.Event()
+    real = codeindex._build_cached
+
+    def slow(files, source):
+        assert release.wait(60)
+        return real(files, source)
+
+    monkeypatch.setattr(codeindex, "_build_cached", slow)
+    monkeypatch.setattr(codeindex, "SYNC_MAX_CHARS", 0)
+    seen: list[str] = []
+
+    def root(messages):
+        seen.append(messages[-1]["content"])
+        if turn_of(messages) == 0:
+            release.set()  # the build ends while the model thinks
+            ctx._index_thread.join(60)
+        if turn_of(messages) < 2:
+            return repl(f"x{turn_of(messages)} = 1")
+        return repl("FINAL('done')")
+
+    registry = scripted_registry(root=root, sub=root)
+    try:
+        result = await run_task("What is here?", ctx, config(), get_model=registry.get)
+    finally:
+        await registry.aclose()
+    assert result.status == "completed"
+    assert "Code map" not in seen[0] and "code map" not in seen[0]
+    assert "The code map is ready now (from the symbol index):" in seen[1]
+    assert "Widget" in seen[1]
+    assert "code map is ready" not in seen[2]  # sent once
+
+
 def test_a_codebase_context_pickles_without_its_index(tmp_path):
     """A child run's context goes to a cluster node pickled: the symbol index (locks), its
     build thread and the metadata cache stay behind and are rebuilt there."""

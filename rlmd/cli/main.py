@@ -29,6 +29,7 @@ import math
 import signal
 import sqlite3
 import sys
+import threading
 from pathlib import Path
 
 from rich.console import Console
@@ -309,7 +310,30 @@ def _isolation_gap(run_config, required: bool) -> str | None:
     return gap
 
 
+class _Terminated(Exception):
+    """SIGTERM arrived before the run's event loop took it over."""
+
+
 def cmd_run(args: argparse.Namespace) -> int:
+    """``rlmd run``; SIGTERM at any stage ends it with 143 (the codebase is read from the
+    start, so a signal during start-up must not kill the process without its clean-up)."""
+    if threading.current_thread() is not threading.main_thread():
+        return _run_command(args)
+
+    def terminate(signum: int, frame: object) -> None:
+        raise _Terminated
+
+    previous = signal.signal(signal.SIGTERM, terminate)  # until go() hands it to the loop
+    try:
+        return _run_command(args)
+    except _Terminated:
+        err.print("[yellow]terminated before the run started[/]")
+        return 143
+    finally:
+        signal.signal(signal.SIGTERM, previous)
+
+
+def _run_command(args: argparse.Namespace) -> int:
     from rlmd import config
     from rlmd.cli.progress import ProgressPrinter
     from rlmd.models.base import ModelNotAvailable
