@@ -221,6 +221,7 @@ class SandboxSession(Sandbox):
         self._running: tuple[KernelHandle, asyncio.Future[dict[str, Any]]] | None = None
         self._interrupted = False
         self._stopping: asyncio.Task[None] | None = None
+        self._disk_how: tuple[KernelHandle | None, str] = (None, "")
 
     # -- what the transport decides ---------------------------------------------------------
 
@@ -375,10 +376,12 @@ class SandboxSession(Sandbox):
         more than ``limits.disk_bytes``, only where no mount caps the folder (the isolation
         record says ``host watch``). Best effort: a check every :data:`DISK_WATCH_S`."""
         cap, folder = self.limits.disk_bytes, self.workdir
-        how = (self.isolation.get("enforced") or {}).get("disk_bytes") or ""
-        if not cap or folder is None or not how.startswith("host watch"):
+        if not cap or folder is None or workdirs.capped(folder):
             return None
-        if workdirs.capped(folder):
+        if self._disk_how[0] is not kernel:  # the isolation record costs ~1 ms: once per kernel
+            how = (self.isolation.get("enforced") or {}).get("disk_bytes") or ""
+            self._disk_how = (kernel, how)
+        if not self._disk_how[1].startswith("host watch"):
             return None
 
         async def watch() -> None:
