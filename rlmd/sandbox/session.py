@@ -334,8 +334,11 @@ class SandboxSession(Sandbox):
                     # (rlmd.sandbox.clock); the variable previews after it (model-defined
                     # __repr__) have their own bound in the kernel.
                     await wait_cell(ran, kernel.clock, timeout, wall_limit_s)
-                    grace = None if timeout is None else PREVIEW_GRACE_S
-                    msg = await wait(asyncio.shield(fut), grace)
+                    if fut.done():  # the common case: its done frame ended the wait
+                        msg = fut.result()
+                    else:
+                        grace = None if timeout is None else PREVIEW_GRACE_S
+                        msg = await wait(asyncio.shield(fut), grace)
                 except TimeoutError as exc:
                     # Past the wall-clock limit: interrupt, then kill if it will not stop.
                     timed_out, cause = True, timeout_cause(kernel.clock, exc)
