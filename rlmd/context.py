@@ -82,7 +82,8 @@ class Context:
         skipped: for a codebase, files skipped by reason (``{"ignored": n, "binary": n,
             "oversized": n, "unreadable": n}``).
         stamps: for a codebase, ``{path: (size in bytes, mtime in ns)}`` of each file in
-            ``value`` as it was before being read (what :func:`refresh_codebase` compares).
+            ``value`` and each file skipped as binary, as it was before being read (what
+            :func:`refresh_codebase` compares).
         files_read: for a codebase, how many files this load opened and read (the others
             were unchanged since the previous load it was given).
     """
@@ -338,7 +339,8 @@ def load_codebase(
     With ``previous`` (an earlier load of the same folder), a file whose size and
     modification time (ns) are those recorded in ``previous.stamps`` is not opened: its text
     is taken from ``previous`` (the same ``str`` object, so the symbol index knows it is
-    unchanged at a glance). Files skipped as binary or unreadable are examined again.
+    unchanged at a glance); an unchanged file skipped as binary last time is counted as
+    binary again without being opened. Unreadable and special files are examined again.
 
     Returns:
         A ``Context`` of kind ``"codebase"`` whose value maps POSIX relative paths, sorted,
@@ -420,13 +422,20 @@ def load_codebase(
             else:
                 stamp = (st.st_size, st.st_mtime_ns)  # taken before the read: a file
                 # changed meanwhile is seen as changed next time
-                if old_stamps.get(rel) == stamp and rel in old_files:
-                    files[rel], stamps[rel] = old_files[rel], stamp
+                if old_stamps.get(rel) == stamp:
+                    stamps[rel] = stamp
+                    if rel in old_files:
+                        files[rel] = old_files[rel]
+                    else:  # skipped as binary last time, and unchanged since
+                        skipped["binary"] += 1
                     continue
+                binary = skipped["binary"]
                 text = _read_text(entry.path, max_file_bytes, skipped)
                 read += 1
                 if text is not None:
                     files[rel], stamps[rel] = text, stamp
+                elif skipped["binary"] > binary:
+                    stamps[rel] = stamp
         todo.extend(reversed(subdirs))  # depth first, in name order
     return Context(
         value=dict(sorted(files.items())),

@@ -21,6 +21,7 @@ def _project(root: Path) -> Path:
     (proj / "pkg" / "core.py").write_text("def helper():\n    return 42\n")
     (proj / "pkg" / "other.py").write_text("class Untouched:\n    pass\n")
     (proj / "gone.py").write_text("x = 1\n")
+    (proj / "logo.png").write_bytes(b"\x89PNG\x00\x00binary")
     return proj
 
 
@@ -35,7 +36,7 @@ def _edit(path: Path, text: str) -> None:
 def test_refresh_reads_only_changed_files_and_updates_the_index(tmp_path, monkeypatch):
     proj = _project(tmp_path)
     ctx = load_codebase(proj)
-    assert ctx.files_read == 3
+    assert ctx.files_read == 4 and ctx.skipped["binary"] == 1
     index = index_for(ctx)
     assert index.find_definition("helper") and not index.find_definition("renamed")
     untouched = ctx.value["pkg/other.py"]
@@ -55,8 +56,9 @@ def test_refresh_reads_only_changed_files_and_updates_the_index(tmp_path, monkey
     monkeypatch.setattr(context_mod, "_read_text", counting)
     fresh = refresh_codebase(ctx)
     assert fresh is not None
-    assert sorted(opened) == ["new.py", "pkg/core.py"]  # pkg/other.py was not read again
-    assert fresh.files_read == 2
+    # pkg/other.py and the binary logo.png were not opened again
+    assert sorted(opened) == ["new.py", "pkg/core.py"]
+    assert fresh.files_read == 2 and fresh.skipped["binary"] == 1
     assert sorted(fresh.value) == ["new.py", "pkg/core.py", "pkg/other.py"]
     assert fresh.value["pkg/core.py"] == "def renamed():\n    return 43\n"
     assert fresh.value["pkg/other.py"] is untouched
