@@ -33,8 +33,9 @@ EAGER_MAX_CHARS = 16_000_000
 the first turn (no map in the metadata; ~10 s per 16 M characters on one core): its index
 is built when a helper first needs it."""
 
-SYNC_MAX_CHARS = 100_000
-"""Up to this many indexable characters (~0.1 s to parse, a few dozen files) the index is
+SYNC_MAX_CHARS = 600_000
+"""Up to this many indexable characters (~0.35 s to parse: a package of a few dozen files,
+such as the README demo's ``asyncio`` with 490 K; from the disk cache much less) the index is
 built before the first turn, so a small codebase's map never depends on the machine's speed.
 A bigger one is indexed in a background thread started when the run starts, and the first
 model request does not wait for it (issue 16: the first request as fast as reading the files):
