@@ -102,6 +102,11 @@ def main() -> int:
     ap.add_argument(
         "--rlmd-root", type=Path, default=ROOT, help="the rlmd checkout to time (before/after)"
     )
+    ap.add_argument(
+        "--before",
+        type=Path,
+        help="another rlmd checkout timed in the same interleaved repetitions (before/after)",
+    )
     args = ap.parse_args()
     load0 = os.getloadavg()
     work = Path(tempfile.mkdtemp(prefix="rlmd-codebase-load-"))
@@ -116,18 +121,26 @@ def main() -> int:
         }
         # An installed rlmd has its bytecode compiled (pip does it); a checkout run with
         # PYTHONDONTWRITEBYTECODE=1 would compile ~0.5 s of sources in every timed process.
-        subprocess.run(
-            [sys.executable, "-m", "compileall", "-q", str(args.rlmd_root / "rlmd")],
-            check=True,
-            stdout=subprocess.DEVNULL,
-        )
+        roots = [args.rlmd_root] + ([args.before] if args.before else [])
+        for root in roots:
+            subprocess.run(
+                [sys.executable, "-m", "compileall", "-q", str(root / "rlmd")],
+                check=True,
+                stdout=subprocess.DEVNULL,
+            )
+        before_env = {
+            **env,
+            "PYTHONPATH": os.pathsep.join([str(args.before), os.environ.get("PYTHONPATH", "")]),
+        }
         time_floor(folder, env)  # warm the page cache for both
-        rlmd_s, floor_s, files = [], [], 0
+        rlmd_s, floor_s, before_s, files = [], [], [], 0
         for _ in range(args.reps):  # interleaved, so drift hits both alike
             s, files = time_floor(folder, env)
             floor_s.append(s)
             s, out = time_rlmd(folder, work, env)
             rlmd_s.append(s)
+            if args.before:
+                before_s.append(time_rlmd(folder, work, before_env)[0])
     finally:
         shutil.rmtree(work, ignore_errors=True)
     rlmd_med, floor_med = statistics.median(rlmd_s), statistics.median(floor_s)
@@ -141,6 +154,8 @@ def main() -> int:
         "ratio": round(ratio, 2),
         "target_ratio": TARGET_RATIO,
         "met": met,
+        "before_root": str(args.before) if args.before else None,
+        "before_to_first_request_s": before_s,
         "load_average_at_start": load0,
         "cpus": os.cpu_count(),
     }
@@ -153,6 +168,12 @@ def main() -> int:
     print(f"{'':<34}{'median s':>10}{'min s':>8}")
     print(f"{'rlmd run -> first model request':<34}{rlmd_med:>10.2f}{min(rlmd_s):>8.2f}")
     print(f"{'floor: read every file (python)':<34}{floor_med:>10.2f}{min(floor_s):>8.2f}")
+    if before_s:
+        before_med = statistics.median(before_s)
+        print(
+            f"{'before: ' + args.before.name:<34}{before_med:>10.2f}{min(before_s):>8.2f}"
+            f"   (ratio {before_med / floor_med:.2f})"
+        )
     print(
         f"ratio rlmd / floor {ratio:.2f} (target <= {TARGET_RATIO:g}): {'met' if met else 'MISSED'}"
         f"; load average at start {load0[0]:.2f} on {os.cpu_count()} cores"

@@ -15,7 +15,7 @@ What is measured (each client has its own project folder, so its own workspace a
   difference per workspace, and the kernels' own RSS per workspace (``/proc``).
 * **health while a big workspace loads** (issue 16): a client starts one task in a big
   workspace (a copy of this interpreter's standard library without ``site-packages``:
-  2,450 files, 104 MB), and ``rlmd.health`` is sent every 20 ms from another client until
+  2,450 files, 104 MB; ``--big-files N``: N generated ~3 KB files), and ``rlmd.health`` is sent every 20 ms from another client until
   that task's first model request; p50/p99/max against health on the idle daemon measured
   just before (the floor). **Target:** p99 <= 50 ms. ``--big-only`` runs just this part.
 * **peer**: the same task run by the engine directly in this process, in a warm sandbox,
@@ -84,6 +84,19 @@ asyncio.run(main(sys.argv[1], float(sys.argv[2])))
 """
 """A separate process that only sends commands (no event stream): its latencies are the
 daemon's, not those of a client busy parsing 75,000 notifications."""
+
+
+SLOW_CALLBACKS = """
+import asyncio.base_events as be, sys
+init = be.BaseEventLoop.__init__
+def logged(self, *a, **k):
+    init(self, *a, **k)
+    self.slow_callback_duration = 0.01  # asyncio logs each callback that held the loop longer
+be.BaseEventLoop.__init__ = logged
+from rlmd.cli import main
+sys.exit(main(sys.argv[1:]))
+"""
+"""``rlmd serve`` with asyncio's slow-callback log at 10 ms (``--slow-callbacks``)."""
 
 
 def cpu_seconds(pid: int) -> float:
@@ -261,10 +274,19 @@ async def main_async(args) -> int:
     home = work / "home"
     home.mkdir()
     env = {**os.environ, "RLMD_HOME": str(home)}
+    if args.big_files:  # made before the daemon starts (it may stop when idle meanwhile)
+        from bench.scale_curve import make_codebase
+
+        big = make_codebase(work / "big", args.big_files)
+    else:
+        big = stdlib_copy(work / "big")
     log = open(work / "daemon.log", "wb")  # noqa: SIM115
     cmd = [sys.executable, "-m", "rlmd", "serve", "--idle-timeout", "0"]
     if args.profile:
         cmd[1:1] = ["-m", "cProfile", "-o", args.profile]
+    if args.slow_callbacks:  # asyncio's debug mode logs every callback that held the loop
+        env["PYTHONASYNCIODEBUG"] = "1"
+        cmd[1:3] = ["-c", SLOW_CALLBACKS]
     proc = subprocess.Popen(cmd, env=env, stdout=log, stderr=log, stdin=subprocess.DEVNULL)
     sock = home / "run" / "rlmd.sock"
     try:
@@ -273,10 +295,18 @@ async def main_async(args) -> int:
                 break
             await asyncio.sleep(0.05)
         await asyncio.sleep(1.0)
-        big = stdlib_copy(work / "big")
         files = sum(len(f) for _, _, f in os.walk(big))
         big_report = {**await health_while_big_loads(sock, big), "files": files}
         if args.big_only:
+            if args.slow_callbacks:
+                log.flush()
+                slow = [
+                    line
+                    for line in (work / "daemon.log").read_text(errors="replace").splitlines()
+                    if " took " in line and ("Executing" in line or "slow" in line.lower())
+                ]
+                print(f"{len(slow)} callbacks held the daemon's loop >= 10 ms:")
+                print("\n".join(slow[:40]))
             return 0 if print_big(big_report) else 1
         idle_rss = rss_bytes(proc.pid) or 0
         projects = [make_project(work, i) for i in range(args.clients)]
@@ -433,6 +463,16 @@ def main() -> int:
     ap.add_argument("--profile", help="write a cProfile of the daemon to this file")
     ap.add_argument(
         "--big-only", action="store_true", help="only health while a big workspace loads"
+    )
+    ap.add_argument(
+        "--big-files",
+        type=int,
+        help="the big workspace: this many generated ~3 KB files (default: a stdlib copy)",
+    )
+    ap.add_argument(
+        "--slow-callbacks",
+        action="store_true",
+        help="run the daemon in asyncio debug mode and list what held its loop (--big-only)",
     )
     return asyncio.run(main_async(ap.parse_args()))
 

@@ -11,7 +11,7 @@ from rlmd.codeintel import index as codeindex
 from rlmd.codeintel.index import CodeIndex, index_for
 from rlmd.codeintel.parsers import extract, language_of, supported_languages
 from rlmd.codeintel.repomap import repo_map
-from rlmd.context import load_codebase
+from rlmd.context import load_codebase, map_ready
 from rlmd.engine import Budget, RunConfig, run_task
 
 PY_BASE = '''\
@@ -353,8 +353,8 @@ def test_a_new_process_reuses_the_index_saved_for_the_folder(tmp_path, monkeypat
 def test_a_slow_index_does_not_hold_the_first_turn_and_a_later_task_gets_the_map(
     tmp_path, monkeypatch
 ):
-    """Above SYNC_MAX_CHARS the first turn waits at most MAP_WAIT_S for the map; the build
-    goes on in the background and the next metadata (a later task) has the map."""
+    """Above SYNC_MAX_CHARS the first turn does not wait for the map; the build goes on in
+    the background and the next metadata (a later turn or task) has the map."""
     (tmp_path / "m.py").write_text("class Widget:\n    pass\n")
     ctx = load_codebase(tmp_path)
     release = __import__("threading").Event()
@@ -366,14 +366,53 @@ def test_a_slow_index_does_not_hold_the_first_turn_and_a_later_task_gets_the_map
 
     monkeypatch.setattr(codeindex, "_build_cached", slow)
     monkeypatch.setattr(codeindex, "SYNC_MAX_CHARS", 0)
-    monkeypatch.setattr(codeindex, "MAP_WAIT_S", 0.0)
     first = ctx.metadata(len)
     assert "map" not in first and first["files"] == 1  # not ready: no map, no wait
+    assert not map_ready(ctx)
     release.set()
     ctx._index_thread.join(60)
     later = ctx.metadata(len)
-    assert any("Widget" in line for line in later["map"])
+    assert map_ready(ctx) and any("Widget" in line for line in later["map"])
     assert index_for(ctx) is ctx._code_index  # one build, shared with the REPL helpers
+
+
+async def test_a_map_not_ready_for_the_first_request_goes_with_a_later_turn(tmp_path, monkeypatch):
+    """The first model request never waits for the index (above SYNC_MAX_CHARS); once its
+    background build has ended, the next turn carries the map, once."""
+    import threading
+
+    (tmp_path / "m.py").write_text("class Widget:\n    pass\n")
+    ctx = load_codebase(tmp_path)
+    release = threading.Event()
+    real = codeindex._build_cached
+
+    def slow(files, source):
+        assert release.wait(60)
+        return real(files, source)
+
+    monkeypatch.setattr(codeindex, "_build_cached", slow)
+    monkeypatch.setattr(codeindex, "SYNC_MAX_CHARS", 0)
+    seen: list[str] = []
+
+    def root(messages):
+        seen.append(messages[-1]["content"])
+        if turn_of(messages) == 0:
+            release.set()  # the build ends while the model thinks
+            ctx._index_thread.join(60)
+        if turn_of(messages) < 2:
+            return repl(f"x{turn_of(messages)} = 1")
+        return repl("FINAL('done')")
+
+    registry = scripted_registry(root=root, sub=root)
+    try:
+        result = await run_task("What is here?", ctx, config(), get_model=registry.get)
+    finally:
+        await registry.aclose()
+    assert result.status == "completed"
+    assert "Code map" not in seen[0] and "code map" not in seen[0]
+    assert "The code map is ready now (from the symbol index):" in seen[1]
+    assert "Widget" in seen[1]
+    assert "code map is ready" not in seen[2]  # sent once
 
 
 def test_a_codebase_context_pickles_without_its_index(tmp_path):

@@ -129,7 +129,7 @@ async def test_session_cancel_cancels_the_run_tree(daemon, tmp_path):
     async with spawn(daemon, rec) as (conn, _proc):
         await conn.initialize(protocol_version=acp.PROTOCOL_VERSION)
         session = await conn.new_session(cwd=str(project), mcp_servers=[])
-        slow = question("print(rlm_query('child question'))", sleep_s=2.0)
+        slow = question("print(rlm_query('child question'))", sleep_s=30.0)
         prompt = asyncio.create_task(
             conn.prompt(session_id=session.session_id, prompt=[acp.text_block(slow)])
         )

@@ -148,7 +148,7 @@ async def test_cancel_tool_stops_a_running_ask(daemon, tmp_path):
     project = make_project(tmp_path)
     async with mcp_session(server_params(daemon, project)) as session:
         ask = asyncio.create_task(
-            session.call_tool("ask", {"question": question("print(1)", sleep_s=3.0) + " "})
+            session.call_tool("ask", {"question": question("print(1)", sleep_s=30.0) + " "})
         )
         client = await daemon.client()
         try:
@@ -233,7 +233,7 @@ async def test_a_client_that_abandons_ask_cancels_the_run(daemon, tmp_path):
     project = make_project(tmp_path)
     async with mcp_session(server_params(daemon, project)) as session:
         ask = asyncio.create_task(
-            session.call_tool("ask", {"question": question("print(1)", sleep_s=3.0)})
+            session.call_tool("ask", {"question": question("print(1)", sleep_s=30.0)})
         )
         client = await daemon.client()
         try:

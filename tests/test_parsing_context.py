@@ -319,3 +319,60 @@ def test_virtualenvs_under_any_name_and_node_modules_are_skipped(tmp_path):
     assert sorted(ctx.value) == ["app.py", "environment/setup.py"]
     assert ctx.skipped["ignored"] == 4
     assert ctx.metadata(len)["skipped"] == {"ignored": 4}  # the model is told
+
+
+def test_joined_ignore_rules_match_exactly_what_pathspec_matches():
+    """``ignore_matcher`` joins a .gitignore's patterns into one expression when none is
+    negated; it must ignore exactly the paths pathspec's own matching ignores (and hand
+    rules with a negation to pathspec)."""
+    import pathspec
+
+    from rlmd.context import ALWAYS_IGNORED, ignore_matcher
+
+    rule_sets = [
+        list(ALWAYS_IGNORED),
+        ["build/", "*.log", "/top.txt", "docs/**/*.tmp", "a?c", "[Tt]emp*", "**/cache", "x/**"],
+        ["*.py", "!keep.py", "sub/"],  # a negation: pathspec decides
+        ["# only a comment", ""],
+        ["\\#literal", "trailing\\ ", "dir/*/deep"],
+    ]
+    probes = [
+        "a.py",
+        "keep.py",
+        "sub/",
+        "sub/x.py",
+        "build/",
+        "src/build/",
+        "build",
+        "debug.log",
+        "logs/debug.log",
+        "top.txt",
+        "src/top.txt",
+        "docs/a/b/c.tmp",
+        "docs/c.tmp",
+        "abc",
+        "abbc",
+        "Temp1",
+        "temp/",
+        "src/cache",
+        "cache/",
+        "x/y",
+        "x/",
+        "#literal",
+        "trailing ",
+        "dir/a/deep",
+        "dir/a/b/deep",
+        ".git/",
+        "pkg/.git/",
+        "m.pyc",
+        "d/__pycache__/",
+        "node_modules/",
+        "lib/node_modules/",
+        ".venv/",
+        "notes.txt",
+    ]
+    for lines in rule_sets:
+        spec = pathspec.GitIgnoreSpec.from_lines(lines)
+        match = ignore_matcher(lines)
+        for path in probes:
+            assert match(path) == spec.match_file(path), (lines, path)

@@ -587,3 +587,30 @@ async def test_a_sandbox_still_starts_when_the_rlmd_home_cannot_be_made(monkeypa
         assert (await ok(box, "print(6 * 7)")).stdout == "42\n"
     finally:
         await box.close()
+
+
+async def test_cells_do_not_rebuild_the_isolation_record(monkeypatch):
+    """Building the isolation record resolves the rlmd home and socket paths (~1 ms); the
+    per-cell disk-watch decision once did it for every cell, half of the hardened sandbox's
+    warm round trip. Once per kernel now, also where the folder is watched (no tmpfs)."""
+    from rlmd.sandbox import workdirs
+
+    monkeypatch.setattr(workdirs, "can_mount", lambda: False)
+    box = create_sandbox("subprocess", spare_kernel=False)
+    await box.start(FakeHost())
+    try:
+        assert box.isolation["enforced"]["disk_bytes"].startswith("host watch")
+        built = []
+        record = type(box.transport).isolation
+        monkeypatch.setattr(
+            type(box.transport), "isolation", lambda self, k: built.append(k) or record(self, k)
+        )
+        for i in range(5):
+            assert (await box.execute(f"print({i})")).stdout == f"{i}\n"
+        assert len(built) == 1
+        await box.restart()  # a new kernel: decided again, once
+        for _ in range(3):
+            await ok(box, "x = 1")
+        assert len(built) == 2
+    finally:
+        await box.close()

@@ -212,6 +212,102 @@ def test_crash_mid_run_becomes_interrupted(tmp_path: Path) -> None:
     live.close()
 
 
+def _pending(path: Any) -> int:
+    with sqlite3.connect(path) as conn:
+        return int(conn.execute("SELECT COUNT(*) FROM nodes_fts_pending").fetchone()[0])
+
+
+def _indexed(path: Any, word: str) -> bool:
+    """Whether ``word`` is in the node full-text index itself (no catch-up first)."""
+    with sqlite3.connect(path) as conn:
+        sql = "SELECT 1 FROM nodes_fts WHERE nodes_fts MATCH ?"
+        return conn.execute(sql, [word]).fetchone() is not None
+
+
+def test_a_killed_writers_node_text_is_indexed_by_the_next_start_or_search(
+    tmp_path: Path,
+) -> None:
+    """Node text is indexed in batches, not at insert: what a killed process left pending is
+    indexed by the next store that checks for interrupted runs (the daemon's start) or
+    searches; nothing stays out of the index."""
+    for catch_up in ("start", "search"):
+        path = str(tmp_path / f"{catch_up}.db")
+        proc = multiprocessing.get_context("spawn").Process(
+            target=_crashing_writer, args=(path, new_id(), new_id())
+        )
+        proc.start()
+        proc.join(60)
+        assert proc.exitcode == 0
+        assert _pending(path) > 0 and not _indexed(path, "while")
+        s = Store(path, check_interrupted=catch_up == "start")
+        if catch_up == "start":
+            assert _pending(path) == 0 and _indexed(path, "while")
+        assert [h["field"] for h in s.search("while")] == ["code"]
+        assert _pending(path) == 0 and _indexed(path, "while")
+        s.db.execute("INSERT INTO nodes_fts(nodes_fts) VALUES('integrity-check')")
+        s.close()
+
+
+def test_node_text_is_indexed_at_close_and_found_right_after_a_run(tmp_path: Path) -> None:
+    path = tmp_path / "rlmd.db"
+    with Store(path) as s:
+        e = Emitter(s.record)
+        e.start("question")
+        it = e.iteration(0)
+        c = e.cell_start(it, 0, "print('okapi')")
+        assert not _indexed(path, "okapi")  # the insert did not index it
+        e.cell_finish(c, it, 0, "print('okapi')", stdout="quokka\n")
+        e.finish(answer="done")
+        assert [h["node_id"] for h in s.search("quokka")] == [c]  # right after the run
+        c2 = e.cell_start(it, 1, "print('tapir')")
+    assert _pending(path) == 0 and _indexed(path, "tapir")  # close indexed the rest
+    with Store(path) as s:
+        assert [h["node_id"] for h in s.search("tapir")] == [c2]
+        s.db.execute("INSERT INTO nodes_fts(nodes_fts) VALUES('integrity-check')")
+
+
+def test_a_version_2_database_is_migrated_and_its_index_kept(tmp_path: Path) -> None:
+    """A file written before node text was indexed in batches (schema version 2, every node
+    indexed by triggers) keeps its search, and its old nodes can change text."""
+    from rlmd.store import schema
+    from rlmd.store.sqlite import sqlite_utils
+
+    path = tmp_path / "old.db"
+    conn = sqlite3.connect(path)
+    db = sqlite_utils.Database(conn)
+    for number, migration in enumerate(schema.MIGRATIONS[:2], start=1):
+        migration(db)
+        db.execute(f"PRAGMA user_version = {number:d}")
+    conn.commit()
+    conn.execute(
+        "INSERT INTO runs (id, root_run_id, question, status) VALUES ('r', 'r', 'q', 'running')"
+    )
+    conn.execute(
+        "INSERT INTO nodes (id, run_id, kind, seq, status, code, data) "
+        "VALUES ('c', 'r', 'cell', 0, 'running', 'print(''gazelle'')', '{}')"
+    )
+    conn.execute(
+        "INSERT INTO nodes (id, run_id, kind, seq, data) VALUES ('i', 'r', 'iteration', 1, '{}')"
+    )
+    conn.commit()
+    assert _indexed(path, "gazelle")  # the old insert trigger indexed it
+    conn.close()
+
+    with Store(path) as s:
+        assert s.db.execute("PRAGMA user_version").fetchone()[0] == SCHEMA_VERSION == 3
+        assert _pending(path) == 0
+        assert [h["node_id"] for h in s.search("gazelle")] == ["c"]
+        s.record(CellFinished(run_id="r", depth=0, node_id="c", stdout="ibex\n", code="x = 1"))
+        assert [h["field"] for h in s.search("ibex")] == ["stdout"]
+        assert s.search("gazelle") == []  # the old text left the index with the update
+        s.db.execute("INSERT INTO nodes_fts(nodes_fts) VALUES('integrity-check')")
+        e = Emitter(s.record)
+        e.start("new run")
+        e.cell_start(e.iteration(0), 0, "print('springbok')")
+        assert len(s.search("springbok")) == 1
+        s.db.execute("INSERT INTO nodes_fts(nodes_fts) VALUES('integrity-check')")
+
+
 # -- growth, redaction -----------------------------------------------------------------------
 
 

@@ -20,6 +20,7 @@ from rlmd.engine.events import (
     RunStarted,
 )
 from rlmd.store import Store
+from rlmd.store.db import FLUSH_DELAY_S
 
 
 def _recorded() -> list[Event]:
@@ -61,7 +62,7 @@ def test_batched_rows_equal_one_transaction_per_event(tmp_path):
     assert _dump(tmp_path / "batched.db") == _dump(tmp_path / "plain.db")
 
 
-def test_step_starts_are_committed_at_once_and_the_rest_at_the_next_turn(tmp_path):
+def test_step_starts_are_committed_at_once_and_the_rest_soon_after(tmp_path):
     path = tmp_path / "s.db"
 
     async def main() -> None:
@@ -79,8 +80,13 @@ def test_step_starts_are_committed_at_once_and_the_rest_at_the_next_turn(tmp_pat
         sub = ModelCallStarted(run_id=run, depth=1, node_id="s1", parent_id="c1", role="sub")
         store.record_batched(sub)  # inside the cell in flight: kept
         assert not _committed(path, "s1")
-        await asyncio.sleep(0)
+        assert [n["id"] for n in store.nodes(run)][-1] == "s1"  # a read writes what is kept
         assert _committed(path, "s1")
+        sub2 = ModelCallStarted(run_id=run, depth=1, node_id="s2", parent_id="c1", role="sub")
+        store.record_batched(sub2)
+        # the flush timer was set before this sleep's, and asyncio runs timers in order
+        await asyncio.sleep(FLUSH_DELAY_S * 2)
+        assert _committed(path, "s2")
         store.close()
 
     asyncio.run(main())

@@ -8,10 +8,12 @@ The tiny model borrows the Qwen2.5 tokenizer from the pulled 0.5B GGUF (CI pulls
 
 from __future__ import annotations
 
+import asyncio
 import json
 import math
 import os
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -21,10 +23,23 @@ pytest.importorskip("trl")
 llama_cpp = pytest.importorskip("llama_cpp")
 
 from rlmd.cli.main import main as cli_main  # noqa: E402
+from rlmd.models.base import ModelSpec  # noqa: E402
+from rlmd.models.local import LocalModel  # noqa: E402
 from rlmd.models.registry import Registry  # noqa: E402
+from rlmd.store import Store  # noqa: E402
+from rlmd.train.export import ExportFilters, sft_samples  # noqa: E402
 from rlmd.train.gguf_lora import convert_adapter, convert_model, register  # noqa: E402
 from rlmd.train.grpo import GRPOOptions, train_grpo  # noqa: E402
-from rlmd.train.sft import SFTOptions, train_sft  # noqa: E402
+from rlmd.train.rollout import RolloutOptions, run_rollouts  # noqa: E402
+from rlmd.train.sft import (  # noqa: E402
+    SFTOptions,
+    build_trainer,
+    check_lengths,
+    length_report,
+    load_base,
+    train_sft,
+)
+from rlmd.train.tasks import load_tasks  # noqa: E402
 
 pytestmark = pytest.mark.timeout(1800)
 
@@ -53,13 +68,19 @@ def tiny(tmp_path_factory) -> Path:
         num_hidden_layers=2,
         num_attention_heads=4,
         num_key_value_heads=2,
-        max_position_embeddings=2_048,
+        max_position_embeddings=4_096,
         tie_word_embeddings=True,
     )
     folder = tmp_path_factory.mktemp("tiny") / "base"
     Qwen2ForCausalLM(config).save_pretrained(folder)
     tok.save_pretrained(folder)
     return folder
+
+
+@pytest.fixture(scope="module")
+def tiny_gguf(tiny: Path) -> Path:
+    """The tiny model as a GGUF (llama.cpp's own converter), for inference through llama.cpp."""
+    return convert_model(tiny, tiny.parent / "tiny.gguf")
 
 
 SAMPLE = {
@@ -86,11 +107,25 @@ def _logits(model: Path, prompt: str, lora: Path | None = None) -> list[float]:
         logits_all=True,  # else llama-cpp-python keeps no scores to compare
         verbose=False,
     )
-    llm.eval(llm.tokenize(prompt.encode()))
+    llm.eval(_ids(llm, prompt))
     return list(llm.scores[llm.n_tokens - 1][:4096])
 
 
-def test_sft_step_adapter_to_llama_cpp(tiny: Path, tmp_path: Path, capsys) -> None:
+def _ids(llm: Any, prompt: str) -> list[int]:
+    return llm.tokenize(prompt.encode(), special=True)
+
+
+def _hf_logits(base: Path, prompt_ids: list[int], adapter: Path | None = None) -> list[float]:
+    model, _ = load_base(str(base))
+    if adapter is not None:
+        from peft import PeftModel
+
+        model = PeftModel.from_pretrained(model, str(adapter))
+    with torch.no_grad():
+        return model(torch.tensor([prompt_ids])).logits[0, -1, :4096].tolist()
+
+
+def test_sft_step_adapter_to_llama_cpp(tiny: Path, tiny_gguf: Path, tmp_path: Path, capsys) -> None:
     data = tmp_path / "sft.jsonl"
     data.write_text(json.dumps(SAMPLE) + "\n")
     run = tmp_path / "run"
@@ -107,11 +142,20 @@ def test_sft_step_adapter_to_llama_cpp(tiny: Path, tmp_path: Path, capsys) -> No
     record2 = train_sft(str(tiny), data, run, SFTOptions(**{**opts.__dict__, "steps": 2}))
     assert record2["resumed"] and record2["steps"] == 2
 
-    base_gguf = convert_model(tiny, tmp_path / "tiny.gguf")
+    base_gguf = tiny_gguf
     adapter = convert_adapter(run)
     prompt = "<|im_start|>user\nhow long is the context?<|im_end|>\n<|im_start|>assistant\n"
     plain, tuned = _logits(base_gguf, prompt), _logits(base_gguf, prompt, adapter)
-    assert max(abs(a - b) for a, b in zip(plain, tuned, strict=True)) > 1e-4
+    shift = [b - a for a, b in zip(plain, tuned, strict=True)]
+    assert max(abs(d) for d in shift) > 1e-4
+    # llama.cpp applies the adapter as training did (same tokens, same LoRA scale alpha/r):
+    # its shift of the logits is the one the PEFT model shows
+    ids = _ids(llama_cpp.Llama(model_path=str(base_gguf), vocab_only=True, verbose=False), prompt)
+    hf_plain, hf_tuned = _hf_logits(tiny, ids), _hf_logits(tiny, ids, run / "adapter")
+    assert max(abs(a - b) for a, b in zip(plain, hf_plain, strict=True)) < 1e-3
+    hf_shift = [b - a for a, b in zip(hf_plain, hf_tuned, strict=True)]
+    gap = max(abs(a - b) for a, b in zip(shift, hf_shift, strict=True))
+    assert gap < 0.05 * max(abs(d) for d in hf_shift)
 
     register("tiny-tuned", str(base_gguf), adapter)
     spec = Registry().spec("tiny-tuned")
@@ -134,3 +178,77 @@ def test_grpo_step_changes_the_adapter(tiny: Path, tmp_path: Path) -> None:
     with pytest.raises(ValueError, match="no group whose rewards differ"):
         data.write_text(json.dumps({**group, "rewards": [1.0, 1.0]}) + "\n")
         train_grpo(str(tiny), data, tmp_path / "h", GRPOOptions(steps=1))
+
+
+NEEDLE = "filler line\n" * 40 + "The secret number is 4417.\n" + "more filler\n" * 40
+
+
+def _look_then_answer(messages: list[dict[str, Any]]) -> str:
+    if not any(m["role"] == "assistant" for m in messages):
+        return "I search.\n```repl\nimport re\nm = re.search(r'number is (\\d+)', context)\nprint(m.group(1))\n```"
+    return "It is printed above.\n```repl\nFINAL(m.group(1))\n```"
+
+
+def test_training_text_is_the_inference_prompt_plus_target(
+    tiny: Path, tiny_gguf: Path, tmp_path: Path
+) -> None:
+    """A rollout through the real engine and sandbox, exported and tokenised for training,
+    is token for token what llama.cpp evaluates at inference (the local provider, the GGUF's
+    chat template) followed by the target turn and <|im_end|>, with the loss on the target
+    only; for every turn, not only the first."""
+    task = {"id": "t", "question": "What is the secret number?", "context": NEEDLE,
+            "answer": "4417", "scorer": "exact"}  # fmt: skip
+    (tmp_path / "tasks.jsonl").write_text(json.dumps(task) + "\n")
+    reg = Registry()
+    reg.add(ModelSpec("script", "scripted", "script", options={"callable": _look_then_answer}))
+    with Store(tmp_path / "rlmd.db") as store:
+        opts = RolloutOptions(model="script", samples=1, rollout_set="s")
+        rows = asyncio.run(
+            run_rollouts(load_tasks(tmp_path / "tasks.jsonl"), opts, registry=reg, store=store)
+        )
+        assert rows[0]["reward"] == 1.0
+        samples, _ = sft_samples(store, ExportFilters())
+    assert [s["turn"] for s in samples] == [0, 1]
+
+    from datasets import Dataset
+
+    model, tokenizer = load_base(str(tiny))
+    ds = Dataset.from_list(
+        [{"prompt": s["prompt"], "completion": s["completion"]} for s in samples]
+    )
+    opts = SFTOptions(steps=1, rank=4, alpha=8, max_length=4_096)
+    trained = build_trainer(model, tokenizer, ds, opts, tmp_path / "ck").train_dataset
+
+    local = LocalModel(ModelSpec("tiny", "local", str(tiny_gguf), options={"n_ctx": 4_096}))
+    try:
+        for sample, row in zip(samples, trained, strict=True):
+            c = asyncio.run(local.complete(sample["prompt"], max_tokens=1))
+            llm = local._llm
+            seen = [int(t) for t in llm.input_ids[: c.input_tokens]]
+            target = sample["completion"][0]["content"] + "<|im_end|>\n"
+            target_ids = llm.tokenize(target.encode(), add_bos=False, special=True)
+            assert row["input_ids"] == seen + target_ids
+            assert row["labels"] == [-100] * len(seen) + target_ids
+    finally:
+        asyncio.run(local.aclose())
+
+
+def test_a_length_cap_that_keeps_only_first_turns_is_refused(tiny: Path) -> None:
+    """Prompts grow with the history: a tight cap silently keeps only opening turns (the
+    cause of a fine-tune that repeated its first cell and never answered)."""
+    from transformers import AutoTokenizer
+
+    tokenizer = AutoTokenizer.from_pretrained(str(tiny))
+    history = [{"role": "assistant", "content": "```repl\nprint(1)\n```"},
+               {"role": "user", "content": "[cell 1]\n1\n" + "output line\n" * 60}]  # fmt: skip
+    first = {**SAMPLE, "turn": 0}
+    later = {"prompt": SAMPLE["prompt"] + history, "turn": 1,
+             "completion": [{"role": "assistant", "content": "```repl\nFINAL(1)\n```"}]}  # fmt: skip
+    report = length_report(tokenizer, [first, later], 100)
+    assert report["kept"] == [True, False]
+    assert report["by_turn"] == {0: [1, 1], 1: [0, 1]} and report["answering"] == [0, 1]
+    with pytest.raises(ValueError, match=f"only first turns.*--max-length to {report['longest']}"):
+        check_lengths(report, 100)
+    roomy = length_report(tokenizer, [first, later], report["longest"])
+    assert roomy["kept"] == [True, True]
+    check_lengths(roomy, report["longest"])

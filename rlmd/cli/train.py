@@ -93,7 +93,7 @@ def add_parser(sub: Any) -> None:
         f.add_argument("--lr", type=float, default=2e-4 if name == "sft" else 1e-4)
         f.add_argument("--rank", type=int, default=16)
         f.add_argument("--alpha", type=int, default=32)
-        f.add_argument("--max-length", type=int, default=1_024)
+        f.add_argument("--max-length", type=int, default=2_048)
         f.add_argument("--device", choices=["cpu", "cuda", "mps"], default="cpu")
         f.add_argument("--save-steps", type=int, default=5)
         f.add_argument("--no-convert", action="store_true")

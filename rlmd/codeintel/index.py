@@ -33,15 +33,14 @@ EAGER_MAX_CHARS = 16_000_000
 the first turn (no map in the metadata; ~10 s per 16 M characters on one core): its index
 is built when a helper first needs it."""
 
-SYNC_MAX_CHARS = 1_000_000
-"""Up to this many indexable characters (~0.6 s to parse) the index is always built before
-the first turn, so a small codebase's map never depends on the machine's speed; a bigger one
-gets :data:`MAP_WAIT_S` (its build goes on in the background and later turns and tasks use it)."""
-
-MAP_WAIT_S = 2.0
-"""Seconds the first turn waits for the index of a codebase above :data:`SYNC_MAX_CHARS`:
-a cold 12 M-character build took 15.5 s (bench/codeintel_index.py), which would hold the
-first model request that long (issue 16: a codebase ready in about a second)."""
+SYNC_MAX_CHARS = 600_000
+"""Up to this many indexable characters (~0.35 s to parse: a package of a few dozen files,
+such as the README demo's ``asyncio`` with 490 K; from the disk cache much less) the index is
+built before the first turn, so a small codebase's map never depends on the machine's speed.
+A bigger one is indexed in a background thread started when the run starts, and the first
+model request does not wait for it (issue 16: the first request as fast as reading the files):
+its map goes to the model with the first turn after the build ends (and in every later
+task's metadata)."""
 
 CACHE_CHARS = 256 * 1024 * 1024
 """The process-wide parse cache holds results for files totalling at most this many
@@ -445,6 +444,12 @@ def index_for(context: object) -> CodeIndex:
             index = _build_cached(context.value, getattr(context, "source", None))  # type: ignore[attr-defined]
             context._code_index = index  # type: ignore[attr-defined]
         return index
+
+
+def update_index(index: CodeIndex, files: Mapping[str, str]) -> UpdateStats:
+    """:meth:`CodeIndex.update` while no query runs (a REPL helper of another task)."""
+    with _index_lock:
+        return index.update(files)
 
 
 def index_within(context: object, seconds: float) -> CodeIndex | None:

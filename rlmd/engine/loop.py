@@ -19,7 +19,7 @@ import asyncio
 import os
 from typing import Any
 
-from rlmd.context import Context, ContextMeta
+from rlmd.context import Context, ContextMeta, map_ready
 from rlmd.engine import feedback, parsing, prompts, verify
 from rlmd.engine.budget import BudgetExhausted
 from rlmd.engine.config import STOP_AFTER_BLOCK, RunConfig, RunResult
@@ -130,6 +130,8 @@ class RLMRun:
         self.host = HostCalls(self.meter, self.root_run_id, self.tools, context)
         self._sandbox = sandbox
         self._own_sandbox = sandbox is None
+        self._preparing: asyncio.Future[Sandbox] | None = None
+        self._map_later = False
         self.iterations = 0
         self.state = LoopState()
 
@@ -144,9 +146,23 @@ class RLMRun:
         Raises:
             asyncio.CancelledError: after recording the run as ``"cancelled"``.
         """
-        # Counting a big context's tokens is CPU work: in a thread, so the daemon's other
-        # clients are served meanwhile (the count is cached on the context).
-        meta = await asyncio.to_thread(self.context.metadata, self.model.count_tokens)
+        # A REPL the run owns starts (its kernel binding the context in its own process)
+        # while the metadata is computed: the first model request waits for the slower of
+        # the two, not for both in turn.
+        if self._sandbox is None:
+            self._sandbox = self.rt.make_sandbox()
+            self._preparing = asyncio.ensure_future(
+                prepare_sandbox(self._sandbox, self.context, self.host)
+            )
+        try:
+            # Counting a big context's tokens is CPU work: in a thread, so the daemon's other
+            # clients are served meanwhile (the count is cached on the context).
+            meta = await asyncio.to_thread(self.context.metadata, self.model.count_tokens)
+        except BaseException:
+            await self._abandon_preparation()
+            raise
+        # A codebase whose symbol index is still being built gets its map with a later turn
+        self._map_later = self.context.is_codebase and "map" not in meta
         sub_name = self.cfg.model_for_depth(self.depth + 1)
         self.meter.emit(
             RunStarted,
@@ -208,12 +224,15 @@ class RLMRun:
     async def _attach_sandbox(self) -> Sandbox:
         """Attach this run's host-call handler and tools to its REPL (preparing a fresh one
         if the run owns it)."""
-        if self._sandbox is None:
+        if self._preparing is not None:
+            await self._preparing  # started with the run (see run())
+        elif self._sandbox is None:
             self._sandbox = self.rt.make_sandbox()
             await prepare_sandbox(self._sandbox, self.context, self.host)
         else:
             await self._sandbox.start(self.host)  # a started REPL is re-served with it
         sandbox = self._sandbox
+        assert sandbox is not None
         callables = [n for n, v in self.tools.items() if callable(v)]
         values = {n: v for n, v in self.tools.items() if not callable(v)}
         if callables or values:
@@ -222,6 +241,26 @@ class RLMRun:
             SandboxStarted, sandbox={"kind": sandbox.kind, "isolation": sandbox.isolation}
         )
         return sandbox
+
+    async def _abandon_preparation(self) -> None:
+        """The run ends before it started (cancelled while its metadata was computed): stop
+        the REPL being prepared for it."""
+        if self._preparing is None or self._sandbox is None:
+            return
+        self._preparing.cancel()
+        await asyncio.gather(self._preparing, return_exceptions=True)
+        await asyncio.shield(self._sandbox.close())
+
+    async def _send_map_if_ready(self) -> None:
+        """Add the codebase's map to the turn about to be sent once its background index
+        build has ended (the first request did not wait for it)."""
+        if not self._map_later or not map_ready(self.context):
+            return
+        self._map_later = False
+        meta = await asyncio.to_thread(self.context.metadata, self.model.count_tokens)
+        last = self.state.messages[-1]
+        if meta.get("map") and last["role"] == "user":
+            last["content"] += "\n\n" + prompts.map_ready_note(meta["map"])
 
     async def _loop(self, meta: ContextMeta) -> Outcome:
         """The algorithm: the root model sees the question and the context's metadata; each
@@ -235,6 +274,8 @@ class RLMRun:
             last_turn = i + 1 >= budget.max_iterations
             it_node = new_id()
             self.meter.emit(IterationStarted, it_node, None, index=i)
+            if i:
+                await self._send_map_if_ready()
             await maybe_compact(self.meter, self.model, self.state, it_node, sandbox)
             reply = await self._root_call(it_node)
             blocks = parsing.find_code_blocks(reply)

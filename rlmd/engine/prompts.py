@@ -291,6 +291,14 @@ def describe_context(meta: ContextMeta) -> str:
     return f"`context` is a string of {size}" + (f", {lines:,} lines." if lines else ".")
 
 
+def map_ready_note(code_map: list[str]) -> str:
+    """The note added to a later turn when the codebase's map was not ready for the first
+    one (its symbol index was still being built)."""
+    return "\n".join(
+        ["The code map is ready now (from the symbol index):", *("  " + t for t in code_map)]
+    )
+
+
 def first_user_message(question: str, meta: ContextMeta) -> str:
     """The opening user turn: the question plus the context's metadata (never its content)."""
     lines = [f"Question: {question}", "", f"About `context`: {describe_context(meta)}"]

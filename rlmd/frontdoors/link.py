@@ -17,7 +17,6 @@ from pathlib import Path
 from typing import Any
 
 from rlmd import paths
-from rlmd.cli.attach import connect_or_start
 from rlmd.engine.events import (
     CellFinished,
     CellStarted,
@@ -28,6 +27,7 @@ from rlmd.engine.events import (
 )
 from rlmd.server import auth
 from rlmd.server.client import Client
+from rlmd.server.launch import connect_or_start
 
 #: notifications of tasks nobody follows (yet) are kept for this many tasks: a task's first
 #: notifications can arrive in the same read as the answer to its ``rlmd.task.start``. Other

@@ -381,6 +381,7 @@ def json_copy(value: Any, what: str) -> Any:
 
 
 _ECHO = "__rlmd_echo__"
+_MISSING = object()
 
 
 def _echo(value: Any) -> None:
@@ -675,13 +676,15 @@ class Kernel:
     def _changes(self, before: dict) -> tuple[list[str], list[tuple[str, Any]]]:
         """Every user variable's name now, and the ``(name, value)`` of those the cell
         created or rebound (``before``: the namespace as the cell started)."""
+        # is_user_name inlined: this runs after every cell over the whole namespace.
+        reserved, module, missing = self._reserved, types.ModuleType, _MISSING
         changed = []
         names = []
         for name, value in list(self.ns.items()):
-            if not self.is_user_name(name, value):
+            if name.startswith("_") or name in reserved or isinstance(value, module):
                 continue
             names.append(name)
-            if name not in before or before[name] is not value:
+            if before.get(name, missing) is not value:
                 changed.append((name, value))
         return names, changed
 

@@ -102,11 +102,31 @@ async def wait_cell(
                 raise CellTimeout(wall_limit_s, wall=True)
             assert timeout_s is not None
             raise CellTimeout(timeout_s, wall=False)
-        # asyncio.wait never cancels ``fut`` (no shield needed); time blocked on sub-calls
-        # meanwhile moves the deadline, so look again when it passes.
-        await asyncio.wait((fut,), timeout=min(left))
+        # Never cancels ``fut`` (no shield needed); time blocked on sub-calls meanwhile moves
+        # the deadline, so look again when it passes.
+        await _until_done(fut, min(left))
         if fut.done():
             return fut.result()
+
+
+async def _until_done(fut: asyncio.Future[Any], timeout: float) -> None:
+    """Wait until ``fut`` is done or ``timeout`` seconds passed, whichever comes first,
+    without cancelling ``fut``: ``asyncio.wait((fut,), timeout=...)`` minus its per-call
+    set, task and callback bookkeeping (this runs once per cell)."""
+    loop = asyncio.get_running_loop()
+    waiter = loop.create_future()
+
+    def wake(_: object = None) -> None:
+        if not waiter.done():
+            waiter.set_result(None)
+
+    handle = loop.call_later(timeout, wake)
+    fut.add_done_callback(wake)
+    try:
+        await waiter
+    finally:
+        handle.cancel()
+        fut.remove_done_callback(wake)
 
 
 def timeout_cause(clock: CallClock, exc: BaseException | None = None) -> str:

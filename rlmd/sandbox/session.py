@@ -221,6 +221,7 @@ class SandboxSession(Sandbox):
         self._running: tuple[KernelHandle, asyncio.Future[dict[str, Any]]] | None = None
         self._interrupted = False
         self._stopping: asyncio.Task[None] | None = None
+        self._disk_how: tuple[KernelHandle | None, str] = (None, "")
 
     # -- what the transport decides ---------------------------------------------------------
 
@@ -333,8 +334,11 @@ class SandboxSession(Sandbox):
                     # (rlmd.sandbox.clock); the variable previews after it (model-defined
                     # __repr__) have their own bound in the kernel.
                     await wait_cell(ran, kernel.clock, timeout, wall_limit_s)
-                    grace = None if timeout is None else PREVIEW_GRACE_S
-                    msg = await wait(asyncio.shield(fut), grace)
+                    if fut.done():  # the common case: its done frame ended the wait
+                        msg = fut.result()
+                    else:
+                        grace = None if timeout is None else PREVIEW_GRACE_S
+                        msg = await wait(asyncio.shield(fut), grace)
                 except TimeoutError as exc:
                     # Past the wall-clock limit: interrupt, then kill if it will not stop.
                     timed_out, cause = True, timeout_cause(kernel.clock, exc)
@@ -375,10 +379,12 @@ class SandboxSession(Sandbox):
         more than ``limits.disk_bytes``, only where no mount caps the folder (the isolation
         record says ``host watch``). Best effort: a check every :data:`DISK_WATCH_S`."""
         cap, folder = self.limits.disk_bytes, self.workdir
-        how = (self.isolation.get("enforced") or {}).get("disk_bytes") or ""
-        if not cap or folder is None or not how.startswith("host watch"):
+        if not cap or folder is None or workdirs.capped(folder):
             return None
-        if workdirs.capped(folder):
+        if self._disk_how[0] is not kernel:  # the isolation record costs ~1 ms: once per kernel
+            how = (self.isolation.get("enforced") or {}).get("disk_bytes") or ""
+            self._disk_how = (kernel, how)
+        if not self._disk_how[1].startswith("host watch"):
             return None
 
         async def watch() -> None:

@@ -287,7 +287,7 @@ class TaskManager:
                 )
                 self._publish(task)
                 try:
-                    await ws.ensure_started()
+                    await ws.ensure_current()  # a running workspace sees the files as they are now
                     note = await ws.model_note()
                 except (SandboxError, OSError, KeyError, ValueError, TypeError) as exc:
                     self._never_ran(task, "failed", f"the workspace sandbox could not start: {exc}")

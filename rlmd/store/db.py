@@ -32,12 +32,19 @@ events, not inside an event's commit; closing the store does the last one.
 
 :meth:`Store.record_batched` (the sink ``rlmd run`` and the daemon give the engine) writes
 the events of one step in one transaction instead: called on a thread that runs an asyncio
-loop, it keeps an event and writes the kept ones at the loop's next turn, and at once when
-the event starts a step the engine then waits on (:data:`STEP_STARTS`: a run's start and
-end, a cell, a model call other than a sub-call, whose cell is the step). Sinks after the
-store therefore never see a step start before it is committed, and a crash loses at most
-the step in flight (the events since the last step start, all emitted without a wait).
-Stored rows are the same as with :meth:`Store.record`.
+loop, it keeps an event and writes the kept ones at once when the event starts a step the
+engine then waits on (:data:`STEP_STARTS`: a run's start and end, a cell, a model call other
+than a sub-call, whose cell is the step), else :data:`FLUSH_DELAY_S` later or once
+:data:`MAX_KEPT` events are kept, whichever comes first. Sinks after the store therefore
+never see a step start before it is committed, and a crash loses at most the step in flight
+(the events since the last step start). Reads through the same :class:`Store` write the
+kept events first, so they see every event recorded before them. Stored rows are the same
+as with :meth:`Store.record`.
+
+Node text reaches the full-text index in batches (``nodes_fts_pending`` in
+:mod:`rlmd.store.schema`): :meth:`Store.index_text` runs before every search, when the
+store is closed or checks for interrupted runs, and in the background thread with each
+checkpoint. A killed process leaves its nodes pending; the next of those catches up.
 """
 
 from __future__ import annotations
@@ -91,6 +98,11 @@ NODE_STATUSES = ("running", "ok", "error", "timeout")
 STEP_STARTS: tuple[type[Event], ...] = (RunStarted, RunFinished, CellStarted, ModelCallStarted)
 """Events :meth:`Store.record_batched` commits at once (with those kept before them); a
 ``ModelCallStarted`` of a sub-call is kept (its cell is the step in flight)."""
+FLUSH_DELAY_S = 0.05
+"""Longest time :meth:`Store.record_batched` keeps an event that does not start a step (a
+cell's sub-calls: written together, with the next step start at the latest)."""
+MAX_KEPT = 256
+"""Events :meth:`Store.record_batched` keeps at most before writing them."""
 MAX_ERRORS_KEPT = 100
 CHECKPOINT_EVERY = 250
 """Events recorded between two background WAL checkpoints (an event writes about 6 pages of
@@ -165,7 +177,8 @@ class Store(Queries, Rollouts):
         self._checkpointer: _Checkpointer | None = None
         self._events = 0
         self._pending: list[tuple[Event, dict[str, Any]]] = []  # see record_batched
-        self._flush_scheduled = False
+        self._flush_loop: asyncio.AbstractEventLoop | None = None  # a flush is scheduled there
+        self._closed = False
         try:
             self.db.execute(f"PRAGMA busy_timeout = {int(busy_timeout_s * 1000):d}")
             self._enable_wal(busy_timeout_s)
@@ -179,6 +192,29 @@ class Store(Queries, Rollouts):
             raise
         if check_interrupted:
             self.mark_interrupted()
+
+    def index_text(self, *, quiet: bool = False) -> int:
+        """Add the text of the nodes still pending to the full-text index (see the module
+        docstring), in one transaction.
+
+        Args:
+            quiet: log a failure instead of raising it.
+
+        Returns:
+            The number of nodes indexed (0 when none was pending, or on a quiet failure).
+
+        Raises:
+            sqlite3.OperationalError: (not ``quiet``) the database stayed locked past the busy
+                timeout, or cannot be written.
+        """
+        try:
+            with self._lock:
+                return schema.index_pending(self._conn)
+        except sqlite3.Error as exc:
+            if not quiet:
+                raise
+            log.warning("could not update the full-text index of %s: %r", self.path, exc)
+            return 0
 
     def _enable_wal(self, timeout_s: float) -> None:
         """Switch to WAL, retrying while another process holds the file: switching the
@@ -196,13 +232,16 @@ class Store(Queries, Rollouts):
 
     # -- lifecycle --------------------------------------------------------------------------
     def close(self) -> None:
-        """Stop the background checkpoints and close the connection (the last one to close
-        checkpoints the WAL). Safe twice."""
+        """Write the kept events, stop the background thread, index the pending node text
+        and close the connection (the last one to close checkpoints the WAL). Safe twice."""
         self.flush()
         with self._lock:
             if self._checkpointer is not None:
                 self._checkpointer.close()
                 self._checkpointer = None
+            if not self._closed:
+                self.index_text(quiet=True)
+            self._closed = True
             try:
                 self.db.close()
             except sqlite3.ProgrammingError:
@@ -243,9 +282,9 @@ class Store(Queries, Rollouts):
     # -- the event sink ---------------------------------------------------------------------
     def record_batched(self, event: Event) -> None:
         """:meth:`record`, writing one step's events in one transaction (see the module
-        docstring): an event is kept until the loop's next turn or the next step start,
-        whichever comes first; on a thread without a running asyncio loop it is written
-        at once. Never raises."""
+        docstring): an event is kept until the next step start, for at most
+        :data:`FLUSH_DELAY_S`, or until :data:`MAX_KEPT` are kept; on a thread without a
+        running asyncio loop it is written at once. Never raises."""
         try:
             loop = asyncio.get_running_loop()
         except RuntimeError:
@@ -258,20 +297,22 @@ class Store(Queries, Rollouts):
             return
         with self._lock:
             self._pending.append((event, data))
-        if isinstance(event, STEP_STARTS) and not (
-            isinstance(event, ModelCallStarted) and data.get("role") == "sub"
+            kept = len(self._pending)
+        if kept >= MAX_KEPT or (
+            isinstance(event, STEP_STARTS)
+            and not (isinstance(event, ModelCallStarted) and data.get("role") == "sub")
         ):
             self.flush()
-        elif not self._flush_scheduled:
-            self._flush_scheduled = True
-            loop.call_soon(self.flush)
+        elif self._flush_loop is not loop:  # none scheduled, or on a loop that has ended
+            self._flush_loop = loop
+            loop.call_later(FLUSH_DELAY_S, self.flush)
 
     def flush(self) -> None:
         """Write the events :meth:`record_batched` kept, in one transaction (an event that
         fails rolls the batch back; the events are then written one transaction each, so
         only the failing one is lost, as with :meth:`record`). Never raises."""
         with self._lock:
-            self._flush_scheduled = False
+            self._flush_loop = None
             pending, self._pending = self._pending, []
         if not pending:
             return
@@ -499,6 +540,7 @@ class Store(Queries, Rollouts):
             sqlite3.OperationalError: the database stayed locked past the busy timeout.
         """
         with self._lock:
+            self.index_text(quiet=True)  # what a killed process left pending
             rows = self.db.execute("SELECT id, pid FROM runs WHERE status = 'running'").fetchall()
             dead = [run_id for run_id, pid in rows if force or not pid_alive(pid)]
             if not dead:
@@ -651,10 +693,11 @@ class Store(Queries, Rollouts):
 
 
 class _Checkpointer:
-    """Copies the WAL back into the database file from a background thread, so that events
-    do not pay for it: SQLite's automatic checkpoint runs inside the commit that fills the
-    WAL and costs milliseconds (two fsyncs). Its ``PASSIVE`` checkpoints use a second
-    connection, never wait for locks and let the writer go on. A write transaction that
+    """Indexes pending node text (:func:`rlmd.store.schema.index_pending`) and copies the WAL
+    back into the database file from a background thread, so that events do not pay for
+    either: SQLite's automatic checkpoint runs inside the commit that fills the WAL and costs
+    milliseconds (two fsyncs). It uses a second connection; its ``PASSIVE`` checkpoints never
+    wait for locks and let the writer go on. A write transaction that
     begins after a complete one starts the WAL over; under writes without a pause, SQLite's
     own checkpoint (:data:`WAL_AUTOCHECKPOINT_PAGES`) does that, with little left to copy."""
 
@@ -689,10 +732,12 @@ class _Checkpointer:
                 try:
                     if conn is None:
                         conn = sqlite3.connect(self._path, isolation_level=None)
+                    schema.index_pending(conn)
                     conn.execute("PRAGMA wal_checkpoint(PASSIVE)")
                     self.done += 1
-                except sqlite3.Error as exc:  # the writer's backstop checkpoint remains
-                    log.debug("background checkpoint of %s failed: %r", self._path, exc)
+                except sqlite3.Error as exc:  # the next search, close or start catches up;
+                    # the writer's backstop checkpoint remains
+                    log.debug("background index/checkpoint of %s failed: %r", self._path, exc)
         finally:
             if conn is not None:
                 conn.close()

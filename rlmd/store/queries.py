@@ -2,6 +2,9 @@
 
 :class:`Queries` is mixed into :class:`rlmd.store.Store`; every method returns plain dicts
 (JSON columns decoded) so results can be rendered, exported or sent over a socket as is.
+Every read first writes the events the store keeps in memory (:meth:`Store.flush`), and a
+search first indexes the node text still pending (:meth:`Store.index_text`), so reads see
+everything recorded before them.
 
 Shapes:
 
@@ -116,6 +119,13 @@ class Queries:
     db: sqlite_utils.Database
     _lock: threading.RLock
 
+    def flush(self) -> None:
+        """Write events kept in memory (implemented by :class:`rlmd.store.Store`)."""
+
+    def index_text(self, *, quiet: bool = False) -> int:
+        """Index pending node text (implemented by :class:`rlmd.store.Store`)."""
+        return 0
+
     def list_runs(
         self,
         limit: int = 50,
@@ -155,7 +165,9 @@ class Queries:
             params["workspace"] = str(workspace)
         # Double quotes cannot be escaped inside an FTS5 term: search for the words around them.
         search = search.replace('"', " ") if search is not None else None
+        self.flush()
         if search is not None and search.strip():
+            self.index_text(quiet=True)
             matched = self._search_matches(search.split(), params)
             if root_only:
                 matched = f"SELECT root_run_id FROM runs WHERE id IN ({matched})"
@@ -229,6 +241,7 @@ class Queries:
         key = str(run_id_or_prefix or "").strip()
         if not key:
             raise ValueError("empty run id")
+        self.flush()
         with self._lock:
             rows = list(self.db.table("runs").rows_where("id = ?", [key]))
             if not rows:
@@ -252,6 +265,7 @@ class Queries:
 
     def nodes(self, run_id: str) -> list[dict[str, Any]]:
         """The nodes of run ``run_id`` (exact id), in ``seq`` order, as node dicts."""
+        self.flush()
         with self._lock:
             return [
                 decode_node(r)
@@ -260,6 +274,7 @@ class Queries:
 
     def child_runs(self, run_id: str) -> list[dict[str, Any]]:
         """Runs started directly by run ``run_id``, oldest first."""
+        self.flush()
         with self._lock:
             rows = self.db.table("runs").rows_where(
                 "parent_run_id = ?", [run_id], order_by="started_at, id"
@@ -311,6 +326,8 @@ class Queries:
         """
         if not text or not text.strip():
             return []
+        self.flush()
+        self.index_text(quiet=True)
         terms = [t.strip('"').lower() for t in self.db.quote_fts(text).split('" "')]
         hits: list[dict[str, Any]] = []
         with self._lock:

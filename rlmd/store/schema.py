@@ -32,12 +32,22 @@ Tables (JSON columns hold compact JSON text, times are seconds since the epoch):
     answer); unique on ``(rollout_set, task_id, sample_index)``, which is what a resumed
     rollout skips.
 ``runs_fts`` / ``nodes_fts``
-    FTS5 indexes (external content, kept in sync by triggers) over ``runs.question``,
-    ``runs.answer`` and the node text columns.
+    FTS5 indexes (external content) over ``runs.question``, ``runs.answer`` and the node
+    text columns. ``runs_fts`` is kept in sync by triggers. ``nodes_fts`` is filled in
+    batches (version 3): see below.
+``nodes_fts_pending`` (version 3)
+    ``rowid`` of the ``nodes`` rows whose text is not in ``nodes_fts`` yet. Triggers keep
+    the rule "a node is in ``nodes_fts``, with its current text, exactly when it is not
+    pending": an insert makes the node pending; a text update of a node already indexed
+    takes its old text out of the index and makes it pending. :func:`index_pending` indexes
+    the pending nodes and empties the table, in one transaction. So an insert pays for one
+    small row instead of the full-text index (per transaction, FTS5 writes a new segment),
+    and a crash leaves the pending rows for the next catch-up: nothing is missed for good.
 """
 
 from __future__ import annotations
 
+import sqlite3
 from collections.abc import Callable
 
 from rlmd.store.codec import NODE_TEXT_COLUMNS
@@ -187,7 +197,70 @@ def _m002_rollouts(db: sqlite_utils.Database) -> None:
     )
 
 
-MIGRATIONS: list[Callable[[sqlite_utils.Database], None]] = [_m001_initial, _m002_rollouts]
+NODE_FTS_COLUMNS = ", ".join(f"[{c}]" for c in NODE_TEXT_COLUMNS)
+
+
+def _m003_deferred_node_index(db: sqlite_utils.Database) -> None:
+    """Version 3: node text is indexed in batches (``nodes_fts_pending``), not by the insert
+    and update triggers. Every existing node is indexed already, so none starts pending."""
+    old = ", ".join(f"old.[{c}]" for c in NODE_TEXT_COLUMNS)
+    pending = "SELECT 1 FROM nodes_fts_pending WHERE rowid = old.rowid"
+    statements = [
+        "CREATE TABLE IF NOT EXISTS nodes_fts_pending (rowid INTEGER PRIMARY KEY)",
+        "DROP TRIGGER IF EXISTS [nodes_ai]",
+        "DROP TRIGGER IF EXISTS [nodes_au]",
+        "DROP TRIGGER IF EXISTS [nodes_ad]",
+        "CREATE TRIGGER [nodes_ai] AFTER INSERT ON [nodes] BEGIN "
+        "INSERT OR IGNORE INTO nodes_fts_pending (rowid) VALUES (new.rowid); END",
+        f"CREATE TRIGGER [nodes_au] AFTER UPDATE OF {NODE_FTS_COLUMNS} ON [nodes] "
+        f"WHEN NOT EXISTS ({pending}) BEGIN "
+        f"INSERT INTO [nodes_fts] ([nodes_fts], rowid, {NODE_FTS_COLUMNS}) "
+        f"VALUES ('delete', old.rowid, {old}); "
+        "INSERT INTO nodes_fts_pending (rowid) VALUES (old.rowid); END",
+        "CREATE TRIGGER [nodes_ad] AFTER DELETE ON [nodes] BEGIN "
+        f"INSERT INTO [nodes_fts] ([nodes_fts], rowid, {NODE_FTS_COLUMNS}) "
+        f"SELECT 'delete', old.rowid, {old} WHERE NOT EXISTS ({pending}); "
+        "DELETE FROM nodes_fts_pending WHERE rowid = old.rowid; END",
+    ]
+    for sql in statements:  # not executescript: it would commit the migration's transaction
+        db.execute(sql)
+
+
+def index_pending(conn: sqlite3.Connection) -> int:
+    """Index the text of the pending nodes (see ``nodes_fts_pending`` in the module
+    docstring) in one ``BEGIN IMMEDIATE`` transaction on ``conn`` (which must not be in a
+    transaction).
+
+    Returns:
+        The number of nodes indexed (0 without a write when none is pending).
+
+    Raises:
+        sqlite3.OperationalError: the database stayed locked past the busy timeout, or is
+            read-only.
+    """
+    if conn.execute("SELECT 1 FROM nodes_fts_pending LIMIT 1").fetchone() is None:
+        return 0
+    conn.execute("BEGIN IMMEDIATE")
+    try:
+        cursor = conn.execute(
+            f"INSERT INTO [nodes_fts] (rowid, {NODE_FTS_COLUMNS}) "
+            f"SELECT nodes.rowid, {NODE_FTS_COLUMNS} FROM nodes "
+            "JOIN nodes_fts_pending AS p ON p.rowid = nodes.rowid"
+        )
+        count = cursor.rowcount
+        conn.execute("DELETE FROM nodes_fts_pending")
+    except BaseException:
+        conn.rollback()
+        raise
+    conn.execute("COMMIT")
+    return count
+
+
+MIGRATIONS: list[Callable[[sqlite_utils.Database], None]] = [
+    _m001_initial,
+    _m002_rollouts,
+    _m003_deferred_node_index,
+]
 """Migration ``i`` (0-based) brings the schema from version ``i`` to ``i + 1``."""
 
 SCHEMA_VERSION = len(MIGRATIONS)

@@ -4,6 +4,16 @@ The base model comes from the GGUF file rlmd already pulled (transformers reads 
 and dequantises it to float32) or from a Hugging Face folder. PEFT puts LoRA adapters on all
 linear layers; TRL's ``SFTTrainer`` trains on ``{"prompt", "completion"}`` samples
 (:mod:`rlmd.train.export`) with the loss on the completion (the target root turn) only.
+The text trained on is, token for token, the prompt llama.cpp renders at inference (the
+GGUF's own chat template) followed by the target turn and ``<|im_end|>``.
+
+**Length cap and turns.** A root turn's prompt grows with every turn (the history), so a
+tight ``max_length`` drops later turns first: at 1,024 tokens the teacher's data kept every
+opening turn and none of its third turns, so almost no ``FINAL`` turn was left, and the
+model learned to write its opening cell whatever the history (it then repeated it and never
+answered). Samples over ``max_length`` are dropped (never cut: a cut target teaches a
+truncated turn); the record counts kept and dropped samples per turn, and training refuses
+a cap that drops every later turn or every answering (``FINAL``) turn of the data.
 
 An output folder ``OUT`` holds::
 
@@ -21,7 +31,7 @@ from __future__ import annotations
 
 import json
 import time
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
@@ -35,7 +45,7 @@ class SFTOptions:
     learning_rate: float = 2e-4
     rank: int = 16
     alpha: int = 32
-    max_length: int = 1_024
+    max_length: int = 2_048
     batch_size: int = 1
     grad_accum: int = 1
     save_steps: int = 5
@@ -100,62 +110,77 @@ def save_base_config(model: Any, folder: Path) -> None:
     model.config.save_pretrained(folder)
 
 
-def _fits(tokenizer: Any, sample: dict[str, Any], max_length: int) -> bool:
+def _length(tokenizer: Any, sample: dict[str, Any]) -> int:
+    """Tokens of prompt + completion as the chat template renders them for training."""
     ids = tokenizer.apply_chat_template(sample["prompt"] + sample["completion"], tokenize=True)
     if isinstance(ids, Mapping):  # transformers 5 returns a BatchEncoding
         ids = ids["input_ids"]
-    return len(ids) <= max_length
+    return len(ids)
 
 
-def train_sft(
-    base: str, data: str | Path, out: str | Path, opts: SFTOptions | None = None
-) -> dict[str, Any]:
-    """Fine-tune ``base`` on the SFT JSONL ``data`` into folder ``out`` (resuming from its
-    last checkpoint if there is one).
+def _answers(sample: dict[str, Any]) -> bool:
+    return "FINAL" in sample["completion"][-1]["content"]
 
-    Returns:
-        The ``train.json`` record: ``{"base", "data", "samples", "dropped_too_long", "steps",
-        "final_loss", "seconds", "options"}``.
 
-    Raises:
-        ValueError: no sample fits ``max_length`` tokens.
-        FileNotFoundError: see :func:`resolve_base`.
-    """
-    import torch
-    from datasets import load_dataset
+def length_report(tokenizer: Any, samples: list[dict[str, Any]], max_length: int) -> dict:
+    """What a ``max_length`` cap keeps of ``samples`` (SFT records, see
+    :mod:`rlmd.train.export`): ``{"kept": [bool per sample], "by_turn": {turn: [kept,
+    total]}, "answering": [kept, total], "longest": tokens}`` (``turn`` from the record,
+    0 when absent; "answering" = targets that call ``FINAL``)."""
+    lengths = [_length(tokenizer, s) for s in samples]
+    kept = [n <= max_length for n in lengths]
+    by_turn: dict[int, list[int]] = {}
+    answering = [0, 0]
+    for sample, ok in zip(samples, kept, strict=True):
+        row = by_turn.setdefault(int(sample.get("turn") or 0), [0, 0])
+        row[0] += ok
+        row[1] += 1
+        if _answers(sample):
+            answering[0] += ok
+            answering[1] += 1
+    return {
+        "kept": kept,
+        "by_turn": dict(sorted(by_turn.items())),
+        "answering": answering,
+        "longest": max(lengths, default=0),
+    }
+
+
+def check_lengths(report: dict, max_length: int) -> None:
+    """Raise ``ValueError`` when the cap leaves nothing, drops every turn after the first,
+    or drops every answering turn that the data has (see the module docstring)."""
+    later = [v for t, v in report["by_turn"].items() if t > 0]
+    fix = f"; raise --max-length to {report['longest']} (the longest sample) to keep them all"
+    if not any(report["kept"]):
+        raise ValueError(f"no sample fits in {max_length} tokens{fix}")
+    if later and sum(k for k, _ in later) == 0:
+        raise ValueError(
+            f"a {max_length}-token cap keeps only first turns: the model would learn to write "
+            f"its opening cell whatever the history{fix}"
+        )
+    kept, total = report["answering"]
+    if total and not kept:
+        raise ValueError(
+            f"a {max_length}-token cap drops all {total} turns that answer with FINAL{fix}"
+        )
+
+
+def build_trainer(
+    model: Any,
+    tokenizer: Any,
+    ds: Any,
+    opts: SFTOptions,
+    checkpoints: Path,
+    callbacks: Sequence[Any] = (),
+) -> Any:
+    """TRL's ``SFTTrainer`` for ``ds`` (``{"prompt", "completion"}`` rows) with a LoRA
+    adapter on ``model``; its ``train_dataset`` holds the tokenised samples (``input_ids``,
+    ``labels`` -100 outside the completion) exactly as trained."""
     from peft import LoraConfig
-    from transformers import TrainerCallback
     from trl import SFTConfig, SFTTrainer
 
-    opts = opts or SFTOptions()
-    out = Path(out)
-    out.mkdir(parents=True, exist_ok=True)
-    torch.manual_seed(opts.seed)
-    model, tokenizer = load_base(base, opts.device)
-    ds = load_dataset("json", data_files=str(data), split="train")
-    ds = ds.select_columns(["prompt", "completion"])
-    before = len(ds)
-    ds = ds.filter(lambda s: _fits(tokenizer, s, opts.max_length))
-    if len(ds) == 0:
-        raise ValueError(f"no sample of {data} fits in {opts.max_length} tokens")
-    save_base_config(model, out / "base")
-    log_path = out / "log.jsonl"
-    started = time.monotonic()
-
-    class Log(TrainerCallback):
-        def on_log(self, args: Any, state: Any, control: Any, logs: Any = None, **kw: Any) -> None:
-            if logs and "loss" in logs:
-                rec = {
-                    "step": state.global_step,
-                    "loss": logs["loss"],
-                    "learning_rate": logs.get("learning_rate"),
-                    "seconds": round(time.monotonic() - started, 2),
-                }
-                with open(log_path, "a", encoding="utf-8") as f:
-                    f.write(json.dumps(rec) + "\n")
-
     config = SFTConfig(
-        output_dir=str(out / "checkpoints"),
+        output_dir=str(checkpoints),
         max_steps=opts.steps,
         per_device_train_batch_size=opts.batch_size,
         gradient_accumulation_steps=opts.grad_accum,
@@ -186,8 +211,58 @@ def train_sft(
         train_dataset=ds,
         processing_class=tokenizer,
         peft_config=lora,
-        callbacks=[Log()],
+        callbacks=list(callbacks),
     )
+    return trainer
+
+
+def train_sft(
+    base: str, data: str | Path, out: str | Path, opts: SFTOptions | None = None
+) -> dict[str, Any]:
+    """Fine-tune ``base`` on the SFT JSONL ``data`` into folder ``out`` (resuming from its
+    last checkpoint if there is one).
+
+    Returns:
+        The ``train.json`` record: ``{"base", "data", "samples", "dropped_too_long",
+        "kept_by_turn": {turn: [kept, total]}, "answering_kept": [kept, total], "steps",
+        "final_loss", "seconds", "options"}``.
+
+    Raises:
+        ValueError: ``max_length`` keeps no sample, or drops every later turn or every
+            answering turn (:func:`check_lengths`).
+        FileNotFoundError: see :func:`resolve_base`.
+    """
+    import torch
+    from datasets import load_dataset
+    from transformers import TrainerCallback
+
+    opts = opts or SFTOptions()
+    out = Path(out)
+    out.mkdir(parents=True, exist_ok=True)
+    torch.manual_seed(opts.seed)
+    model, tokenizer = load_base(base, opts.device)
+    ds = load_dataset("json", data_files=str(data), split="train")
+    lengths = length_report(tokenizer, list(ds), opts.max_length)
+    check_lengths(lengths, opts.max_length)
+    ds = ds.select([i for i, ok in enumerate(lengths["kept"]) if ok])
+    ds = ds.select_columns(["prompt", "completion"])
+    save_base_config(model, out / "base")
+    log_path = out / "log.jsonl"
+    started = time.monotonic()
+
+    class Log(TrainerCallback):
+        def on_log(self, args: Any, state: Any, control: Any, logs: Any = None, **kw: Any) -> None:
+            if logs and "loss" in logs:
+                rec = {
+                    "step": state.global_step,
+                    "loss": logs["loss"],
+                    "learning_rate": logs.get("learning_rate"),
+                    "seconds": round(time.monotonic() - started, 2),
+                }
+                with open(log_path, "a", encoding="utf-8") as f:
+                    f.write(json.dumps(rec) + "\n")
+
+    trainer = build_trainer(model, tokenizer, ds, opts, out / "checkpoints", [Log()])
     resume = any((out / "checkpoints").glob("checkpoint-*"))
     result = trainer.train(resume_from_checkpoint=True if resume else None)
     trained: Any = trainer.model
@@ -197,7 +272,9 @@ def train_sft(
         "base": base,
         "data": str(data),
         "samples": len(ds),
-        "dropped_too_long": before - len(ds),
+        "dropped_too_long": len(lengths["kept"]) - len(ds),
+        "kept_by_turn": lengths["by_turn"],
+        "answering_kept": lengths["answering"],
         "steps": trainer.state.global_step,
         "resumed": resume,
         "final_loss": _last_loss(log_path),

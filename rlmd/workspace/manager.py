@@ -9,6 +9,7 @@ one task to the next.
 Life cycle::
 
     stopped --(first use: load the codebase, start the sandbox, restore the checkpoint)--> ready
+    ready --(a task starts: files changed since the load are read again, see refresh)--> ready
     ready --(idle for idle_timeout_s: checkpoint, then stop the sandbox)--> stopped
     ready --(reset: stop without checkpoint, delete the checkpoint)--> stopped
     any --(close)--> closed (forgotten by the manager)
@@ -37,7 +38,7 @@ from pathlib import Path
 from typing import Any, NotRequired, TypedDict
 
 from rlmd import isolation
-from rlmd.context import Context, load_codebase
+from rlmd.context import Context, load_codebase, refresh_codebase
 from rlmd.sandbox import DEFAULT_BACKEND, create_sandbox
 from rlmd.sandbox.base import CallError, CellResult, Sandbox, SandboxError, VarInfo
 from rlmd.workspace import checkpoint as ckpt_mod
@@ -282,6 +283,40 @@ class Workspace:
                 self.pending_notes.append(_restore_note(saved.taken_at, restored, missing))
         self.state = WorkspaceState.READY
         self._emit("started", **info)
+        return info
+
+    async def ensure_current(self) -> StartInfo | None:
+        """:meth:`ensure_started`, and for a workspace that was running already, bring its
+        ``context`` up to date with the folder (:meth:`refresh`): what a task sees first.
+
+        Raises:
+            SandboxError / NotADirectoryError: as :meth:`ensure_started`.
+        """
+        started = await self.ensure_started()
+        if started is None:
+            await self.refresh()
+        return started
+
+    async def refresh(self) -> dict[str, int] | None:
+        """Re-read the files of the folder that changed since the codebase was loaded (size
+        or modification time), add new ones, drop removed ones, and bind the result as
+        ``context`` again; the symbol index is updated for the changed files only. Returns
+        ``{"files", "read"}`` (files now, files read) or ``None`` when nothing changed or
+        the sandbox is stopped. Variables in the REPL are kept.
+
+        Raises:
+            SandboxError: the sandbox failed while taking the new codebase.
+            NotADirectoryError: the folder is gone.
+        """
+        if self.sandbox is None or self.context is None:
+            return None
+        fresh = await asyncio.to_thread(refresh_codebase, self.context)
+        if fresh is None:
+            return None
+        await self.sandbox.load_context(fresh.value, codebase=True)
+        self.context = fresh
+        info = {"files": len(fresh.value), "read": fresh.files_read}
+        self._emit("refreshed", **info)
         return info
 
     async def checkpoint(self) -> CheckpointInfo | None:

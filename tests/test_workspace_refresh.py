@@ -1,0 +1,117 @@
+"""A warm workspace asked again sees its folder as it is now: only changed files are read
+again (size and modification time), and the symbol index is updated for them alone."""
+
+from __future__ import annotations
+
+import json
+import os
+from pathlib import Path
+
+import pytest
+from helpers.server import Daemon, run_to_end
+
+import rlmd.context as context_mod
+from rlmd.codeintel.index import index_for
+from rlmd.context import load_codebase, refresh_codebase
+
+
+def _project(root: Path) -> Path:
+    proj = root / "proj"
+    (proj / "pkg").mkdir(parents=True)
+    (proj / "pkg" / "core.py").write_text("def helper():\n    return 42\n")
+    (proj / "pkg" / "other.py").write_text("class Untouched:\n    pass\n")
+    (proj / "gone.py").write_text("x = 1\n")
+    (proj / "logo.png").write_bytes(b"\x89PNG\x00\x00binary")
+    return proj
+
+
+def _edit(path: Path, text: str) -> None:
+    """Write ``text`` and move the modification time on: a file system with coarse time
+    stamps could otherwise give the edit the same mtime as the first write."""
+    before = path.stat().st_mtime_ns
+    path.write_text(text)
+    os.utime(path, ns=(before + 2_000_000_000, before + 2_000_000_000))
+
+
+def test_refresh_reads_only_changed_files_and_updates_the_index(tmp_path, monkeypatch):
+    proj = _project(tmp_path)
+    ctx = load_codebase(proj)
+    assert ctx.files_read == 4 and ctx.skipped["binary"] == 1
+    index = index_for(ctx)
+    assert index.find_definition("helper") and not index.find_definition("renamed")
+    untouched = ctx.value["pkg/other.py"]
+
+    assert refresh_codebase(ctx) is None  # nothing changed: nothing to rebind
+
+    _edit(proj / "pkg" / "core.py", "def renamed():\n    return 43\n")
+    (proj / "gone.py").unlink()
+    (proj / "new.py").write_text("NEW = 'fresh'\n")
+    opened: list[str] = []
+    read = context_mod._read_text
+
+    def counting(path, max_bytes, skipped):
+        opened.append(Path(path).relative_to(proj).as_posix())
+        return read(path, max_bytes, skipped)
+
+    monkeypatch.setattr(context_mod, "_read_text", counting)
+    fresh = refresh_codebase(ctx)
+    assert fresh is not None
+    # pkg/other.py and the binary logo.png were not opened again
+    assert sorted(opened) == ["new.py", "pkg/core.py"]
+    assert fresh.files_read == 2 and fresh.skipped["binary"] == 1
+    assert sorted(fresh.value) == ["new.py", "pkg/core.py", "pkg/other.py"]
+    assert fresh.value["pkg/core.py"] == "def renamed():\n    return 43\n"
+    assert fresh.value["pkg/other.py"] is untouched
+    again = index_for(fresh)
+    assert again is index  # the same index, updated in place
+    assert again.find_definition("renamed") == ["pkg/core.py:1: function renamed: def renamed():"]
+    assert again.find_definition("helper") == []
+    assert again.find_definition("Untouched")  # kept without parsing it again
+    assert again.find_definition("NEW")
+
+
+ASK = (
+    "import json\nkept = globals().get('kept', 0) + 7\n"
+    "src = context['pkg/core.py']\n"
+    "defs = find_definition('renamed')\n"
+    "FINAL(json.dumps({'src': src, 'defs': defs, 'n': len(context), 'kept': kept}))"
+)
+
+
+@pytest.mark.timeout(120)
+async def test_a_warm_workspace_asked_again_sees_the_edited_file(tmp_path):
+    """Through the daemon: task 1 loads the workspace; a file is edited, one added; task 2 in
+    the same warm REPL (its variables kept) sees the new text and symbols, and the workspace
+    reports that it read only the two changed files again."""
+    proj = _project(tmp_path)
+    script = tmp_path / "ask.json"
+    script.write_text(json.dumps(["```repl\n" + ASK + "\n```"]))
+    (tmp_path / "home").mkdir()
+    daemon = Daemon(tmp_path / "home", "--idle-timeout", "0")
+    daemon.start()
+    try:
+        c = await daemon.client()
+        try:
+            base = {"workspace": str(proj), "question": "q"}
+            first = await run_to_end(c, {**base, "models": {"root": f"scripted:{script}"}})
+            _edit(proj / "pkg" / "core.py", "def renamed():\n    return 43\n")
+            (proj / "new.py").write_text("NEW = 1\n")
+            then = await run_to_end(c, {**base, "models": {"root": f"scripted:{script}"}})
+            refreshed = [
+                n["params"]["data"]
+                for n in c.notifications
+                if n["method"] == "rlmd/workspace" and n["params"]["change"] == "refreshed"
+            ]
+        finally:
+            await c.close()
+    finally:
+        daemon.stop()
+    assert first["status"] == "completed", first.get("error")
+    before = json.loads(first["answer"])
+    assert before["src"].startswith("def helper") and before["defs"] == [] and before["n"] == 3
+    assert then["status"] == "completed", then.get("error")
+    after = json.loads(then["answer"])
+    assert after["src"] == "def renamed():\n    return 43\n" and after["n"] == 4
+    assert after["kept"] == 14  # the same warm REPL: the first task's variable is still there
+    assert after["defs"] == ["pkg/core.py:1: function renamed: def renamed():"]
+    assert refreshed == [{"files": 4, "read": 2}]
