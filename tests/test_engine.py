@@ -986,3 +986,57 @@ async def test_an_extracted_answer_may_show_a_python_snippet():
     reg = scripted_registry(root=root, sub=root)
     result = await go(reg, "q", "abc", config(budget={"max_iterations": 1}))
     assert result.answer_source == "extraction" and "```python" in (result.answer or "")
+
+
+def test_the_child_run_example_takes_a_part_of_the_inputs_shape():
+    """When a child run fits is shown for every shape, with the part written for that shape
+    (a codebase folder, a text section, a group of lines, an item) and never the question's
+    words."""
+    from rlmd.engine import prompts
+
+    question = "Where is zebra_quux used?"
+    shapes = {
+        "context.items() if p.startswith(": {"kind": "codebase", "files": 2},
+        "context=context[start:end]": {"kind": "text", "chars": 200_000, "lines": 40},
+        'context="\\n".join(lines[start:end])': {"kind": "text", "chars": 2000, "lines": 40},
+        "context=context[i]": {"kind": "list", "items": 3},
+        "context=context[key]": {"kind": "dict", "items": 3},
+    }
+    for part, shape in shapes.items():
+        meta = {"chars": 10, "tokens": 3, **shape}
+        text = prompts.system_prompt(
+            meta, sub_window=8192, output_cap=4000, tools={}, question=question
+        )
+        child = next(line for line in text.splitlines() if "own exploration" in line)
+        assert "rlm_query(" in child and part in child, (shape, child)
+        assert "zebra" not in child
+
+
+async def test_a_child_run_over_part_of_a_codebase_gets_a_codebase(tmp_path):
+    (tmp_path / "pkg").mkdir()
+    (tmp_path / "pkg" / "a.py").write_text("class Alpha:\n    pass\n")
+    (tmp_path / "other.py").write_text("class Beta:\n    pass\n")
+    child_saw = []
+
+    def sub(messages):
+        if turn_of(messages) == 0:
+            child_saw.append(next(m["content"] for m in messages if m["role"] == "user"))
+            return repl("print(list_files(), find_definition('Alpha'))")
+        return repl("FINAL(find_definition('Alpha')[0].split(':')[0])")
+
+    def root(messages):
+        if turn_of(messages) == 0:
+            return repl(
+                "part = {p: t for p, t in context.items() if p.startswith('pkg/')}\n"
+                "where = rlm_query('Where is Alpha defined?', context=part)\nprint(where)"
+            )
+        return repl("FINAL(where)")
+
+    result = await go(
+        scripted_registry(root=root, sub=sub),
+        "Where is Alpha?",
+        tmp_path,
+        config(budget={"max_depth": 2}),
+    )
+    assert (result.status, result.answer) == ("completed", "pkg/a.py")
+    assert "codebase" in child_saw[0] and "other.py" not in child_saw[0]

@@ -287,3 +287,92 @@ async def test_a_final_given_again_after_its_refusal_and_question_is_not_skipped
 
     result = await go(scripted_registry(root=root, sub=root), "q", "abcd", config())
     assert (result.status, result.answer, result.iterations) == ("completed", "ok", 3)
+
+
+# -- answers computed from failures ----------------------------------------------------------
+
+
+def test_an_answer_from_mostly_failed_sub_calls_is_doubted():
+    tally = verify.SubcallTally()
+    tally.add(["yes", "Error: sub-call to 'sub' failed: boom", "Error: again"])
+    assert (tally.results, tally.failed, tally.mostly_failed) == (3, 2, True)
+    concern = verify.check("7", context=TEXT, outputs=["7"], literal=False, subcalls=tally)
+    assert concern is not None and concern.rule == "failed-subcalls"
+    assert "2 of the 3 sub-call results" in concern.evidence and "boom" in concern.evidence
+    # half or fewer failed: the answer stands on real results
+    half = verify.SubcallTally()
+    half.add(["yes", "Error: x"])
+    assert not half.mostly_failed
+    assert verify.check("7", context=TEXT, outputs=["7"], literal=False, subcalls=half) is None
+    # a raised call counts as one failed result
+    raised = verify.SubcallTally()
+    raised.fail("Error: sub-call to 'sub' failed: timeout")
+    assert raised.mostly_failed and (raised.results, raised.failed) == (1, 1)
+
+
+def test_an_answer_after_an_output_of_mostly_error_lines_is_doubted():
+    out = "Error: a failed\nError: b failed\nok c\nValueError: d\n"
+    concern = check("3", outputs=[out, "\n\n"])
+    assert concern is not None and concern.rule == "failed-subcalls"
+    assert "3 of the 4 lines" in concern.evidence
+    # a short traceback, paths that mention errors, or a minority of error lines are not
+    tb = 'Traceback (most recent call last):\n  File "<cell>", line 1\nNameError: x'
+    assert check("3", outputs=[tb, "3"]) is None
+    assert check("3", outputs=["pkg/e.py:3:class BadError(ValueError):\n" * 4]) is None
+    assert check("3", outputs=["Error: a\nError: b\nError: c\nok\nok\nok\nok"]) is None
+
+
+async def test_a_count_over_mostly_failed_llm_map_results_is_questioned_then_marked():
+    """``llm_map`` in one cell, the count answered in the next: the question names the
+    failed share and the first error; the same answer again is accepted as unverified."""
+
+    def sub(messages):
+        item = messages[-1]["content"].split("Item:\n")[1].split("\n")[0]
+        if item != "a cat":
+            raise RuntimeError("server dropped the request")
+        return "yes"
+
+    seen = []
+
+    def root(messages):
+        seen.append(messages)
+        if turn_of(messages) == 0:
+            return repl(
+                "lines = context.splitlines()\n"
+                "answers = llm_map('Is this an animal? yes or no', lines)\n"
+                "count = sum(a.startswith('yes') for a in answers)\nprint(count)"
+            )
+        return repl("FINAL(count)")
+
+    result = await go(
+        scripted_registry(root=root, sub=sub),
+        "How many animals?",
+        "a cat\na chair\na spoon\na car",
+        config(),
+    )
+    assert (result.status, result.answer, result.answer_source) == ("completed", "1", "unverified")
+    assert result.iterations == 3
+    question = last_user(seen[2])
+    assert "'1' was not accepted yet" in question and "3 of the 4 sub-call results" in question
+    assert "server dropped the request" in question
+
+
+async def test_sub_calls_that_mostly_worked_do_not_hold_up_the_answer():
+    def sub(messages):
+        item = messages[-1]["content"].split("Item:\n")[1].split("\n")[0]
+        if item == "a car":
+            raise RuntimeError("one failure")
+        return "yes" if item == "a cat" else "no"
+
+    def root(messages):
+        if turn_of(messages) == 0:
+            return repl(
+                "answers = llm_map('Is this an animal?', context.splitlines())\n"
+                "count = sum(a.startswith('yes') for a in answers)\nprint(count)"
+            )
+        return repl("FINAL(count)")
+
+    result = await go(
+        scripted_registry(root=root, sub=sub), "How many?", "a cat\na chair\na car", config()
+    )
+    assert (result.answer, result.answer_source, result.iterations) == ("1", "final", 2)

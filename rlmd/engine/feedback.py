@@ -51,6 +51,8 @@ class LoopState:
         repeats: turns in a row whose code equals the previous turn's.
         final_not_taken: the previous turn's ``FINAL`` was refused or questioned (giving it
             again is how the model insists, so that turn is never skipped as a repeat).
+        subcalls: the sub-call results of the last cell that made sub-calls (what an
+            answer computed from sub-call answers rests on), else ``None``.
     """
 
     messages: list[Message] = field(default_factory=list)
@@ -66,6 +68,7 @@ class LoopState:
     concern: verify.Concern | None = None
     repeats: int = 0
     final_not_taken: bool = False
+    subcalls: verify.SubcallTally | None = None
     _tokens: tuple[object, object, int, int] | None = field(default=None, repr=False, compare=False)
     """The running total of :meth:`message_tokens`: (model, messages list, messages
     counted, tokens)."""
@@ -116,7 +119,12 @@ def concern_about(
     if not cfg.verify_answer:
         return None
     return verify.check(
-        answer, context=context, outputs=state.outputs, stderr=stderr, literal=literal
+        answer,
+        context=context,
+        outputs=state.outputs,
+        stderr=stderr,
+        literal=literal,
+        subcalls=state.subcalls,
     )
 
 

@@ -16,7 +16,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from rlmd.context import Context, load_context
-from rlmd.engine import mapping
+from rlmd.engine import mapping, verify
 from rlmd.engine.budget import BudgetExhausted
 from rlmd.engine.metered import Meter
 from rlmd.engine.usage import Usage
@@ -27,6 +27,11 @@ from rlmd.sandbox.base import CallError
 FILE_LOADING_PROVIDERS = frozenset({"scripted", "local"})
 """Model providers whose ``provider:model`` shorthand names a file the host loads; code in
 the REPL may not name new ones (see :meth:`HostCalls.model_named_by_code`)."""
+
+SUBCALL_FUNCTIONS = frozenset(
+    {"llm_query", "llm_query_batched", "rlm_query", "rlm_query_batched", "llm_map"}
+)
+"""The host functions whose results are sub-model answers (tallied per cell)."""
 
 MAX_INLINE_QUESTION = 4000
 """A context-less ``rlm_query`` prompt longer than this (characters) is cut in the child's
@@ -85,8 +90,23 @@ class HostCalls:
         self.tools = tools
         self.cell_node: str | None = None
         """The cell running now: sub-calls and child runs hang under it."""
+        self.tally = verify.SubcallTally()
+        """The sub-call results of the cell running now (the loop starts a new one per
+        cell), for the answer verifier."""
 
     async def __call__(self, fn: str, args: dict[str, Any]) -> Any:
+        if fn not in SUBCALL_FUNCTIONS:
+            return await self._serve(fn, args)
+        tally = self.tally
+        try:
+            out = await self._serve(fn, args)
+        except CallError as exc:
+            tally.fail(f"Error: {exc}")
+            raise
+        tally.add(out if isinstance(out, list) else [out])
+        return out
+
+    async def _serve(self, fn: str, args: dict[str, Any]) -> Any:
         parent_node = self.cell_node
         if fn == "llm_query":
             return await self.llm_query(args.get("prompt"), args.get("model"), parent_node)
@@ -260,7 +280,7 @@ class HostCalls:
             )
             ctx = load_context(prompt)
         else:
-            question, ctx = prompt, load_context(context)
+            question, ctx = prompt, self._child_context(context)
         request = ChildRequest(
             question=question,
             context=ctx,
@@ -283,6 +303,22 @@ class HostCalls:
         raise CallError(
             f"child run {result.run_id} ended with status {result.status} and no answer: {result.error}"
         )
+
+    def _child_context(self, value: Any) -> Context:
+        """A child run's context: part of this run's codebase (a dict of some of its files,
+        ``{path: text}``) stays a codebase, so the child has ``grep``, ``find_definition``
+        and the rest over that part; anything else loads as usual."""
+        parent = self.context
+        if (
+            parent is not None
+            and parent.is_codebase
+            and isinstance(value, dict)
+            and value
+            and all(isinstance(k, str) and k in parent.value for k in value)
+            and all(isinstance(v, str) for v in value.values())
+        ):
+            return Context(value=dict(sorted(value.items())), kind="codebase", source=parent.source)
+        return load_context(value)
 
     # -- tools ----------------------------------------------------------------------------
     async def tool(self, args: dict[str, Any]) -> Any:

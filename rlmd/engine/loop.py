@@ -20,7 +20,7 @@ import os
 from typing import Any
 
 from rlmd.context import Context, ContextMeta, map_ready
-from rlmd.engine import feedback, parsing, prompts
+from rlmd.engine import feedback, parsing, prompts, verify
 from rlmd.engine.budget import BudgetExhausted
 from rlmd.engine.config import STOP_AFTER_BLOCK, RunConfig, RunResult
 from rlmd.engine.events import (
@@ -343,6 +343,8 @@ class RLMRun:
                 feedback.count_kernel_death(state, result)
             all_failed = all_failed and result.error is not None
             state.outputs.append("\n".join((result.stdout, result.stderr, result.error or "")))
+            if self.host.tally.results:
+                state.subcalls = self.host.tally
             notes.append(prompts.cell_feedback(b, code, result, cfg.output_cap, parsing.cap_output))
             notes += feedback.cell_hints(self.context, code, result)
             inspected = state.code_ran or parsing.cell_inspects(code)
@@ -438,6 +440,7 @@ class RLMRun:
         wall-clock budget left (everything counted)."""
         node = new_id()
         self.host.cell_node = node
+        self.host.tally = verify.SubcallTally()
         self.meter.emit(CellStarted, node, it_node, index=index, code=code)
         timeout = self._cell_limit(sandbox)
         remaining = self.rt.ledger.remaining_seconds()

@@ -40,7 +40,8 @@ Choose the tool by the kind of step:
 helpers above. Never ask a sub-model to count or look up.
 - A judgement about each of many items (its kind, topic, tone) that no keyword decides: \
 `llm_map(instruction, items)`, then combine its answers with code.
-- A sub-question that needs its own searching: `rlm_query(question, context=part)`.
+- A sub-question that needs its own exploration of one part (several searches or reads): \
+a child run with its own REPL over that part, e.g. {child_example}.
 
 Rules:
 1. Look at `context` with code before you answer. Never guess.
@@ -130,6 +131,20 @@ MIDDLE = {
 }
 """Per example kind, the text between the example's first and last cell: the next step a
 kind of question needs (code-intelligence helpers; ``llm_map`` for per-item judgement)."""
+
+CHILD_EXAMPLES = {
+    "codebase": (
+        '`rlm_query("How does pkg/ handle errors?", '
+        'context={p: t for p, t in context.items() if p.startswith("pkg/")})`'
+    ),
+    "text": ('`rlm_query("What does this section decide?", context=context[start:end])`'),
+    "lines": ('`rlm_query("Summarise these records.", context="\\n".join(lines[start:end]))`'),
+    "list": '`rlm_query("What does this item describe?", context=context[i])`',
+    "dict": '`rlm_query("What does this entry describe?", context=context[key])`',
+}
+"""Per example kind (the input's shape), how a child run gets its part of the input:
+``rlm_query(question, context=part)`` with the part written for that shape. Fixed
+questions, never the run's."""
 
 LINE_ITEMS_MIN = 10
 LINE_ITEMS_MAX_CHARS = 300
@@ -232,6 +247,7 @@ def system_prompt(
     example, example_final = example_cells(kind, question)
     return (template or SYSTEM_PROMPT).format(
         example_middle=example_middle(kind),
+        child_example=CHILD_EXAMPLES.get(kind, CHILD_EXAMPLES["text"]),
         context_line=context_line(meta),
         sub_window=sub_window,
         extra_helpers=extra,

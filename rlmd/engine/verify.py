@@ -10,7 +10,11 @@ wording), and returns a :class:`Concern` with the evidence to show the model:
 * **error**: an answer that reads like an error message, a "not found" or an empty result;
 * **path**: a codebase answer naming a file that is not in the codebase;
 * **empty-count**: a number computed by a cell whose search found nothing, or a 0 printed
-  next to an empty collection.
+  next to an empty collection;
+* **failed-subcalls**: an answer computed from sub-call results that were mostly errors
+  (``llm_map`` / ``llm_query_batched`` slots holding ``"Error: ..."``, a failed
+  ``llm_query``; see :class:`SubcallTally`), or given after a cell whose output is mostly
+  error lines.
 
 The loop questions an answer once (:func:`rlmd.engine.feedback.judge_final`); an answer
 accepted while a concern still holds is marked ``answer_source="unverified"`` so the user is
@@ -58,13 +62,55 @@ _CODE_EXTS = frozenset(
 )
 
 
+_ERROR_LINE = re.compile(
+    r"""^\s*[\[(,'"]*\s*(error\b|traceback \(|[A-Za-z_.]*(error|exception):)""", re.I
+)
+"""A line that reports a failure: ``Error: ...``, ``'Error: ...``, ``Traceback (...``,
+``ValueError: ...``, ``mod.SomeException: ...``."""
+MIN_ERROR_LINES = 3
+"""An output is "mostly error lines" with at least this many of them, and more than half of
+its non-empty lines."""
+
+
 @dataclass(frozen=True)
 class Concern:
     """Why an answer is doubted: ``rule`` (``"guess" | "empty" | "error" | "path" |
-    "empty-count"``) and ``evidence``, a sentence for the model and the user."""
+    "empty-count" | "failed-subcalls"``) and ``evidence``, a sentence for the model and the
+    user."""
 
     rule: str
     evidence: str
+
+
+@dataclass
+class SubcallTally:
+    """The sub-call results one cell's code got back: ``results`` slots (one per
+    ``llm_query``, per batched prompt, per ``llm_map`` item, per ``rlm_query``), of which
+    ``failed`` were errors (an ``"Error: ..."`` slot or a call that raised); ``example`` is
+    the first error's text."""
+
+    results: int = 0
+    failed: int = 0
+    example: str = ""
+
+    def add(self, answers: list[str]) -> None:
+        """Count the slots of one call's answers (``"Error: ..."`` ones as failed)."""
+        for a in answers:
+            if isinstance(a, str) and a.startswith("Error:"):
+                self.fail(a)
+            else:
+                self.results += 1
+
+    def fail(self, error: str) -> None:
+        """Count one failed call (a ``CallError``'s message, or an error slot)."""
+        self.results += 1
+        self.failed += 1
+        self.example = self.example or error
+
+    @property
+    def mostly_failed(self) -> bool:
+        """More than half of the results were errors."""
+        return self.failed > 0 and 2 * self.failed > self.results
 
 
 def check(
@@ -74,6 +120,7 @@ def check(
     outputs: list[str],
     stderr: str = "",
     literal: bool = True,
+    subcalls: SubcallTally | None = None,
 ) -> Concern | None:
     """The first concern about ``answer``, or ``None`` when no rule doubts it.
 
@@ -84,6 +131,8 @@ def check(
             last.
         stderr: the answering cell's stderr (the helpers' "found nothing" notes).
         literal: the answer was written as a literal in FINAL (the guess rule applies).
+        subcalls: the sub-call results the answer most likely rests on (the answering
+            cell's, else those of the last cell that made sub-calls), or ``None``.
     """
     text = answer.strip().strip("`").strip()
     if not text:
@@ -103,6 +152,9 @@ def check(
         missing = _missing_paths(text if short else "", context)
         if missing:
             return Concern("path", missing)
+    failed = _failed_work(outputs, subcalls)
+    if failed:
+        return Concern("failed-subcalls", failed)
     if short and _NUMBER.match(text):
         # the last two outputs that show anything: a FINAL cell prints nothing, and the
         # evidence must not slide out of view when the model answers again (issue 15 run)
@@ -126,6 +178,29 @@ def check(
         and not parsing.answer_in_outputs(answer, outputs)
     ):
         return Concern("guess", "it appears in no output so far, so it may be a guess")
+    return None
+
+
+def _failed_work(outputs: list[str], subcalls: SubcallTally | None) -> str | None:
+    """The evidence that the answer was computed from failures: sub-call results that were
+    mostly errors, or a recent output (the last two that show anything) that is mostly error
+    lines; else ``None``."""
+    if subcalls is not None and subcalls.mostly_failed:
+        return (
+            f"{subcalls.failed} of the {subcalls.results} sub-call results it was computed "
+            f"from were errors (the first: {subcalls.example[:160]!r}); an answer computed "
+            "from failed sub-calls is not evidence: run the failed items again (fewer at a "
+            "time, or with shorter prompts) and check that most results are real answers"
+        )
+    for out in [o for o in outputs if o.strip()][-2:]:
+        lines = [line for line in out.splitlines() if line.strip()]
+        errors = [line for line in lines if _ERROR_LINE.match(line)]
+        if len(errors) >= MIN_ERROR_LINES and 2 * len(errors) > len(lines):
+            return (
+                f"{len(errors)} of the {len(lines)} lines of a recent output are errors "
+                f"(the first: {errors[0].strip()[:160]!r}); an answer computed from failures "
+                "is not evidence: fix the cause and run it again"
+            )
     return None
 
 
