@@ -11,6 +11,7 @@ from __future__ import annotations
 import asyncio
 import bisect
 import concurrent.futures
+import errno
 import itertools
 import json
 import os
@@ -81,7 +82,8 @@ class Context:
         source: the file or folder it was loaded from, if any.
         skipped: for a codebase, files skipped by reason (``{"ignored": n, "binary": n,
             "oversized": n, "unreadable": n}``).
-        stamps: for a codebase, ``{path: (size in bytes, mtime in ns)}`` of each file in
+        stamps: for a codebase, ``{path: (size in bytes, mtime in ns, ctime in ns, inode)}``
+            of each file in
             ``value`` and each file skipped as binary, as it was before being read (what
             :func:`refresh_codebase` compares).
         files_read: for a codebase, how many files this load opened and read (the others
@@ -92,7 +94,9 @@ class Context:
     kind: str
     source: str | None = None
     skipped: dict[str, int] = field(default_factory=dict)
-    stamps: dict[str, tuple[int, int]] = field(default_factory=dict, repr=False, compare=False)
+    stamps: dict[str, tuple[int, int, int, int]] = field(
+        default_factory=dict, repr=False, compare=False
+    )
     files_read: int = field(default=0, compare=False)
     _meta_cache: dict[tuple[object, int], ContextMeta] = field(
         default_factory=dict, init=False, repr=False, compare=False
@@ -361,7 +365,7 @@ def load_codebase(
         {"ignored": 0, "binary": 0, "oversized": 0, "unreadable": 0, "special": 0, "protected": 0}
     )
     files: dict[str, str] = {}
-    stamps: dict[str, tuple[int, int]] = {}
+    stamps: dict[str, tuple[int, int, int, int]] = {}
     old_stamps = previous.stamps if previous is not None else {}
     old_files = previous.value if previous is not None else {}
     read = 0
@@ -384,7 +388,7 @@ def load_codebase(
         if stop is not None and stop.is_set():
             raise LoadStopped(str(root))
         gitignore = os.path.join(dirpath, ".gitignore")
-        if os.path.isfile(gitignore):
+        if _is_regular(gitignore):  # a symlinked .gitignore is not followed out of the folder
             try:
                 with open(gitignore, encoding="utf-8", errors="replace") as fh:
                     rules.append((rel_dir, ignore_matcher(fh.read().splitlines())))
@@ -393,7 +397,8 @@ def load_codebase(
         try:
             with os.scandir(dirpath) as it:
                 entries = sorted(it, key=lambda e: e.name)
-        except OSError:  # a folder we may not list is passed over, as os.walk does
+        except OSError:  # a folder we may not list is passed over (and counted)
+            skipped["unreadable"] += 1
             continue
         subdirs = []
         for entry in entries:
@@ -420,8 +425,10 @@ def load_codebase(
             ):
                 skipped["protected"] += 1
             else:
-                stamp = (st.st_size, st.st_mtime_ns)  # taken before the read: a file
-                # changed meanwhile is seen as changed next time
+                # taken before the read: a file changed meanwhile is seen as changed next
+                # time; ctime and inode too, which no utime() forges (a file replaced by
+                # another, or by a FIFO, with the old size and mtime)
+                stamp = (st.st_size, st.st_mtime_ns, st.st_ctime_ns, st.st_ino)
                 if old_stamps.get(rel) == stamp:
                     stamps[rel] = stamp
                     if rel in old_files:
@@ -505,17 +512,35 @@ def _identity(path: str | Path) -> tuple[int, int] | None:
     return st.st_dev, st.st_ino
 
 
+def _is_regular(path: str) -> bool:
+    """Whether ``path`` itself (a symlink is not followed) is a regular file."""
+    try:
+        return stat.S_ISREG(os.lstat(path).st_mode)
+    except OSError:
+        return False
+
+
 def _read_text(path: str, max_bytes: int, skipped: Counter) -> str | None:
     try:
-        st = os.stat(path)
-        if not stat.S_ISREG(st.st_mode):  # a FIFO or device would block or never end
-            skipped["special"] += 1
-            return None
-        if st.st_size > max_bytes:
-            skipped["oversized"] += 1
-            return None
-        with open(path, "rb") as fh:
-            data = fh.read()
+        # Not following a symlink, not blocking on a FIFO: the entry was checked with lstat,
+        # but may have been swapped since; what is checked is the file actually opened.
+        fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK)
+    except OSError as exc:
+        skipped["ignored" if exc.errno == errno.ELOOP else "unreadable"] += 1
+        return None
+    try:
+        with os.fdopen(fd, "rb") as fh:
+            st = os.fstat(fh.fileno())
+            if not stat.S_ISREG(st.st_mode):  # a FIFO or device would block or never end
+                skipped["special"] += 1
+                return None
+            if st.st_size > max_bytes:
+                skipped["oversized"] += 1
+                return None
+            data = fh.read(max_bytes + 1)
+            if len(data) > max_bytes:  # grew after the check
+                skipped["oversized"] += 1
+                return None
     except OSError:
         skipped["unreadable"] += 1
         return None

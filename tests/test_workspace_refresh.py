@@ -115,3 +115,55 @@ async def test_a_warm_workspace_asked_again_sees_the_edited_file(tmp_path):
     assert after["kept"] == 14  # the same warm REPL: the first task's variable is still there
     assert after["defs"] == ["pkg/core.py:1: function renamed: def renamed():"]
     assert refreshed == [{"files": 4, "read": 2}]
+
+
+def test_refresh_sees_hostile_swaps_as_a_first_load_does(tmp_path, monkeypatch):
+    """Between two loads: a file deleted, one replaced by a symlink out of the project, an
+    empty one by a FIFO with its old modification time, a 200 MB file added, a file touched,
+    a folder made unlistable and a .gitignore replaced by a symlink to an outside file. The
+    refresh holds what a first load of the folder holds, and reads nothing outside it."""
+    proj = tmp_path / "proj"
+    (proj / "sub").mkdir(parents=True)
+    for name in ("gone.py", "link.py", "touched.py", "sub/deep.py"):
+        (proj / name).write_text(f"# {name}\n")
+    (proj / "empty.py").write_text("")
+    outside = tmp_path / "outside.txt"
+    outside.write_text("*.py\n")
+    ctx = load_codebase(proj)
+    assert sorted(ctx.value) == ["empty.py", "gone.py", "link.py", "sub/deep.py", "touched.py"]
+
+    (proj / "gone.py").unlink()
+    (proj / "link.py").unlink()
+    (proj / "link.py").symlink_to(outside)
+    old = (proj / "empty.py").stat()
+    (proj / "empty.py").unlink()
+    os.mkfifo(proj / "empty.py")
+    os.utime(proj / "empty.py", ns=(old.st_atime_ns, old.st_mtime_ns), follow_symlinks=False)
+    with open(proj / "big.txt", "wb") as fh:
+        fh.truncate(200 * 1024 * 1024)  # sparse: no disk used
+    os.utime(proj / "touched.py")
+    (proj / ".gitignore").symlink_to(outside)  # would ignore every .py if followed
+    scandir = os.scandir
+
+    def unlistable(path):
+        if Path(path).name == "sub":
+            raise PermissionError(13, "Permission denied", str(path))
+        return scandir(path)
+
+    monkeypatch.setattr(context_mod.os, "scandir", unlistable)
+    opened: list[str] = []
+    real_open = os.open
+
+    def recording(path, *args, **kwargs):
+        opened.append(str(path))
+        return real_open(path, *args, **kwargs)
+
+    monkeypatch.setattr(context_mod.os, "open", recording)
+    fresh = refresh_codebase(ctx)
+    first = load_codebase(proj)
+    assert fresh is not None
+    assert sorted(fresh.value) == sorted(first.value) == ["touched.py"]
+    assert fresh.skipped == first.skipped
+    assert fresh.skipped["special"] == 1 and fresh.skipped["oversized"] == 1
+    assert fresh.skipped["unreadable"] == 1  # the folder it could not list is counted
+    assert not any(str(outside) in p for p in opened)  # opened with O_NOFOLLOW: never followed
