@@ -424,6 +424,8 @@ def load_codebase(
                 or (st.st_dev, st.st_ino) in protected
             ):
                 skipped["protected"] += 1
+            elif not stat.S_ISREG(st.st_mode):  # a FIFO or device: never opened
+                skipped["special"] += 1
             else:
                 # taken before the read: a file changed meanwhile is seen as changed next
                 # time; ctime and inode too, which no utime() forges (a file replaced by
@@ -522,9 +524,10 @@ def _is_regular(path: str) -> bool:
 
 def _read_text(path: str, max_bytes: int, skipped: Counter) -> str | None:
     try:
-        # Not following a symlink, not blocking on a FIFO: the entry was checked with lstat,
-        # but may have been swapped since; what is checked is the file actually opened.
-        fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK)
+        # Not following a symlink, not blocking on a FIFO, not taking a terminal: the entry
+        # was a regular file by lstat, but may have been swapped since; what is checked
+        # below is the file actually opened.
+        fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_NOCTTY)
     except OSError as exc:
         skipped["ignored" if exc.errno == errno.ELOOP else "unreadable"] += 1
         return None

@@ -13,6 +13,7 @@ from helpers.server import Daemon, run_to_end
 import rlmd.context as context_mod
 from rlmd.codeintel.index import index_for
 from rlmd.context import load_codebase, refresh_codebase
+from rlmd.server.client import RpcError
 
 
 def _project(root: Path) -> Path:
@@ -167,3 +168,69 @@ def test_refresh_sees_hostile_swaps_as_a_first_load_does(tmp_path, monkeypatch):
     assert fresh.skipped["special"] == 1 and fresh.skipped["oversized"] == 1
     assert fresh.skipped["unreadable"] == 1  # the folder it could not list is counted
     assert not any(str(outside) in p for p in opened)  # opened with O_NOFOLLOW: never followed
+
+
+@pytest.mark.timeout(180)
+async def test_a_warm_workspace_whose_folder_went_away_fails_the_task_clearly(tmp_path):
+    """Through the daemon: between tasks a file becomes a symlink to the rlmd home's store
+    and another a FIFO; then the whole folder is renamed away. The second task completes
+    without either; the third is refused at once, saying the folder is gone; with the folder back,
+    a fourth completes in the same workspace."""
+    proj = _project(tmp_path)
+    script = tmp_path / "ask.json"
+    script.write_text(json.dumps(["```repl\nFINAL(','.join(sorted(context)))\n```"]))
+    home = tmp_path / "home"
+    home.mkdir()
+    daemon = Daemon(home, "--idle-timeout", "0")
+    daemon.start()
+    try:
+        c = await daemon.client()
+        try:
+            req = {
+                "workspace": str(proj),
+                "question": "q",
+                "models": {"root": f"scripted:{script}"},
+            }
+            first = await run_to_end(c, req)
+            (proj / "gone.py").unlink()
+            (proj / "gone.py").symlink_to(next(p for p in home.rglob("*") if p.is_file()))
+            (proj / "pkg" / "other.py").unlink()
+            os.mkfifo(proj / "pkg" / "other.py")
+            second = await run_to_end(c, req)
+            proj.rename(tmp_path / "moved")
+            with pytest.raises(RpcError, match="no such folder"):
+                await run_to_end(c, req)
+            (tmp_path / "moved").rename(proj)
+            fourth = await run_to_end(c, req)
+        finally:
+            await c.close()
+    finally:
+        daemon.stop()
+    assert first["status"] == "completed", first.get("error")
+    assert first["answer"] == "gone.py,pkg/core.py,pkg/other.py"
+    assert second["status"] == "completed", second.get("error")
+    assert second["answer"] == "pkg/core.py"
+    assert fourth["status"] == "completed", fourth.get("error")
+    assert fourth["answer"] == "pkg/core.py"
+
+
+def test_a_file_swapped_for_a_symlink_after_its_lstat_is_not_followed(tmp_path, monkeypatch):
+    """A file turned into a symlink out of the project between the walk's lstat and its open
+    (a race another process on the host could win) is not read through the link."""
+    proj = tmp_path / "proj"
+    proj.mkdir()
+    (proj / "a.py").write_text("a = 1\n")
+    secret = tmp_path / "secret.txt"
+    secret.write_text("SECRET\n")
+    real_open = os.open
+
+    def swapping(path, *args, **kwargs):
+        if str(path).endswith("a.py") and not os.path.islink(path):
+            os.unlink(path)
+            os.symlink(secret, path)
+        return real_open(path, *args, **kwargs)
+
+    monkeypatch.setattr(context_mod.os, "open", swapping)
+    ctx = load_codebase(proj)
+    assert "SECRET\n" not in ctx.value.values()
+    assert ctx.value == {} and ctx.skipped["ignored"] == 1
