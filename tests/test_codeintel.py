@@ -350,35 +350,9 @@ def test_a_new_process_reuses_the_index_saved_for_the_folder(tmp_path, monkeypat
     assert index_for(load_codebase(proj)).find_definition("one")
 
 
-def test_a_slow_index_does_not_hold_the_first_turn_and_a_later_task_gets_the_map(
-    tmp_path, monkeypatch
-):
-    """Above SYNC_MAX_CHARS the first turn does not wait for the map; the build goes on in
-    the background and the next metadata (a later turn or task) has the map."""
-    (tmp_path / "m.py").write_text("class Widget:\n    pass\n")
-    ctx = load_codebase(tmp_path)
-    release = __import__("threading").Event()
-    real = codeindex._build_cached
-
-    def slow(files, source):
-        assert release.wait(60)
-        return real(files, source)
-
-    monkeypatch.setattr(codeindex, "_build_cached", slow)
-    monkeypatch.setattr(codeindex, "SYNC_MAX_CHARS", 0)
-    first = ctx.metadata(len)
-    assert "map" not in first and first["files"] == 1  # not ready: no map, no wait
-    assert not map_ready(ctx)
-    release.set()
-    ctx._index_thread.join(60)
-    later = ctx.metadata(len)
-    assert map_ready(ctx) and any("Widget" in line for line in later["map"])
-    assert index_for(ctx) is ctx._code_index  # one build, shared with the REPL helpers
-
-
-async def test_a_map_not_ready_for_the_first_request_goes_with_a_later_turn(tmp_path, monkeypatch):
-    """The first model request never waits for the index (above SYNC_MAX_CHARS); once its
-    background build has ended, the next turn carries the map, once."""
+def slow_index(tmp_path, monkeypatch):
+    """A one-file codebase above SYNC_MAX_CHARS whose index build waits for the returned
+    event: ``(context, release)``."""
     import threading
 
     (tmp_path / "m.py").write_text("class Widget:\n    pass\n")
@@ -392,6 +366,29 @@ async def test_a_map_not_ready_for_the_first_request_goes_with_a_later_turn(tmp_
 
     monkeypatch.setattr(codeindex, "_build_cached", slow)
     monkeypatch.setattr(codeindex, "SYNC_MAX_CHARS", 0)
+    return ctx, release
+
+
+def test_a_slow_index_does_not_hold_the_first_turn_and_a_later_task_gets_the_map(
+    tmp_path, monkeypatch
+):
+    """Above SYNC_MAX_CHARS the first turn does not wait for the map; the build goes on in
+    the background and the next metadata (a later turn or task) has the map."""
+    ctx, release = slow_index(tmp_path, monkeypatch)
+    first = ctx.metadata(len)
+    assert "map" not in first and first["files"] == 1  # not ready: no map, no wait
+    assert not map_ready(ctx)
+    release.set()
+    ctx._index_thread.join(60)
+    later = ctx.metadata(len)
+    assert map_ready(ctx) and any("Widget" in line for line in later["map"])
+    assert index_for(ctx) is ctx._code_index  # one build, shared with the REPL helpers
+
+
+async def test_a_map_not_ready_for_the_first_request_goes_with_a_later_turn(tmp_path, monkeypatch):
+    """The first model request never waits for the index (above SYNC_MAX_CHARS); once its
+    background build has ended, the next turn carries the map, once."""
+    ctx, release = slow_index(tmp_path, monkeypatch)
     seen: list[str] = []
 
     def root(messages):
