@@ -442,6 +442,8 @@ def load_codebase(
                 text = _read_text(entry.path, max_file_bytes, skipped)
                 read += 1
                 if text is not None:
+                    if old_files.get(rel) == text:  # touched, not changed: the same object
+                        text = old_files[rel]
                     files[rel], stamps[rel] = text, stamp
                 elif skipped["binary"] > binary:
                     stamps[rel] = stamp
@@ -480,7 +482,8 @@ def ignore_matcher(lines: Iterable[str]) -> Callable[[str], bool]:
 def refresh_codebase(context: Context, stop: threading.Event | None = None) -> Context | None:
     """The codebase ``context`` as its folder is now, re-reading only the files whose size
     or modification time changed (and new ones); ``None`` when nothing changed (no file
-    added, removed or changed). The symbol index, if ``context`` has one, moves to the new
+    added, removed or changed: a file touched but with the same text counts as unchanged,
+    and ``context`` keeps its new stamp so it is not read again). The symbol index, if ``context`` has one, moves to the new
     context and is updated in place: only changed files are parsed again.
 
     Blocking (walks the folder): call it in a worker thread.
@@ -495,6 +498,7 @@ def refresh_codebase(context: Context, stop: threading.Event | None = None) -> C
     fresh = load_codebase(Path(context.source), stop=stop, previous=context)
     old = context.value
     if len(fresh.value) == len(old) and all(old.get(p) is t for p, t in fresh.value.items()):
+        context.stamps = fresh.stamps  # a touched file is not read again next time
         return None
     index = getattr(context, "_code_index", None)
     if index is not None and not _map_pending(context):

@@ -234,3 +234,26 @@ def test_a_file_swapped_for_a_symlink_after_its_lstat_is_not_followed(tmp_path, 
     ctx = load_codebase(proj)
     assert "SECRET\n" not in ctx.value.values()
     assert ctx.value == {} and ctx.skipped["ignored"] == 1
+
+
+def test_a_touched_but_unchanged_file_is_read_once_and_nothing_is_rebound(tmp_path, monkeypatch):
+    """``touch`` (or a save without an edit, a checkout that rewrites the same bytes) moves
+    the modification time only: the file is read again once, its text found the same, and
+    the refresh reports no change (the codebase is not sent to the sandbox again)."""
+    proj = _project(tmp_path)
+    ctx = load_codebase(proj)
+    before = ctx.value["pkg/core.py"]
+    st = (proj / "pkg" / "core.py").stat()
+    os.utime(proj / "pkg" / "core.py", ns=(st.st_atime_ns, st.st_mtime_ns + 5_000_000_000))
+    assert refresh_codebase(ctx) is None
+    assert ctx.value["pkg/core.py"] is before
+    opened: list[str] = []
+    read = context_mod._read_text
+
+    def counting(path, max_bytes, skipped):
+        opened.append(path)
+        return read(path, max_bytes, skipped)
+
+    monkeypatch.setattr(context_mod, "_read_text", counting)
+    assert refresh_codebase(ctx) is None
+    assert opened == []  # the new stamp was kept: not read a second time
