@@ -8,7 +8,7 @@ import os
 from pathlib import Path
 
 import pytest
-from helpers.server import Daemon, run_to_end
+from helpers.server import CELLS, Daemon, event, finished, make_project, question, run_to_end
 
 import rlmd.context as context_mod
 from rlmd.codeintel.index import index_for
@@ -257,3 +257,37 @@ def test_a_touched_but_unchanged_file_is_read_once_and_nothing_is_rebound(tmp_pa
     monkeypatch.setattr(context_mod, "_read_text", counting)
     assert refresh_codebase(ctx) is None
     assert opened == []  # the new stamp was kept: not read a second time
+
+
+@pytest.mark.timeout(180)
+async def test_a_queued_task_whose_folder_was_renamed_away_says_so(tmp_path):
+    """Through the daemon: a task queued behind a running one in the same workspace, whose
+    folder is renamed away before its turn, fails saying the folder is gone (not that the
+    sandbox could not start); with the folder back, the workspace serves the next task."""
+    proj = make_project(tmp_path)
+    home = tmp_path / "home"
+    home.mkdir()
+    daemon = Daemon(home, "--idle-timeout", "0")
+    daemon.start()
+    try:
+        c = await daemon.client()
+        try:
+            base = {"workspace": str(proj), "models": {"root": CELLS}}
+            slow = await c.command(
+                "rlmd.task.start", {**base, "question": question("x = 1", sleep_s=3)}
+            )
+            await c.wait_for(event(slow["run_id"], "model_call.started"), timeout=60)
+            queued = await c.command("rlmd.task.start", {**base, "question": question("y = 1")})
+            proj.rename(tmp_path / "moved")
+            first = (await c.wait_for(finished(slow["run_id"]), timeout=90))["params"]
+            second = (await c.wait_for(finished(queued["run_id"]), timeout=90))["params"]
+            (tmp_path / "moved").rename(proj)
+            third = await run_to_end(c, {**base, "question": question("z = 1")})
+        finally:
+            await c.close()
+    finally:
+        daemon.stop()
+    assert first["status"] == "completed", first.get("error")
+    assert second["status"] == "failed"
+    assert second["error"].startswith("the workspace folder is gone: "), second
+    assert third["status"] == "completed", third.get("error")
