@@ -11,6 +11,7 @@ from __future__ import annotations
 import asyncio
 import bisect
 import concurrent.futures
+import errno
 import itertools
 import json
 import os
@@ -81,7 +82,8 @@ class Context:
         source: the file or folder it was loaded from, if any.
         skipped: for a codebase, files skipped by reason (``{"ignored": n, "binary": n,
             "oversized": n, "unreadable": n}``).
-        stamps: for a codebase, ``{path: (size in bytes, mtime in ns)}`` of each file in
+        stamps: for a codebase, ``{path: (size in bytes, mtime in ns, ctime in ns, inode)}``
+            of each file in
             ``value`` and each file skipped as binary, as it was before being read (what
             :func:`refresh_codebase` compares).
         files_read: for a codebase, how many files this load opened and read (the others
@@ -92,7 +94,9 @@ class Context:
     kind: str
     source: str | None = None
     skipped: dict[str, int] = field(default_factory=dict)
-    stamps: dict[str, tuple[int, int]] = field(default_factory=dict, repr=False, compare=False)
+    stamps: dict[str, tuple[int, int, int, int]] = field(
+        default_factory=dict, repr=False, compare=False
+    )
     files_read: int = field(default=0, compare=False)
     _meta_cache: dict[tuple[object, int], ContextMeta] = field(
         default_factory=dict, init=False, repr=False, compare=False
@@ -361,7 +365,7 @@ def load_codebase(
         {"ignored": 0, "binary": 0, "oversized": 0, "unreadable": 0, "special": 0, "protected": 0}
     )
     files: dict[str, str] = {}
-    stamps: dict[str, tuple[int, int]] = {}
+    stamps: dict[str, tuple[int, int, int, int]] = {}
     old_stamps = previous.stamps if previous is not None else {}
     old_files = previous.value if previous is not None else {}
     read = 0
@@ -384,7 +388,7 @@ def load_codebase(
         if stop is not None and stop.is_set():
             raise LoadStopped(str(root))
         gitignore = os.path.join(dirpath, ".gitignore")
-        if os.path.isfile(gitignore):
+        if _is_regular(gitignore):  # a symlinked .gitignore is not followed out of the folder
             try:
                 with open(gitignore, encoding="utf-8", errors="replace") as fh:
                     rules.append((rel_dir, ignore_matcher(fh.read().splitlines())))
@@ -393,7 +397,8 @@ def load_codebase(
         try:
             with os.scandir(dirpath) as it:
                 entries = sorted(it, key=lambda e: e.name)
-        except OSError:  # a folder we may not list is passed over, as os.walk does
+        except OSError:  # a folder we may not list is passed over (and counted)
+            skipped["unreadable"] += 1
             continue
         subdirs = []
         for entry in entries:
@@ -419,9 +424,13 @@ def load_codebase(
                 or (st.st_dev, st.st_ino) in protected
             ):
                 skipped["protected"] += 1
+            elif not stat.S_ISREG(st.st_mode):  # a FIFO or device: never opened
+                skipped["special"] += 1
             else:
-                stamp = (st.st_size, st.st_mtime_ns)  # taken before the read: a file
-                # changed meanwhile is seen as changed next time
+                # taken before the read: a file changed meanwhile is seen as changed next
+                # time; ctime and inode too, which no utime() forges (a file replaced by
+                # another, or by a FIFO, with the old size and mtime)
+                stamp = (st.st_size, st.st_mtime_ns, st.st_ctime_ns, st.st_ino)
                 if old_stamps.get(rel) == stamp:
                     stamps[rel] = stamp
                     if rel in old_files:
@@ -433,6 +442,8 @@ def load_codebase(
                 text = _read_text(entry.path, max_file_bytes, skipped)
                 read += 1
                 if text is not None:
+                    if old_files.get(rel) == text:  # touched, not changed: the same object
+                        text = old_files[rel]
                     files[rel], stamps[rel] = text, stamp
                 elif skipped["binary"] > binary:
                     stamps[rel] = stamp
@@ -471,7 +482,8 @@ def ignore_matcher(lines: Iterable[str]) -> Callable[[str], bool]:
 def refresh_codebase(context: Context, stop: threading.Event | None = None) -> Context | None:
     """The codebase ``context`` as its folder is now, re-reading only the files whose size
     or modification time changed (and new ones); ``None`` when nothing changed (no file
-    added, removed or changed). The symbol index, if ``context`` has one, moves to the new
+    added, removed or changed: a file touched but with the same text counts as unchanged,
+    and ``context`` keeps its new stamp so it is not read again). The symbol index, if ``context`` has one, moves to the new
     context and is updated in place: only changed files are parsed again.
 
     Blocking (walks the folder): call it in a worker thread.
@@ -486,6 +498,7 @@ def refresh_codebase(context: Context, stop: threading.Event | None = None) -> C
     fresh = load_codebase(Path(context.source), stop=stop, previous=context)
     old = context.value
     if len(fresh.value) == len(old) and all(old.get(p) is t for p, t in fresh.value.items()):
+        context.stamps = fresh.stamps  # a touched file is not read again next time
         return None
     index = getattr(context, "_code_index", None)
     if index is not None and not _map_pending(context):
@@ -505,17 +518,36 @@ def _identity(path: str | Path) -> tuple[int, int] | None:
     return st.st_dev, st.st_ino
 
 
+def _is_regular(path: str) -> bool:
+    """Whether ``path`` itself (a symlink is not followed) is a regular file."""
+    try:
+        return stat.S_ISREG(os.lstat(path).st_mode)
+    except OSError:
+        return False
+
+
 def _read_text(path: str, max_bytes: int, skipped: Counter) -> str | None:
     try:
-        st = os.stat(path)
-        if not stat.S_ISREG(st.st_mode):  # a FIFO or device would block or never end
-            skipped["special"] += 1
-            return None
-        if st.st_size > max_bytes:
-            skipped["oversized"] += 1
-            return None
-        with open(path, "rb") as fh:
-            data = fh.read()
+        # Not following a symlink, not blocking on a FIFO, not taking a terminal: the entry
+        # was a regular file by lstat, but may have been swapped since; what is checked
+        # below is the file actually opened.
+        fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_NOCTTY)
+    except OSError as exc:
+        skipped["ignored" if exc.errno == errno.ELOOP else "unreadable"] += 1
+        return None
+    try:
+        with os.fdopen(fd, "rb") as fh:
+            st = os.fstat(fh.fileno())
+            if not stat.S_ISREG(st.st_mode):  # a FIFO or device would block or never end
+                skipped["special"] += 1
+                return None
+            if st.st_size > max_bytes:
+                skipped["oversized"] += 1
+                return None
+            data = fh.read(max_bytes + 1)
+            if len(data) > max_bytes:  # grew after the check
+                skipped["oversized"] += 1
+                return None
     except OSError:
         skipped["unreadable"] += 1
         return None

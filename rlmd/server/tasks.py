@@ -277,7 +277,11 @@ class TaskManager:
 
     async def _run(self, task: Task) -> None:
         try:
-            ws = self.workspaces.get(task.workspace)
+            try:
+                ws = self.workspaces.get(task.workspace)
+            except NotADirectoryError as exc:  # renamed or removed since it was accepted
+                self._never_ran(task, "failed", f"the workspace folder is gone: {exc}")
+                return
             assert ws is not None
             async with ws.hold(task.run_id):
                 task.state, task.phase, task.started_at = (
@@ -290,7 +294,12 @@ class TaskManager:
                     await ws.ensure_current()  # a running workspace sees the files as they are now
                     note = await ws.model_note()
                 except (SandboxError, OSError, KeyError, ValueError, TypeError) as exc:
-                    self._never_ran(task, "failed", f"the workspace sandbox could not start: {exc}")
+                    what = (  # renamed or removed since the task was accepted
+                        "the workspace folder is gone"
+                        if isinstance(exc, NotADirectoryError)
+                        else "the workspace sandbox could not start"
+                    )
+                    self._never_ran(task, "failed", f"{what}: {exc}")
                     return
                 if note:
                     task.config.system_prompt = with_note(task.config.system_prompt, note)

@@ -249,10 +249,10 @@ def index_pending(conn: sqlite3.Connection) -> int:
         )
         count = cursor.rowcount
         conn.execute("DELETE FROM nodes_fts_pending")
+        conn.execute("COMMIT")  # inside: a failed commit must not leave the transaction open
     except BaseException:
         conn.rollback()
         raise
-    conn.execute("COMMIT")
     return count
 
 
