@@ -235,6 +235,47 @@ async def test_llm_map_packs_items_per_call():
     assert len(calls) == 2 and "1. aa\n2. b" in calls[0] and "Item:\ncccc" in calls[1]
 
 
+@pytest.mark.parametrize(
+    ("instruction", "helper"),
+    [
+        ("find_subclasses(SirezLukud)", "find_subclasses"),
+        ("  outline  ", "outline"),
+        ("grep('def main', context)", "grep"),
+        ("llm_query", "llm_query"),
+        ("Is this an animal?", None),
+        ("Summarise outline(x) of this file.", None),  # words that mention a helper
+        ("print(x)", None),  # code, but not a REPL helper
+        ("(", None),
+    ],
+)
+def test_an_instruction_that_is_a_repl_helper_call_is_named(instruction, helper):
+    assert mapping.helper_in_instruction(instruction) == helper
+
+
+async def test_llm_map_with_a_helper_call_as_its_instruction_fails_the_cell_saying_why():
+    """A sub-model cannot run REPL helpers: the cell fails before any sub-call, and the
+    model reads what to do instead; then it calls the helper in code."""
+    subs = []
+
+    def sub(messages):
+        subs.append(messages)
+        return "no"
+
+    seen = []
+
+    def root(messages):
+        seen.append(messages)
+        if turn_of(messages) == 0:
+            return repl("out = llm_map('list_files()', context.splitlines())")
+        return repl("FINAL(len(context.splitlines()))")
+
+    result = await go(scripted_registry(root=root, sub=sub), "q", "a\nb\nc", config())
+    assert subs == []
+    shown = last_user(seen[1])
+    assert "cannot run list_files(); call list_files(...) in your code instead" in shown
+    assert (result.answer, result.iterations) == ("3", 2)
+
+
 def test_llm_map_rejects_a_string_of_items():
     from rlmd.kernel.core import Kernel
 

@@ -33,6 +33,12 @@ SUBCALL_FUNCTIONS = frozenset(
 )
 """The host functions whose results are sub-model answers (tallied per cell)."""
 
+
+class Refused(CallError):
+    """A sub-call function refused its arguments before any sub-call ran (the verifier's
+    failed-sub-call tally does not count it)."""
+
+
 MAX_INLINE_QUESTION = 4000
 """A context-less ``rlm_query`` prompt longer than this (characters) is cut in the child's
 question; the child's ``context`` holds it in full."""
@@ -100,6 +106,8 @@ class HostCalls:
         tally = self.tally
         try:
             out = await self._serve(fn, args)
+        except Refused:
+            raise  # no sub-call ran: no result for an answer to be computed from
         except CallError as exc:
             tally.fail(f"Error: {exc}")
             raise
@@ -153,12 +161,19 @@ class HostCalls:
         item's slot (see :mod:`rlmd.engine.mapping`)."""
         instruction = args.get("instruction")
         if not isinstance(instruction, str) or not instruction.strip():
-            raise CallError("llm_map(instruction, items): instruction must be a non-empty str")
+            raise Refused("llm_map(instruction, items): instruction must be a non-empty str")
+        helper = mapping.helper_in_instruction(instruction)
+        if helper is not None:
+            raise Refused(
+                f"llm_map's instruction is sent to a sub-model as text, which cannot run "
+                f"{helper}(); call {helper}(...) in your code instead, and use llm_map for a "
+                "question in words about each item"
+            )
         items = [str(i) for i in _as_list(args.get("items"), "items")]
         try:
             per_call = max(1, int(args.get("items_per_call") or 1))
         except (TypeError, ValueError):
-            raise CallError("llm_map: items_per_call must be an int >= 1") from None
+            raise Refused("llm_map: items_per_call must be an int >= 1") from None
         groups = mapping.group(items, per_call)
         replies = await self._batched(
             [

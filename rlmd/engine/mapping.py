@@ -8,11 +8,33 @@ slot rather than a neighbour's answer.
 
 from __future__ import annotations
 
+import ast
 import re
+
+from rlmd.sandbox.base import CODEBASE_HELPERS, RESERVED_NAMES
 
 ERROR_PREFIX = "Error: "
 
 _NUMBERED = re.compile(r"^\s*(?:item\s*)?\[?(\d+)\]?\s*[:.)\]-]\s*(.*?)\s*$", re.IGNORECASE)
+
+
+def helper_in_instruction(instruction: str) -> str | None:
+    """The REPL helper that ``instruction`` names, when the whole instruction is one helper
+    (``"outline"``) or one call of it (``"find_subclasses('Base')"``), else ``None``.
+
+    The instruction reaches a sub-model as text, which cannot run REPL helpers: a small root
+    model wrote ``llm_map("find_subclasses(X)", context)`` in three held-out runs (issue 15,
+    bench/RESULTS.md), spending one sub-call per item on answers that could not be right.
+    """
+    try:
+        node = ast.parse(instruction.strip(), mode="eval").body
+    except (SyntaxError, ValueError):
+        return None
+    if isinstance(node, ast.Call):
+        node = node.func
+    if isinstance(node, ast.Name) and node.id in (*CODEBASE_HELPERS, *RESERVED_NAMES):
+        return node.id
+    return None
 
 
 def group(items: list[str], per_call: int) -> list[list[str]]:
