@@ -171,7 +171,8 @@ async def test_openai_timeout(openai_server: FakeServer, key: str) -> None:
     await model.aclose()
     assert info.value.retryable is True
     assert len(openai_server.requests) == 2
-    assert 0.6 <= elapsed < 3.0, elapsed
+    assert elapsed >= 0.6, elapsed  # both attempts really waited their 0.3 s
+    assert elapsed < 30, elapsed  # ...and gave up: only a hang takes this long
 
 
 async def test_openai_connection_refused_is_retried(key: str) -> None:
@@ -441,7 +442,7 @@ async def test_anthropic_timeout(anthropic_server: FakeServer, key: str) -> None
         await model.complete(USER)
     await model.aclose()
     assert info.value.retryable is True
-    assert time.monotonic() - start < 2.0
+    assert time.monotonic() - start < 30  # gave up: the server would hang forever
 
 
 @pytest.mark.parametrize("body", [b"", b"{}", b'{"type": "message", "content": []}'])
