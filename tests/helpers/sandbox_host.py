@@ -60,7 +60,10 @@ def started_mark(condition: str = "True") -> str:
         "def _mark():\n"
         f"    while not ({condition}):\n"
         "        pass\n"
-        "    llm_query('started')\n"
+        "    try:\n"
+        "        llm_query('started')\n"
+        "    except BaseException:\n"  # failed by the interrupt that the mark let in: fine
+        "        pass\n"
         "_threading.Thread(target=_mark, daemon=True).start()\n"
     )
 
