@@ -647,7 +647,9 @@ async def test_isolation_is_reported():
 
 async def test_cancelled_execute_stops_the_cell(sandbox):
     await ok(sandbox, "kept = 1")
-    task = asyncio.create_task(sandbox.execute(started_mark() + "while True:\n    pass"))
+    # its own limit is far off: only the cancel can stop it in time
+    cell = started_mark() + "while True:\n    pass"
+    task = asyncio.create_task(sandbox.execute(cell, timeout_s=600))
     await until_called(sandbox.host)
     task.cancel()
     with pytest.raises(asyncio.CancelledError):
@@ -678,7 +680,7 @@ async def test_interrupt_keeps_the_state(sandbox):
     await ok(sandbox, "kept = 'yes'")
     assert await sandbox.interrupt() is False  # nothing running
     looping = "n = 0\n" + started_mark("n > 0") + "while True:\n    n += 1"
-    task = asyncio.create_task(sandbox.execute(looping))
+    task = asyncio.create_task(sandbox.execute(looping, timeout_s=600))  # only the interrupt
     await until_called(sandbox.host)
     assert await sandbox.interrupt() is True
     r = await asyncio.wait_for(task, 60)
@@ -713,7 +715,7 @@ def test_a_new_sandbox_is_stopped():
 
 async def test_interrupt_escalates_to_a_restart():
     for name in ("subprocess",):  # inprocess: covered by its blocked-thread test
-        sb = create_sandbox(name, timeout_s=30, interrupt_grace_s=0.3)
+        sb = create_sandbox(name, timeout_s=600, interrupt_grace_s=0.3)  # only the interrupt
         host = FakeHost()
         await sb.start(host)
         try:
@@ -737,9 +739,9 @@ async def test_interrupt_escalates_to_a_restart():
 
 
 async def test_interrupt_fails_a_pending_host_call(sandbox):
-    sandbox.host.delay = 30
-    task = asyncio.create_task(sandbox.execute("x = llm_query('slow')"))
-    await until_called(sandbox.host, "slow")  # the call is pending (for 30 s)
+    sandbox.host.delay = 600
+    task = asyncio.create_task(sandbox.execute("x = llm_query('slow')", timeout_s=600))
+    await until_called(sandbox.host, "slow")  # the call is pending (for 600 s)
     assert await sandbox.interrupt() is True
     r = await asyncio.wait_for(task, 60)
     assert r.error is not None
