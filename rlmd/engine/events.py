@@ -23,7 +23,6 @@ from __future__ import annotations
 import dataclasses
 import os
 import time
-import uuid
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any, ClassVar, TypedDict
@@ -36,7 +35,8 @@ from rlmd.sandbox.base import CellResult, VarInfo
 
 def new_id() -> str:
     """A sortable unique id: 12 hex digits of microseconds since the epoch + 8 random."""
-    return f"{int(time.time() * 1e6):012x}"[-12:] + uuid.uuid4().hex[:8]
+    # 4 random bytes: uuid4() drew 16 and built a UUID for the 8 digits kept
+    return f"{int(time.time() * 1e6):012x}"[-12:] + os.urandom(4).hex()
 
 
 class SandboxInfo(TypedDict):
