@@ -25,7 +25,7 @@ import types
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager, suppress
 
-from . import protocol
+from . import cells, protocol
 from .codebase import Codebase, helpers
 
 TYPE_CHECKING = False
@@ -658,6 +658,15 @@ class Kernel:
         """Execute a cell like an interactive REPL: statements run in order and the value of a
         trailing expression, if not None, is printed as its repr (what ``python -i`` and
         Jupyter do; models often end a cell with a bare expression and expect to see it)."""
+        parts = cells.split(code, filename)
+        if parts is not None:  # plain compiles of the cell's parts (see cells.py)
+            ns = self.ns
+            for part, echo in parts:
+                if echo:
+                    _echo(eval(part, ns))
+                else:
+                    exec(part, ns)
+            return
         # compile(), not ast.parse(): a SyntaxError then carries no Python frame of ours.
         tree: Any = compile(code, filename, "exec", _ast.PyCF_ONLY_AST, dont_inherit=True)
         last = tree.body[-1] if tree.body else None
