@@ -5,6 +5,7 @@ variables, for every shape, including the ones split must refuse."""
 from __future__ import annotations
 
 import re
+import sys
 
 import pytest
 
@@ -42,6 +43,9 @@ CELLS = [
     "a = 1\nb = 0\na /  b",
     "def f():\n    raise ValueError('no')\nf()",
     "q = 1; undefined_name + q",
+    "class R:\n    def __repr__(self):\n        raise ValueError('bad repr')\nR()",
+    "b = [1]\n*b, 0",
+    "import sys\nsys.displayhook is sys.__displayhook__",
     # shapes split must refuse (the AST way decides)
     "x;",
     "import os; os.sep",
@@ -76,47 +80,47 @@ CELLS = [
 ]
 
 
-def _run(code: str, *, use_split: bool, monkeypatch: pytest.MonkeyPatch) -> object:
+def _run(code: str, *, use_split: bool, capture: str, monkeypatch: pytest.MonkeyPatch) -> object:
     with monkeypatch.context() as m:
         if not use_split:
             m.setattr(cells, "split", lambda code, filename: None)
-        kernel = core.Kernel(lambda fn, args: None)
+        kernel = core.Kernel(lambda fn, args: None, capture=capture)
         result = kernel.exec_cell(code)
     result.pop("duration_s")
     return eval(re.sub(r" at 0x[0-9a-f]+", "", repr(result)))  # object addresses differ
 
 
+@pytest.mark.parametrize("capture", ["global", "thread"])
 @pytest.mark.parametrize("code", CELLS)
 def test_a_cell_split_into_parts_runs_as_its_ast_would(
-    code: str, monkeypatch: pytest.MonkeyPatch
+    code: str, capture: str, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    assert _run(code, use_split=True, monkeypatch=monkeypatch) == _run(
-        code, use_split=False, monkeypatch=monkeypatch
-    )
+    hook = sys.displayhook
+    split = _run(code, use_split=True, capture=capture, monkeypatch=monkeypatch)
+    assert split == _run(code, use_split=False, capture=capture, monkeypatch=monkeypatch)
+    assert sys.displayhook is hook  # the echo hook is the cell's only
 
 
 @pytest.mark.parametrize(
     ("code", "parts"),
     [
-        ("x = sum(range(100)); print(x)", [False, True]),
-        ("x = 5\nx", [False, True]),
-        ("x = 5", [False]),
-        ("for i in range(3):\n    print(i)", [False]),
-        ("a = 1\nb = 2\nfor i in range(3):\n    print(i)", [False, False]),
-        ("print(1)", [True]),
+        ("x = sum(range(100)); print(x)", 2),
+        ("x = 5\nx", 2),
+        ("x = 5", 1),
+        ("for i in range(3):\n    print(i)", 1),
+        ("a = 1\nb = 2\nfor i in range(3):\n    print(i)", 2),
+        ("print(1)", 1),
     ],
 )
-def test_the_usual_shapes_are_split_with_the_echo_on_the_last_expression(
-    code: str, parts: list[bool]
-) -> None:
+def test_the_usual_shapes_are_split(code: str, parts: int) -> None:
     split = cells.split(code, "<cell>")
     assert split is not None
-    assert [echo for _, echo in split] == parts
+    assert len(split) == parts
 
 
 @pytest.mark.parametrize(
     "code",
-    ["x;", "import os; os.sep", "b = [1]; 0, *b", "x = 1\r\nx", "if a:\n    b\nelse:\n    c"],
+    ["import os; os.sep", "b = [1]; 0, *b", "x = 1\r\nx", "if a:\n    b\nelse:\n    c", "a; b = 1"],
 )
 def test_shapes_it_cannot_prove_are_left_to_the_ast(code: str) -> None:
     assert cells.split(code, "<cell>") is None

@@ -7,8 +7,11 @@ parse to an AST and a compile of that AST, costs 1.5-2x a plain compile of the s
 plain compiles of disjoint parts of the source instead, for the shapes cells usually end
 with; every part must compile on its own, which proves the cut is where the whole cell
 would have a statement boundary (a cut inside a string, brackets or a continued line
-leaves a part that does not compile). Anything else returns ``None``: the caller then
-takes the AST way, which also reports syntax errors.
+leaves a part that does not compile). The last part, when it is one simple statement, is
+compiled in ``"single"`` mode (the interactive prompt's): an expression statement there
+calls ``sys.displayhook`` with its value, from the cell's own frame, which the kernel points
+at its echo while a cell runs. Anything else returns ``None``: the caller then takes the
+AST way, which also reports syntax errors.
 """
 
 from __future__ import annotations
@@ -49,9 +52,9 @@ def _compile(source: str, filename: str, mode: str) -> CodeType | None:
         return None
 
 
-def split(code: str, filename: str) -> list[tuple[CodeType, bool]] | None:
-    """The cell ``code`` as code objects to run in order, each with whether its value is
-    echoed (only the trailing expression's is); ``None`` when the cell is not in a shape
+def split(code: str, filename: str) -> list[CodeType] | None:
+    """The cell ``code`` as code objects to run in order (the last one echoes a trailing
+    expression through ``sys.displayhook``); ``None`` when the cell is not in a shape
     handled here (the caller parses it to an AST instead). Line and column numbers are the
     cell's own (parts are padded), so tracebacks point into the cell's text."""
     # Characters that make lines or columns mean something else than "\n"-split text.
@@ -71,18 +74,13 @@ def split(code: str, filename: str) -> list[tuple[CodeType, bool]] | None:
     m = _WORD.match(tail)
     word = m.group() if m else ""
     if tail[0] == "@" or word in _COMPOUND or (word in _SIMPLE and ";" not in tail):
-        # One statement (a block, or a lone simple statement): nothing to echo.
+        # One statement (a block, or a lone simple statement): nothing to echo. ("single"
+        # mode would echo expression statements inside a block too.)
         return _parts(prefix, filename, [(pad + tail, "exec")])
     if keyword.iskeyword(word) or keyword.issoftkeyword(word) or word in _SIMPLE:
         return None
-    if ";" not in tail:
-        part = _compile(pad + tail, filename, "eval")
-        if part is not None:
-            return _parts(prefix, filename, [], (part, True))
-        if "*" in tail:  # "a, *b" is an expression statement but not an eval expression
-            return None
-        # A lone statement that is not an expression (an assignment, ...).
-        return _parts(prefix, filename, [(pad + tail, "exec")])
+    if ";" not in tail:  # one simple statement: echoed if it is an expression
+        return _parts(prefix, filename, [(pad + tail, "single")])
     # "a = f(x); g(a)": echo what follows the last ";" on a last line of its own.
     if "\n" in tail.rstrip() or "#" in tail:
         return None
@@ -92,26 +90,19 @@ def split(code: str, filename: str) -> list[tuple[CodeType, bool]] | None:
     if not expr or "*" in expr or ":=" in expr or _FOR.search(expr):
         return None  # a parenthesised copy of these would not mean the same
     col = cut + 1 + len(after) - len(after.lstrip())
-    # Wrapped in parentheses to start at the expression's own column (eval refuses indent).
-    part = _compile(pad + "(" + " " * (col - 1) + expr + "\n)", filename, "eval")
-    if part is None:
-        return None
-    return _parts(prefix, filename, [(pad + tail[:cut], "exec")], (part, True))
+    # In parentheses, to start at the expression's own column ("single" refuses an indent);
+    # a statement that is not an expression does not compile so: the AST way takes it.
+    wrapped = pad + "(" + " " * (col - 1) + expr + "\n)"
+    return _parts(prefix, filename, [(pad + tail[:cut], "exec"), (wrapped, "single")])
 
 
-def _parts(
-    prefix: str,
-    filename: str,
-    sources: list[tuple[str, str]],
-    last: tuple[CodeType, bool] | None = None,
-) -> list[tuple[CodeType, bool]] | None:
-    """``prefix`` and ``sources`` compiled (``None`` if any part does not), then ``last``."""
+def _parts(prefix: str, filename: str, sources: list[tuple[str, str]]) -> list[CodeType] | None:
+    """``prefix`` (if any) and ``sources`` compiled in order; ``None`` if any part does
+    not compile."""
     out = []
     for source, mode in [(prefix, "exec"), *sources] if prefix else sources:
         part = _compile(source, filename, mode)
         if part is None:
             return None
-        out.append((part, False))
-    if last is not None:
-        out.append(last)
+        out.append(part)
     return out

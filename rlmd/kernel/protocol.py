@@ -236,7 +236,7 @@ def decode(body: bytes | bytearray | memoryview) -> dict[str, Any]:
         except StopIteration:
             end = -1
         if end == len(text):
-            return obj  # type: ignore[no-any-return]
+            return obj
     obj = _DECODE_JSON(text)  # anything else: decode() accepts or explains it
     if not isinstance(obj, dict):
         raise ValueError("a frame must hold a JSON object")
