@@ -41,6 +41,8 @@ _SIMPLE = frozenset(
         "assert",
     }
 )
+#: "match", "case", "_", "type" (as this Python has them; a kernel may run on another)
+_SOFT = frozenset(getattr(keyword, "softkwlist", ()))
 _WORD = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
 _FOR = re.compile(r"\bfor\b")
 
@@ -77,7 +79,7 @@ def split(code: str, filename: str) -> list[CodeType] | None:
         # One statement (a block, or a lone simple statement): nothing to echo. ("single"
         # mode would echo expression statements inside a block too.)
         return _parts(prefix, filename, [(pad + tail, "exec")])
-    if keyword.iskeyword(word) or keyword.issoftkeyword(word) or word in _SIMPLE:
+    if keyword.iskeyword(word) or word in _SOFT or word in _SIMPLE:
         return None
     if ";" not in tail:  # one simple statement: echoed if it is an expression
         return _parts(prefix, filename, [(pad + tail, "single")])
