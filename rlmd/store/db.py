@@ -25,7 +25,10 @@ The write path is hot (a run records a few hundred events): it uses plain parame
 built once per column set and sqlite3 keeps them prepared), four or five statements per
 event with ``BEGIN`` and ``COMMIT``, instead of sqlite-utils' table methods, which read the
 schema again at every call. Updates set a full-text indexed column only when its value
-changes, so the index is rewritten only for new text. sqlite-utils still creates and
+changes, so the index is rewritten only for new text. An event's payload is made JSON-safe
+and stripped of secrets in one walk; a started model call or cell keeps its row in memory
+until its finish (which then need not read it back; a rollback forgets them all), and run
+counters are added once per transaction. sqlite-utils still creates and
 migrates the schema and serves the reads. WAL checkpoints (copying the log back into the
 database, with two fsyncs) run in a background thread every :data:`CHECKPOINT_EVERY`
 events, not inside an event's commit; closing the store does the last one.
