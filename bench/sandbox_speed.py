@@ -1,6 +1,6 @@
 """Sandbox speed: every backend side by side with the raw floors, in one run.
 
-    .venv/bin/python bench/sandbox_speed.py [--quick]
+    .venv/bin/python bench/sandbox_speed.py [--quick] [--before OTHER_CHECKOUT]
 
 Rows (bench/README.md, "Sandbox speed", says what each number means):
 
@@ -15,6 +15,13 @@ Rows (bench/README.md, "Sandbox speed", says what each number means):
   kernel ready, as in a daemon that has started kernels before, and without one); floors: a
   fresh ``python -c pass`` (site on) and ``python -I -S -c pass``;
 * **100 MB context**: ``load_context`` of a 100 MB string, per backend.
+
+With ``--before DIR`` (another rlmd checkout, e.g. a worktree of the previous commit), the
+warm round trips of both subprocess variants are also timed for that checkout and for this
+one, each in a child process, alternating (before, after) ``--reps`` times (3), next to the pipe
+floor of the same run, with the CPU time per cell of the host process and of each kernel
+process (``/proc``): the wall clock of a round trip on a loaded machine is mostly waiting for
+a core, which CPU time does not count.
 
 Ratios are against the issue's targets: warm subprocess round trip within 3x the pipe floor;
 subprocess cold start under 50 ms; container round trip under 1 ms and cold start under 1 s;
@@ -433,12 +440,132 @@ def report(res: dict[str, Any]) -> str:
     return "\n".join(out)
 
 
+ROOT = Path(__file__).resolve().parent.parent
+COMPARED = ("subprocess hardened", "subprocess plain")
+
+
+def _cpu_s(pid: int) -> float:
+    """CPU seconds (user + system) process ``pid`` has used, from ``/proc``."""
+    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
+async def round_trips_only(profile: dict[str, int]) -> dict[str, Any]:
+    """Warm round trips of the :data:`COMPARED` variants (the ``--before`` child's job), and
+    the CPU time per cell of this host process and of each variant's kernel process: what
+    the machine's load moves much less than the wall clock."""
+    boxes: dict[str, Sandbox] = {}
+    try:
+        for name in COMPARED:
+            backend, options = VARIANTS[name]
+            boxes[name] = create_sandbox(backend, **options)
+            await boxes[name].start(_host)
+        pids = {name: box.kernel.kernel_pid() for name, box in boxes.items()}  # type: ignore[attr-defined]
+        kernel0 = {name: _cpu_s(pid) for name, pid in pids.items()}
+        host0 = time.process_time()
+        samples = await round_trips(boxes, profile["rt_n"], profile["rt_warm"])
+        cells = profile["rt_n"] // 5 * 5 + profile["rt_warm"]  # per variant
+        host_s = (time.process_time() - host0) / (cells * len(boxes))
+        cpu = {name: (_cpu_s(pid) - kernel0[name]) / cells for name, pid in pids.items()}
+        return {"samples": samples, "kernel_cpu_s": cpu, "host_cpu_s": host_s}
+    finally:
+        for box in boxes.values():
+            await box.close()
+
+
+def before_after(before: Path, quick: bool, reps: int = 3) -> dict[str, Any]:
+    """Round trips of the :data:`COMPARED` variants for checkout ``before`` and for this
+    one, each in a child process with that checkout first on ``PYTHONPATH``, alternating
+    ``reps`` times; medians and ratios to the pipe floor measured in between."""
+    samples: dict[str, dict[str, list[float]]] = {"before": {}, "after": {}}
+    kernel_cpu: dict[str, dict[str, list[float]]] = {"before": {}, "after": {}}
+    host_cpu: dict[str, list[float]] = {"before": [], "after": []}
+    floor: list[float] = []
+    profile = PROFILES["quick" if quick else "default"]
+    for _ in range(reps):
+        for label, root in (("before", before), ("after", ROOT)):
+            env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(root), str(root / "tui")])}
+            cmd = [sys.executable, str(Path(__file__).resolve()), "--round-trips-only"]
+            out = subprocess.run(
+                cmd + (["--quick"] if quick else []),
+                env=env,
+                cwd=str(root),
+                check=True,
+                capture_output=True,
+                text=True,
+            ).stdout
+            got = json.loads(out)
+            for name, rts in got["samples"].items():
+                samples[label].setdefault(name, []).extend(rts)
+                kernel_cpu[label].setdefault(name, []).append(got["kernel_cpu_s"][name])
+            host_cpu[label].append(got["host_cpu_s"])
+        floor += pipe_floor(profile["rt_n"], profile["rt_warm"])
+    pipe = statistics.median(floor)
+    rows = {}
+    for name in COMPARED:
+        b = statistics.median(samples["before"][name])
+        a = statistics.median(samples["after"][name])
+        rows[name] = {
+            "before_s": b,
+            "after_s": a,
+            "before_x_pipe": b / pipe,
+            "after_x_pipe": a / pipe,
+            "after_over_before": a / b,
+            "kernel_cpu_before_s": statistics.median(kernel_cpu["before"][name]),
+            "kernel_cpu_after_s": statistics.median(kernel_cpu["after"][name]),
+        }
+    return {
+        "before_root": str(before),
+        "pipe_floor_s": pipe,
+        "reps": reps,
+        "rows": rows,
+        "host_cpu_before_s": statistics.median(host_cpu["before"]),
+        "host_cpu_after_s": statistics.median(host_cpu["after"]),
+    }
+
+
+def before_after_report(cmp: dict[str, Any]) -> str:
+    rows = [
+        [
+            name,
+            fmt(r["before_s"]),
+            f"{r['before_x_pipe']:.1f}x",
+            fmt(r["after_s"]),
+            f"{r['after_x_pipe']:.1f}x",
+            f"{r['after_over_before']:.2f}",
+            f"{fmt(r['kernel_cpu_before_s'])} -> {fmt(r['kernel_cpu_after_s'])}",
+        ]
+        for name, r in cmp["rows"].items()
+    ]
+    head = ["round trip (warm)", "before", "x pipe", "after", "x pipe", "after/before"]
+    head.append("kernel CPU/cell")
+    return (
+        f"\n== before ({cmp['before_root']}) / after, {cmp['reps']} alternations; pipe floor "
+        f"{fmt(cmp['pipe_floor_s'])}\n"
+        + table(head, rows)
+        + f"\nhost CPU per cell (both variants): {fmt(cmp['host_cpu_before_s'])} -> "
+        f"{fmt(cmp['host_cpu_after_s'])}"
+    )
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--quick", action="store_true", help="fewer repetitions")
+    parser.add_argument(
+        "--before", type=Path, help="another rlmd checkout to compare round trips with"
+    )
+    parser.add_argument(
+        "--reps", type=int, default=3, help="before/after alternations (with --before)"
+    )
+    parser.add_argument("--round-trips-only", action="store_true", help=argparse.SUPPRESS)
     args = parser.parse_args(argv)
     profile = PROFILES["quick" if args.quick else "default"]
+    if args.round_trips_only:
+        print(json.dumps(asyncio.run(round_trips_only(profile))))
+        return 0
     res = asyncio.run(main_async(profile))
+    if args.before:
+        res["before_after"] = before_after(args.before.resolve(), args.quick, args.reps)
     res["machine"] = {
         "python": sys.version.split()[0],
         "platform": platform.platform(),
@@ -448,6 +575,8 @@ def main(argv: list[str] | None = None) -> int:
         "profile": "quick" if args.quick else "default",
     }
     print(report(res))
+    if args.before:
+        print(before_after_report(res["before_after"]))
     print(f"\nmachine: {res['machine']}")
     OUT_FILE.parent.mkdir(exist_ok=True)
     OUT_FILE.write_text(json.dumps(res, indent=2, default=str))

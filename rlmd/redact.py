@@ -21,7 +21,7 @@ from __future__ import annotations
 
 import os
 import re
-from collections.abc import Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from typing import Any
 
 REDACTED = "[REDACTED]"
@@ -111,11 +111,25 @@ def redact(obj: Any, secrets: Iterable[str] = ()) -> Any:
     Returns:
         The same shape as ``obj``; strings without secrets are returned as they are.
     """
+    return _walk(obj, _literals(secrets))
+
+
+def text_redactor(secrets: Iterable[str] = ()) -> Callable[[str], str]:
+    """The string step of :func:`redact`, for a caller that walks a payload itself (the
+    store makes an event JSON-safe and removes its secrets in one pass): a function from a
+    string to the string with the current secrets (as :func:`redact` finds them at this
+    call) and key-shaped strings replaced by ``[REDACTED]``."""
+    literals = _literals(secrets)
+    return lambda text: _scrub(text, literals)
+
+
+def _literals(secrets: Iterable[str]) -> tuple[str, ...]:
+    """The environment's secret values and the credible ``secrets``, longest first."""
     literals: tuple[str, ...] = _env_secrets()
     extra = credible(secrets)
     if extra:
         literals = tuple(sorted(set(literals).union(extra), key=len, reverse=True))
-    return _walk(obj, literals)
+    return literals
 
 
 def _replace(text: str, literals: tuple[str, ...]) -> str:

@@ -147,6 +147,21 @@ def test_find_definition_by_bare_qualified_and_module_name():
     assert ix.last_note is not None and "no definition of 'other.helper'" in ix.last_note
 
 
+def test_find_definition_of_a_parameter_points_at_the_lines_using_it():
+    ix = CodeIndex.build(FILES)
+    assert ix.find_definition("scale") == []  # a parameter: not a module/class definition
+    note = ix.last_note or ""
+    assert "no definition of 'scale'" in note and "parameter, local variable" in note
+    assert "pkg/base.py:16:def area(self, scale=2):" in note
+    assert "pkg/base.py:11:def area(self, scale=1.5):" in note
+    assert "read_file('pkg/base.py', 1, 21)" in note
+    # a name defined elsewhere, or used nowhere, gets no such hint
+    ix.find_definition("other.helper")
+    assert "parameter, local variable" not in (ix.last_note or "")
+    ix.find_definition("nowhere_at_all")
+    assert "parameter, local variable" not in (ix.last_note or "")
+
+
 def test_find_definition_of_a_missing_name_suggests_close_ones():
     ix = CodeIndex.build(FILES)
     assert ix.find_definition("square") == []

@@ -445,15 +445,18 @@ async def test_max_subcalls_budget_is_checked_before_each_subcall(tmp_path):
 
 
 async def test_cancellation_records_cancelled(tmp_path):
+    asked = asyncio.Event()
+
     def root(messages):
-        return repl("import time\ntime.sleep(30)")
+        asked.set()
+        return repl("import time\ntime.sleep(600)")
 
     store = Store(tmp_path / "db.sqlite")
     reg = scripted_registry(root=root, sub=root)
     task = asyncio.create_task(
         run_task("q", "c", config(), get_model=reg.get, sinks=(store.record,))
     )
-    await asyncio.sleep(1.0)
+    await asyncio.wait_for(asked.wait(), 60)  # the run is under way (not a guess at when)
     task.cancel()
     with pytest.raises(asyncio.CancelledError):
         await task

@@ -40,6 +40,24 @@ async def test_a_mount_race_that_never_ends_is_tried_three_times_then_raised(tmp
     )
 
 
+@pytest.mark.parametrize(
+    "why",
+    [
+        "No such file or directory",  # the mount and its folder are gone
+        "Invalid argument",  # the folder is still there, its mount is gone
+    ],
+)
+async def test_both_ways_of_losing_the_race_are_tried_again(tmp_path, monkeypatch, why):
+    race = (
+        "bwrap: Can't bind mount /oldroot/ on /newroot/: Unable to apply mount flags: "
+        f'remount "/newroot/tmp/rlmd-sandbox-1-2-x": {why}'
+    )
+    t, calls = _transport(tmp_path, monkeypatch, [race, "started"])
+    with pytest.raises(SandboxError, match="^started$"):  # the second start's own outcome
+        await t.spawn(lambda *a: None, 1, 1.0)  # type: ignore[arg-type]
+    assert calls == ["launch", "attach"] * 2
+
+
 async def test_another_failure_is_raised_at_once_and_not_hidden_by_a_race_before_it(
     tmp_path, monkeypatch
 ):

@@ -32,7 +32,7 @@ async def test_cancel_running_recursive_task_stops_the_tree_and_keeps_spend(daem
     c = await daemon.client()
     try:
         await run_to_end(c, params(project, "kept = 7", "FINAL(kept)"))
-        child_q = question("FINAL(1)", sleep_s=30)  # the child's model call hangs
+        child_q = question("FINAL(1)", sleep_s=600)  # the child's model call hangs
         st = await c.command(
             "rlmd.task.start", params(project, f"r = rlm_query({child_q!r})", "FINAL(r)")
         )
@@ -41,8 +41,8 @@ async def test_cancel_running_recursive_task_stops_the_tree_and_keeps_spend(daem
         t0 = time.monotonic()
         ack = await c.command("rlmd.task.cancel", {"run_id": run_id})
         assert ack["cancel_requested"] is True
-        done = (await c.wait_for(finished(run_id), timeout=15))["params"]
-        assert time.monotonic() - t0 < 10
+        done = (await c.wait_for(finished(run_id), timeout=60))["params"]
+        assert time.monotonic() - t0 < 60  # the cancel ended it, not the model's 600 s
         assert done["status"] == "cancelled" and done["final_usage"] is None
         assert done["usage"]["model_calls"] >= 1 and done["usage"]["input_tokens"] > 0
         statuses = {(e["depth"], e["data"]["status"]) for e in c.events(run_id, "run.finished")}
@@ -66,7 +66,7 @@ async def test_cancel_a_queued_task(daemon, tmp_path):
     project = make_project(tmp_path)
     c = await daemon.client()
     try:
-        first = await c.command("rlmd.task.start", params(project, "import time\ntime.sleep(20)"))
+        first = await c.command("rlmd.task.start", params(project, "import time\ntime.sleep(600)"))
         second = await c.command("rlmd.task.start", params(project, "FINAL(2)"))
         await c.wait_for(event(first["run_id"], "cell.started"))
         await c.command("rlmd.task.cancel", {"run_id": second["run_id"]})
@@ -76,7 +76,7 @@ async def test_cancel_a_queued_task(daemon, tmp_path):
         run = (await c.command("rlmd.runs.get", {"run_id": second["run_id"]}))["run"]
         assert run["status"] == "cancelled"
         await c.command("rlmd.task.cancel", {"run_id": first["run_id"]})
-        done = (await c.wait_for(finished(first["run_id"]), timeout=10))["params"]
+        done = (await c.wait_for(finished(first["run_id"]), timeout=60))["params"]
         assert done["status"] == "cancelled"
         again = await c.command("rlmd.task.cancel", {"run_id": first["run_id"]})
         assert again["state"] == "finished"

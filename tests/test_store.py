@@ -11,7 +11,7 @@ import subprocess
 import sys
 import time
 import types
-from pathlib import Path
+from pathlib import Path, PurePosixPath
 from typing import Any
 
 import pytest
@@ -353,7 +353,9 @@ def test_secrets_never_reach_the_file(tmp_path: Path, monkeypatch: pytest.Monkey
     path = tmp_path / "rlmd.db"
     s = Store(path)
     e = Emitter(s.record)
-    e.start(f"use key {secret} please", budget={"key": secret})
+    # not only strings: a path, bytes and an object's repr inside a tuple are stored as text
+    odd = (PurePosixPath(f"/k/{secret}"), secret.encode(), types.SimpleNamespace(key=secret))
+    e.start(f"use key {secret} please", budget={"key": secret, "odd": odd})
     it = e.iteration(0)
     e.call(
         it, "root", [{"role": "user", "content": f"the key is {secret}"}], f"I saw {secret}", 10, 5
@@ -365,6 +367,7 @@ def test_secrets_never_reach_the_file(tmp_path: Path, monkeypatch: pytest.Monkey
     e.finish(answer=secret, error=f"failed with {secret}")
     assert s.errors == []
     assert "[REDACTED]" in s.get_run(e.run_id)["question"]
+    assert s.get_run(e.run_id)["budget"]["odd"][0] == "/k/[REDACTED]"
     blobs = b"".join(p.read_bytes() for p in tmp_path.iterdir() if p.is_file())  # db, -wal, -shm
     s.close()
     blobs += b"".join(p.read_bytes() for p in tmp_path.iterdir() if p.is_file())

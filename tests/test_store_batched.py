@@ -123,3 +123,41 @@ def test_a_failing_event_in_a_batch_loses_only_itself(tmp_path, monkeypatch):
     store.close()
     assert _committed(path, "it1") and _committed(path, "it2") and not _committed(path, "bad")
     assert store.anomalies["error"] == 1 and "boom" in store.errors[0]
+
+
+def test_a_rolled_back_start_is_not_finished_from_memory(tmp_path, monkeypatch):
+    """A node whose insert was rolled back (and failed again on its own) is not merged into
+    from the rows the store remembers between a start and its finish: the finish stores it
+    as an unknown node, with its payload."""
+    path = tmp_path / "s.db"
+
+    async def main() -> Store:
+        store = Store(path)
+        real = store._node_started
+        seen: list[str] = []
+
+        def flaky(event: Event, data: dict[str, Any], kind: str) -> None:
+            seen.append(str(event.node_id))
+            if event.node_id == "bad" or seen.count("m1") == 2:  # m1: fails when retried
+                raise RuntimeError("boom")
+            real(event, data, kind)
+
+        monkeypatch.setattr(store, "_node_started", flaky)
+        store.record_batched(RunStarted(run_id="r", depth=0, question="q"))
+        store.record_batched(IterationStarted(run_id="r", depth=0, node_id="it", index=0))
+        sub = dict(run_id="r", depth=0, parent_id="it", role="sub", model="m")
+        store.record_batched(ModelCallStarted(node_id="m1", **sub))
+        store.record_batched(IterationStarted(run_id="r", depth=0, node_id="bad", index=1))
+        store.flush()  # the batch rolls back; then one event at a time: m1 and bad fail
+        finish = ModelCallFinished(node_id="m1", response="ok", input_tokens=7, **sub)
+        store.record_batched(finish)
+        store.flush()
+        return store
+
+    store = asyncio.run(main())
+    node = next(n for n in store.nodes("r") if n["id"] == "m1")
+    run = store.get_run("r")
+    store.close()
+    assert store.anomalies["unknown_node"] == 1 and store.anomalies["error"] == 2
+    assert node["status"] == "ok" and node["data"]["response"] == "ok"
+    assert (run["subcalls"], run["input_tokens"]) == (1, 7)

@@ -273,12 +273,15 @@ async def test_a_queued_task_whose_folder_was_renamed_away_says_so(tmp_path):
         c = await daemon.client()
         try:
             base = {"workspace": str(proj), "models": {"root": CELLS}}
+            gate = tmp_path / "gate"  # the first task's model replies wait for this file
             slow = await c.command(
-                "rlmd.task.start", {**base, "question": question("x = 1", sleep_s=3)}
+                "rlmd.task.start", {**base, "question": question("x = 1", gate=gate)}
             )
             await c.wait_for(event(slow["run_id"], "model_call.started"), timeout=60)
             queued = await c.command("rlmd.task.start", {**base, "question": question("y = 1")})
+            assert queued["state"] == "queued", queued
             proj.rename(tmp_path / "moved")
+            gate.touch()  # only now may the first task go on (and the queued one follow)
             first = (await c.wait_for(finished(slow["run_id"]), timeout=90))["params"]
             second = (await c.wait_for(finished(queued["run_id"]), timeout=90))["params"]
             (tmp_path / "moved").rename(proj)
@@ -288,6 +291,6 @@ async def test_a_queued_task_whose_folder_was_renamed_away_says_so(tmp_path):
     finally:
         daemon.stop()
     assert first["status"] == "completed", first.get("error")
-    assert second["status"] == "failed"
+    assert second["status"] == "failed", second
     assert second["error"].startswith("the workspace folder is gone: "), second
     assert third["status"] == "completed", third.get("error")

@@ -74,13 +74,21 @@ class NodeRunner:
             "sandbox": sandbox,
         }
 
-    def tree_update(
+    async def tree_update(
         self, tree: str, seq: int, others: Spend, exhausted: tuple[str, str] | None
     ) -> None:
-        """The root's push: what the rest of ``tree`` spent, and its exhaustion if any."""
+        """The root's push: what the rest of ``tree`` spent, and its exhaustion if any.
+        (``async``: it runs on the actor's event loop, where the runs wait.)"""
         state = self.trees.get(tree)
         if state is not None:
             state.ledger.update(seq, others, exhausted)
+
+    async def admit(self, tree: str, call_id: str, refused: tuple[str, str] | None) -> None:
+        """The root's word on model call ``call_id`` of ``tree`` (see
+        :meth:`~rlmd.cluster.ledger.NodeLedger.admit`)."""
+        state = self.trees.get(tree)
+        if state is not None:
+            state.ledger.answer(call_id, refused)
 
     async def run_child(
         self,

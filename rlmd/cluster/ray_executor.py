@@ -10,7 +10,8 @@ child runs the executor places on it, the least busy node first. For each child 
 - the child's events stream back (a Ray streaming generator) and are emitted on the root's
   event bus, so the store records one tree and the TUI and VS Code follow it live; each
   remote model call is spent from the root's ledger and added to the parent's usage;
-- after every change of the tree's spend the root pushes it to the nodes running the tree
+- after every change of the tree's spend the root pushes it to the nodes running the tree;
+  under a token, USD or sub-call limit it also admits each remote model call before it runs
   (:mod:`rlmd.cluster.ledger` states the overshoot bound);
 - cancelling the parent cancels the Ray task; the node cancels the run, which closes its
   sandbox (the kernel is interrupted and killed);
@@ -43,7 +44,7 @@ import ray
 from ray.exceptions import RayActorError, RayError, RayTaskError, TaskCancelledError
 from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
 
-from rlmd.cluster.ledger import Spend
+from rlmd.cluster.ledger import Spend, needs_admission
 from rlmd.cluster.node import NodeRunner
 from rlmd.cluster.settings import ClusterSettings
 from rlmd.context import Context
@@ -396,6 +397,8 @@ class RayExecutor:
             seen.open.pop(event.run_id, None)
         elif isinstance(event, ModelCallStarted) and event.node_id:
             seen.call_depth[event.node_id] = event.call_depth
+            if needs_admission(rt.ledger.budget, event.role):
+                self._admit(rt, tree, node_id, event.node_id, event.role)
         elif isinstance(event, ModelCallFinished) and event.error is None:
             tokens = int(event.input_tokens) + int(event.output_tokens)
             subcall = 1 if event.role == "sub" else 0
@@ -415,6 +418,18 @@ class RayExecutor:
             except BudgetExhausted:
                 pass
         rt.bus.emit(event)
+
+    def _admit(self, rt: Runtime, tree: _Tree, node_id: str, call_id: str, role: str) -> None:
+        """Answer a node's model call waiting for admission: refused once the tree's ledger
+        (every finished call of the calling run already in it) is at a limit."""
+        refused = None
+        try:
+            rt.ledger.check(subcall=role == "sub")
+        except BudgetExhausted as exc:
+            refused = (exc.status, str(exc))
+        actor = self._actors.get(node_id)
+        if actor is not None:
+            actor.admit.remote(tree.key, call_id, refused)
 
     def _close_open(self, rt: Runtime, seen: _Seen, status: str, error: str) -> None:
         """Record the end of every run the node started and never reported ended."""

@@ -208,9 +208,28 @@ class CodeIndex:
             self.last_note = (
                 f"find_definition: no definition of {name!r} in the "
                 f"{len(self.files)} indexed files{self._similar(name)}. "
-                "search_symbols(part) finds names containing a part; grep(pattern) searches text."
+                + self._uses_hint(name)
+                + "search_symbols(part) finds names containing a part; grep(pattern) searches text."
             )
         return [_format(path, sym) for path, sym in hits]
+
+    def _uses_hint(self, name: str) -> str:
+        """For a name with no definition the index holds (a parameter, local variable or
+        attribute: only module- and class-level definitions are indexed), where it is used,
+        so the next step can read the code around it."""
+        if name.rpartition(".")[2] in self.by_name:  # defined, under another qualifier
+            return ""
+        uses = self.find_references(name, max_results=3)
+        self.last_note = None
+        if not uses:
+            return ""
+        path, line = uses[0].split(":", 2)[:2]
+        shown = "\n  ".join(uses)
+        return (
+            f"It is used (a parameter, local variable or attribute?) on lines such as:\n  "
+            f"{shown}\nread_file({path!r}, {max(1, int(line) - 10)}, {int(line) + 10}) shows "
+            "the code around the first. "
+        )
 
     def _definitions(self, name: str) -> list[tuple[str, Symbol]]:
         table = self.by_name

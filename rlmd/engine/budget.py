@@ -138,6 +138,16 @@ class Ledger:
         self.tokens += tokens
         self.usd += usd
 
+    async def admit(self, call_id: str, role: str) -> None:
+        """Wait until the model call ``call_id`` (role ``role``; its start event already
+        emitted) may run. A local tree's ledger holds every finished call, so :meth:`check`
+        said it all; a cluster node's ledger asks the root
+        (:class:`~rlmd.cluster.ledger.NodeLedger`).
+
+        Raises:
+            BudgetExhausted: the tree's limit was reached before this call was admitted.
+        """
+
     def check(self, *, subcall: bool = False) -> None:
         """Raise :class:`BudgetExhausted` if a shared limit is reached.
 

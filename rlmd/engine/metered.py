@@ -121,6 +121,9 @@ class Meter:
         )
         timeout = ledger.remaining_seconds() if check else timeout_s
         try:
+            if check:  # a cluster node waits for the root's word here (rlmd.cluster.ledger)
+                await ledger.admit(node, role)
+                timeout = ledger.remaining_seconds()
             if timeout is not None and timeout <= 0:
                 raise BudgetExhausted("max_time", f"wall-clock budget of {max_seconds:g} s used up")
             try:

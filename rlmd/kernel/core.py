@@ -25,7 +25,7 @@ import types
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager, suppress
 
-from . import protocol
+from . import cells, protocol
 from .codebase import Codebase, helpers
 
 TYPE_CHECKING = False
@@ -163,16 +163,17 @@ class _Router:
 
 
 _router_lock = threading.Lock()
+_hook_saved: list[Any] = []  # sys.displayhook while thread-captured cells run
 
 
 @contextmanager
 def _global_capture(out: Capture, err: Capture) -> Iterator[None]:
-    old = sys.stdout, sys.stderr
-    sys.stdout, sys.stderr = out, err
+    old = sys.stdout, sys.stderr, sys.displayhook
+    sys.stdout, sys.stderr, sys.displayhook = out, err, _echo
     try:
         yield
     finally:
-        sys.stdout, sys.stderr = old
+        sys.stdout, sys.stderr, sys.displayhook = old
 
 
 @contextmanager
@@ -187,6 +188,10 @@ def _thread_capture(out: Capture, err: Capture) -> Iterator[None]:
                 setattr(sys, name, current)
             current.routes[ident] = cap
             installed.append((name, current))
+        # A trailing expression's echo (see cells.py): _echo prints to the routed stdout.
+        if sys.displayhook is not _echo:
+            _hook_saved[:] = [sys.displayhook]
+            sys.displayhook = _echo
     try:
         yield
     finally:
@@ -195,6 +200,8 @@ def _thread_capture(out: Capture, err: Capture) -> Iterator[None]:
                 router.routes.pop(ident, None)
                 if not router.routes and getattr(sys, name) is router:
                     setattr(sys, name, router.fallback)
+            if not installed[0][1].routes and _hook_saved and sys.displayhook is _echo:
+                sys.displayhook = _hook_saved.pop()
 
 
 # --------------------------------------------------------------------------- helpers
@@ -658,6 +665,12 @@ class Kernel:
         """Execute a cell like an interactive REPL: statements run in order and the value of a
         trailing expression, if not None, is printed as its repr (what ``python -i`` and
         Jupyter do; models often end a cell with a bare expression and expect to see it)."""
+        parts = cells.split(code, filename)
+        if parts is not None:  # plain compiles of the cell's parts (see cells.py)
+            ns = self.ns
+            for part in parts:
+                exec(part, ns)  # a trailing expression goes to sys.displayhook: _echo
+            return
         # compile(), not ast.parse(): a SyntaxError then carries no Python frame of ours.
         tree: Any = compile(code, filename, "exec", _ast.PyCF_ONLY_AST, dont_inherit=True)
         last = tree.body[-1] if tree.body else None

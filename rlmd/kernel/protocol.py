@@ -101,6 +101,8 @@ belong to the cell. If fd 2 was closed or replaced by model code, ``"sentinel": 
 from __future__ import annotations
 
 import json
+import json.encoder
+import json.scanner
 
 TYPE_CHECKING = False
 if TYPE_CHECKING:  # importing typing costs milliseconds at every kernel start
@@ -171,6 +173,32 @@ _ASCII_JSON = json.JSONEncoder(ensure_ascii=True, separators=(",", ":")).encode
 _DECODE_JSON = json.JSONDecoder().decode
 
 
+def _not_json(o: Any) -> Any:
+    raise TypeError(f"Object of type {type(o).__name__} is not JSON serializable")
+
+
+def _c_encoder(escape: Any, fallback: Any) -> Any:
+    """``fallback`` (a ``JSONEncoder.encode``) without its per-call Python layers: the C
+    encoder it builds on every call, built here directly (a fresh one per call: its
+    circular-reference markers must start empty). The same text; ~5 us less a frame."""
+    make = getattr(json.encoder, "c_make_encoder", None)
+    if make is None:
+        return fallback
+
+    def encode(obj: Any) -> str:
+        if not isinstance(obj, dict):
+            return str(fallback(obj))
+        return "".join(make({}, _not_json, escape, None, ":", ",", False, False, True)(obj, 0))
+
+    return encode
+
+
+_UTF8_FAST = _c_encoder(json.encoder.encode_basestring, _UTF8_JSON)
+_ASCII_FAST = _c_encoder(json.encoder.encode_basestring_ascii, _ASCII_JSON)
+_SCAN = getattr(json.scanner, "c_make_scanner", None)
+_SCAN_ONCE = _SCAN(json.JSONDecoder()) if _SCAN is not None else None
+
+
 def encode(obj: Any) -> bytes:
     """One frame: header + UTF-8 JSON body.
 
@@ -178,11 +206,11 @@ def encode(obj: Any) -> bytes:
         TypeError / ValueError: ``obj`` is not JSON-serialisable.
     """
     try:
-        body = _UTF8_JSON(obj).encode("utf-8")
+        body = _UTF8_FAST(obj).encode("utf-8")
     except UnicodeEncodeError:
         # Lone surrogates (e.g. from errors="surrogateescape") cannot be UTF-8 encoded;
         # \\u escapes round-trip them.
-        body = _ASCII_JSON(obj).encode("ascii")
+        body = _ASCII_FAST(obj).encode("ascii")
     n = len(body)
     if n > MAX_FRAME:
         raise ValueError(f"message too large for one frame ({n} bytes)")
@@ -195,13 +223,21 @@ def encode_line(obj: Any) -> bytes:
     Raises:
         TypeError / ValueError: ``obj`` is not JSON-serialisable.
     """
-    return _ASCII_JSON(obj).encode("ascii") + b"\n"
+    return _ASCII_FAST(obj).encode("ascii") + b"\n"
 
 
 def decode(body: bytes | bytearray | memoryview) -> dict[str, Any]:
     """Parse one frame body (without its header)."""
     # UTF-8 (as every frame is), lone surrogates passed through as json.loads does.
-    obj = _DECODE_JSON(str(body, "utf-8", "surrogatepass"))
+    text = str(body, "utf-8", "surrogatepass")
+    if _SCAN_ONCE is not None and text[:1] == "{":  # the C scanner, without decode()'s layers
+        try:
+            obj, end = _SCAN_ONCE(text, 0)
+        except StopIteration:
+            end = -1
+        if end == len(text):
+            return obj
+    obj = _DECODE_JSON(text)  # anything else: decode() accepts or explains it
     if not isinstance(obj, dict):
         raise ValueError("a frame must hold a JSON object")
     return obj

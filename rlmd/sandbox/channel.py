@@ -319,9 +319,9 @@ class KernelChannel:
         fut = self.ran.get(rid)
         if fut is None:
             fut = self.loop.create_future()
-            fut.add_done_callback(lambda f: f.cancelled() or f.exception())
             if self.dead:
                 fut.set_exception(KernelDied())
+                fut.exception()  # retrieved: nobody may await it
             elif rid in self.pending:
                 self.ran[rid] = fut
             else:  # its done frame came already
@@ -374,8 +374,9 @@ class KernelChannel:
         rid = self.ids
         data = self.encode({**obj, "id": rid})
         fut = self.loop.create_future()
-        # Nobody may await it any more (a cell given up on): retrieve its exception.
-        fut.add_done_callback(lambda f: f.cancelled() or f.exception())
+        # Only _mark_dead fails it, and retrieves the exception there: a cell given up on
+        # logs no "never retrieved" warning (no done callback per request: it cost a loop
+        # callback per cell).
         self.pending[rid] = fut
         self.send(data)
         return rid, fut

@@ -15,6 +15,7 @@ import dataclasses
 import json
 import math
 import re
+from collections.abc import Callable
 from pathlib import PurePath
 from typing import Any
 
@@ -25,32 +26,41 @@ RUN_JSON_COLUMNS = ("context_meta", "models", "sandbox", "budget", "usage")
 """Run columns holding JSON text."""
 
 
-def to_jsonable(obj: Any) -> Any:
+def to_jsonable(obj: Any, on_text: Callable[[str], str] | None = None) -> Any:
     """A copy of ``obj`` made only of dict / list / str / int / float / bool / None.
 
     Strings lose lone surrogates (see :func:`text`). Dataclasses become dicts, tuples and
     sets become lists, paths become strings, bytes are
     decoded as UTF-8 (invalid bytes replaced), non-finite floats become strings, dict keys
-    become strings; anything else becomes its ``repr``. Never raises.
+    become strings; anything else becomes its ``repr``. ``on_text``, if given, is applied to
+    every string value afterwards (not to dict keys): the store removes secrets in the same
+    pass (:func:`rlmd.redact.text_redactor`). Never raises (unless ``on_text`` does).
     """
+    if on_text is None:
+        return _jsonable(obj, text)
+    return _jsonable(obj, lambda value: on_text(text(value)))
+
+
+def _jsonable(obj: Any, fix: Callable[[str], str]) -> Any:
     if isinstance(obj, str):
-        return text(obj)
+        return fix(obj)
     if obj is None or isinstance(obj, (bool, int)):
         return obj
     if isinstance(obj, float):
         return obj if math.isfinite(obj) else repr(obj)
     if isinstance(obj, dict):
-        return {text(str(k)): to_jsonable(v) for k, v in obj.items()}
+        return {text(str(k)): _jsonable(v, fix) for k, v in obj.items()}
     if isinstance(obj, (list, tuple, set, frozenset)):
-        return [to_jsonable(v) for v in obj]
+        return [_jsonable(v, fix) for v in obj]
     if dataclasses.is_dataclass(obj) and not isinstance(obj, type):
-        return to_jsonable({f.name: getattr(obj, f.name) for f in dataclasses.fields(obj)})
+        fields = {f.name: getattr(obj, f.name) for f in dataclasses.fields(obj)}
+        return _jsonable(fields, fix)
     if isinstance(obj, PurePath):
-        return str(obj)
+        return fix(str(obj))
     if isinstance(obj, (bytes, bytearray)):
-        return bytes(obj).decode("utf-8", errors="replace")
+        return fix(bytes(obj).decode("utf-8", errors="replace"))
     try:
-        return repr(obj)
+        return fix(repr(obj))
     except Exception:  # a broken __repr__ must not lose the event
         return f"<unrepresentable {type(obj).__name__}>"
 

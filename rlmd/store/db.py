@@ -25,7 +25,10 @@ The write path is hot (a run records a few hundred events): it uses plain parame
 built once per column set and sqlite3 keeps them prepared), four or five statements per
 event with ``BEGIN`` and ``COMMIT``, instead of sqlite-utils' table methods, which read the
 schema again at every call. Updates set a full-text indexed column only when its value
-changes, so the index is rewritten only for new text. sqlite-utils still creates and
+changes, so the index is rewritten only for new text. An event's payload is made JSON-safe
+and stripped of secrets in one walk; a started model call or cell keeps its row in memory
+until its finish (which then need not read it back; a rollback forgets them all), and run
+counters are added once per transaction. sqlite-utils still creates and
 migrates the schema and serves the reads. WAL checkpoints (copying the log back into the
 database, with two fsyncs) run in a background thread every :data:`CHECKPOINT_EVERY`
 events, not inside an event's commit; closing the store does the last one.
@@ -76,7 +79,7 @@ from rlmd.engine.events import (
     SandboxStarted,
     new_id,
 )
-from rlmd.redact import redact
+from rlmd.redact import text_redactor
 from rlmd.store import schema
 from rlmd.store.codec import NODE_TEXT_COLUMNS, dumps, loads, merge_text, split_text, to_jsonable
 from rlmd.store.queries import Queries
@@ -113,6 +116,11 @@ a backstop for when the log cannot start over (the background checkpoints leave 
 pages to copy; SQLite's default is 1000)."""
 MAX_KNOWN_RUNS = 10_000
 """Run ids remembered as existing, so that most events need not look their run up."""
+MAX_OPEN_NODES = 10_000
+"""Started nodes whose row is remembered until they finish (see ``Store._open_nodes``)."""
+_FINISHED_KINDS = frozenset(NODE_ENDS.values())
+_NO_USAGE = {"input_tokens": None, "output_tokens": None, "cost_usd": None}
+"""A new node row's usage columns."""
 PLACEHOLDER_ERROR = "run.started was never recorded for this run"
 RUN_TEXT_COLUMNS = ("question", "answer")
 """Run columns covered by the full-text index (``runs_fts``)."""
@@ -174,6 +182,12 @@ class Store(Queries, Rollouts):
         self.anomalies: Counter[str] = Counter()
         self.errors: list[str] = []
         self._known_runs: set[str] = set()  # run rows seen committed (rows are never deleted)
+        # Model-call and cell nodes inserted by this store and not merged into since: their
+        # row as inserted (payload parsed), so that the finish need not read and decode it.
+        # Emptied when a transaction rolls back.
+        self._open_nodes: dict[str, dict[str, Any]] = {}
+        # Run counter increments of the transaction in progress, written once before COMMIT.
+        self._bumps: dict[str, dict[str, float]] = {}
         self._checkpointer: _Checkpointer | None = None
         self._events = 0
         self._pending: list[tuple[Event, dict[str, Any]]] = []  # see record_batched
@@ -260,10 +274,14 @@ class Store(Queries, Rollouts):
         self._conn.execute("BEGIN IMMEDIATE")
         try:
             yield
+            self._write_bumps()
+            self._conn.execute("COMMIT")
         except BaseException:
-            self.db.rollback()
+            self._bumps.clear()
+            self._open_nodes.clear()  # may hold rows the rollback undoes
+            if self._conn.in_transaction:
+                self.db.rollback()
             raise
-        self._conn.execute("COMMIT")
 
     def _exec(self, sql: str, params: Sequence[Any] = ()) -> sqlite3.Cursor:
         """One statement inside :meth:`_write`'s transaction, on the connection itself
@@ -337,8 +355,9 @@ class Store(Queries, Rollouts):
                 self._failed(event, exc)
 
     def _prepare(self, event: Event) -> dict[str, Any]:
-        data = event.data if isinstance(event.data, dict) else {"value": event.data}
-        data = redact(to_jsonable(data))
+        """The event's ``data``, JSON-safe and without secrets (one walk does both)."""
+        raw = event.data
+        data = to_jsonable(raw if isinstance(raw, dict) else {"value": raw}, text_redactor())
         return data if isinstance(data, dict) else {"value": data}
 
     def _write_one(self, event: Event, data: dict[str, Any]) -> None:
@@ -594,6 +613,10 @@ class Store(Queries, Rollouts):
         cursor = self._exec(_insert_node_sql(tuple(row)), [*row.values(), event.run_id])
         if cursor.rowcount == 0:
             return False
+        if kind in _FINISHED_KINDS:
+            if len(self._open_nodes) >= MAX_OPEN_NODES:  # nodes of runs that never finished
+                self._open_nodes.clear()
+            self._open_nodes[node_id] = {**_NO_USAGE, **row, "data": rest}
         if kind == "iteration":
             self._bump(event.run_id, iterations=1)
         elif kind == "model_call" and data.get("role") == "sub":
@@ -601,10 +624,20 @@ class Store(Queries, Rollouts):
         return True
 
     def _bump(self, run_id: str, **deltas: float) -> None:
-        """Add to run counters (an increment: sqlite-utils has no API for it)."""
-        deltas = {k: v for k, v in deltas.items() if v}
-        if deltas:
-            self._exec(_bump_sql(tuple(deltas)), [*deltas.values(), run_id])
+        """Add to run counters, at the end of the transaction (:meth:`_write_bumps`)."""
+        pending = self._bumps.setdefault(run_id, {})
+        for name, value in deltas.items():
+            if value:
+                pending[name] = pending.get(name, 0) + value
+
+    def _write_bumps(self) -> None:
+        """Write the transaction's run counter increments, one statement per run (an
+        increment: sqlite-utils has no API for it)."""
+        bumps, self._bumps = self._bumps, {}
+        for run_id, pending in bumps.items():
+            deltas = {k: v for k, v in pending.items() if v}
+            if deltas:
+                self._exec(_bump_sql(tuple(deltas)), [*deltas.values(), run_id])
 
     def _node_started(self, event: Event, data: dict[str, Any], kind: str) -> None:
         self._ensure_run(event)
@@ -623,7 +656,7 @@ class Store(Queries, Rollouts):
     def _node_finished(self, event: Event, data: dict[str, Any], kind: str) -> None:
         self._ensure_run(event)
         node_id = self._node_id(event)
-        row = self._node_row(node_id)
+        row = self._open_nodes.get(node_id) or self._node_row(node_id)
         if row is None:
             self._anomaly("unknown_node", f"{kind}.finished for unknown node {node_id}")
             self._insert_node(event, node_id, kind, data, status="running")
@@ -669,9 +702,11 @@ class Store(Queries, Rollouts):
     ) -> None:
         """Merge ``data`` into the node's payload (new keys win) and set ``cols``. Text
         columns are set only when they change (each one set re-indexes the row's text)."""
-        row = row if row is not None else self._node_row(node_id)
+        row = row or self._open_nodes.get(node_id) or self._node_row(node_id)
         assert row is not None
-        merged = merge_text(loads(row["data"]), row)
+        self._open_nodes.pop(node_id, None)  # its row changes now; the next merge reads it
+        data_col = row["data"]
+        merged = merge_text(data_col if isinstance(data_col, dict) else loads(data_col), row)
         merged.update(data)
         rest, text = split_text(merged)
         updates = {**_changed_text(text, row, NODE_TEXT_COLUMNS), "data": dumps(rest), **cols}

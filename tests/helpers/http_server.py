@@ -46,7 +46,7 @@ class FakeServer:
                 if callable(reply):
                     reply = reply(request)
                 if reply == "hang":
-                    server.release.wait(10)
+                    server.release.wait(120)  # until the server stops (a test's bound < 120 s)
                     return
                 status, body, headers = reply
                 streamed = request["body"].get("stream") and not server.ignores_stream

@@ -4,7 +4,9 @@ daemon imports this file by path through ``scripted:FILE.py:FUNCTION``).
 ``cells``: the question is a JSON object ``{"cells": [code, ...], "sleep_s": s}``; turn *i*
 replies with cell *i* (prefixed with a line that reads ``context``), and once the cells are
 used up with ``FINAL('done')``. ``sleep_s`` (seconds, optional) is awaited before every reply,
-so a run can be caught in the middle of a model call. A plain-text prompt (a sub-call from
+so a run can be caught in the middle of a model call; ``gate`` (a file path, optional): every
+reply waits until that file exists, so a test holds the run in a model call for exactly as
+long as it needs (no guess at how long the machine takes to get there). A plain-text prompt (a sub-call from
 ``llm_query``) gets ``"sub: <first 40 characters>"``.
 """
 
@@ -13,6 +15,7 @@ from __future__ import annotations
 import asyncio
 import json
 import re
+from pathlib import Path
 
 
 def _question(messages: list[dict]) -> str | None:
@@ -32,6 +35,10 @@ async def cells(messages: list[dict]) -> str:
         spec = json.loads(question)
     except ValueError:
         spec = {"cells": []}
+    if spec.get("gate"):
+        gate = Path(spec["gate"])
+        while not gate.exists():
+            await asyncio.sleep(0.02)
     if spec.get("sleep_s"):
         await asyncio.sleep(float(spec["sleep_s"]))
     turn = sum(1 for m in messages if m["role"] == "assistant")

@@ -20,11 +20,13 @@ CELLS = f"scripted:{MODELS}:cells"
 ECHO = f"scripted:{MODELS}:system_echo"
 
 
-def question(*cells: str, sleep_s: float | None = None) -> str:
-    """A question for the ``cells`` scripted model."""
+def question(*cells: str, sleep_s: float | None = None, gate: Path | None = None) -> str:
+    """A question for the ``cells`` scripted model (``gate``: every reply waits for that file)."""
     spec: dict = {"cells": list(cells)}
     if sleep_s:
         spec["sleep_s"] = sleep_s
+    if gate is not None:
+        spec["gate"] = str(gate)
     return json.dumps(spec)
 
 

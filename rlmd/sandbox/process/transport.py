@@ -486,9 +486,13 @@ def _lost_mount_race(message: str) -> bool:
     ``--ro-bind / /`` copies every host mount, then remounts each copy read-only; a mount
     that goes away in between (another sandbox's ``tmpfs`` working folder removed, a docker
     container's overlay unmounted) fails that remount with ``ENOENT`` (seen in CI, 1 start
-    in a few thousand while other sandboxes close). A new start copies the new mount table.
+    in a few thousand while other sandboxes close), or with ``EINVAL`` when the path is
+    still there but no longer a mount (seen in a loaded full test run). A new start copies
+    the new mount table; a failure that persists is raised after the last try.
     """
-    return "Can't bind mount /oldroot/" in message and "No such file or directory" in message
+    return "Can't bind mount /oldroot/" in message and (
+        "No such file or directory" in message or "Invalid argument" in message
+    )
 
 
 async def _in_thread(
