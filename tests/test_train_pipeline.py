@@ -270,3 +270,39 @@ def test_task_generation_finds_the_generators_from_any_working_directory(tmp_pat
         [sys.executable, "-c", probe], cwd=tmp_path, env=env, capture_output=True, text=True
     )
     assert lost.returncode == 1 and "source checkout of rlmd" in lost.stderr
+
+
+def _adapter(folder: Path) -> Path:
+    folder.mkdir(parents=True)
+    (folder / "adapter_config.json").write_text("{}")
+    (folder / "adapter_model.safetensors").write_bytes(b"weights")
+    return folder
+
+
+def test_a_stopped_runs_last_checkpoint_is_the_adapter_to_convert(tmp_path):
+    from rlmd.train.gguf_lora import ConverterError, adapter_dir
+
+    run = tmp_path / "run"
+    with pytest.raises(ConverterError, match="stopped before its first checkpoint"):
+        adapter_dir(run)
+    ckpts = run / "checkpoints"
+    _adapter(ckpts / "checkpoint-9")
+    last = _adapter(ckpts / "checkpoint-10")  # by number, not by name: 10 after 9
+    (ckpts / "checkpoint-11").mkdir()  # being written when the run stopped: no adapter yet
+    (ckpts / "checkpoint-11" / "adapter_config.json").write_text("{}")
+    assert adapter_dir(run) == last
+    final = _adapter(run / "adapter")  # a run that reached its --steps
+    assert adapter_dir(run) == final
+
+
+def test_train_convert_without_an_adapter_fails_with_a_reason(rlmd_home):
+    (rlmd_home / "train" / "half" / "checkpoints").mkdir(parents=True)
+    done = subprocess.run(
+        [sys.executable, "-m", "rlmd", "train", "convert", "half", "--base", "qwen2.5-coder-0.5b"],
+        capture_output=True,
+        text=True,
+        env={**os.environ, "RLMD_HOME": str(rlmd_home)},
+    )
+    assert done.returncode == 1, done.stderr
+    assert "no adapter in" in done.stderr and "Traceback" not in done.stderr
+    assert not (rlmd_home / "train" / "half" / "adapter.gguf").exists()

@@ -117,6 +117,13 @@ def run(args: argparse.Namespace) -> int:
     except (ValueError, KeyError, FileNotFoundError) as exc:
         err.print(f"[red]error:[/] {exc}")
         return 2
+    except RuntimeError as exc:
+        from rlmd.train.gguf_lora import ConverterError  # not imported on every rlmd start
+
+        if not isinstance(exc, ConverterError):
+            raise
+        err.print(f"[red]error:[/] {escape(str(exc))}")
+        return 1
 
 
 def cmd_tasks(args: argparse.Namespace) -> int:
@@ -288,9 +295,13 @@ def cmd_fit(args: argparse.Namespace) -> int:
 
 
 def _convert(name: str, base: str) -> None:
-    from rlmd.train.gguf_lora import convert_adapter, register
+    from rlmd.train.gguf_lora import adapter_dir, convert_adapter, register
 
-    gguf = convert_adapter(train_dir(name))
+    run = train_dir(name)
+    source = adapter_dir(run)
+    if source.name != "adapter":  # a run stopped before --steps: say which step it is
+        err.print(f"{run} did not finish its steps; converting its last checkpoint, {source}")
+    gguf = convert_adapter(run)
     entry = register(name, base, gguf)
     err.print(f"model {name!r} registered ({entry}); try: rlmd run --model {name} ...")
 

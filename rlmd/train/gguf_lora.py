@@ -86,19 +86,50 @@ def _run(script: str, args: list[str]) -> None:
         raise ConverterError(f"{script} failed:\n{(proc.stdout + proc.stderr)[-3000:]}")
 
 
-def convert_adapter(run_dir: str | Path, outfile: str | Path | None = None) -> Path:
-    """Convert ``RUN/adapter`` (PEFT) to a llama.cpp LoRA GGUF (f32), using ``RUN/base``'s
-    config. Returns the GGUF path (default ``RUN/adapter.gguf``).
+_ADAPTER_FILES = ("adapter_config.json", "adapter_model.safetensors")
+
+
+def adapter_dir(run_dir: str | Path) -> Path:
+    """The PEFT adapter folder of a training run: ``RUN/adapter`` once the run reached its
+    ``--steps``; for a run stopped before (a timeout, Ctrl-C), its last Trainer checkpoint
+    (``RUN/checkpoints/checkpoint-N`` with the highest N holding an adapter).
 
     Raises:
-        ConverterError: the converter failed.
+        ConverterError: the run has neither (it stopped before its first checkpoint).
+    """
+    run_dir = Path(run_dir)
+    final = run_dir / "adapter"
+    if all((final / f).is_file() for f in _ADAPTER_FILES):
+        return final
+    steps = []
+    for ckpt in (run_dir / "checkpoints").glob("checkpoint-*"):
+        step = ckpt.name.removeprefix("checkpoint-")
+        if step.isdigit() and all((ckpt / f).is_file() for f in _ADAPTER_FILES):
+            steps.append((int(step), ckpt))
+    if not steps:
+        raise ConverterError(
+            f"no adapter in {run_dir}: neither {final} nor a checkpoint under "
+            f"{run_dir / 'checkpoints'} holds {' and '.join(_ADAPTER_FILES)} (the run "
+            "stopped before its first checkpoint; --save-steps sets how often they are saved)"
+        )
+    return max(steps)[1]
+
+
+def convert_adapter(run_dir: str | Path, outfile: str | Path | None = None) -> Path:
+    """Convert the run's adapter (PEFT; :func:`adapter_dir`: the final one, or a stopped
+    run's last checkpoint) to a llama.cpp LoRA GGUF (f32), using ``RUN/base``'s config.
+    Returns the GGUF path (default ``RUN/adapter.gguf``).
+
+    Raises:
+        ConverterError: no adapter, or the converter failed.
     """
     run_dir = Path(run_dir)
     out = Path(outfile) if outfile else run_dir / "adapter.gguf"
+    source = adapter_dir(run_dir)
     _run(
         "convert_lora_to_gguf.py",
         ["--base", str(run_dir / "base"), "--outfile", str(out), "--outtype", "f32",
-         str(run_dir / "adapter")],
+         str(source)],
     )  # fmt: skip
     return out
 
