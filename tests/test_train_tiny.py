@@ -252,3 +252,35 @@ def test_a_length_cap_that_keeps_only_first_turns_is_refused(tiny: Path) -> None
     roomy = length_report(tokenizer, [first, later], report["longest"])
     assert roomy["kept"] == [True, True]
     check_lengths(roomy, report["longest"])
+
+
+def test_a_gguf_base_is_dequantised_once_then_loaded_from_its_copy(
+    tiny_gguf: Path, rlmd_home: Path, monkeypatch
+) -> None:
+    from transformers import AutoModelForCausalLM
+
+    from rlmd.train.sft import dequantised_cache
+
+    loads: list[tuple[str, Any]] = []
+    real = AutoModelForCausalLM.from_pretrained
+
+    def spy(folder, *args, **kw):
+        loads.append((str(folder), kw.get("gguf_file")))
+        return real(folder, *args, **kw)
+
+    monkeypatch.setattr(AutoModelForCausalLM, "from_pretrained", spy)
+    first, _ = load_base(str(tiny_gguf))
+    cache = dequantised_cache(tiny_gguf)
+    assert loads == [(str(tiny_gguf.parent), tiny_gguf.name)]
+    assert (cache / "rlmd-complete").exists() and str(cache).startswith(str(rlmd_home))
+    second, tokenizer = load_base(str(tiny_gguf))
+    assert loads[1] == (str(cache), None)  # the copy, not the GGUF again
+    assert tokenizer.pad_token is not None
+    a, b = first.state_dict(), second.state_dict()
+    assert a.keys() == b.keys()
+    assert all(torch.equal(a[k], b[k]) for k in a)
+    # a copy left half-written (no completion mark) is redone from the GGUF
+    (cache / "rlmd-complete").unlink()
+    load_base(str(tiny_gguf))
+    assert loads[2] == (str(tiny_gguf.parent), tiny_gguf.name)
+    assert (cache / "rlmd-complete").exists()
