@@ -147,19 +147,34 @@ def test_find_definition_by_bare_qualified_and_module_name():
     assert ix.last_note is not None and "no definition of 'other.helper'" in ix.last_note
 
 
-def test_find_definition_of_a_parameter_points_at_the_lines_using_it():
+def test_find_definition_of_a_parameter_names_the_functions_taking_it():
     ix = CodeIndex.build(FILES)
     assert ix.find_definition("scale") == []  # a parameter: not a module/class definition
     note = ix.last_note or ""
-    assert "no definition of 'scale'" in note and "parameter, local variable" in note
-    assert "pkg/base.py:16:def area(self, scale=2):" in note
-    assert "pkg/base.py:11:def area(self, scale=1.5):" in note
-    assert "read_file('pkg/base.py', 1, 21)" in note
+    assert "no definition of 'scale'" in note and "a parameter of 2 function(s)" in note
+    assert "pkg/base.py:11: method Shape.area(scale=1.5, ...)" in note
+    assert "pkg/base.py:16: method Square.area(scale=2, ...)" in note
+    # found past the 200 characters a signature keeps, and across lines
+    many = ", ".join(f"p{i}: int = {i}" for i in range(40))
+    long = CodeIndex.build(
+        {
+            "l.py": f"def g({many},\n      last: dict[str, int] = {{'a': 1, 'b': 2}}) -> None:\n    pass\n"
+        }
+    )
+    assert long.find_definition("last") == []
+    assert "l.py:1: function g(last: dict[str, int] = {'a': 1, 'b': 2}, ...)" in (
+        long.last_note or ""
+    )
+    # a local or attribute (in no signature): where it is used, and how to read around it
+    local = CodeIndex.build({"m.py": "def f():  # sums\n    total = 0\n    return total\n"})
+    assert local.find_definition("total") == []
+    note = local.last_note or ""
+    assert "parameter, local variable" in note and "m.py:2:total = 0" in note
+    assert "read_file('m.py', 1, 12)" in note
     # a name defined elsewhere, or used nowhere, gets no such hint
-    ix.find_definition("other.helper")
-    assert "parameter, local variable" not in (ix.last_note or "")
-    ix.find_definition("nowhere_at_all")
-    assert "parameter, local variable" not in (ix.last_note or "")
+    for name in ("other.helper", "nowhere_at_all"):
+        ix.find_definition(name)
+        assert "parameter" not in (ix.last_note or "")
 
 
 def test_find_definition_of_a_missing_name_suggests_close_ones():

@@ -217,8 +217,27 @@ class CodeIndex:
         """For a name with no definition the index holds (a parameter, local variable or
         attribute: only module- and class-level definitions are indexed), where it is used,
         so the next step can read the code around it."""
-        if name.rpartition(".")[2] in self.by_name:  # defined, under another qualifier
+        word = name.rpartition(".")[2]
+        if word in self.by_name:  # defined, under another qualifier
             return ""
+        rx = re.compile(r"(?<![\w$])" + re.escape(word) + r"(?![\w$])")
+        owners = []
+        for path, info in self.files.items():
+            text = self.texts.get(path, "")
+            if word not in text:
+                continue
+            lines = text.split("\n")
+            for sym in info.symbols:
+                if sym.kind not in ("function", "method"):
+                    continue
+                head = _header(lines, sym.line)
+                found = rx.search(head)
+                if found:
+                    param = _parameter(head, found.start())
+                    owners.append(f"{path}:{sym.line}: {sym.kind} {sym.qualname}({param}, ...)")
+        if owners:  # named in a definition's header: a parameter of these
+            shown = "\n  ".join(owners[:5]) + ("\n  ..." if len(owners) > 5 else "")
+            return f"It is a parameter of {len(owners)} function(s):\n  {shown}\n"
         uses = self.find_references(name, max_results=3)
         self.last_note = None
         if not uses:
@@ -415,6 +434,40 @@ class CodeIndex:
 
 
 _KIND_ORDER = {"class": 0, "interface": 0, "type": 1, "function": 1, "method": 2, "constant": 3}
+
+
+def _header(lines: list[str], line: int, most: int = 30) -> str:
+    """A definition's header from its 1-based first ``line``: up to the line that opens its
+    body (ends with ``:``, ``{`` or ``=>``), at most ``most`` lines; the parameter list in
+    full (a symbol's ``signature`` is cut at 200 characters)."""
+    out = []
+    for text in lines[line - 1 : line - 1 + most]:
+        out.append(text.strip())
+        code = text.split("#", 1)[0].split("//", 1)[0].rstrip()  # a trailing comment
+        if code.endswith((":", "{", "=>")):
+            break
+    return " ".join(out)
+
+
+def _parameter(head: str, start: int) -> str:
+    """The parameter starting at ``head[start]``, with its annotation and default: up to
+    the next ``,`` or closing bracket outside brackets and quotes (80 characters at most)."""
+    depth, quote = 0, ""
+    for i in range(start, min(len(head), start + 80)):
+        ch = head[i]
+        if quote:
+            quote = "" if ch == quote else quote
+        elif ch in "'\"":
+            quote = ch
+        elif ch in "([{":
+            depth += 1
+        elif ch in ")]}":
+            if depth == 0:
+                return head[start:i].strip()
+            depth -= 1
+        elif ch == "," and depth == 0:
+            return head[start:i].strip()
+    return head[start : start + 80].strip() + "..."
 
 
 def _format(path: str, sym: Symbol) -> str:
