@@ -8,7 +8,6 @@ the same rules git uses), skipping binary and oversized files and counting what 
 
 from __future__ import annotations
 
-import asyncio
 import bisect
 import concurrent.futures
 import errno
@@ -609,6 +608,8 @@ class PendingLoad:
     async def result(self) -> Context:
         """The loaded context. Raises what :func:`load_context` raises, or
         :class:`LoadStopped` after :attr:`stop` was set."""
+        import asyncio  # not at the top: `rlmd run` starts a load before importing asyncio
+
         try:
             return await asyncio.wrap_future(self._future)
         except asyncio.CancelledError:
@@ -621,6 +622,8 @@ async def load_context_async(source: Any = None) -> Context:
     thread (a :class:`PendingLoad` is awaited); cancelling the awaiting task stops a
     codebase walk within one file (so SIGTERM acts at once, and the thread does not hold up
     the loop's shutdown). Raises what :func:`load_context` raises."""
+    import asyncio
+
     if isinstance(source, PendingLoad):
         return await source.result()
     if not isinstance(source, Path):
