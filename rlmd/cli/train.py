@@ -24,19 +24,15 @@ done, 1 failed, 2 bad usage (missing extra, unknown model, bad task file).
 from __future__ import annotations
 
 import argparse
-import asyncio
 import json
 from pathlib import Path
 from typing import Any
 
-from rich.console import Console
-from rich.markup import escape
-from rich.table import Table
-
 from rlmd import paths
+from rlmd.cli.term import LazyConsole
 
-err = Console(stderr=True, highlight=False, soft_wrap=True)
-out = Console(highlight=False, soft_wrap=True)
+err = LazyConsole(stderr=True, highlight=False, soft_wrap=True)
+out = LazyConsole(highlight=False, soft_wrap=True)
 TRAIN_HINT = "pip install 'rlmd[train]'"
 
 
@@ -115,6 +111,8 @@ def train_dir(name: str) -> Path:
 
 def run(args: argparse.Namespace) -> int:
     """Run ``rlmd train ...``; returns the exit code."""
+    from rich.markup import escape
+
     try:
         return COMMANDS[args.train_command](args)
     except ImportError as exc:
@@ -145,6 +143,8 @@ def cmd_tasks(args: argparse.Namespace) -> int:
 
 
 def cmd_rollout(args: argparse.Namespace) -> int:
+    import asyncio
+
     from rlmd import config
     from rlmd.store import Store
     from rlmd.train.rewards import RewardTerms
@@ -197,6 +197,8 @@ def _print_summary(rows: list[dict[str, Any]]) -> None:
     if not rows:
         err.print("no rollouts")
         return
+    from rich.table import Table
+
     table = Table(*rows[0].keys())
     for r in rows:
         table.add_row(*(str(v) for v in r.values()))
