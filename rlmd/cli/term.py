@@ -72,4 +72,6 @@ class LazyConsole:
         return self._console
 
     def __getattr__(self, name: str) -> Any:
+        if name.startswith("_"):  # not the console's: this object's own, not set yet
+            raise AttributeError(name)
         return getattr(self.console, name)
