@@ -8,7 +8,6 @@ the same rules git uses), skipping binary and oversized files and counting what 
 
 from __future__ import annotations
 
-import asyncio
 import bisect
 import concurrent.futures
 import errno
@@ -536,21 +535,22 @@ def _read_text(path: str, max_bytes: int, skipped: Counter) -> str | None:
         skipped["ignored" if exc.errno == errno.ELOOP else "unreadable"] += 1
         return None
     try:
-        with os.fdopen(fd, "rb") as fh:
-            st = os.fstat(fh.fileno())
-            if not stat.S_ISREG(st.st_mode):  # a FIFO or device would block or never end
-                skipped["special"] += 1
-                return None
-            if st.st_size > max_bytes:
-                skipped["oversized"] += 1
-                return None
-            data = fh.read(max_bytes + 1)
-            if len(data) > max_bytes:  # grew after the check
-                skipped["oversized"] += 1
-                return None
+        st = os.fstat(fd)
+        if not stat.S_ISREG(st.st_mode):  # a FIFO or device would block or never end
+            skipped["special"] += 1
+            return None
+        if st.st_size > max_bytes:
+            skipped["oversized"] += 1
+            return None
+        data = _read_upto(fd, st.st_size, max_bytes)
+        if len(data) > max_bytes:  # grew after the check
+            skipped["oversized"] += 1
+            return None
     except OSError:
         skipped["unreadable"] += 1
         return None
+    finally:
+        os.close(fd)
     if b"\x00" in data[:8192]:
         skipped["binary"] += 1
         return None
@@ -559,6 +559,24 @@ def _read_text(path: str, max_bytes: int, skipped: Counter) -> str | None:
     except UnicodeDecodeError:
         skipped["binary"] += 1
         return None
+
+
+def _read_upto(fd: int, size: int, limit: int) -> bytes:
+    """The bytes of the open file ``fd`` up to its end, at most ``limit + 1`` (one more than
+    allowed shows it is over): one read of the ``size`` fstat gave, then reads of at most
+    64 KiB until the end (a file that grew). ``fh.read(limit + 1)`` made a ``limit``-sized
+    buffer for every file (1 MB each: ~2.5x the time of reading the stdlib's files)."""
+    parts = []
+    total = 0
+    want = min(size, limit) + 1
+    while total <= limit:
+        chunk = os.read(fd, want)
+        if not chunk:
+            break
+        parts.append(chunk)
+        total += len(chunk)
+        want = min(limit + 1 - total, 1 << 16)
+    return parts[0] if len(parts) == 1 else b"".join(parts)
 
 
 def load_context(source: Any = None) -> Context:
@@ -609,6 +627,8 @@ class PendingLoad:
     async def result(self) -> Context:
         """The loaded context. Raises what :func:`load_context` raises, or
         :class:`LoadStopped` after :attr:`stop` was set."""
+        import asyncio  # not at the top: `rlmd run` starts a load before importing asyncio
+
         try:
             return await asyncio.wrap_future(self._future)
         except asyncio.CancelledError:
@@ -621,6 +641,8 @@ async def load_context_async(source: Any = None) -> Context:
     thread (a :class:`PendingLoad` is awaited); cancelling the awaiting task stops a
     codebase walk within one file (so SIGTERM acts at once, and the thread does not hold up
     the loop's shutdown). Raises what :func:`load_context` raises."""
+    import asyncio
+
     if isinstance(source, PendingLoad):
         return await source.result()
     if not isinstance(source, Path):

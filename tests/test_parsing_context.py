@@ -376,3 +376,22 @@ def test_joined_ignore_rules_match_exactly_what_pathspec_matches():
         match = ignore_matcher(lines)
         for path in probes:
             assert match(path) == spec.match_file(path), (lines, path)
+
+
+def test_a_file_is_read_to_its_end_or_one_byte_past_the_limit(tmp_path):
+    """The loader reads the size fstat gave in one call, then on to the end: a file that
+    grew since is read whole, or up to one byte over the limit (then counted oversized)."""
+    from rlmd.context import _read_upto
+
+    grown = tmp_path / "grown.txt"
+    grown.write_bytes(b"x" * 200_000)
+    with open(grown, "rb") as fh:  # fstat said 10 bytes
+        assert _read_upto(fh.fileno(), 10, 1_000_000) == b"x" * 200_000
+    with open(grown, "rb") as fh:
+        assert _read_upto(fh.fileno(), 10, 100_000) == b"x" * 100_001
+    with open(grown, "rb") as fh:
+        assert _read_upto(fh.fileno(), 200_000, 200_000) == b"x" * 200_000
+    empty = tmp_path / "empty.txt"
+    empty.write_bytes(b"")
+    with open(empty, "rb") as fh:
+        assert _read_upto(fh.fileno(), 0, 10) == b""

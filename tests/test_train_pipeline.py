@@ -293,12 +293,19 @@ def test_a_stopped_runs_last_checkpoint_is_the_adapter_to_convert(tmp_path):
     assert adapter_dir(run) == last
     final = _adapter(run / "adapter")  # a run that reached its --steps
     assert adapter_dir(run) == final
+    (run / "train.json").write_text(json.dumps({"steps": 10}))
+    assert adapter_dir(run) == final
+    # finished at 10, then resumed with more --steps and stopped at 12: the checkpoint is newer
+    newer = _adapter(ckpts / "checkpoint-12")
+    assert adapter_dir(run) == newer
 
 
-def test_train_convert_without_an_adapter_fails_with_a_reason(rlmd_home):
+@pytest.mark.parametrize("merge", [[], ["--merge"]])
+def test_train_convert_without_an_adapter_fails_with_a_reason(rlmd_home, merge):
     (rlmd_home / "train" / "half" / "checkpoints").mkdir(parents=True)
+    cmd = ["train", "convert", "half", "--base", "qwen2.5-coder-0.5b", *merge]
     done = subprocess.run(
-        [sys.executable, "-m", "rlmd", "train", "convert", "half", "--base", "qwen2.5-coder-0.5b"],
+        [sys.executable, "-m", "rlmd", *cmd],
         capture_output=True,
         text=True,
         env={**os.environ, "RLMD_HOME": str(rlmd_home)},

@@ -28,7 +28,13 @@ from rlmd.models.local import LocalModel  # noqa: E402
 from rlmd.models.registry import Registry  # noqa: E402
 from rlmd.store import Store  # noqa: E402
 from rlmd.train.export import ExportFilters, sft_samples  # noqa: E402
-from rlmd.train.gguf_lora import convert_adapter, convert_model, register  # noqa: E402
+from rlmd.train.gguf_lora import (  # noqa: E402
+    convert_adapter,
+    convert_model,
+    merge_adapter,
+    quantize,
+    register,
+)
 from rlmd.train.grpo import GRPOOptions, train_grpo  # noqa: E402
 from rlmd.train.rollout import RolloutOptions, run_rollouts  # noqa: E402
 from rlmd.train.sft import (  # noqa: E402
@@ -162,6 +168,38 @@ def test_sft_step_adapter_to_llama_cpp(tiny: Path, tiny_gguf: Path, tmp_path: Pa
     assert spec.provider == "local" and spec.options["lora_path"] == str(adapter.resolve())
     assert cli_main(["models"]) == 0
     assert "tiny-tuned" in capsys.readouterr().out
+
+
+def test_a_merged_adapter_is_one_gguf_that_runs_like_base_plus_lora(
+    tiny: Path, tiny_gguf: Path, tmp_path: Path, rlmd_home: Path
+) -> None:
+    """``rlmd train convert --merge``: the adapter folded into the base, converted and
+    quantised, is one plain GGUF (no LoRA at inference, so llama.cpp keeps its repacked CPU
+    kernels) whose logits are those of base + adapter."""
+    data = tmp_path / "sft.jsonl"
+    data.write_text(json.dumps(SAMPLE) + "\n")
+    run = tmp_path / "run"
+    opts = SFTOptions(steps=1, learning_rate=1e-2, rank=4, alpha=8, max_length=256, save_steps=1)
+    train_sft(str(tiny), data, run, opts)
+    prompt = "<|im_start|>user\nhow long is the context?<|im_end|>\n<|im_start|>assistant\n"
+    plain = _logits(tiny_gguf, prompt)
+    with_lora = _logits(tiny_gguf, prompt, convert_adapter(run))
+    shift = max(abs(a - b) for a, b in zip(plain, with_lora, strict=True))
+    assert shift > 1e-4
+
+    merged = merge_adapter(run, str(tiny), quant="f16")
+    assert merged == run / "merged-f16.gguf" and not (run / "merge-tmp").exists()
+    got = _logits(merged, prompt)
+    assert max(abs(a - b) for a, b in zip(got, with_lora, strict=True)) < 0.05 * shift
+
+    small = quantize(merged, tmp_path / "merged-q4_k_m.gguf", "q4_k_m")  # merge_adapter's last step
+    assert small.stat().st_size < merged.stat().st_size
+    assert all(math.isfinite(x) for x in _logits(small, prompt))
+
+    register("tiny-merged", str(small), None, merged_from=str(run / "adapter"))
+    spec = Registry().spec("tiny-merged")
+    assert spec.provider == "local" and spec.model == str(small)
+    assert "lora_path" not in spec.options
 
 
 def test_grpo_step_changes_the_adapter(tiny: Path, tmp_path: Path) -> None:

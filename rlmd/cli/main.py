@@ -22,7 +22,6 @@ Exit codes: 0 success (``run``: the run completed), 1 the run ended without comp
 from __future__ import annotations
 
 import argparse
-import asyncio
 import gc
 import json
 import math
@@ -32,14 +31,12 @@ import sys
 import threading
 from pathlib import Path
 
-from rich.console import Console
-
 from rlmd import isolation, paths
-from rlmd.cli.term import markup, visible
+from rlmd.cli.term import LazyConsole, markup, visible
 from rlmd.sandbox import BACKENDS
 
-err = Console(stderr=True, highlight=False, soft_wrap=True)
-out = Console(highlight=False, soft_wrap=True)
+err = LazyConsole(stderr=True, highlight=False, soft_wrap=True)
+out = LazyConsole(highlight=False, soft_wrap=True)
 
 
 def _parser() -> argparse.ArgumentParser:
@@ -334,20 +331,26 @@ def cmd_run(args: argparse.Namespace) -> int:
 
 
 def _run_command(args: argparse.Namespace) -> int:
-    from rlmd import config
-    from rlmd.cli.progress import ProgressPrinter
-    from rlmd.models.base import ModelNotAvailable
-    from rlmd.runner import run_question
-
     try:
         if args.samples < 1:
             raise ValueError(f"--samples must be at least 1, not {args.samples}")
         context = _read_context(args.context)
         project = context if isinstance(context, Path) and context.is_dir() else Path.cwd()
-        if isinstance(context, Path):  # read while the rest of rlmd starts up
+        if isinstance(context, Path):  # read while the rest of rlmd starts up (imports too)
             from rlmd.context import PendingLoad
 
             context = PendingLoad(context)
+    except (FileNotFoundError, ValueError) as exc:
+        err.print(f"[red]error:[/] {markup(str(exc))}")
+        return 2
+
+    import asyncio
+
+    from rlmd import config
+    from rlmd.models.base import ModelNotAvailable
+    from rlmd.runner import run_question
+
+    try:
         settings = config.load(project)
         registry = settings.registry()
         run_config = config.build_run_config(
@@ -392,7 +395,12 @@ def _run_command(args: argparse.Namespace) -> int:
         if not started and event.depth == 0:
             started.append(event.run_id)
 
-    sinks = (note_start,) if args.quiet else (note_start, ProgressPrinter(err))
+    if args.quiet:
+        sinks: tuple = (note_start,)
+    else:
+        from rlmd.cli.progress import ProgressPrinter
+
+        sinks = (note_start, ProgressPrinter(err.console))
 
     async def go():
         # SIGTERM (timeout(1), systemd, an editor) cancels like Ctrl-C: the run is recorded

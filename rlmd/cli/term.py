@@ -8,9 +8,10 @@ enough. Everything rlmd draws from a run goes through :func:`visible` first.
 from __future__ import annotations
 
 import re
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-from rich.markup import escape
+if TYPE_CHECKING:
+    from rich.console import Console
 
 _UNSAFE = re.compile(
     r"[\x00-\x08\x0b-\x1f\x7f-\x9f\u061c\u200e\u200f\u202a-\u202e\u2066-\u2069\ud800-\udfff]"
@@ -46,4 +47,31 @@ def visible_all(obj: Any) -> Any:
 
 def markup(text: Any) -> str:
     """:func:`visible` text, escaped for rich console markup (``[red]`` stays literal)."""
+    from rich.markup import escape
+
     return escape(visible(text))
+
+
+class LazyConsole:
+    """A :class:`rich.console.Console` made on first use, with the options given here:
+    importing rich costs ~50 ms, which ``rlmd run`` spends after it has started reading the
+    codebase, and not at all when it prints nothing (``--quiet``, no error). Attributes
+    and methods are the console's."""
+
+    def __init__(self, **options: Any) -> None:
+        self._options = options
+        self._console: Console | None = None
+
+    @property
+    def console(self) -> Console:
+        """The console itself (made now if it was not yet)."""
+        if self._console is None:
+            from rich.console import Console
+
+            self._console = Console(**self._options)
+        return self._console
+
+    def __getattr__(self, name: str) -> Any:
+        if name.startswith("_"):  # not the console's: this object's own, not set yet
+            raise AttributeError(name)
+        return getattr(self.console, name)

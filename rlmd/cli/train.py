@@ -13,29 +13,26 @@
     rlmd train sft --base MODEL --data F --out NAME [--steps N] [--lr X] [--rank R]
                    [--max-length N] [--device cpu|cuda|mps] [--no-convert]
     rlmd train grpo --base MODEL --data F --out NAME [--steps N] [--lr X] [--no-convert]
-    rlmd train convert NAME --base MODEL
+    rlmd train convert NAME --base MODEL [--merge [--quant q4_k_m|q5_k_m|q8_0|f16|f32]]
 
 Training output goes to ``<rlmd home>/train/NAME``; after ``sft``/``grpo`` the adapter is
-converted to GGUF and registered as model ``NAME`` (``rlmd models`` lists it). Exit codes: 0
+converted to GGUF and registered as model ``NAME`` (``rlmd models`` lists it); ``convert
+--merge`` instead merges it into the base, quantises, and registers ``NAME-merged``. Exit codes: 0
 done, 1 failed, 2 bad usage (missing extra, unknown model, bad task file).
 """
 
 from __future__ import annotations
 
 import argparse
-import asyncio
 import json
 from pathlib import Path
 from typing import Any
 
-from rich.console import Console
-from rich.markup import escape
-from rich.table import Table
-
 from rlmd import paths
+from rlmd.cli.term import LazyConsole
 
-err = Console(stderr=True, highlight=False, soft_wrap=True)
-out = Console(highlight=False, soft_wrap=True)
+err = LazyConsole(stderr=True, highlight=False, soft_wrap=True)
+out = LazyConsole(highlight=False, soft_wrap=True)
 TRAIN_HINT = "pip install 'rlmd[train]'"
 
 
@@ -100,6 +97,12 @@ def add_parser(sub: Any) -> None:
     c = t.add_parser("convert", help="adapter → llama.cpp GGUF, registered as a model")
     c.add_argument("name")
     c.add_argument("--base", required=True)
+    c.add_argument(
+        "--merge",
+        action="store_true",
+        help="merge the adapter into the base and quantise (model NAME-merged)",
+    )
+    c.add_argument("--quant", default="q4_k_m", choices=["q4_k_m", "q5_k_m", "q8_0", "f16", "f32"])
 
 
 def train_dir(name: str) -> Path:
@@ -108,6 +111,8 @@ def train_dir(name: str) -> Path:
 
 def run(args: argparse.Namespace) -> int:
     """Run ``rlmd train ...``; returns the exit code."""
+    from rich.markup import escape
+
     try:
         return COMMANDS[args.train_command](args)
     except ImportError as exc:
@@ -138,6 +143,8 @@ def cmd_tasks(args: argparse.Namespace) -> int:
 
 
 def cmd_rollout(args: argparse.Namespace) -> int:
+    import asyncio
+
     from rlmd import config
     from rlmd.store import Store
     from rlmd.train.rewards import RewardTerms
@@ -190,6 +197,8 @@ def _print_summary(rows: list[dict[str, Any]]) -> None:
     if not rows:
         err.print("no rollouts")
         return
+    from rich.table import Table
+
     table = Table(*rows[0].keys())
     for r in rows:
         table.add_row(*(str(v) for v in r.values()))
@@ -307,7 +316,18 @@ def _convert(name: str, base: str) -> None:
 
 
 def cmd_convert(args: argparse.Namespace) -> int:
-    _convert(args.name, args.base)
+    if not args.merge:
+        _convert(args.name, args.base)
+        return 0
+    from rlmd.train.gguf_lora import adapter_dir, merge_adapter, register
+
+    run = train_dir(args.name)
+    source = adapter_dir(run)
+    err.print(f"merging {source} into {args.base}, quantising to {args.quant}")
+    gguf = merge_adapter(run, args.base, quant=args.quant)
+    name = f"{args.name}-merged"
+    entry = register(name, str(gguf.resolve()), None, merged_from=str(source))
+    err.print(f"model {name!r} registered ({entry}); try: rlmd run --model {name} ...")
     return 0
 
 

@@ -64,15 +64,16 @@ def builtin_entries() -> dict[str, dict[str, Any]]:
 def adapter_entries() -> dict[str, dict[str, Any]]:
     """Models fine-tuned with ``rlmd train``: each ``<models dir>/adapters/NAME.json``
     (``{"base": local model name or GGUF path, "lora_path": adapter GGUF}``, written by
-    :func:`rlmd.train.gguf_lora.register`) is the local base with that LoRA adapter. A file
-    that cannot be read is skipped."""
+    :func:`rlmd.train.gguf_lora.register`) is the local base with that LoRA adapter, or,
+    without ``lora_path``, the GGUF ``base`` alone (a merged fine-tune). A file that cannot
+    be read is skipped."""
     folder = paths.home() / "models" / "adapters"
     entries: dict[str, dict[str, Any]] = {}
     for path in sorted(folder.glob("*.json")) if folder.is_dir() else []:
         try:
             entry = json.loads(path.read_text())
-            base, lora = str(entry["base"]), str(entry["lora_path"])
-        except (OSError, ValueError, KeyError, TypeError):
+            base, lora = str(entry["base"]), entry.get("lora_path")
+        except (OSError, ValueError, KeyError, TypeError, AttributeError):
             continue
         entries[path.stem] = {
             "provider": "local",
@@ -81,7 +82,7 @@ def adapter_entries() -> dict[str, dict[str, Any]]:
             "max_output_tokens": 1_024,
             "price_input": 0.0,
             "price_output": 0.0,
-            "options": {"lora_path": lora},
+            "options": {"lora_path": str(lora)} if lora else {},
         }
     return entries
 

@@ -17,7 +17,6 @@ from __future__ import annotations
 
 import contextlib
 import ctypes
-import ctypes.util
 import functools
 import logging
 import os
@@ -87,7 +86,9 @@ _MS_NOSUID, _MS_NODEV, _MS_PRIVATE, _MNT_DETACH = 2, 4, 1 << 18, 2
 def _libc() -> ctypes.CDLL | None:
     if sys.platform != "linux":
         return None
-    return ctypes.CDLL(ctypes.util.find_library("c") or "libc.so.6", use_errno=True)
+    # The process's own symbols, libc's among them (as rlmd.sandbox.files does):
+    # ctypes.util.find_library ran /sbin/ldconfig -p in every rlmd process that starts a kernel
+    return ctypes.CDLL(None, use_errno=True)
 
 
 def _mount_tmpfs(path: str, size: int) -> None:

@@ -62,9 +62,9 @@ import time
 from collections import Counter
 from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
-from functools import lru_cache
+from functools import cached_property, lru_cache
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from rlmd.engine.events import (
     CellFinished,
@@ -84,7 +84,9 @@ from rlmd.store import schema
 from rlmd.store.codec import NODE_TEXT_COLUMNS, dumps, loads, merge_text, split_text, to_jsonable
 from rlmd.store.queries import Queries
 from rlmd.store.rollouts import Rollouts
-from rlmd.store.sqlite import sqlite_utils
+
+if TYPE_CHECKING:
+    from rlmd.store.sqlite import sqlite_utils
 
 log = logging.getLogger("rlmd.store")
 
@@ -126,6 +128,10 @@ RUN_TEXT_COLUMNS = ("question", "answer")
 """Run columns covered by the full-text index (``runs_fts``)."""
 
 
+def _journal_mode(conn: sqlite3.Connection) -> str:
+    return str(conn.execute("PRAGMA journal_mode").fetchone()[0])
+
+
 class Store(Queries, Rollouts):
     """The SQLite trajectory store.
 
@@ -141,7 +147,8 @@ class Store(Queries, Rollouts):
         sqlite3.DatabaseError: the file is not a SQLite database, or stayed locked.
 
     Attributes:
-        db: the :class:`sqlite_utils.Database`.
+        db: the :class:`sqlite_utils.Database` (made on first use: importing sqlite-utils
+            costs ~0.3 s, and recording a run into a current store does not need it).
         anomalies: counts of odd events (``"unknown_run"``, ``"unknown_node"``,
             ``"unknown_kind"``, ``"duplicate_run_started"``, ``"missing_node_id"``,
             ``"error"``).
@@ -176,7 +183,6 @@ class Store(Queries, Rollouts):
                 make_private(self.path + leftover)
             protect_store(self.path)
         conn = sqlite3.connect(self.path, timeout=busy_timeout_s, check_same_thread=False)
-        self.db = sqlite_utils.Database(conn, execute_plugins=False)
         self._conn = conn
         self._lock = threading.RLock()
         self.anomalies: Counter[str] = Counter()
@@ -194,18 +200,31 @@ class Store(Queries, Rollouts):
         self._flush_loop: asyncio.AbstractEventLoop | None = None  # a flush is scheduled there
         self._closed = False
         try:
-            self.db.execute(f"PRAGMA busy_timeout = {int(busy_timeout_s * 1000):d}")
-            self._enable_wal(busy_timeout_s)
-            self.db.execute("PRAGMA synchronous = NORMAL")
-            schema.migrate(self.db)
-            if self.db.journal_mode == "wal":
-                self.db.execute(f"PRAGMA wal_autocheckpoint = {WAL_AUTOCHECKPOINT_PAGES:d}")
+            conn.execute("PRAGMA recursive_triggers = on")  # as sqlite_utils.Database sets it
+            conn.execute(f"PRAGMA busy_timeout = {int(busy_timeout_s * 1000):d}")
+            # A store already in WAL mode at the current schema (every open but the first)
+            # needs nothing from sqlite-utils: it is imported when a file is set up.
+            current = _journal_mode(conn) == "wal"
+            if not current:
+                self._enable_wal(busy_timeout_s)
+            conn.execute("PRAGMA synchronous = NORMAL")
+            if not (current and schema.user_version(conn) == schema.SCHEMA_VERSION):
+                schema.migrate(self.db)
+            if _journal_mode(conn) == "wal":
+                conn.execute(f"PRAGMA wal_autocheckpoint = {WAL_AUTOCHECKPOINT_PAGES:d}")
                 self._checkpointer = _Checkpointer(os.path.abspath(self.path))
         except BaseException:
             conn.close()
             raise
         if check_interrupted:
             self.mark_interrupted()
+
+    @cached_property
+    def db(self) -> sqlite_utils.Database:
+        """The :class:`sqlite_utils.Database` over this store's connection."""
+        from rlmd.store.sqlite import sqlite_utils
+
+        return sqlite_utils.Database(self._conn, execute_plugins=False)
 
     def index_text(self, *, quiet: bool = False) -> int:
         """Add the text of the nodes still pending to the full-text index (see the module
@@ -257,7 +276,7 @@ class Store(Queries, Rollouts):
                 self.index_text(quiet=True)
             self._closed = True
             try:
-                self.db.close()
+                self._conn.close()
             except sqlite3.ProgrammingError:
                 pass
 
@@ -280,7 +299,7 @@ class Store(Queries, Rollouts):
             self._bumps.clear()
             self._open_nodes.clear()  # may hold rows the rollback undoes
             if self._conn.in_transaction:
-                self.db.rollback()
+                self._conn.execute("ROLLBACK")
             raise
 
     def _exec(self, sql: str, params: Sequence[Any] = ()) -> sqlite3.Cursor:
@@ -560,7 +579,9 @@ class Store(Queries, Rollouts):
         """
         with self._lock:
             self.index_text(quiet=True)  # what a killed process left pending
-            rows = self.db.execute("SELECT id, pid FROM runs WHERE status = 'running'").fetchall()
+            rows = self._conn.execute(
+                "SELECT id, pid FROM runs WHERE status = 'running'"
+            ).fetchall()
             dead = [run_id for run_id, pid in rows if force or not pid_alive(pid)]
             if not dead:
                 return []

@@ -25,10 +25,12 @@ from __future__ import annotations
 
 import threading
 from collections.abc import Iterable
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from rlmd.store.codec import NODE_TEXT_COLUMNS, RUN_JSON_COLUMNS, loads, merge_text
-from rlmd.store.sqlite import sqlite_utils
+
+if TYPE_CHECKING:
+    from rlmd.store.sqlite import sqlite_utils
 
 TREE_TOTAL_KEYS = (
     "runs",
@@ -116,8 +118,11 @@ def build_tree(
 class Queries:
     """Read methods of :class:`rlmd.store.Store` (needs ``self.db`` and ``self._lock``)."""
 
-    db: sqlite_utils.Database
     _lock: threading.RLock
+
+    @property
+    def db(self) -> sqlite_utils.Database:  # provided by Store
+        raise NotImplementedError
 
     def flush(self) -> None:
         """Write events kept in memory (implemented by :class:`rlmd.store.Store`)."""

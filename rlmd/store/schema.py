@@ -49,9 +49,12 @@ from __future__ import annotations
 
 import sqlite3
 from collections.abc import Callable
+from typing import TYPE_CHECKING
 
 from rlmd.store.codec import NODE_TEXT_COLUMNS
-from rlmd.store.sqlite import sqlite_utils
+
+if TYPE_CHECKING:
+    from rlmd.store.sqlite import sqlite_utils
 
 
 class StoreError(Exception):
@@ -266,7 +269,7 @@ MIGRATIONS: list[Callable[[sqlite_utils.Database], None]] = [
 SCHEMA_VERSION = len(MIGRATIONS)
 
 
-def user_version(db: sqlite_utils.Database) -> int:
+def user_version(db: sqlite_utils.Database | sqlite3.Connection) -> int:
     """The schema version recorded in the file (0 for a new file)."""
     return int(db.execute("PRAGMA user_version").fetchone()[0])
 
