@@ -1,0 +1,6 @@
+#!/bin/sh
+# run one SFT piece that stops at $UNTIL (UTC HH:MM:SS today) at the latest, and <= 1380 s
+now=$(date -u +%s); end=$(date -u -d "$UNTIL" +%s)
+left=$((end - now)); [ $left -gt 1380 ] && left=1380
+[ $left -lt 240 ] && { echo "sft skipped $(date -u +%T): only $left s left" >> sft.log; exit 0; }
+LIMIT=$left exec ./sft.sh
