@@ -159,7 +159,10 @@ def floor_read(folder: Path, env: dict[str, str]) -> float:
 
 
 def growth(points: list[tuple[float, float]]) -> float:
-    """Cost per unit at the largest point / cost per unit at the smallest (1: linear)."""
+    """Cost per unit at the largest point / cost per unit at the smallest (1: linear; NaN
+    without two points, e.g. a curve left out with an empty list)."""
+    if len(points) < 2:
+        return float("nan")
     (x0, y0), (x1, y1) = points[0], points[-1]
     return (y1 / x1) / (y0 / x0) if x0 and y0 and x1 else float("nan")
 
