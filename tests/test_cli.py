@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import os
+import sqlite3
 import subprocess
 import sys
 
@@ -300,6 +301,30 @@ def test_corrupt_store_is_a_message_with_the_fix_not_a_traceback(rlmd_home, comm
     assert proc.returncode == 1
     assert "Traceback" not in proc.stderr
     assert "not a database" in proc.stderr and "Move it aside" in proc.stderr
+
+
+@pytest.mark.parametrize("command", ["runs", "show", "run"])
+def test_a_store_from_a_newer_rlmd_is_a_message_and_left_as_it_was(rlmd_home, command, tmp_path):
+    """A store whose schema version is newer than this code knows (written by a newer rlmd,
+    in WAL mode or not): the StoreVersionError's message, exit 1, the file untouched."""
+    store = rlmd_home / "rlmd.db"
+    conn = sqlite3.connect(store)
+    conn.execute("CREATE TABLE runs (id TEXT PRIMARY KEY)")
+    conn.execute("PRAGMA user_version = 99")
+    if command != "run":
+        conn.execute("PRAGMA journal_mode = wal")
+    conn.close()
+    before = store.read_bytes()
+    script = tmp_path / "script.json"
+    script.write_text(json.dumps({"responses": ["```repl\nFINAL('x')\n```"]}))
+    args = {"runs": ["runs"], "show": ["show", "last"], "run": ["run", "q"]}[command]
+    if command == "run":
+        args += ["--model", f"scripted:{script}"]
+    proc = rlmd(*args, home=rlmd_home)
+    assert proc.returncode == 1, proc.stderr
+    assert "Traceback" not in proc.stderr
+    assert "schema version 99" in proc.stderr and "upgrade rlmd" in proc.stderr
+    assert store.read_bytes() == before
 
 
 def test_doctor_prints_every_check_and_exits_with_the_verdict(tmp_path):

@@ -283,6 +283,9 @@ def test_a_stopped_runs_last_checkpoint_is_the_adapter_to_convert(tmp_path):
     from rlmd.train.gguf_lora import ConverterError, adapter_dir
 
     run = tmp_path / "run"
+    with pytest.raises(ConverterError, match="no training run 'run'"):
+        adapter_dir(run)
+    run.mkdir()
     with pytest.raises(ConverterError, match="stopped before its first checkpoint"):
         adapter_dir(run)
     ckpts = run / "checkpoints"
@@ -313,3 +316,65 @@ def test_train_convert_without_an_adapter_fails_with_a_reason(rlmd_home, merge):
     assert done.returncode == 1, done.stderr
     assert "no adapter in" in done.stderr and "Traceback" not in done.stderr
     assert not (rlmd_home / "train" / "half" / "adapter.gguf").exists()
+
+
+def _rlmd_train(home: Path, *args: str) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [sys.executable, "-m", "rlmd", "train", *args],
+        capture_output=True,
+        text=True,
+        env={**os.environ, "RLMD_HOME": str(home)},
+    )
+
+
+def _files(folder: Path) -> set[Path]:
+    return {p for p in folder.rglob("*") if p.is_file()}
+
+
+@pytest.mark.parametrize("name", ["../elsewhere", "runs/x", "..", "[/]x"])
+@pytest.mark.parametrize("merge", [[], ["--merge"]])
+def test_train_convert_refuses_a_name_that_is_a_path_before_any_work(rlmd_home, name, merge):
+    """The run name is a folder under ``<home>/train`` and a registry name: a path (or a
+    name rich would read as markup) is refused up front with exit 2, nothing read, written
+    or registered (it used to be found out by ``register`` after the merge)."""
+    _adapter(rlmd_home / "elsewhere" / "adapter")  # what ../elsewhere would reach
+    _adapter(rlmd_home / "train" / "runs" / "x" / "adapter")
+    before = _files(rlmd_home)
+    done = _rlmd_train(rlmd_home, "convert", name, "--base", "no-such-base", *merge)
+    assert done.returncode == 2, done.stderr
+    assert f"model name {name!r}" in done.stderr and "Traceback" not in done.stderr
+    assert _files(rlmd_home) == before
+
+
+def test_train_sft_refuses_an_out_name_it_could_not_register_before_training(rlmd_home):
+    data = rlmd_home / "sft.jsonl"
+    data.write_text("")
+    done = _rlmd_train(
+        rlmd_home, "sft", "--base", "no-such-base", "--data", str(data), "--out", "runs/x"
+    )
+    assert done.returncode == 2, done.stderr
+    assert "model name 'runs/x'" in done.stderr and "Traceback" not in done.stderr
+    assert not (rlmd_home / "train").exists()
+
+
+def test_train_convert_of_a_run_that_does_not_exist_says_so(rlmd_home):
+    done = _rlmd_train(rlmd_home, "convert", "nosuch", "--base", "no-such-base", "--merge")
+    assert done.returncode == 1, done.stderr
+    assert "no training run 'nosuch'" in done.stderr and "Traceback" not in done.stderr
+
+
+def test_train_convert_of_a_name_too_long_for_a_file_says_there_is_no_such_run(rlmd_home):
+    name = "a" * 300  # a plain name, but longer than a file name may be
+    done = _rlmd_train(rlmd_home, "convert", name, "--base", "no-such-base")
+    assert done.returncode == 1, done.stderr
+    assert "no training run" in done.stderr and "Traceback" not in done.stderr
+
+
+def test_train_reports_an_os_error_without_a_traceback(rlmd_home):
+    blocker = rlmd_home / "a-file"
+    blocker.write_text("")
+    done = _rlmd_train(
+        rlmd_home, "tasks", "--split", "train", "--size", "tiny", "--out", str(blocker / "tasks")
+    )
+    assert done.returncode == 1, done.stderr
+    assert "Not a directory" in done.stderr and "Traceback" not in done.stderr

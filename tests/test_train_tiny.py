@@ -322,3 +322,29 @@ def test_a_gguf_base_is_dequantised_once_then_loaded_from_its_copy(
     load_base(str(tiny_gguf))
     assert loads[2] == (str(tiny_gguf.parent), tiny_gguf.name)
     assert (cache / "rlmd-complete").exists()
+
+
+def test_a_failed_quantisation_keeps_the_gguf_an_earlier_merge_registered(
+    tiny: Path, tmp_path: Path, rlmd_home: Path, monkeypatch
+) -> None:
+    """A quantisation that fails half-way (a full disk) writes into the work folder, not over
+    ``RUN/merged-QUANT.gguf``, which a registered ``NAME-merged`` model still points to."""
+    from rlmd.train import gguf_lora
+
+    data = tmp_path / "sft.jsonl"
+    data.write_text(json.dumps(SAMPLE) + "\n")
+    run = tmp_path / "run"
+    opts = SFTOptions(steps=1, learning_rate=1e-2, rank=4, alpha=8, max_length=256)
+    train_sft(str(tiny), data, run, opts)
+    earlier = run / "merged-q4_k_m.gguf"
+    earlier.write_bytes(b"the GGUF of an earlier merge")
+
+    def half_written(src: Path, dst: Path, quant: str) -> Path:
+        Path(dst).write_bytes(b"half")
+        raise gguf_lora.ConverterError("No space left on device")
+
+    monkeypatch.setattr(gguf_lora, "quantize", half_written)
+    with pytest.raises(gguf_lora.ConverterError, match="No space left"):
+        merge_adapter(run, str(tiny), quant="q4_k_m")
+    assert earlier.read_bytes() == b"the GGUF of an earlier merge"
+    assert not (run / "merge-tmp").exists()

@@ -198,6 +198,13 @@ def _main(argv: list[str] | None) -> int:
             f"{markup(str(store))}.broken) and rlmd starts a new one; rlmd doctor explains."
         )
         return 1
+    except Exception as exc:  # noqa: BLE001 - only the store's own errors are handled here
+        # (rlmd.store.schema is not imported on every start: a StoreError means it was)
+        schema = sys.modules.get("rlmd.store.schema")
+        if schema is None or not isinstance(exc, schema.StoreError):
+            raise
+        err.print(f"[red]error:[/] {markup(str(exc))}")  # a store written by a newer rlmd
+        return 1
 
 
 def _check_args(args: argparse.Namespace) -> str | None:

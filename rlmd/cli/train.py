@@ -120,13 +120,16 @@ def run(args: argparse.Namespace) -> int:
         err.print(f"[red]error:[/] {escape(str(exc))}{hint}")
         return 2
     except (ValueError, KeyError, FileNotFoundError) as exc:
-        err.print(f"[red]error:[/] {exc}")
+        err.print(f"[red]error:[/] {escape(str(exc))}")
         return 2
     except RuntimeError as exc:
         from rlmd.train.gguf_lora import ConverterError  # not imported on every rlmd start
 
         if not isinstance(exc, ConverterError):
             raise
+        err.print(f"[red]error:[/] {escape(str(exc))}")
+        return 1
+    except OSError as exc:  # a folder it cannot write, a full disk, a name too long
         err.print(f"[red]error:[/] {escape(str(exc))}")
         return 1
 
@@ -263,6 +266,10 @@ def cmd_import_rollouts(args: argparse.Namespace) -> int:
 
 
 def cmd_fit(args: argparse.Namespace) -> int:
+    if not args.no_convert:  # it is registered after training: refuse a bad name before
+        from rlmd.train.gguf_lora import check_name
+
+        check_name(args.out)
     folder = train_dir(args.out)
     if args.train_command == "sft":
         from rlmd.train.sft import SFTOptions, train_sft
@@ -316,6 +323,9 @@ def _convert(name: str, base: str) -> None:
 
 
 def cmd_convert(args: argparse.Namespace) -> int:
+    from rlmd.train.gguf_lora import check_name
+
+    check_name(args.name)  # before any work: a path would read or write outside the home
     if not args.merge:
         _convert(args.name, args.base)
         return 0

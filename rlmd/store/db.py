@@ -205,10 +205,12 @@ class Store(Queries, Rollouts):
             # A store already in WAL mode at the current schema (every open but the first)
             # needs nothing from sqlite-utils: it is imported when a file is set up.
             current = _journal_mode(conn) == "wal"
+            version = schema.user_version(conn)
+            schema.check_version(version)  # a newer rlmd's file: refused before any change
             if not current:
                 self._enable_wal(busy_timeout_s)
             conn.execute("PRAGMA synchronous = NORMAL")
-            if not (current and schema.user_version(conn) == schema.SCHEMA_VERSION):
+            if not (current and version == schema.SCHEMA_VERSION):
                 schema.migrate(self.db)
             if _journal_mode(conn) == "wal":
                 conn.execute(f"PRAGMA wal_autocheckpoint = {WAL_AUTOCHECKPOINT_PAGES:d}")

@@ -287,13 +287,13 @@ def migrate(db: sqlite_utils.Database) -> int:
         sqlite3.OperationalError: the database stayed locked past the busy timeout.
     """
     before = user_version(db)
-    _check_version(before)
+    check_version(before)
     if before == SCHEMA_VERSION:
         return before
     db.execute("BEGIN IMMEDIATE")
     try:
         before = user_version(db)  # another process may have migrated meanwhile
-        _check_version(before)
+        check_version(before)
         for number in range(before + 1, SCHEMA_VERSION + 1):
             MIGRATIONS[number - 1](db)
             db.execute(f"PRAGMA user_version = {number:d}")
@@ -304,7 +304,8 @@ def migrate(db: sqlite_utils.Database) -> int:
     return before
 
 
-def _check_version(version: int) -> None:
+def check_version(version: int) -> None:
+    """Raises :class:`StoreVersionError` when ``version`` is newer than this code knows."""
     if version > SCHEMA_VERSION:
         raise StoreVersionError(
             f"the trajectory database has schema version {version}, but this rlmd only knows "

@@ -99,9 +99,12 @@ def adapter_dir(run_dir: str | Path) -> Path:
     resumed with more ``--steps`` and stopped) wins over that older adapter.
 
     Raises:
-        ConverterError: the run has neither (it stopped before its first checkpoint).
+        ConverterError: no such run folder, or the run has neither (it stopped before its
+            first checkpoint).
     """
     run_dir = Path(run_dir)
+    if not run_dir.is_dir():
+        raise ConverterError(f"no training run {run_dir.name!r}: {run_dir} is not a folder")
     final = run_dir / "adapter"
     steps = []
     for ckpt in (run_dir / "checkpoints").glob("checkpoint-*"):
@@ -232,10 +235,11 @@ def merge_adapter(
         del model, merged
         floats = work / "model.gguf"
         convert_model(work / "hf", floats, "f32" if quant == "f32" else "f16")
-        if quant in ("f16", "f32"):
-            os.replace(floats, out)
-        else:
-            quantize(floats, out, quant)
+        if quant not in ("f16", "f32"):
+            # into the work folder first: a failed or half-written quantisation must not
+            # replace the GGUF an earlier merge registered
+            floats = quantize(floats, work / f"model-{quant}.gguf", quant)
+        os.replace(floats, out)
     finally:
         shutil.rmtree(work, ignore_errors=True)
     return out
@@ -251,14 +255,31 @@ def register(name: str, base: str, lora_path: str | Path | None, **extra: Any) -
     Returns the entry file written.
 
     Raises:
-        ValueError: ``name`` is not a plain name (letters, digits, ``.-_``).
+        ValueError: ``name`` is not a plain name (:func:`check_name`).
+        OSError: the entry could not be written (an earlier entry of that name is kept).
     """
-    if not name or not all(c.isalnum() or c in "._-" for c in name):
-        raise ValueError(f"model name {name!r}: use letters, digits, '.', '-' and '_' only")
+    check_name(name)
     adapters_dir().mkdir(parents=True, exist_ok=True)
     entry = {"base": base, **extra}
     if lora_path is not None:
         entry["lora_path"] = str(Path(lora_path).resolve())
     path = adapters_dir() / f"{name}.json"
-    path.write_text(json.dumps(entry, indent=2))
+    tmp = path.with_name(f".{name}.json.tmp")  # not *.json: the registry never lists it
+    tmp.write_text(json.dumps(entry, indent=2))
+    os.replace(tmp, path)
     return path
+
+
+def check_name(name: str) -> None:
+    """Check a training run / model name before any work is done under it: letters, digits,
+    ``.``, ``-`` and ``_``, not starting with ``.`` (it names ``<home>/train/NAME`` and
+    ``<models dir>/adapters/NAME.json``, so no path of its own, no ``..``).
+
+    Raises:
+        ValueError: it is not such a name.
+    """
+    if not name or name.startswith(".") or not all(c.isalnum() or c in "._-" for c in name):
+        raise ValueError(
+            f"model name {name!r}: use letters, digits, '.', '-' and '_' only "
+            "(not starting with '.')"
+        )
