@@ -289,15 +289,21 @@ def test_store_and_file_errors_are_messages_not_tracebacks(rlmd_home, tmp_path, 
     assert proc.returncode == 2 and "RLMD_HOME" in proc.stderr
 
 
+def _store_command(command: str, tmp_path) -> list[str]:
+    """The arguments of ``rlmd runs``, ``rlmd show last`` or a scripted ``rlmd run``: the
+    commands that open the store."""
+    args = {"runs": ["runs"], "show": ["show", "last"], "run": ["run", "q"]}[command]
+    if command == "run":
+        script = tmp_path / "script.json"
+        script.write_text(json.dumps({"responses": ["```repl\nFINAL('x')\n```"]}))
+        args += ["--model", f"scripted:{script}"]
+    return args
+
+
 @pytest.mark.parametrize("command", ["runs", "show", "run"])
 def test_corrupt_store_is_a_message_with_the_fix_not_a_traceback(rlmd_home, command, tmp_path):
     (rlmd_home / "rlmd.db").write_bytes(os.urandom(8192))  # random bytes, not SQLite
-    script = tmp_path / "script.json"
-    script.write_text(json.dumps({"responses": ["```repl\nFINAL('x')\n```"]}))
-    args = {"runs": ["runs"], "show": ["show", "last"], "run": ["run", "q"]}[command]
-    if command == "run":
-        args += ["--model", f"scripted:{script}"]
-    proc = rlmd(*args, home=rlmd_home)
+    proc = rlmd(*_store_command(command, tmp_path), home=rlmd_home)
     assert proc.returncode == 1
     assert "Traceback" not in proc.stderr
     assert "not a database" in proc.stderr and "Move it aside" in proc.stderr
@@ -315,12 +321,7 @@ def test_a_store_from_a_newer_rlmd_is_a_message_and_left_as_it_was(rlmd_home, co
         conn.execute("PRAGMA journal_mode = wal")
     conn.close()
     before = store.read_bytes()
-    script = tmp_path / "script.json"
-    script.write_text(json.dumps({"responses": ["```repl\nFINAL('x')\n```"]}))
-    args = {"runs": ["runs"], "show": ["show", "last"], "run": ["run", "q"]}[command]
-    if command == "run":
-        args += ["--model", f"scripted:{script}"]
-    proc = rlmd(*args, home=rlmd_home)
+    proc = rlmd(*_store_command(command, tmp_path), home=rlmd_home)
     assert proc.returncode == 1, proc.stderr
     assert "Traceback" not in proc.stderr
     assert "schema version 99" in proc.stderr and "upgrade rlmd" in proc.stderr
