@@ -250,7 +250,7 @@ PROJECT_BACKENDS = ("subprocess", "container")
 PROJECT_OPTIONS = ("limits", "template")
 """``sandbox_options`` keys a project config may set (limits only tighter than the defaults)."""
 
-LOWER_ONLY_OPTIONS = ("output_cap", "max_concurrent_subcalls")
+LOWER_ONLY_OPTIONS = ("output_cap", "max_concurrent_subcalls", "resample_repeats")
 """Numeric ``[run]`` options besides the budget that a project's file may only lower."""
 
 WORKSPACE_KEYS: dict[str, type | tuple[type, ...]] = {

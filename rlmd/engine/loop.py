@@ -268,7 +268,7 @@ class RLMRun:
         until code gives a ``FINAL`` answer the rules accept or a budget runs out."""
         sandbox = await self._attach_sandbox()
         self._open_conversation(meta, self._cell_limit(sandbox))
-        budget = self.cfg.budget
+        budget, state = self.cfg.budget, self.state
         for i in range(budget.max_iterations):
             self.iterations = i + 1
             last_turn = i + 1 >= budget.max_iterations
@@ -278,6 +278,10 @@ class RLMRun:
                 await self._send_map_if_ready()
             await maybe_compact(self.meter, self.model, self.state, it_node, sandbox)
             reply = await self._root_call(it_node)
+            if self.cfg.resample_repeats > 0 and feedback.repeats_a_cell(
+                state, parsing.find_code_blocks(reply)
+            ):
+                reply = await self._resample(it_node, reply)
             blocks = parsing.find_code_blocks(reply)
             if blocks:
                 outcome = await self._code_turn(it_node, i, blocks, sandbox, last_turn)
@@ -342,6 +346,8 @@ class RLMRun:
             if result.final is None:
                 feedback.count_kernel_death(state, result)
             all_failed = all_failed and result.error is not None
+            if result.error is not None:
+                state.raised_cells.add(feedback.normalise(code))
             state.outputs.append("\n".join((result.stdout, result.stderr, result.error or "")))
             if self.host.tally.results:
                 state.subcalls = self.host.tally
@@ -407,8 +413,27 @@ class RLMRun:
             state.say(prompts.NO_CODE)
         return None
 
-    async def _root_call(self, it_node: str) -> str:
-        """One root-model turn; returns the reply text as appended to the conversation: with
+    async def _resample(self, it_node: str, reply: str) -> str:
+        """Ask again for a turn whose code repeats a cell (:func:`feedback.repeats_a_cell`),
+        up to ``resample_repeats`` times at a higher temperature: the first reply with other
+        code (or a ``FINAL`` in prose) replaces ``reply``; else ``reply`` stands and the
+        repeat rules apply. Returns the reply the turn goes on with."""
+        state = self.state
+        for attempt in range(1, self.cfg.resample_repeats + 1):
+            state.drop_reply()
+            again = await self._root_call(it_node, feedback.resample_sampling(attempt))
+            blocks = parsing.find_code_blocks(again)
+            if not feedback.repeats_a_cell(state, blocks) and (
+                blocks or parsing.find_prose_final(again)
+            ):
+                return again
+        state.drop_reply()
+        state.reply(reply)
+        return reply
+
+    async def _root_call(self, it_node: str, sampling: dict[str, Any] | None = None) -> str:
+        """One root-model turn (with ``sampling`` over the model's own, for a re-sample);
+        returns the reply text as appended to the conversation: with
         ``stop_after_code_block``, ended at its first code block (fence closed)."""
         state = self.state
         # record_prompts: the whole prompt in the event (training samples need it exactly).
@@ -416,7 +441,13 @@ class RLMRun:
         stop = list(STOP_AFTER_BLOCK) if self.cfg.stop_after_code_block else None
         call = self.meter.call
         c = await call(
-            self.model, list(state.messages), it_node, role="root", record=new, stop=stop
+            self.model,
+            list(state.messages),
+            it_node,
+            role="root",
+            record=new,
+            stop=stop,
+            sampling=sampling,
         )
         text = c.text
         if stop:
@@ -427,7 +458,14 @@ class RLMRun:
                 # The stop string closed or opened a fence that is not code (an output
                 # block): ask again without it, so a FINAL written after it survives.
                 again: list[Message] | None = None if self.cfg.record_prompts else []
-                c = await call(self.model, list(state.messages), it_node, role="root", record=again)
+                c = await call(
+                    self.model,
+                    list(state.messages),
+                    it_node,
+                    role="root",
+                    record=again,
+                    sampling=sampling,
+                )
                 text = c.text
             text = parsing.close_open_fence(parsing.cut_after_first_block(text))
         state.sent = len(state.messages) + 1

@@ -177,7 +177,12 @@ class LocalModel(Model):
         return self._llm
 
     def _generate(
-        self, messages: list[Message], max_tokens: int, abort: _Abort, stop: list[str] | None
+        self,
+        messages: list[Message],
+        max_tokens: int,
+        abort: _Abort,
+        stop: list[str] | None,
+        sampling: dict[str, Any] | None = None,
     ) -> dict:
         with self._lock:
             llm = self._load()
@@ -186,6 +191,7 @@ class LocalModel(Model):
             abort.eos = llm.token_eos()
             kwargs: dict[str, Any] = {"temperature": 0.0, "seed": DEFAULT_SEED}
             kwargs.update(self.spec.sampling)
+            kwargs.update(sampling or {})
             kwargs["logits_processor"] = llama_cpp.LogitsProcessorList([abort])
             try:
                 if stop:
@@ -216,7 +222,11 @@ class LocalModel(Model):
         return lock
 
     async def _complete(
-        self, messages: list[Message], max_tokens: int, stop: list[str] | None = None
+        self,
+        messages: list[Message],
+        max_tokens: int,
+        stop: list[str] | None = None,
+        sampling: dict[str, Any] | None = None,
     ) -> Completion:
         """Generate a reply in a worker thread (loading the model first if needed).
 
@@ -235,7 +245,7 @@ class LocalModel(Model):
                 )
             try:
                 response = await asyncio.to_thread(
-                    self._generate, messages, max_tokens, abort, stop
+                    self._generate, messages, max_tokens, abort, stop, sampling
                 )
             except asyncio.CancelledError:
                 abort.cancelled.set()  # the worker thread stops at its next token
