@@ -507,7 +507,7 @@ async def test_extraction_can_be_switched_off_for_a_hard_budget():
 
     def root(messages):
         calls.append(messages[0]["content"][:20])
-        return repl("print(len(context))")
+        return repl(f"print(len(context) + {len(calls)})")  # no repeat: never re-sampled
 
     reg = scripted_registry(root=root)
     result = await go(

@@ -5,9 +5,9 @@
 call and kept until :meth:`LocalModel.aclose`.
 
 * Chat: ``Llama.create_chat_completion``, which applies the GGUF's own chat template.
-* Sampling: greedy (``temperature=0``) with a fixed seed unless ``spec.sampling`` says
-  otherwise; any ``create_chat_completion`` argument may be given there (``top_p``,
-  ``repeat_penalty``, ``stop``...).
+* Sampling: greedy (``temperature=0``) with a fixed seed unless ``spec.sampling`` (or a
+  call's own ``sampling``, over it) says otherwise; any ``create_chat_completion`` argument
+  may be given there (``top_p``, ``repeat_penalty``, ``stop``...).
 * Threads: ``spec.n_threads`` (default 1: measured on a shared 2-core machine, two
   spinning ggml threads collapse when a core is shared).
 * Context: ``spec.options["n_ctx"]`` tokens, else ``min(spec.context_window, 8192)``.
