@@ -729,7 +729,8 @@ async def test_the_last_turn_asks_for_the_answer_outright():
 
     def root(messages):
         seen.append(messages)
-        return repl("print(len(context))") if turn_of(messages) < 2 else repl("FINAL(len(context))")
+        t = turn_of(messages)  # a new cell each turn: no re-sample
+        return repl(f"print(len(context) + {t})") if t < 2 else repl("FINAL(len(context))")
 
     await go(
         scripted_registry(root=root, sub=root), "q", "abc", config(budget={"max_iterations": 3})

@@ -275,8 +275,9 @@ def normalise(code: str) -> str:
 def repeats_a_cell(state: LoopState, blocks: list[str]) -> bool:
     """Whether a reply's code blocks repeat what already ran: the previous turn's code, or
     a cell that raised (compared as :func:`normalise` gives them). A ``FINAL`` given again
-    after its refusal is not a repeat (that is how the model insists)."""
-    if not blocks or state.final_not_taken:
+    after its refusal is not a repeat (that is how the model insists), nor is code after a
+    kernel death no limit explains (the sandbox's fault, not the code's)."""
+    if not blocks or state.final_not_taken or state.kernel_deaths:
         return False
     code = [normalise(b) for b in blocks]
     return code == [normalise(b) for b in state.previous_blocks] or any(
