@@ -252,6 +252,22 @@ def test_an_instruction_that_is_a_repl_helper_call_is_named(instruction, helper)
     assert mapping.helper_in_instruction(instruction) == helper
 
 
+@pytest.mark.parametrize(
+    ("instruction", "code"),
+    [
+        ("find_subclasses(SirezLukud)", "print(find_subclasses('SirezLukud'))"),
+        ("outline('lib/error.js')", "print(outline('lib/error.js'))"),
+        ("grep('def main', context)", "print(grep('def main', context))"),
+        ("read_file(path=a, start=1)", "print(read_file(path='a', start=1))"),
+        ("  outline  ", None),  # no call: no arguments to show
+        ("Is this an animal?", None),
+        ("print(x)", None),
+    ],
+)
+def test_a_helper_call_instruction_is_shown_as_the_line_to_run(instruction, code):
+    assert mapping.helper_call_code(instruction) == code
+
+
 async def test_llm_map_with_a_helper_call_as_its_instruction_fails_the_cell_saying_why():
     """A sub-model cannot run REPL helpers: the cell fails before any sub-call, and the
     model reads what to do instead; then it calls the helper in code."""
@@ -272,7 +288,7 @@ async def test_llm_map_with_a_helper_call_as_its_instruction_fails_the_cell_sayi
     result = await go(scripted_registry(root=root, sub=sub), "q", "a\nb\nc", config())
     assert subs == []
     shown = last_user(seen[1])
-    assert "cannot run list_files(); call list_files(...) in your code instead" in shown
+    assert "cannot run list_files(); run it in your code instead: print(list_files())" in shown
     assert (result.answer, result.iterations) == ("3", 2)
 
 
