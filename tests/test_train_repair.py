@@ -8,6 +8,9 @@ from __future__ import annotations
 import ast
 import asyncio
 import json
+import os
+import subprocess
+import sys
 from pathlib import Path
 from typing import Any
 
@@ -295,3 +298,17 @@ def test_rollouts_with_no_repair_share_record_no_mistakes(tmp_path: Path) -> Non
         (None, [])
     ] * 3
     assert all(r["cell_errors"] == 0 and r["reward"] == 1.0 for r in rows)
+
+
+def test_the_cli_refuses_a_repair_share_outside_0_to_1(rlmd_home: Path, tmp_path: Path) -> None:
+    tasks = tmp_path / "t.jsonl"
+    tasks.write_text(json.dumps({"question": "q", "context": "c", "answer": "a"}) + "\n")
+    done = subprocess.run(
+        [sys.executable, "-m", "rlmd", "train", "rollout", "--tasks", str(tasks)]
+        + ["--model", "teacher", "--repair-share", "1.5"],
+        capture_output=True,
+        text=True,
+        env={**os.environ, "RLMD_HOME": str(rlmd_home)},
+    )
+    assert done.returncode == 2, done.stderr
+    assert "repair_share must be within 0..1" in done.stderr and "Traceback" not in done.stderr
