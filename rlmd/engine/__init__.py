@@ -14,18 +14,17 @@ shares; ``host.py`` what REPL code asks of the host; ``feedback.py`` the after-c
 from __future__ import annotations
 
 from collections.abc import Callable
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-from rlmd.context import Context, load_context_async
-from rlmd.engine.budget import RUN_STATUSES, Budget, BudgetExhausted, Ledger
-from rlmd.engine.config import RunConfig, RunResult
-from rlmd.engine.events import Event, EventBus, EventSink
-from rlmd.engine.executor import ChildStarter, Executor, LocalExecutor, StarterExecutor
-from rlmd.engine.host import ChildRequest
-from rlmd.engine.loop import RLMRun, prepare_sandbox
-from rlmd.engine.metered import Runtime
-from rlmd.models.base import Model
-from rlmd.sandbox.base import Sandbox
+if TYPE_CHECKING:  # the names below are imported on first use (see __getattr__)
+    from rlmd.engine.budget import RUN_STATUSES, Budget, BudgetExhausted
+    from rlmd.engine.config import RunConfig, RunResult
+    from rlmd.engine.events import Event, EventSink
+    from rlmd.engine.executor import ChildStarter, Executor, LocalExecutor
+    from rlmd.engine.host import ChildRequest
+    from rlmd.engine.loop import prepare_sandbox
+    from rlmd.models.base import Model
+    from rlmd.sandbox.base import Sandbox
 
 __all__ = [
     "RUN_STATUSES",
@@ -42,6 +41,35 @@ __all__ = [
     "prepare_sandbox",
     "run_task",
 ]
+
+_LAZY = {
+    "RUN_STATUSES": "budget",
+    "Budget": "budget",
+    "BudgetExhausted": "budget",
+    "RunConfig": "config",
+    "RunResult": "config",
+    "Event": "events",
+    "EventSink": "events",
+    "ChildStarter": "executor",
+    "Executor": "executor",
+    "LocalExecutor": "executor",
+    "ChildRequest": "host",
+    "prepare_sandbox": "loop",
+}
+"""Where each public name lives. They are imported when first used, not with the package:
+``rlmd.config`` needs only the run config and budget, and ``rlmd run`` imports it (to start
+the run's kernel) while the codebase is read, before the loop, events and asyncio load."""
+
+
+def __getattr__(name: str) -> Any:
+    module = _LAZY.get(name)
+    if module is None:
+        raise AttributeError(f"module 'rlmd.engine' has no attribute {name!r}")
+    import importlib
+
+    value = getattr(importlib.import_module(f"rlmd.engine.{module}"), name)
+    globals()[name] = value
+    return value
 
 
 async def run_task(
@@ -88,6 +116,13 @@ async def run_task(
         KeyError: the root or sub model name is unknown.
         asyncio.CancelledError: the task was cancelled (the run is recorded as cancelled).
     """
+    from rlmd.context import Context, load_context_async
+    from rlmd.engine.budget import Ledger
+    from rlmd.engine.events import EventBus
+    from rlmd.engine.executor import LocalExecutor, StarterExecutor
+    from rlmd.engine.loop import RLMRun
+    from rlmd.engine.metered import Runtime
+
     config.validate_tools()
     if make_sandbox is None:
         from rlmd.sandbox import create_sandbox
