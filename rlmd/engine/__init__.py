@@ -116,11 +116,13 @@ async def run_task(
         KeyError: the root or sub model name is unknown.
         asyncio.CancelledError: the task was cancelled (the run is recorded as cancelled).
     """
-    from rlmd.context import Context, load_context_async
+    from pathlib import Path
+
+    from rlmd.context import Context, PendingLoad, load_context_async
     from rlmd.engine.budget import Ledger
     from rlmd.engine.events import EventBus
     from rlmd.engine.executor import LocalExecutor, StarterExecutor
-    from rlmd.engine.loop import RLMRun
+    from rlmd.engine.loop import RLMRun, start_sandbox
     from rlmd.engine.metered import Runtime
 
     config.validate_tools()
@@ -131,9 +133,20 @@ async def run_task(
             return create_sandbox(config.sandbox, **config.sandbox_options)
 
     # Off the event loop: a codebase read blocks nothing and a SIGTERM cancels it at once.
-    ctx = context if isinstance(context, Context) else await load_context_async(context)
-    ledger = Ledger(config.budget, reserve_s=config.extraction_reserve_s())
-    if executor is None:
-        executor = StarterExecutor(start_child) if start_child else LocalExecutor()
-    rt = Runtime(config, get_model, make_sandbox, EventBus(*sinks), ledger, executor)
-    return await RLMRun(rt, question, ctx, sandbox=sandbox, run_id=run_id).run()
+    # Meanwhile the run's own REPL starts (its kernel's launch and hello), so that the
+    # codebase goes to it as soon as it is read.
+    starting = None
+    if sandbox is None and isinstance(context, PendingLoad | Path):
+        starting = start_sandbox(make_sandbox())
+    try:
+        ctx = context if isinstance(context, Context) else await load_context_async(context)
+        ledger = Ledger(config.budget, reserve_s=config.extraction_reserve_s())
+        if executor is None:
+            executor = StarterExecutor(start_child) if start_child else LocalExecutor()
+        rt = Runtime(config, get_model, make_sandbox, EventBus(*sinks), ledger, executor)
+        run = RLMRun(rt, question, ctx, sandbox=sandbox, run_id=run_id, starting=starting)
+    except BaseException:  # an unreadable context, an unknown model: no run, no kernel left
+        if starting is not None:
+            await starting.abandon()
+        raise
+    return await run.run()
