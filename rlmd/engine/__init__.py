@@ -91,7 +91,8 @@ async def run_task(
         question: the user's question (shown to the root model in full).
         context: a :class:`~rlmd.context.Context`, or anything
             :func:`~rlmd.context.load_context` takes (str, list, dict, Path; a path is
-            read in a worker thread).
+            read in a worker thread, or a :class:`~rlmd.context.PendingLoad` already being
+            read: meanwhile the run's own REPL, when ``sandbox`` is ``None``, starts).
         config: models, sandbox, budgets and tools.
         get_model: registry lookup, name → :class:`~rlmd.models.base.Model`
             (``KeyError`` for an unknown name).
