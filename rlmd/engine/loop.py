@@ -65,6 +65,35 @@ async def prepare_sandbox(
     return sandbox
 
 
+class Starting:
+    """A run's own REPL whose start (kernel launch and hello) is under way before the run
+    exists: :func:`rlmd.engine.run_task` starts it while the context is still being read.
+    The run then binds the context and attaches its handler (:meth:`RLMRun.run`), and closes
+    the REPL at its end like any REPL it owns."""
+
+    def __init__(self, sandbox: Sandbox) -> None:
+        self.sandbox = sandbox
+        self.started = asyncio.ensure_future(sandbox.start(_no_calls))
+
+    async def prepare(self, context: Context, handler: CallHandler) -> Sandbox:
+        """Wait for the start (raising what it raised), then serve ``handler`` and bind
+        ``context`` (see :func:`prepare_sandbox`)."""
+        await self.started
+        return await prepare_sandbox(self.sandbox, context, handler)
+
+    async def abandon(self) -> None:
+        """The run will not happen (its context failed to load, or it was cancelled): stop
+        the start and close the REPL."""
+        self.started.cancel()
+        await asyncio.gather(self.started, return_exceptions=True)
+        await asyncio.shield(self.sandbox.close())
+
+
+def start_sandbox(sandbox: Sandbox) -> Starting:
+    """Start ``sandbox`` now, refusing host calls until a run takes it (see :class:`Starting`)."""
+    return Starting(sandbox)
+
+
 async def run_child_here(rt: Runtime, request: ChildRequest) -> RunResult:
     """The default child starter: the child run in this event loop, in a fresh REPL of the
     tree's sandbox factory (closed when it ends)."""
@@ -97,6 +126,8 @@ class RLMRun:
         sandbox: a prepared REPL (started, ``context`` bound) owned by the caller; ``None``
             makes a fresh one from ``rt.make_sandbox``, closed at the end.
         run_id: the run's id (default: a new one).
+        starting: a REPL the run owns whose start is under way (:func:`start_sandbox`);
+            the run binds ``context`` in it and closes it at the end.
     """
 
     def __init__(
@@ -114,6 +145,7 @@ class RLMRun:
         model: Model | None = None,
         sandbox: Sandbox | None = None,
         run_id: str | None = None,
+        starting: Starting | None = None,
     ) -> None:
         self.rt = rt
         self.cfg = rt.config
@@ -130,6 +162,7 @@ class RLMRun:
         self.host = HostCalls(self.meter, self.root_run_id, self.tools, context)
         self._sandbox = sandbox
         self._own_sandbox = sandbox is None
+        self._starting = starting
         self._preparing: asyncio.Future[Sandbox] | None = None
         self._map_later = False
         self.iterations = 0
@@ -149,7 +182,10 @@ class RLMRun:
         # A REPL the run owns starts (its kernel binding the context in its own process)
         # while the metadata is computed: the first model request waits for the slower of
         # the two, not for both in turn.
-        if self._sandbox is None:
+        if self._starting is not None:  # started by run_task while the context loaded
+            self._sandbox = self._starting.sandbox
+            self._preparing = asyncio.ensure_future(self._starting.prepare(self.context, self.host))
+        elif self._sandbox is None:
             self._sandbox = self.rt.make_sandbox()
             self._preparing = asyncio.ensure_future(
                 prepare_sandbox(self._sandbox, self.context, self.host)
@@ -249,7 +285,10 @@ class RLMRun:
             return
         self._preparing.cancel()
         await asyncio.gather(self._preparing, return_exceptions=True)
-        await asyncio.shield(self._sandbox.close())
+        if self._starting is not None:  # its start may not have been awaited yet
+            await self._starting.abandon()
+        else:
+            await asyncio.shield(self._sandbox.close())
 
     async def _send_map_if_ready(self) -> None:
         """Add the codebase's map to the turn about to be sent once its background index
