@@ -259,7 +259,7 @@ def test_an_instruction_that_is_a_repl_helper_call_is_named(instruction, helper)
         ("outline('lib/error.js')", "print(outline('lib/error.js'))"),
         ("grep('def main', context)", "print(grep('def main', context))"),
         ("read_file(path=a, start=1)", "print(read_file(path='a', start=1))"),
-        ("  outline  ", None),  # no call: no arguments to show
+        ("  outline  ", "print([outline(item) for item in items])"),  # one call per item
         ("Is this an animal?", None),
         ("print(x)", None),
     ],

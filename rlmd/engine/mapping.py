@@ -38,20 +38,25 @@ def helper_in_instruction(instruction: str) -> str | None:
 
 
 def helper_call_code(instruction: str) -> str | None:
-    """``instruction`` as a cell line to run, when it is one call of a REPL helper
-    (:func:`helper_in_instruction`), else ``None``. Bare names among its arguments become
-    strings, as the helpers take names as strings (``find_subclasses(Base)`` gives
-    ``print(find_subclasses('Base'))``); the REPL's own names (``context``) stay names.
+    """``instruction`` as a cell line to run, when it is a REPL helper or one call of it
+    (:func:`helper_in_instruction`), else ``None``. Bare names among a call's arguments
+    become strings, as the helpers take names as strings (``find_subclasses(Base)`` gives
+    ``print(find_subclasses('Base'))``); the REPL's own names (``context``) stay names. A
+    bare helper is applied to each item (``outline`` gives
+    ``print([outline(item) for item in items])``).
 
     The refusal shows this line: told to "call find_subclasses(...) in your code", the 1.5B
-    model re-sent the refused cell five times (issue 15, held-out codeintel-006).
+    model re-sent the refused cell five times (issue 15, held-out codeintel-006/007).
     """
+    helper = helper_in_instruction(instruction)
+    if helper is None:
+        return None
     try:
         node = ast.parse(instruction.strip(), mode="eval").body
     except (SyntaxError, ValueError):
         return None
-    if not isinstance(node, ast.Call) or helper_in_instruction(instruction) is None:
-        return None
+    if not isinstance(node, ast.Call):
+        return f"print([{helper}(item) for item in items])"
 
     def quoted(arg: ast.expr) -> ast.expr:
         if isinstance(arg, ast.Name) and arg.id not in RESERVED_NAMES:
