@@ -639,7 +639,7 @@ class Store(Queries, Rollouts):
             "model": _text(data.get("model")),
             "role": _text(data.get("role")),
             **text,
-            "data": dumps(rest),
+            "data": None if finish is not None else dumps(rest),  # a finish rewrites it
             **cols,
         }
         deltas: dict[str, float] = {}
