@@ -41,8 +41,10 @@ than a sub-call, whose cell is the step), else :data:`FLUSH_DELAY_S` later or on
 :data:`MAX_KEPT` events are kept, whichever comes first. Sinks after the store therefore
 never see a step start before it is committed, and a crash loses at most the step in flight
 (the events since the last step start). Reads through the same :class:`Store` write the
-kept events first, so they see every event recorded before them. Stored rows are the same
-as with :meth:`Store.record`.
+kept events first, so they see every event recorded before them. Inside a batch, a model
+call's or cell's start followed by its finish (a cell's sub-calls) is written as one insert
+of the finished row (:func:`_pair_finishes`). Stored rows are the same as with
+:meth:`Store.record`, and so is what a reader or a crash can see: a batch commits as a whole.
 
 Node text reaches the full-text index in batches (``nodes_fts_pending`` in
 :mod:`rlmd.store.schema`): :meth:`Store.index_text` runs before every search, when the
