@@ -5,10 +5,11 @@
                        [--parallel N] [--max-iterations N] [--max-seconds S] [--max-depth N]
                        [--sub-model NAME] [--min-iterations N] [--min-subcalls N]
                        [--error-penalty X] [--overrun-zero] [--keep-fallback]
+                       [--repair-share X]
     rlmd train summary [--set NAME] [--json]
     rlmd train export --format sft|grpo --out F [--set NAME ...] [--min-reward X]
                       [--min-iterations N] [--max-depth N] [--model M ...] [--family F ...]
-                      [--max-chars N] [--keep-zero-advantage]
+                      [--max-chars N] [--keep-zero-advantage] [--keep-mistakes]
     rlmd train export-rollouts --set NAME --out F      rlmd train import-rollouts F
     rlmd train sft --base MODEL --data F --out NAME [--steps N] [--lr X] [--rank R]
                    [--max-length N] [--device cpu|cuda|mps] [--no-convert]
@@ -62,6 +63,13 @@ def add_parser(sub: Any) -> None:
     r.add_argument("--error-penalty", type=float, default=0.0)
     r.add_argument("--overrun-zero", action="store_true")
     r.add_argument("--keep-fallback", action="store_true", help="score extraction answers too")
+    r.add_argument(
+        "--repair-share",
+        type=float,
+        default=None,
+        help="teacher only: share of rollouts that make a mistake and repair it "
+        "(default 0.3; 0 for none)",
+    )
     s = t.add_parser("summary", help="reward by task family, iterations, sub-calls")
     s.add_argument("--set", dest="rollout_set")
     s.add_argument("--json", action="store_true")
@@ -76,6 +84,11 @@ def add_parser(sub: Any) -> None:
     e.add_argument("--family", dest="families", action="append", default=[])
     e.add_argument("--max-chars", type=int, default=100_000)
     e.add_argument("--keep-zero-advantage", action="store_true")
+    e.add_argument(
+        "--keep-mistakes",
+        action="store_true",
+        help="also make turns that raised, gave a refused FINAL or are marked mistakes targets",
+    )
     x = t.add_parser("export-rollouts", help="a rollout set with its trajectories, one JSONL")
     x.add_argument("--set", dest="rollout_set", required=True)
     x.add_argument("--out", required=True)
@@ -155,6 +168,7 @@ def cmd_rollout(args: argparse.Namespace) -> int:
     from rlmd.train.tasks import load_tasks
 
     tasks = load_tasks(args.tasks)
+    extra = {} if args.repair_share is None else {"repair_share": args.repair_share}
     opts = RolloutOptions(
         model=args.model,
         samples=args.samples,
@@ -175,6 +189,7 @@ def cmd_rollout(args: argparse.Namespace) -> int:
             min_iterations=args.min_iterations,
             min_subcalls=args.min_subcalls,
         ),
+        **extra,
     )
     registry = config.load(Path.cwd()).registry()
 
@@ -233,6 +248,7 @@ def cmd_export(args: argparse.Namespace) -> int:
         families=tuple(args.families),
         max_chars=args.max_chars,
         rollout_sets=tuple(args.sets),
+        keep_mistakes=args.keep_mistakes,
     )
     with Store(paths.store_path()) as store:
         if args.format == "sft":

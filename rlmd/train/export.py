@@ -6,7 +6,7 @@ SFT (``rlmd train export --format sft``), one JSON object per line, loadable wit
     {"prompt": [{"role": "system" | "user" | "assistant", "content": str}, ...],
      "completion": [{"role": "assistant", "content": str}],
      "task_id", "family", "run_id", "rollout_set", "model", "depth", "turn", "reward",
-     "fixes": [str]}
+     "fixes": [str], "repair": bool}
 
 ``prompt`` is exactly what the model was sent for that root turn (the store keeps whole
 prompts of rollouts, ``RunConfig.record_prompts``); ``completion`` is the turn as the engine
@@ -16,6 +16,13 @@ child runs (``rlm_query``) are samples too, with their own prompts. Steps, in or
 1. **rollout filters**: reward ``>= min_reward`` (default: > 0), at least ``min_iterations``
    root turns (default 2: one-turn runs teach nothing about the loop), model, family, split;
 2. **turn filters**: depth ``<= max_depth``, prompt + completion ``<= max_chars``;
+   **mistakes are never targets** (unless ``keep_mistakes``): a root turn is a mistake when
+   one of its cells raised or timed out, when its ``FINAL`` was not accepted (a cell set an
+   answer but the run went on: the verifier questioned it or the engine refused it), or when
+   the rollout's ``details["mistake_turns"]`` lists it (the programmatic teacher marks its
+   deliberate mistakes there, also those the trajectory cannot show, such as a search that
+   found nothing). A mistake stays in the prompts of the run's later turns, as the model saw
+   it; the turn right after one is marked ``"repair": true``;
 3. **template fixes** (:func:`fix_final`), each named in ``fixes``;
 4. **dedupe** on (prompt, completion).
 
@@ -52,17 +59,21 @@ class ExportFilters:
     splits: tuple[str, ...] = ("train", "user")
     max_chars: int = 100_000
     rollout_sets: tuple[str, ...] = ()
+    keep_mistakes: bool = False
 
 
 @dataclass
 class ExportReport:
-    """Counts of one export: rollouts kept / dropped (by reason), samples, fixes by kind."""
+    """Counts of one export: rollouts kept / dropped (by reason; turns dropped as
+    ``too_long`` or ``mistake``), samples, of which ``repairs`` follow a mistake, fixes by
+    kind."""
 
     rollouts: int = 0
     dropped: Counter = field(default_factory=Counter)
     samples: int = 0
     duplicates: int = 0
     fixes: Counter = field(default_factory=Counter)
+    repairs: int = 0
 
     def to_dict(self) -> dict[str, Any]:
         return {
@@ -71,6 +82,7 @@ class ExportReport:
             "samples": self.samples,
             "duplicates": self.duplicates,
             "fixes": dict(self.fixes),
+            "repairs": self.repairs,
         }
 
 
@@ -138,8 +150,10 @@ def kept_turn(response: str) -> str:
 
 def root_turns(store: Store, run_id: str, max_depth: int = 1) -> list[dict[str, Any]]:
     """The root turns of run ``run_id`` and of its child runs down to ``max_depth``:
-    ``{"run_id", "depth", "turn", "prompt", "response"}``, in order. Per iteration only the
-    last root call counts (the engine re-asks a turn whose stop string cut prose).
+    ``{"run_id", "depth", "turn", "prompt", "response", "raised", "answered"}``, in order
+    (``raised``: a cell of the turn raised or timed out; ``answered``: a cell of the turn set
+    a ``FINAL`` answer). Per iteration only the last root call counts (the engine re-asks a
+    turn whose stop string cut prose).
 
     Raises:
         ValueError: a root call's event holds no whole prompt (the run was not recorded with
@@ -152,6 +166,7 @@ def root_turns(store: Store, run_id: str, max_depth: int = 1) -> list[dict[str, 
         if run["depth"] > max_depth:
             continue
         by_iteration: dict[str, dict[str, Any]] = {}
+        cells: dict[str, list[dict[str, Any]]] = {}
         stack = list(run["nodes"])
         flat = []
         while stack:
@@ -166,7 +181,10 @@ def root_turns(store: Store, run_id: str, max_depth: int = 1) -> list[dict[str, 
                 if data.get("response") is None:
                     continue
                 by_iteration[node["parent_id"] or node["id"]] = node
-        for turn, node in enumerate(sorted(by_iteration.values(), key=lambda n: n["seq"])):
+            elif node["kind"] == "cell":
+                cells.setdefault(node["parent_id"] or "", []).append(node)
+        ordered = sorted(by_iteration.items(), key=lambda kv: kv[1]["seq"])
+        for turn, (iteration, node) in enumerate(ordered):
             messages = node["data"].get("messages") or []
             if not messages or messages[0].get("role") != "system":
                 raise ValueError(
@@ -180,6 +198,12 @@ def root_turns(store: Store, run_id: str, max_depth: int = 1) -> list[dict[str, 
                     "turn": turn,
                     "prompt": [{"role": m["role"], "content": m["content"]} for m in messages],
                     "response": node["data"]["response"],
+                    "raised": any(
+                        c["status"] in ("error", "timeout") for c in cells.get(iteration, [])
+                    ),
+                    "answered": any(
+                        c["data"].get("final") is not None for c in cells.get(iteration, [])
+                    ),
                 }
             )
     return out
@@ -200,12 +224,24 @@ def sft_samples(
             continue
         report.rollouts += 1
         earlier: dict[str, str] = {}
-        for t in root_turns(store, row["run_id"], f.max_depth):
+        turns = root_turns(store, row["run_id"], f.max_depth)
+        marked = set((row.get("details") or {}).get("mistake_turns") or [])
+        mistakes = [
+            t["raised"]
+            or (t["answered"] and nxt is not None and nxt["run_id"] == t["run_id"])
+            or (t["run_id"] == row["run_id"] and t["turn"] in marked)
+            for t, nxt in zip(turns, [*turns[1:], None], strict=True)
+        ]
+        for i, t in enumerate(turns):
             target = kept_turn(t["response"])
             target, fixes = fix_final(target, earlier.get(t["run_id"], ""))
             earlier[t["run_id"]] = (
                 earlier.get(t["run_id"], "") + "\n" + "\n".join(parsing.find_code_blocks(target))
             )
+            if mistakes[i] and not f.keep_mistakes:
+                report.dropped["mistake"] += 1
+                continue
+            repair = i > 0 and mistakes[i - 1] and turns[i - 1]["run_id"] == t["run_id"]
             size = sum(len(m["content"]) for m in t["prompt"]) + len(target)
             if size > f.max_chars:
                 report.dropped["too_long"] += 1
@@ -216,6 +252,7 @@ def sft_samples(
                 continue
             seen.add(key)
             report.fixes.update(fixes)
+            report.repairs += repair
             samples.append(
                 {
                     "prompt": t["prompt"],
@@ -229,6 +266,7 @@ def sft_samples(
                     "turn": t["turn"],
                     "reward": row["reward"],
                     "fixes": fixes,
+                    "repair": repair,
                 }
             )
     report.samples = len(samples)

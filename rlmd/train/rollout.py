@@ -53,6 +53,8 @@ class RolloutOptions:
         sub_model: model for sub-calls (default: the root model; the teacher's oracle).
         terms: reward terms.
         seed: base sampling seed.
+        repair_share: the teacher's share of repair trajectories (0..1; see
+            :mod:`rlmd.train.teacher`); ignored for other models.
     """
 
     model: str
@@ -67,6 +69,7 @@ class RolloutOptions:
     sub_model: str | None = None
     terms: RewardTerms = dataclasses.field(default_factory=RewardTerms)
     seed: int = 1234
+    repair_share: float = teacher.REPAIR_SHARE
 
     @property
     def set_name(self) -> str:
@@ -95,13 +98,16 @@ async def run_rollouts(
         The rollout rows recorded now (skipped ones are not returned).
 
     Raises:
-        ValueError: the teacher was asked to play a held-out task.
+        ValueError: the teacher was asked to play a held-out task, or ``repair_share`` is
+            not within 0..1.
         ModelNotAvailable / KeyError: the model cannot be used (checked before any run).
     """
     from rlmd.config import Settings, build_run_config
 
     if opts.model == TEACHER and any(t.split == "heldout" for t in tasks):
         raise ValueError("the teacher never plays held-out tasks: pass the train split")
+    if not 0.0 <= opts.repair_share <= 1.0:
+        raise ValueError(f"repair_share must be within 0..1, not {opts.repair_share}")
     done = {(r["task_id"], r["sample_index"]) for r in store.rollouts(opts.set_name)}
     todo = [(t, k) for t in tasks for k in range(opts.samples) if (t.id, k) not in done]
     total, counter = len(tasks) * opts.samples, len(done)
@@ -111,11 +117,11 @@ async def run_rollouts(
     async def one(task: TrainTask, k: int) -> None:
         nonlocal counter
         async with sem:
+            play: teacher.Play | None = None
             if opts.model == TEACHER:
                 root = f"teacher-{task.id}-{k}"
-                registry.add(
-                    ModelSpec(root, "scripted", root, options={"callable": teacher.policy(task, k)})
-                )
+                play = teacher.policy(task, k, opts.repair_share)
+                registry.add(ModelSpec(root, "scripted", root, options={"callable": play}))
                 sub = opts.sub_model or "teacher-oracle"
                 if sub == "teacher-oracle":
                     registry.add(
@@ -168,6 +174,9 @@ async def run_rollouts(
                     "seconds": round(time.monotonic() - started, 3),
                 },
             }
+            if play is not None:  # the marker the SFT export reads (rlmd.train.export)
+                row["details"]["mistake"] = play.mistake
+                row["details"]["mistake_turns"] = list(play.mistake_turns)
             store.record_rollout(row)
             rows.append(row)
             counter += 1

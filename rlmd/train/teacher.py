@@ -15,6 +15,30 @@ choice of wording and of merging steps:
 * ``codeqa``: walk every file's ``ast`` (definitions, calls, bases, defaults, constants,
   imports), print what was found, then ``FINAL``.
 
+Every cell imports the modules it uses (a cell copied without the turns before it still
+runs; the tuned 0.5B copied the teacher's ``re.finditer`` without the earlier ``import re``).
+
+**Repair trajectories.** A share of the rollouts (``repair_share``, default
+:data:`REPAIR_SHARE`, chosen per ``(task, sample)`` by its own seeded draw, so the other
+rollouts play exactly as before) make one realistic mistake and repair it on the next turn,
+through the same engine and sandbox (:data:`MISTAKES` per family):
+
+* ``no_import``: a cell that uses a module (``re``, ``ast``, ``Counter``) without importing
+  it raises ``NameError``; the next turn imports it and runs the step again (for ``Counter``
+  only the count: the sub-model's labels were computed before the error);
+* ``raw_lines`` (oolong, pairs): the per-item sub-call plan applied to the unparsed lines
+  raises ``ValueError`` (a line is a string, not a record) before any sub-call; the next turn
+  parses the lines, then the plan runs;
+* ``narrow_search`` (sniah): a regex that wants the number right after the key finds
+  nothing (prints ``None``); the next turn widens it;
+* ``unchecked_final`` (sniah): the narrow regex and ``FINAL(number)`` in one cell, nothing
+  printed: the answer ``None`` is questioned by the engine's answer verifier
+  (:mod:`rlmd.engine.verify`); the next turn widens the search and prints the number.
+
+The mistaken turn's index is recorded (:attr:`Play.mistake_turns`, stored in the rollout's
+``details``) so that :mod:`rlmd.train.export` keeps it in the history of later samples but
+never makes it a target; the repairing turn is a target.
+
 Sub-calls of a teacher run go to :func:`oracle_labeller` (the generator's own labels), so the
 aggregation is right; only root turns become training samples. The teacher is used on the
 train split only (:func:`rlmd.train.rollout.run_rollouts` refuses a held-out task).
@@ -24,12 +48,22 @@ from __future__ import annotations
 
 import random
 import re
-from collections.abc import Callable
 from typing import Any
 
 from rlmd.train.tasks import TrainTask
 
 FAMILIES = ("sniah", "oolong", "pairs", "codeqa")
+
+REPAIR_SHARE = 0.3
+"""Default share of teacher rollouts that make a mistake and repair it."""
+
+MISTAKES: dict[str, tuple[str, ...]] = {
+    "sniah": ("no_import", "narrow_search", "unchecked_final"),
+    "oolong": ("no_import", "raw_lines"),
+    "pairs": ("no_import", "raw_lines"),
+    "codeqa": ("no_import",),
+}
+"""The mistakes a repair trajectory may make, per family (see the module docstring)."""
 
 Turn = tuple[str, str]
 """``(one line of reasoning, code)`` of one root turn."""
@@ -40,16 +74,47 @@ def reply(note: str, code: str) -> str:
     return f"{note}\n```repl\n{code.strip()}\n```"
 
 
-def policy(task: TrainTask, sample: int = 0) -> Callable[[list[dict[str, Any]]], str]:
-    """A scripted-model callable (``fn(messages) -> str``) that plays the teacher on ``task``.
+class Play:
+    """The teacher as a scripted-model callable (``play(messages) -> str``): it answers turn
+    ``i`` (the number of assistant messages so far) with ``turns[i]`` (the last turn again
+    past the end).
+
+    Attributes:
+        turns: the planned ``(note, code)`` turns.
+        mistake: the repair trajectory's mistake (a :data:`MISTAKES` name), or ``None``.
+        planned_mistakes: indices of the turns that are the mistake.
+        mistake_turns: those of them played so far (what a rollout records).
+    """
+
+    def __init__(self, turns: list[Turn], mistake: str | None, mistakes: set[int]) -> None:
+        self.turns = turns
+        self.mistake = mistake
+        self.planned_mistakes = sorted(mistakes)
+        self.mistake_turns: list[int] = []
+
+    def __call__(self, messages: list[dict[str, Any]]) -> str:
+        done = sum(1 for m in messages if m.get("role") == "assistant")
+        i = min(done, len(self.turns) - 1)
+        if i in self.planned_mistakes and i not in self.mistake_turns:
+            self.mistake_turns.append(i)
+        note, code = self.turns[i]
+        return reply(note, code)
+
+
+def policy(task: TrainTask, sample: int = 0, repair_share: float = REPAIR_SHARE) -> Play:
+    """A scripted-model callable that plays the teacher on ``task``; with probability
+    ``repair_share`` (a seeded draw per ``(task.id, sample)``) a repair trajectory.
 
     Raises:
-        ValueError: the family has no teacher, or the task is from the held-out split.
+        ValueError: the family has no teacher, the task is from the held-out split, or
+            ``repair_share`` is not within 0..1.
     """
     if task.family not in FAMILIES:
         raise ValueError(f"the teacher knows {FAMILIES}, not {task.family!r}")
     if task.split == "heldout":
         raise ValueError(f"the teacher never plays a held-out task ({task.id})")
+    if not 0.0 <= repair_share <= 1.0:
+        raise ValueError(f"repair_share must be within 0..1, not {repair_share}")
     rng = random.Random(f"{task.id}:{sample}")
     turns = {"sniah": _sniah, "oolong": _oolong, "pairs": _pairs, "codeqa": _codeqa}[task.family](
         task, rng
@@ -57,13 +122,79 @@ def policy(task: TrainTask, sample: int = 0) -> Callable[[list[dict[str, Any]]],
     if rng.random() < 0.5 and len(turns) > 2:  # variant: compute and answer in one turn
         note, code = turns[-2]
         turns = [*turns[:-2], (note, code + "\n" + turns[-1][1])]
+    chooser = random.Random(f"repair:{task.id}:{sample}")  # apart from rng: others stay as-is
+    if chooser.random() >= repair_share:
+        return Play(turns, None, set())
+    mistake = chooser.choice(MISTAKES[task.family])
+    turns, at = _with_mistake(task, turns, mistake)
+    return Play(turns, mistake, {at})
 
-    def play(messages: list[dict[str, Any]]) -> str:
-        done = sum(1 for m in messages if m.get("role") == "assistant")
-        note, code = turns[min(done, len(turns) - 1)]
-        return reply(note, code)
 
-    return play
+def _with_mistake(task: TrainTask, turns: list[Turn], mistake: str) -> tuple[list[Turn], int]:
+    """``turns`` with the mistake's turn inserted before the step it gets wrong, and that
+    step's note saying what it repairs; returns the turns and the mistake's index."""
+    if mistake == "no_import":
+        at = next(i for i, (_, code) in enumerate(turns) if _IMPORT.search(code))
+        note, code = turns[at]
+        unimported = (note, _IMPORT.sub("", code).lstrip("\n"))
+        name = _first_import(code)
+        if name == "Counter":  # the labels are computed before Counter is used: keep them
+            repair = (
+                "NameError: `Counter` was used before it was imported; the labels were "
+                "computed before the error, so I import it and count them.",
+                "from collections import Counter\ncounts = Counter(labels)\nprint(counts)",
+            )
+            rest = turns[at + 1 :]
+            return [*turns[:at], unimported, repair, *rest], at
+        repair = (
+            f"NameError: `{name}` is not defined: the cell used the module without importing "
+            "it. Every cell imports what it uses, so I add the import and run it again.",
+            code,
+        )
+        return [*turns[:at], unimported, repair, *turns[at + 1 :]], at
+    if mistake == "raw_lines":  # before the parsing turn (the first)
+        plan = _LABEL.format(categories=_categories(task.question)).replace(
+            "for _, _, text in records", "for _, _, text in lines"
+        )
+        bad = (
+            "I ask a sub-model to label every line's instance in one batched call, then count "
+            "the labels.",
+            "lines = context.splitlines()\n" + plan,
+        )
+        _, parse = turns[0]
+        repair = (
+            "ValueError: every line is still one string, not a (date, user, instance) record, "
+            "so the unpacking failed before any sub-call. I parse the lines first.",
+            parse,
+        )
+        return [bad, repair, *turns[1:]], 0
+    # sniah: the extraction turn (index 1) gets the number with too narrow a regex
+    key = str(task.params.get("key", ""))
+    narrow = (
+        f"import re\nkey = {key!r}\n"
+        "m = re.search(re.escape(key) + r'\\s*(\\d{5,})', context, re.IGNORECASE)\n"
+        "number = m.group(1) if m else None\n"
+    )
+    code = turns[1][1]
+    if mistake == "narrow_search":
+        bad = (
+            "The number should follow the key; I extract it with a regex.",
+            narrow + "print(number)",
+        )
+        why = "Nothing matched (None): the number does not follow the key directly. "
+    else:  # unchecked_final
+        bad = ("The number follows the key; I extract it and answer.", narrow + "FINAL(number)")
+        why = "The answer None was questioned: my regex found nothing. "
+    repair = (why + "I allow a few words between the key and the number and print it.", code)
+    return [turns[0], bad, repair, *turns[2:]], 1
+
+
+_IMPORT = re.compile(r"^(?:import (\w+)|from \w+ import (\w+))\n", re.M)
+
+
+def _first_import(code: str) -> str:
+    m = _IMPORT.search(code)
+    return (m.group(1) or m.group(2)) if m else "a module"
 
 
 def _sniah(task: TrainTask, rng: random.Random) -> list[Turn]:
@@ -83,6 +214,7 @@ def _sniah(task: TrainTask, rng: random.Random) -> list[Turn]:
     )
     extract = (
         "The sentence gives the number after the key; I extract it with a regex and check it.",
+        f"import re\nkey = {key!r}\n"
         "m = re.search(re.escape(key) + r'\\D{0,40}?(\\d{5,})', context, re.IGNORECASE)\n"
         "number = m.group(1) if m else None\nprint(number)",
     )
@@ -157,6 +289,7 @@ def _oolong(task: TrainTask, rng: random.Random) -> list[Turn]:
         )
     else:  # user_most
         code = (
+            "from collections import Counter\n"
             f"per_user = Counter(user for (_, user, _), label in zip(records, labels)\n"
             f"                   if label == {p['label']!r})\n"
             "print(per_user.most_common(3))\nanswer = per_user.most_common(1)[0][0]"
@@ -180,7 +313,7 @@ def _pairs(task: TrainTask, rng: random.Random) -> list[Turn]:
     a, b = task.params.get("labels", ["", ""])
     t = task.params.get("template")
     head = (
-        f"a, b = {a!r}, {b!r}\nper_user = {{}}\n"
+        f"from collections import Counter\na, b = {a!r}, {b!r}\nper_user = {{}}\n"
         "for (_, user, _), label in zip(records, labels):\n"
         "    per_user.setdefault(int(user), Counter())[label] += 1\n"
         "users = sorted(per_user)\n"

@@ -1,0 +1,314 @@
+"""The programmatic teacher's repair trajectories (issue 13): a share of its rollouts make a
+realistic mistake that really raises (or is questioned) in the subprocess sandbox and repair
+it on the next turn; the SFT export keeps the mistake in the history of later samples but
+never makes it a target. Every teacher cell imports what it uses."""
+
+from __future__ import annotations
+
+import ast
+import asyncio
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from rlmd.models.base import ModelSpec
+from rlmd.models.registry import Registry
+from rlmd.store import Store
+from rlmd.train import teacher
+from rlmd.train.export import ExportFilters, sft_samples, write_jsonl
+from rlmd.train.rollout import RolloutOptions, run_rollouts
+from rlmd.train.tasks import TrainTask
+
+NEEDLE = (
+    "Some essay text. " * 60
+    + "The special magic number for quiet-otter is 5150123. "
+    + "More essay text. " * 60
+)
+SNIAH = TrainTask(
+    "train-sniah-x", "sniah", "What is the special magic number for quiet-otter?", "5150123",
+    "contains", context=NEEDLE, split="train", params={"key": "quiet-otter"},
+)  # fmt: skip
+
+ITEMS = {
+    "a small furry rodent": "animal",
+    "a tall tree with needles": "plant",
+    "a large wild cat": "animal",
+    "a flowering shrub": "plant",
+    "a bird of prey": "animal",
+}
+LINES = "\n".join(
+    f"Date: Jan {i + 1:02d}, 2023 || User: {100 + i % 2} || Instance: {text}"
+    for i, text in enumerate(ITEMS)
+)
+CATS = "Label each instance with one of these categories: animal, plant."
+OOLONG = TrainTask(
+    "train-oolong-x", "oolong", CATS + " How many instances are labelled animal?", "3",
+    "numeric", context=LINES, split="train", params={"template": "count_label", "label": "animal"},
+)  # fmt: skip
+
+
+def labeller(messages: list[dict[str, Any]]) -> str:
+    """The sub-model of the aggregation tests: the label of the described instance."""
+    desc = str(messages[-1]["content"]).rsplit("Description:", 1)[-1].strip()
+    return ITEMS.get(desc, "unknown")
+
+
+def _sample_with(task: TrainTask, mistake: str | None, share: float = 1.0) -> int:
+    """The first sample index whose seeded draw plays ``mistake`` (deterministic)."""
+    return next(k for k in range(200) if teacher.policy(task, k, share).mistake == mistake)
+
+
+def _rollout(task: TrainTask, k: int, store: Store, share: float = 1.0) -> dict[str, Any]:
+    """Play sample ``k`` of ``task`` through the engine and the subprocess sandbox."""
+    reg = Registry()
+    reg.add(ModelSpec("lab", "scripted", "lab", options={"callable": labeller}))
+    # samples 0..k: the earlier indices run too (the resume key), with the same share
+    opts = RolloutOptions(model="teacher", samples=k + 1, repair_share=share, sub_model="lab")
+    asyncio.run(run_rollouts([task], opts, registry=reg, store=store))
+    return next(r for r in store.rollouts("teacher") if r["sample_index"] == k)
+
+
+def _cells(store: Store, run_id: str) -> list[dict[str, Any]]:
+    out: list[dict[str, Any]] = []
+    stack = list(store.tree(run_id)["nodes"])
+    while stack:
+        node = stack.pop()
+        stack.extend(node["children"])
+        if node["kind"] == "cell":
+            out.append(node)
+    return sorted(out, key=lambda n: n["seq"])
+
+
+@pytest.mark.parametrize(
+    ("task", "mistake", "raised"),
+    [
+        (SNIAH, "no_import", "NameError: name 're' is not defined"),
+        (OOLONG, "raw_lines", "ValueError: too many values to unpack"),
+        (OOLONG, "no_import", "NameError: name 'Counter' is not defined"),
+    ],
+)
+def test_a_repair_trajectory_really_raises_in_the_sandbox_then_succeeds(
+    tmp_path: Path, task: TrainTask, mistake: str, raised: str
+) -> None:
+    k = _sample_with(task, mistake)
+    play = teacher.policy(task, k, 1.0)
+    with Store(tmp_path / "t.db") as store:
+        row = _rollout(task, k, store)
+        cells = _cells(store, row["run_id"])
+        at = row["details"]["mistake_turns"]
+        assert row["details"]["mistake"] == mistake and at == play.planned_mistakes
+        assert row["reward"] == 1.0 and row["details"]["answer_source"] == "final"
+        assert row["cell_errors"] == 1
+        assert [c["status"] for c in cells] == [
+            "error" if i in at else "ok" for i in range(len(cells))
+        ]
+        assert raised in cells[at[0]]["data"]["error"]
+        if task is OOLONG:  # the repair did not label the instances twice
+            assert row["subcalls"] == len(ITEMS)
+
+
+def test_an_unchecked_final_is_questioned_by_the_verifier_then_repaired(tmp_path: Path) -> None:
+    k = _sample_with(SNIAH, "unchecked_final")
+    with Store(tmp_path / "t.db") as store:
+        row = _rollout(SNIAH, k, store)
+        cells = _cells(store, row["run_id"])
+        samples, report = sft_samples(store, ExportFilters(rollout_sets=("teacher",)))
+    assert row["reward"] == 1.0 and row["cell_errors"] == 0
+    assert cells[1]["data"]["final"] == "None"  # answered, and the run went on
+    repair = next(s for s in samples if s["run_id"] == row["run_id"] and s["repair"])
+    assert "Your answer 'None' was not accepted yet" in repair["prompt"][-1]["content"]
+    assert "\\D{0,40}?" in repair["completion"][0]["content"]
+    assert not any("r'\\s*(\\d{5,})'" in s["completion"][0]["content"] for s in samples)
+
+
+def test_the_export_makes_the_repair_a_target_and_never_the_mistake(tmp_path: Path) -> None:
+    """Exact file contents of the SFT export of one repair rollout (sniah, missing import)."""
+    k = _sample_with(SNIAH, "no_import")
+    play = teacher.policy(SNIAH, k, 1.0)
+    replies = [teacher.reply(note, code) for note, code in play.turns]
+    with Store(tmp_path / "t.db") as store:
+        opts = RolloutOptions(model="teacher", samples=k + 1, repair_share=1.0)
+        asyncio.run(run_rollouts([SNIAH], opts, registry=Registry(), store=store))
+        row = next(r for r in store.rollouts("teacher") if r["sample_index"] == k)
+        only = ExportFilters(rollout_sets=("teacher",))
+        samples, report = sft_samples(store, only)
+        kept = sft_samples(store, ExportFilters(rollout_sets=("teacher",), keep_mistakes=True))
+    mine = [s for s in samples if s["run_id"] == row["run_id"]]
+    out = tmp_path / "sft.jsonl"
+    write_jsonl(mine, out)
+    lines = [json.loads(x) for x in out.read_text("utf-8").splitlines()]
+
+    system, question = lines[0]["prompt"][:2]
+    assert system["role"] == "system" and question["role"] == "user"
+    assert question["content"].startswith(f"Question: {SNIAH.question}\n")
+    turns = len(replies)
+    assert [x["turn"] for x in lines] == list(range(1, turns))  # turn 0 (the mistake) is not
+    expected = []
+    for t in range(1, turns):
+        history = lines[t - 1]["prompt"][2:]
+        assert [m["role"] for m in history] == ["assistant", "user"] * t
+        assert [m["content"] for m in history[::2]] == replies[:t]  # the mistake included
+        expected.append(
+            {
+                "prompt": [system, question, *history],
+                "completion": [{"role": "assistant", "content": replies[t]}],
+                "task_id": SNIAH.id,
+                "family": "sniah",
+                "run_id": row["run_id"],
+                "rollout_set": "teacher",
+                "model": "teacher",
+                "depth": 0,
+                "turn": t,
+                "reward": 1.0,
+                "fixes": [],
+                "repair": t == 1,
+            }
+        )
+    assert lines == expected
+    error = lines[0]["prompt"][3]["content"]
+    assert "NameError: name 're' is not defined" in error
+    assert "import re" not in replies[0] and replies[1].count("import re") == 1
+    assert all(s["completion"][0]["content"] != replies[0] for s in samples)
+    assert report.dropped["mistake"] == k + 1 and report.repairs >= 1  # one per rollout
+    # --keep-mistakes: the mistaken turn becomes a target as well
+    assert [s["turn"] for s in kept[0] if s["run_id"] == row["run_id"]] == list(range(turns))
+
+
+class RaisesThenRepairs:
+    """A root model (not the teacher, no marker) whose first cell raises."""
+
+    def __call__(self, messages: list[dict[str, Any]]) -> str:
+        turns = sum(1 for m in messages if m["role"] == "assistant")
+        return [
+            "```repl\nprint(re.findall(r'\\d{5,}', context))\n```",
+            "```repl\nimport re\nprint(re.findall(r'\\d{5,}', context))\n```",
+            "```repl\nFINAL(re.findall(r'\\d{5,}', context)[0])\n```",
+        ][min(turns, 2)]
+
+
+def test_any_models_raising_turn_is_kept_out_of_the_targets_by_rule(tmp_path: Path) -> None:
+    task = TrainTask("u-1", "user", "What is the number?", "5150123", "exact", context=NEEDLE)
+    reg = Registry()
+    reg.add(ModelSpec("m", "scripted", "m", options={"callable": RaisesThenRepairs()}))
+    with Store(tmp_path / "t.db") as store:
+        asyncio.run(run_rollouts([task], RolloutOptions(model="m"), registry=reg, store=store))
+        row = store.rollouts("m")[0]
+        samples, report = sft_samples(store)
+    assert row["reward"] == 1.0 and row["cell_errors"] == 1
+    assert "mistake_turns" not in row["details"]
+    assert [(s["turn"], s["repair"]) for s in samples] == [(1, True), (2, False)]
+    assert "NameError" in samples[0]["prompt"][-1]["content"]
+    assert report.dropped == {"mistake": 1} and report.repairs == 1
+
+
+def _tasks() -> list[TrainTask]:
+    """A task of every teacher template (no context needed to plan the turns)."""
+    q = CATS + " Which label is most common?"
+    out = []
+    oolong = [
+        {"template": "most_common"}, {"template": "least_common"},
+        {"template": "count_label", "label": "animal"},
+        {"template": "compare", "labels": ["animal", "plant"]},
+        {"template": "user_count", "user": 100, "label": "plant"},
+        {"template": "user_most", "label": "animal"},
+    ]  # fmt: skip
+    for i, p in enumerate(oolong):
+        out.append(TrainTask(f"o{i}", "oolong", q, "x", "exact", context="", params=p))
+    for i, t in enumerate(["one_each", "both_have", "both_exactly_one", "both_none"]):
+        params = {"template": t, "labels": ["animal", "plant"]}
+        out.append(TrainTask(f"p{i}", "pairs", q, "x", "pairs", context="", params=params))
+    codeqa = [
+        {"template": "where_defined", "name": "f"}, {"template": "call_count", "name": "f"},
+        {"template": "subclasses", "base": "B"},
+        {"template": "param_default", "function": "f", "param": "x"},
+        {"template": "module_constant", "name": "C"}, {"template": "importers", "module": "os"},
+    ]  # fmt: skip
+    for i, p in enumerate(codeqa):
+        out.append(TrainTask(f"c{i}", "codeqa", "q", "x", "path", context={}, params=p))
+    out.append(SNIAH)
+    return out
+
+
+def _imports(code: str) -> tuple[set[str], set[str]]:
+    """(names a cell binds by import, names it loads)."""
+    tree = ast.parse(code)
+    bound = {
+        (a.asname or a.name).split(".")[0]
+        for n in ast.walk(tree)
+        if isinstance(n, (ast.Import, ast.ImportFrom))
+        for a in n.names
+    }
+    loaded = {n.id for n in ast.walk(tree) if isinstance(n, ast.Name)}
+    return bound, loaded
+
+
+@pytest.mark.parametrize("share", [0.0, 1.0])
+def test_every_teacher_cell_imports_what_it_uses(share: float) -> None:
+    """A cell copied without the turns before it must not fail on a missing import (the
+    tuned 0.5B's ``re`` without ``import re``); only a ``no_import`` mistake turn does."""
+    for task in _tasks():
+        for k in range(6):
+            play = teacher.policy(task, k, share)
+            modules = set().union(*(_imports(code)[0] for _, code in play.turns))
+            for i, (_, code) in enumerate(play.turns):
+                bound, loaded = _imports(code)
+                missing = (loaded & modules) - bound
+                if play.mistake == "no_import" and i in play.planned_mistakes:
+                    assert missing, (task.id, k, code)
+                else:
+                    assert not missing, (task.id, k, i, code)
+
+
+def test_the_repair_share_parameter() -> None:
+    pairs = [(t, k) for t in _tasks() for k in range(12)]
+    plays = {(t.id, k): teacher.policy(t, k) for t, k in pairs}
+    share = sum(p.mistake is not None for p in plays.values()) / len(pairs)
+    assert 0.2 <= share <= 0.4, share  # default 0.3, seeded per (task, sample)
+    assert all(teacher.policy(t, k, 1.0).mistake for t, k in pairs)
+    for t, k in pairs:
+        none = teacher.policy(t, k, 0.0)
+        assert none.mistake is None and none.planned_mistakes == []
+        if plays[t.id, k].mistake is None:  # the draw leaves other rollouts as they were
+            assert plays[t.id, k].turns == none.turns
+        else:  # one more turn: the mistake, inserted before the step it gets wrong
+            assert len(plays[t.id, k].turns) == len(none.turns) + 1
+    kinds = {p.mistake for p in plays.values()} - {None}
+    assert kinds == {m for ms in teacher.MISTAKES.values() for m in ms}
+    with pytest.raises(ValueError, match="repair_share"):
+        teacher.policy(SNIAH, 0, 1.5)
+    held = TrainTask("heldout-1", "sniah", "q", "1", "contains", context="x", split="heldout")
+    with pytest.raises(ValueError, match="held-out"):
+        teacher.policy(held, 0, 1.0)
+
+
+def test_rollouts_with_no_repair_share_record_no_mistakes(tmp_path: Path) -> None:
+    with Store(tmp_path / "t.db") as store:
+        opts = RolloutOptions(model="teacher", samples=3, repair_share=0.0)
+        asyncio.run(run_rollouts([SNIAH], opts, registry=Registry(), store=store))
+        rows = store.rollouts("teacher")
+        with pytest.raises(ValueError, match="repair_share"):
+            bad = RolloutOptions(model="teacher", samples=4, repair_share=-0.1)
+            asyncio.run(run_rollouts([SNIAH], bad, registry=Registry(), store=store))
+    assert [(r["details"]["mistake"], r["details"]["mistake_turns"]) for r in rows] == [
+        (None, [])
+    ] * 3
+    assert all(r["cell_errors"] == 0 and r["reward"] == 1.0 for r in rows)
+
+
+def test_the_cli_refuses_a_repair_share_outside_0_to_1(rlmd_home: Path, tmp_path: Path) -> None:
+    tasks = tmp_path / "t.jsonl"
+    tasks.write_text(json.dumps({"question": "q", "context": "c", "answer": "a"}) + "\n")
+    done = subprocess.run(
+        [sys.executable, "-m", "rlmd", "train", "rollout", "--tasks", str(tasks)]
+        + ["--model", "teacher", "--repair-share", "1.5"],
+        capture_output=True,
+        text=True,
+        env={**os.environ, "RLMD_HOME": str(rlmd_home)},
+    )
+    assert done.returncode == 2, done.stderr
+    assert "repair_share must be within 0..1" in done.stderr and "Traceback" not in done.stderr
