@@ -80,13 +80,13 @@ from typing import Any
 
 from rlmd import paths
 from rlmd.engine.budget import Budget
-from rlmd.engine.loop import RunConfig
+from rlmd.engine.config import RunConfig
 from rlmd.models.base import ModelSpec
 from rlmd.models.pull import KNOWN_LOCAL_MODELS
 from rlmd.models.registry import PROVIDERS, Registry, builtin_entries, merge_entries
 from rlmd.sandbox import DEFAULT_BACKEND
 from rlmd.sandbox.limits import Limits
-from rlmd.workspace.manager import WorkspaceSettings
+from rlmd.workspace.settings import WorkspaceSettings
 
 DEFAULT_MODEL = "qwen2.5-coder-1.5b"
 """The root model when neither the command line nor a config names one: the local 1.5B
@@ -250,7 +250,7 @@ PROJECT_BACKENDS = ("subprocess", "container")
 PROJECT_OPTIONS = ("limits", "template")
 """``sandbox_options`` keys a project config may set (limits only tighter than the defaults)."""
 
-LOWER_ONLY_OPTIONS = ("output_cap", "max_concurrent_subcalls")
+LOWER_ONLY_OPTIONS = ("output_cap", "max_concurrent_subcalls", "resample_repeats")
 """Numeric ``[run]`` options besides the budget that a project's file may only lower."""
 
 WORKSPACE_KEYS: dict[str, type | tuple[type, ...]] = {

@@ -619,6 +619,10 @@ class PendingLoad:
         threading.Thread(target=self._run, name="rlmd-context-load", daemon=True).start()
 
     def _run(self) -> None:
+        # Running from here on: cancelling an awaiting task no longer cancels the future
+        # (``asyncio.wrap_future`` would), which then could not take the load's outcome.
+        if not self._future.set_running_or_notify_cancel():
+            return  # cancelled before the thread ran
         try:
             self._future.set_result(_load_path(self.path, self.stop))
         except BaseException as exc:  # handed to whoever awaits the load

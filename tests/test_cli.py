@@ -369,20 +369,26 @@ def test_sigterm_acts_while_the_codebase_is_still_loading(rlmd_home, tmp_path):
         (folder / f"m{i:03}.py").write_text(f"x = {i}\n")
     script = tmp_path / "never.json"
     script.write_text(json.dumps(["```repl\nFINAL('too late')\n```"]))
+    tmp = tmp_path / "tmp"  # where the run's kernel gets its working folder
+    tmp.mkdir()
     proc = subprocess.Popen(
         [sys.executable, "-c", SLOW_DISK_RUN, "run", "q", "--context", str(folder)]
         + ["--model", f"scripted:{script}", "--json"],
         stdout=subprocess.PIPE,
         stderr=subprocess.PIPE,
         text=True,
-        env={**os.environ, "RLMD_HOME": str(rlmd_home)},
+        env={**os.environ, "RLMD_HOME": str(rlmd_home), "TMPDIR": str(tmp)},
     )
     assert proc.stdout is not None
     assert proc.stdout.readline().startswith("reading ")  # the load is under way
     proc.send_signal(signal.SIGTERM)
     assert proc.wait(timeout=60) == 143
-    assert proc.stderr is not None and "terminated before the run started" in proc.stderr.read()
+    assert proc.stderr is not None
+    stderr = proc.stderr.read()
+    assert "terminated before the run started" in stderr and "Traceback" not in stderr
     assert json.loads(rlmd("runs", "--json", home=rlmd_home).stdout) == []  # no model request
+    # the kernel started while the codebase loaded was stopped and its folder removed
+    assert [p.name for p in tmp.iterdir() if p.name.startswith("rlmd-sandbox-")] == []
 
 
 PROVIDER_SDKS_AFTER = """

@@ -507,7 +507,7 @@ async def test_extraction_can_be_switched_off_for_a_hard_budget():
 
     def root(messages):
         calls.append(messages[0]["content"][:20])
-        return repl("print(len(context))")
+        return repl(f"print(len(context) + {len(calls)})")  # no repeat: never re-sampled
 
     reg = scripted_registry(root=root)
     result = await go(
@@ -729,7 +729,8 @@ async def test_the_last_turn_asks_for_the_answer_outright():
 
     def root(messages):
         seen.append(messages)
-        return repl("print(len(context))") if turn_of(messages) < 2 else repl("FINAL(len(context))")
+        t = turn_of(messages)  # a new cell each turn: no re-sample
+        return repl(f"print(len(context) + {t})") if t < 2 else repl("FINAL(len(context))")
 
     await go(
         scripted_registry(root=root, sub=root), "q", "abc", config(budget={"max_iterations": 3})

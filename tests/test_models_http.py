@@ -120,6 +120,28 @@ async def test_openai_usage_cost_and_request(openai_server: FakeServer, key: str
     assert request["body"]["model"] == "m"
 
 
+async def test_a_calls_own_sampling_goes_over_the_specs(
+    openai_server: FakeServer, anthropic_server: FakeServer, key: str
+) -> None:
+    """The engine's re-sample of a repeated turn: temperature and seed for one call only;
+    Anthropic's Messages API takes neither, so they are not sent there."""
+    resample = {"temperature": 0.7, "seed": 1}
+    model = OpenAIModel(openai_spec(openai_server, sampling={"temperature": 0, "top_p": 0.9}))
+    claude = AnthropicModel(anthropic_spec(anthropic_server))
+    try:
+        await model.complete(USER, sampling=resample)
+        await model.complete(USER)
+        await claude.complete(USER, sampling=resample)
+    finally:
+        await model.aclose()
+        await claude.aclose()
+    first, second = (r["body"] for r in openai_server.requests)
+    assert (first["temperature"], first["seed"], first["top_p"]) == (0.7, 1, 0.9)
+    assert second["temperature"] == 0 and "seed" not in second  # the spec's again
+    (sent,) = (r["body"] for r in anthropic_server.requests)
+    assert "temperature" not in sent and "seed" not in sent
+
+
 async def test_openai_without_usage_counts_tokens(openai_server: FakeServer, key: str) -> None:
     openai_server.replies.append(openai_reply("x" * 40, usage=False))
     model = OpenAIModel(openai_spec(openai_server))

@@ -30,9 +30,10 @@ import json, os, sys, threading
 _start = threading.Thread.start
 
 def start(self):
-    if self.name == "rlmd-context-load":
+    at = {"rlmd-context-load": "read_start", "rlmd-spare-kernel": "kernel_launch"}.get(self.name)
+    if at:
         with open(os.environ["RLMD_TEST_MODULES"], "a") as fh:
-            fh.write(json.dumps({"at": "read_start", "modules": sorted(sys.modules)}) + "\\n")
+            fh.write(json.dumps({"at": at, "modules": sorted(sys.modules)}) + "\\n")
     _start(self)
 
 threading.Thread.start = start
@@ -62,6 +63,18 @@ clusters, the MCP/ACP doors, tracing, the daemon, provider SDKs)."""
 AFTER_THE_READ_STARTS = ("asyncio", "rich", "sqlite_utils", "rlmd.engine", "rlmd.config")
 """Imported (if at all) only once the codebase is being read, so the read overlaps them."""
 
+AFTER_THE_KERNEL_LAUNCH = (
+    "rlmd.runner",
+    "rlmd.store",
+    "rlmd.engine.loop",
+    "rlmd.engine.events",
+    "rlmd.engine.host",
+    "rlmd.workspace.manager",
+    "rlmd.codeintel",
+)
+"""The engine's loop, the store and the rest of the run: imported only after the run's kernel
+is launched (while the codebase is still read), so its start-up overlaps them too."""
+
 
 def _loaded(modules: list[str], packages: tuple[str, ...]) -> list[str]:
     return [m for m in modules if m.split(".")[0] in packages or m.startswith(packages)]
@@ -88,6 +101,9 @@ def test_rlmd_run_reads_first_and_imports_only_what_the_run_needs(codebase, rlmd
     seen = _run(codebase, rlmd_home, tmp_path)  # a current store, as on every later run
 
     assert _loaded(seen["read_start"], AFTER_THE_READ_STARTS) == []
+    # the kernel is launched with only the config and the sandbox loaded
+    assert "rlmd.config" in seen["kernel_launch"]
+    assert _loaded(seen["kernel_launch"], AFTER_THE_KERNEL_LAUNCH) == []
     assert _loaded(seen["first_request"], NEVER_ON_THE_RUN_PATH) == []
     # the store is open (the run is recorded) without sqlite-utils; --quiet draws nothing
     assert "rlmd.store.db" in seen["first_request"]

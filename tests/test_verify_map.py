@@ -252,6 +252,22 @@ def test_an_instruction_that_is_a_repl_helper_call_is_named(instruction, helper)
     assert mapping.helper_in_instruction(instruction) == helper
 
 
+@pytest.mark.parametrize(
+    ("instruction", "code"),
+    [
+        ("find_subclasses(SirezLukud)", "print(find_subclasses('SirezLukud'))"),
+        ("outline('lib/error.js')", "print(outline('lib/error.js'))"),
+        ("grep('def main', context)", "print(grep('def main', context))"),
+        ("read_file(path=a, start=1)", "print(read_file(path='a', start=1))"),
+        ("  outline  ", None),  # no call: no arguments to show
+        ("Is this an animal?", None),
+        ("print(x)", None),
+    ],
+)
+def test_a_helper_call_instruction_is_shown_as_the_line_to_run(instruction, code):
+    assert mapping.helper_call_code(instruction) == code
+
+
 async def test_llm_map_with_a_helper_call_as_its_instruction_fails_the_cell_saying_why():
     """A sub-model cannot run REPL helpers: the cell fails before any sub-call, and the
     model reads what to do instead; then it calls the helper in code."""
@@ -272,7 +288,7 @@ async def test_llm_map_with_a_helper_call_as_its_instruction_fails_the_cell_sayi
     result = await go(scripted_registry(root=root, sub=sub), "q", "a\nb\nc", config())
     assert subs == []
     shown = last_user(seen[1])
-    assert "cannot run list_files(); call list_files(...) in your code instead" in shown
+    assert "cannot run list_files(); run it in your code instead: print(list_files())" in shown
     assert (result.answer, result.iterations) == ("3", 2)
 
 
@@ -302,6 +318,7 @@ def test_an_extracted_answer_loses_its_fence():
 
 
 async def test_a_cell_repeated_a_third_time_is_not_run_again():
+    """The repeat rules alone (re-sampling off, or every re-sample repeating too)."""
     seen = []
 
     def root(messages):
@@ -310,13 +327,130 @@ async def test_a_cell_repeated_a_third_time_is_not_run_again():
             return repl("print('counting', len(context))")
         return repl("FINAL(len(context))")
 
-    result = await go(scripted_registry(root=root, sub=root), "q", "abcd", config())
+    cfg = config(resample_repeats=0)
+    result = await go(scripted_registry(root=root, sub=root), "q", "abcd", cfg)
     assert (result.status, result.answer, result.iterations) == ("completed", "4", 5)
     runs = [last_user(m) for m in seen[1:]]
     assert "[cell 1]" in runs[0] and "[cell 1]" in runs[1]  # the first repeat still runs
     assert "same code as in your previous turn" in runs[1]
     for skipped in runs[2:4]:
         assert "[cell 1]" not in skipped and "I did not run it again" in skipped
+
+
+class Resampled:
+    """A root model that sends ``stuck`` code on turn ``turn`` until it has been asked for
+    that turn ``stuck_calls`` times, then ``fresh``; ``calls`` counts the calls per turn."""
+
+    def __init__(self, turn: int, stuck: str, fresh: str, stuck_calls: int = 1) -> None:
+        self.turn, self.stuck, self.fresh, self.stuck_calls = turn, stuck, fresh, stuck_calls
+        self.calls: dict[int, int] = {}
+
+    def __call__(self, messages: list[dict]) -> str:
+        t = turn_of(messages)
+        self.calls[t] = self.calls.get(t, 0) + 1
+        if t < self.turn:
+            return repl("x = len(context)\nprint(x)") if t == 0 else repl(self.stuck)
+        if t == self.turn:
+            return repl(self.stuck if self.calls[t] <= self.stuck_calls else self.fresh)
+        return repl("FINAL(x)")
+
+
+def root_calls(events: list) -> list:
+    from rlmd.engine.events import ModelCallStarted
+
+    return [e for e in events if isinstance(e, ModelCallStarted) and e.role == "root"]
+
+
+async def test_a_turn_repeating_the_previous_cell_is_resampled_and_recorded():
+    model = Resampled(2, "print(x)", "print(x * 2)")
+    events: list = []
+    cfg = config()
+    result = await run_task(
+        "q",
+        "abcd",
+        cfg,
+        get_model=scripted_registry(root=model, sub=model).get,
+        sinks=(events.append,),
+    )
+    assert (result.status, result.answer, result.iterations) == ("completed", "4", 4)
+    assert model.calls == {0: 1, 1: 1, 2: 2, 3: 1}  # turn 2 asked once more
+    calls = root_calls(events)
+    resample = {"temperature": 0.7, "seed": 1}
+    assert [c.sampling for c in calls] == [None, None, None, resample, None]
+    assert calls[3].data["sampling"] == resample and "sampling" not in calls[2].data
+    assert result.usage["total"]["calls"] == 5  # the re-sample is in the usage
+    finished = [e for e in events if type(e).__name__ == "CellFinished"]
+    assert [e.code.strip() for e in finished][2] == "print(x * 2)"  # the fresh code ran
+
+
+async def test_resampling_is_bounded_then_the_repeat_rules_apply():
+    model = Resampled(2, "print(x)", "print(x * 2)", stuck_calls=99)
+    events: list = []
+    result = await run_task(
+        "q",
+        "abcd",
+        config(),
+        get_model=scripted_registry(root=model, sub=model).get,
+        sinks=(events.append,),
+    )
+    assert (result.status, result.answer) == ("completed", "4")
+    assert model.calls[2] == 3  # the reply and resample_repeats (2) re-samples
+    sampled = [c.sampling for c in root_calls(events) if c.sampling]
+    assert sampled == [{"temperature": 0.7, "seed": 1}, {"temperature": 1.0, "seed": 2}]
+    finished = [e for e in events if type(e).__name__ == "CellFinished"]
+    assert [e.code.strip() for e in finished][:3] == [
+        "x = len(context)\nprint(x)",
+        "print(x)",
+        "print(x)",
+    ]
+
+
+async def test_a_cell_that_raised_earlier_is_resampled_when_sent_again():
+    model = Resampled(3, "print(y)", "print(x)")
+    events: list = []
+
+    # turn 1 raises (y is undefined), turn 2 is other code, turn 3 repeats turn 1's cell
+    def root(messages):
+        if turn_of(messages) == 2:
+            return repl("print('other')")
+        return model(messages)
+
+    result = await run_task(
+        "q",
+        "abcd",
+        config(),
+        get_model=scripted_registry(root=root, sub=root).get,
+        sinks=(events.append,),
+    )
+    assert (result.status, result.answer) == ("completed", "4")
+    assert model.calls[3] == 2
+    assert [c.sampling for c in root_calls(events)].count(None) == 5
+
+
+async def test_a_changed_cell_is_never_resampled():
+    events: list = []
+
+    def root(messages):
+        t = turn_of(messages)
+        return repl(f"x = len(context) + {t}\nprint(x)") if t < 4 else repl("FINAL(x)")
+
+    result = await run_task(
+        "q",
+        "abcd",
+        config(),
+        get_model=scripted_registry(root=root, sub=root).get,
+        sinks=(events.append,),
+    )
+    assert (result.status, result.answer, result.iterations) == ("completed", "7", 5)
+    assert all(c.sampling is None for c in root_calls(events))
+    assert len(root_calls(events)) == 5
+
+
+async def test_resampling_off_asks_each_turn_once():
+    model = Resampled(2, "print(x)", "print(x * 2)")
+    cfg = config(resample_repeats=0)
+    result = await go(scripted_registry(root=model, sub=model), "q", "abcd", cfg)
+    assert result.status == "completed" and model.calls[2] == 1
 
 
 async def test_a_final_given_again_after_its_refusal_and_question_is_not_skipped_as_a_repeat():

@@ -351,11 +351,9 @@ def _run_command(args: argparse.Namespace) -> int:
         err.print(f"[red]error:[/] {markup(str(exc))}")
         return 2
 
-    import asyncio
-
+    # The config (not the engine: rlmd.engine's names load on first use), then at once the
+    # run's kernel (_isolation_gap), so both start while the codebase is still being read.
     from rlmd import config
-    from rlmd.models.base import ModelNotAvailable
-    from rlmd.runner import run_question
 
     try:
         settings = config.load(project)
@@ -394,6 +392,11 @@ def _run_command(args: argparse.Namespace) -> int:
     except isolation.NotIsolated as exc:
         err.print(f"[red]error:[/] {markup(str(exc))}")
         return 2
+    import asyncio
+
+    from rlmd.models.base import ModelNotAvailable
+    from rlmd.runner import run_question
+
     if gap:  # on every run, --quiet included: the user must know
         err.print(f"[bold yellow]warning:[/] {markup(gap)}")
     started: list[str] = []  # the root run's id once it has started (and is recorded)

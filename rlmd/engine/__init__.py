@@ -14,18 +14,17 @@ shares; ``host.py`` what REPL code asks of the host; ``feedback.py`` the after-c
 from __future__ import annotations
 
 from collections.abc import Callable
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-from rlmd.context import Context, load_context_async
-from rlmd.engine.budget import RUN_STATUSES, Budget, BudgetExhausted, Ledger
-from rlmd.engine.config import RunConfig, RunResult
-from rlmd.engine.events import Event, EventBus, EventSink
-from rlmd.engine.executor import ChildStarter, Executor, LocalExecutor, StarterExecutor
-from rlmd.engine.host import ChildRequest
-from rlmd.engine.loop import RLMRun, prepare_sandbox
-from rlmd.engine.metered import Runtime
-from rlmd.models.base import Model
-from rlmd.sandbox.base import Sandbox
+if TYPE_CHECKING:  # the names below are imported on first use (see __getattr__)
+    from rlmd.engine.budget import RUN_STATUSES, Budget, BudgetExhausted
+    from rlmd.engine.config import RunConfig, RunResult
+    from rlmd.engine.events import Event, EventSink
+    from rlmd.engine.executor import ChildStarter, Executor, LocalExecutor
+    from rlmd.engine.host import ChildRequest
+    from rlmd.engine.loop import prepare_sandbox
+    from rlmd.models.base import Model
+    from rlmd.sandbox.base import Sandbox
 
 __all__ = [
     "RUN_STATUSES",
@@ -42,6 +41,35 @@ __all__ = [
     "prepare_sandbox",
     "run_task",
 ]
+
+_LAZY = {
+    "RUN_STATUSES": "budget",
+    "Budget": "budget",
+    "BudgetExhausted": "budget",
+    "RunConfig": "config",
+    "RunResult": "config",
+    "Event": "events",
+    "EventSink": "events",
+    "ChildStarter": "executor",
+    "Executor": "executor",
+    "LocalExecutor": "executor",
+    "ChildRequest": "host",
+    "prepare_sandbox": "loop",
+}
+"""Where each public name lives. They are imported when first used, not with the package:
+``rlmd.config`` needs only the run config and budget, and ``rlmd run`` imports it (to start
+the run's kernel) while the codebase is read, before the loop, events and asyncio load."""
+
+
+def __getattr__(name: str) -> Any:
+    module = _LAZY.get(name)
+    if module is None:
+        raise AttributeError(f"module 'rlmd.engine' has no attribute {name!r}")
+    import importlib
+
+    value = getattr(importlib.import_module(f"rlmd.engine.{module}"), name)
+    globals()[name] = value
+    return value
 
 
 async def run_task(
@@ -63,7 +91,8 @@ async def run_task(
         question: the user's question (shown to the root model in full).
         context: a :class:`~rlmd.context.Context`, or anything
             :func:`~rlmd.context.load_context` takes (str, list, dict, Path; a path is
-            read in a worker thread).
+            read in a worker thread, or a :class:`~rlmd.context.PendingLoad` already being
+            read: meanwhile the run's own REPL, when ``sandbox`` is ``None``, starts).
         config: models, sandbox, budgets and tools.
         get_model: registry lookup, name → :class:`~rlmd.models.base.Model`
             (``KeyError`` for an unknown name).
@@ -88,6 +117,15 @@ async def run_task(
         KeyError: the root or sub model name is unknown.
         asyncio.CancelledError: the task was cancelled (the run is recorded as cancelled).
     """
+    from pathlib import Path
+
+    from rlmd.context import Context, PendingLoad, load_context_async
+    from rlmd.engine.budget import Ledger
+    from rlmd.engine.events import EventBus
+    from rlmd.engine.executor import LocalExecutor, StarterExecutor
+    from rlmd.engine.loop import RLMRun, start_sandbox
+    from rlmd.engine.metered import Runtime
+
     config.validate_tools()
     if make_sandbox is None:
         from rlmd.sandbox import create_sandbox
@@ -96,9 +134,20 @@ async def run_task(
             return create_sandbox(config.sandbox, **config.sandbox_options)
 
     # Off the event loop: a codebase read blocks nothing and a SIGTERM cancels it at once.
-    ctx = context if isinstance(context, Context) else await load_context_async(context)
-    ledger = Ledger(config.budget, reserve_s=config.extraction_reserve_s())
-    if executor is None:
-        executor = StarterExecutor(start_child) if start_child else LocalExecutor()
-    rt = Runtime(config, get_model, make_sandbox, EventBus(*sinks), ledger, executor)
-    return await RLMRun(rt, question, ctx, sandbox=sandbox, run_id=run_id).run()
+    # Meanwhile the run's own REPL starts (its kernel's launch and hello), so that the
+    # codebase goes to it as soon as it is read.
+    starting = None
+    if sandbox is None and isinstance(context, PendingLoad | Path):
+        starting = start_sandbox(make_sandbox())
+    try:
+        ctx = context if isinstance(context, Context) else await load_context_async(context)
+        ledger = Ledger(config.budget, reserve_s=config.extraction_reserve_s())
+        if executor is None:
+            executor = StarterExecutor(start_child) if start_child else LocalExecutor()
+        rt = Runtime(config, get_model, make_sandbox, EventBus(*sinks), ledger, executor)
+        run = RLMRun(rt, question, ctx, sandbox=sandbox, run_id=run_id, starting=starting)
+    except BaseException:  # an unreadable context, an unknown model: no run, no kernel left
+        if starting is not None:
+            await starting.abandon()
+        raise
+    return await run.run()

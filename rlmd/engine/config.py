@@ -71,6 +71,11 @@ class RunConfig:
             answer arrives within the wall-clock budget (the first quality run's extraction
             ran 120 s past a 150 s budget). The extraction gets what is left of the budget;
             if the loop overran its share, at most 1 s more.
+        resample_repeats: when a root reply's code repeats the previous turn's or a cell
+            that raised, ask for the turn again up to this many times at a higher
+            temperature (:data:`rlmd.engine.feedback.RESAMPLE_TEMPERATURES`) before running
+            it; the first reply with other code replaces it. ``0``: never. Each re-sample is
+            a root model call (in the budget, its event records its ``sampling``).
         record_prompts: put the whole prompt of every root-model call in its event (and so
             in the store), not only the messages new since the last call; training
             datasets (:mod:`rlmd.train.export`) take each root turn's input from it.
@@ -99,6 +104,7 @@ class RunConfig:
     unverified_answer_message: str = prompts.UNVERIFIED_ANSWER
     extraction_reserve: float = 0.2
     record_prompts: bool = False
+    resample_repeats: int = 2
 
     def extraction_reserve_s(self) -> float:
         """Seconds of the wall-clock budget kept for the extraction call (0 when there is no

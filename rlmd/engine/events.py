@@ -191,6 +191,9 @@ class ModelCallStarted(Event):
             store grows linearly); a sub-call's whole prompt.
         call_depth: the depth the call is made at (``data["depth"]``: a sub-call's is the
             run's depth + 1).
+        sampling: this call's own sampling arguments (a root turn re-sampled because it
+            repeated a cell, see :func:`rlmd.engine.feedback.resample_sampling`); ``None``,
+            and then absent from ``data``, for a call with the model's own sampling.
     """
 
     kind: ClassVar[str] = "model_call.started"
@@ -200,6 +203,14 @@ class ModelCallStarted(Event):
     model: str = ""
     messages: list[dict[str, Any]] = field(default_factory=list)
     call_depth: int = 0
+    sampling: dict[str, Any] | None = None
+
+    @property
+    def data(self) -> dict[str, Any]:
+        data = super().data
+        if self.sampling is None:
+            del data["sampling"]
+        return data
 
 
 @dataclass(frozen=True, kw_only=True)

@@ -53,6 +53,7 @@ class LoopState:
             again is how the model insists, so that turn is never skipped as a repeat).
         subcalls: the sub-call results of the last cell that made sub-calls (what an
             answer computed from sub-call answers rests on), else ``None``.
+        raised_cells: the code (:func:`normalise`) of every cell that raised.
     """
 
     messages: list[Message] = field(default_factory=list)
@@ -69,6 +70,7 @@ class LoopState:
     repeats: int = 0
     final_not_taken: bool = False
     subcalls: verify.SubcallTally | None = None
+    raised_cells: set[str] = field(default_factory=set)
     _tokens: tuple[object, object, int, int] | None = field(default=None, repr=False, compare=False)
     """The running total of :meth:`message_tokens`: (model, messages list, messages
     counted, tokens)."""
@@ -101,6 +103,12 @@ class LoopState:
         msg: Message = {"role": "assistant", "content": text}
         self.messages.append(msg)
         self.history.append(msg)
+
+    def drop_reply(self) -> None:
+        """Take the model's last reply back out of the conversation (it is asked again)."""
+        for messages in (self.messages, self.history):
+            assert messages[-1]["role"] == "assistant"
+            messages.pop()
 
 
 def unverified(cfg: RunConfig, state: LoopState, answer: str) -> bool:
@@ -249,6 +257,41 @@ def skip_repeat(state: LoopState, blocks: list[str]) -> bool:
     return (
         state.repeats > MAX_REPEATS_RUN and state.errors_in_a_row == 0 and state.kernel_deaths == 0
     )
+
+
+RESAMPLE_TEMPERATURES = (0.7, 1.0)
+"""Sampling temperature of the 1st, 2nd (and later) re-sample of a turn that repeats a cell.
+At temperature 0 a model answers the same prompt the same way: the 1.5B model sent one
+``grep`` four times after its answer was printed, and a refused ``llm_map`` cell five times
+until ``max_errors``, whatever the feedback said (issue 15). Re-sampling at a higher
+temperature is the usual way out of a greedy loop."""
+
+
+def normalise(code: str) -> str:
+    """A cell's code as repeats are compared: blank lines and trailing blanks dropped."""
+    return "\n".join(line.rstrip() for line in code.strip().splitlines() if line.strip())
+
+
+def repeats_a_cell(state: LoopState, blocks: list[str]) -> bool:
+    """Whether a reply's code blocks repeat what already ran: the previous turn's code, or
+    a cell that raised (compared as :func:`normalise` gives them). A ``FINAL`` given again
+    after its refusal is not a repeat (that is how the model insists), nor is code after a
+    kernel death no limit explains (the sandbox's fault, not the code's)."""
+    if not blocks or state.final_not_taken or state.kernel_deaths:
+        return False
+    code = [normalise(b) for b in blocks]
+    return code == [normalise(b) for b in state.previous_blocks] or any(
+        c in state.raised_cells for c in code
+    )
+
+
+def resample_sampling(attempt: int) -> dict[str, float | int]:
+    """The sampling arguments of re-sample ``attempt`` (1-based) of a repeated turn: a
+    temperature from :data:`RESAMPLE_TEMPERATURES` and a seed of its own."""
+    return {
+        "temperature": RESAMPLE_TEMPERATURES[min(attempt, len(RESAMPLE_TEMPERATURES)) - 1],
+        "seed": attempt,
+    }
 
 
 def end_of_turn(

@@ -164,10 +164,16 @@ class HostCalls:
             raise Refused("llm_map(instruction, items): instruction must be a non-empty str")
         helper = mapping.helper_in_instruction(instruction)
         if helper is not None:
+            code = mapping.helper_call_code(instruction)
+            instead = (
+                f"run it in your code instead: {code}"
+                if code
+                else f"call {helper}(...) in your code instead"
+            )
             raise Refused(
                 f"llm_map's instruction is sent to a sub-model as text, which cannot run "
-                f"{helper}(); call {helper}(...) in your code instead, and use llm_map for a "
-                "question in words about each item"
+                f"{helper}(); {instead} (and use llm_map for a question in words about each "
+                "item)"
             )
         items = [str(i) for i in _as_list(args.get("items"), "items")]
         try:

@@ -65,6 +65,35 @@ async def prepare_sandbox(
     return sandbox
 
 
+class Starting:
+    """A run's own REPL whose start (kernel launch and hello) is under way before the run
+    exists: :func:`rlmd.engine.run_task` starts it while the context is still being read.
+    The run then binds the context and attaches its handler (:meth:`RLMRun.run`), and closes
+    the REPL at its end like any REPL it owns."""
+
+    def __init__(self, sandbox: Sandbox) -> None:
+        self.sandbox = sandbox
+        self.started = asyncio.ensure_future(sandbox.start(_no_calls))
+
+    async def prepare(self, context: Context, handler: CallHandler) -> Sandbox:
+        """Wait for the start (raising what it raised), then serve ``handler`` and bind
+        ``context`` (see :func:`prepare_sandbox`)."""
+        await self.started
+        return await prepare_sandbox(self.sandbox, context, handler)
+
+    async def abandon(self) -> None:
+        """The run will not happen (its context failed to load, or it was cancelled): stop
+        the start and close the REPL."""
+        self.started.cancel()
+        await asyncio.gather(self.started, return_exceptions=True)
+        await asyncio.shield(self.sandbox.close())
+
+
+def start_sandbox(sandbox: Sandbox) -> Starting:
+    """Start ``sandbox`` now, refusing host calls until a run takes it (see :class:`Starting`)."""
+    return Starting(sandbox)
+
+
 async def run_child_here(rt: Runtime, request: ChildRequest) -> RunResult:
     """The default child starter: the child run in this event loop, in a fresh REPL of the
     tree's sandbox factory (closed when it ends)."""
@@ -97,6 +126,8 @@ class RLMRun:
         sandbox: a prepared REPL (started, ``context`` bound) owned by the caller; ``None``
             makes a fresh one from ``rt.make_sandbox``, closed at the end.
         run_id: the run's id (default: a new one).
+        starting: a REPL the run owns whose start is under way (:func:`start_sandbox`);
+            the run binds ``context`` in it and closes it at the end.
     """
 
     def __init__(
@@ -114,6 +145,7 @@ class RLMRun:
         model: Model | None = None,
         sandbox: Sandbox | None = None,
         run_id: str | None = None,
+        starting: Starting | None = None,
     ) -> None:
         self.rt = rt
         self.cfg = rt.config
@@ -130,6 +162,7 @@ class RLMRun:
         self.host = HostCalls(self.meter, self.root_run_id, self.tools, context)
         self._sandbox = sandbox
         self._own_sandbox = sandbox is None
+        self._starting = starting
         self._preparing: asyncio.Future[Sandbox] | None = None
         self._map_later = False
         self.iterations = 0
@@ -149,7 +182,10 @@ class RLMRun:
         # A REPL the run owns starts (its kernel binding the context in its own process)
         # while the metadata is computed: the first model request waits for the slower of
         # the two, not for both in turn.
-        if self._sandbox is None:
+        if self._starting is not None:  # started by run_task while the context loaded
+            self._sandbox = self._starting.sandbox
+            self._preparing = asyncio.ensure_future(self._starting.prepare(self.context, self.host))
+        elif self._sandbox is None:
             self._sandbox = self.rt.make_sandbox()
             self._preparing = asyncio.ensure_future(
                 prepare_sandbox(self._sandbox, self.context, self.host)
@@ -249,7 +285,10 @@ class RLMRun:
             return
         self._preparing.cancel()
         await asyncio.gather(self._preparing, return_exceptions=True)
-        await asyncio.shield(self._sandbox.close())
+        if self._starting is not None:  # its start may not have been awaited yet
+            await self._starting.abandon()
+        else:
+            await asyncio.shield(self._sandbox.close())
 
     async def _send_map_if_ready(self) -> None:
         """Add the codebase's map to the turn about to be sent once its background index
@@ -268,7 +307,7 @@ class RLMRun:
         until code gives a ``FINAL`` answer the rules accept or a budget runs out."""
         sandbox = await self._attach_sandbox()
         self._open_conversation(meta, self._cell_limit(sandbox))
-        budget = self.cfg.budget
+        budget, state = self.cfg.budget, self.state
         for i in range(budget.max_iterations):
             self.iterations = i + 1
             last_turn = i + 1 >= budget.max_iterations
@@ -278,6 +317,10 @@ class RLMRun:
                 await self._send_map_if_ready()
             await maybe_compact(self.meter, self.model, self.state, it_node, sandbox)
             reply = await self._root_call(it_node)
+            if self.cfg.resample_repeats > 0 and feedback.repeats_a_cell(
+                state, parsing.find_code_blocks(reply)
+            ):
+                reply = await self._resample(it_node, reply)
             blocks = parsing.find_code_blocks(reply)
             if blocks:
                 outcome = await self._code_turn(it_node, i, blocks, sandbox, last_turn)
@@ -342,6 +385,8 @@ class RLMRun:
             if result.final is None:
                 feedback.count_kernel_death(state, result)
             all_failed = all_failed and result.error is not None
+            if result.error is not None and state.kernel_deaths == 0:  # the code's own fault
+                state.raised_cells.add(feedback.normalise(code))
             state.outputs.append("\n".join((result.stdout, result.stderr, result.error or "")))
             if self.host.tally.results:
                 state.subcalls = self.host.tally
@@ -407,8 +452,27 @@ class RLMRun:
             state.say(prompts.NO_CODE)
         return None
 
-    async def _root_call(self, it_node: str) -> str:
-        """One root-model turn; returns the reply text as appended to the conversation: with
+    async def _resample(self, it_node: str, reply: str) -> str:
+        """Ask again for a turn whose code repeats a cell (:func:`feedback.repeats_a_cell`),
+        up to ``resample_repeats`` times at a higher temperature: the first reply with other
+        code (or a ``FINAL`` in prose) replaces ``reply``; else ``reply`` stands and the
+        repeat rules apply. Returns the reply the turn goes on with."""
+        state = self.state
+        for attempt in range(1, self.cfg.resample_repeats + 1):
+            state.drop_reply()
+            again = await self._root_call(it_node, feedback.resample_sampling(attempt))
+            blocks = parsing.find_code_blocks(again)
+            if not feedback.repeats_a_cell(state, blocks) and (
+                blocks or parsing.find_prose_final(again)
+            ):
+                return again
+        state.drop_reply()
+        state.reply(reply)
+        return reply
+
+    async def _root_call(self, it_node: str, sampling: dict[str, Any] | None = None) -> str:
+        """One root-model turn (with ``sampling`` over the model's own, for a re-sample);
+        returns the reply text as appended to the conversation: with
         ``stop_after_code_block``, ended at its first code block (fence closed)."""
         state = self.state
         # record_prompts: the whole prompt in the event (training samples need it exactly).
@@ -416,7 +480,13 @@ class RLMRun:
         stop = list(STOP_AFTER_BLOCK) if self.cfg.stop_after_code_block else None
         call = self.meter.call
         c = await call(
-            self.model, list(state.messages), it_node, role="root", record=new, stop=stop
+            self.model,
+            list(state.messages),
+            it_node,
+            role="root",
+            record=new,
+            stop=stop,
+            sampling=sampling,
         )
         text = c.text
         if stop:
@@ -427,7 +497,14 @@ class RLMRun:
                 # The stop string closed or opened a fence that is not code (an output
                 # block): ask again without it, so a FINAL written after it survives.
                 again: list[Message] | None = None if self.cfg.record_prompts else []
-                c = await call(self.model, list(state.messages), it_node, role="root", record=again)
+                c = await call(
+                    self.model,
+                    list(state.messages),
+                    it_node,
+                    role="root",
+                    record=again,
+                    sampling=sampling,
+                )
                 text = c.text
             text = parsing.close_open_fence(parsing.cut_after_first_block(text))
         state.sent = len(state.messages) + 1

@@ -37,6 +37,33 @@ def helper_in_instruction(instruction: str) -> str | None:
     return None
 
 
+def helper_call_code(instruction: str) -> str | None:
+    """``instruction`` as a cell line to run, when it is one call of a REPL helper
+    (:func:`helper_in_instruction`), else ``None``. Bare names among its arguments become
+    strings, as the helpers take names as strings (``find_subclasses(Base)`` gives
+    ``print(find_subclasses('Base'))``); the REPL's own names (``context``) stay names.
+
+    The refusal shows this line: told to "call find_subclasses(...) in your code", the 1.5B
+    model re-sent the refused cell five times (issue 15, held-out codeintel-006).
+    """
+    try:
+        node = ast.parse(instruction.strip(), mode="eval").body
+    except (SyntaxError, ValueError):
+        return None
+    if not isinstance(node, ast.Call) or helper_in_instruction(instruction) is None:
+        return None
+
+    def quoted(arg: ast.expr) -> ast.expr:
+        if isinstance(arg, ast.Name) and arg.id not in RESERVED_NAMES:
+            return ast.Constant(arg.id)
+        return arg
+
+    node.args = [quoted(a) for a in node.args]
+    for kw in node.keywords:
+        kw.value = quoted(kw.value)
+    return f"print({ast.unparse(node)})"
+
+
 def group(items: list[str], per_call: int) -> list[list[str]]:
     """``items`` cut into consecutive groups of ``per_call`` (the last may be shorter)."""
     return [items[i : i + per_call] for i in range(0, len(items), per_call)]

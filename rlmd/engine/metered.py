@@ -80,6 +80,7 @@ class Meter:
         max_tokens: int | None = None,
         stop: list[str] | None = None,
         timeout_s: float | None = None,
+        sampling: dict[str, Any] | None = None,
     ) -> Completion:
         """Call ``model`` with budget checks, usage accounting and events.
 
@@ -95,6 +96,8 @@ class Meter:
             max_tokens: output cap, tokens.
             stop: stop strings for the provider (see :meth:`Model.complete`).
             timeout_s: wall-clock bound in seconds when ``check`` is ``False``.
+            sampling: sampling arguments for this call only (see :meth:`Model.complete`),
+                recorded in the start event.
 
         Returns:
             The :class:`~rlmd.models.base.Completion`.
@@ -118,6 +121,7 @@ class Meter:
             model=model.name,
             messages=messages if record is None else record,
             call_depth=depth,
+            sampling=sampling,
         )
         timeout = ledger.remaining_seconds() if check else timeout_s
         try:
@@ -130,7 +134,8 @@ class Meter:
                 # A timeout cancels the call; a streamed request then closes its connection
                 # and a llama.cpp server stops generating (rlmd.models.openai).
                 c = await asyncio.wait_for(
-                    model.complete(messages, max_tokens=max_tokens, stop=stop), timeout
+                    model.complete(messages, max_tokens=max_tokens, stop=stop, sampling=sampling),
+                    timeout,
                 )
             except TimeoutError:
                 why = (

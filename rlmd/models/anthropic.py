@@ -102,7 +102,11 @@ class AnthropicModel(Model):
         return self._client, key
 
     async def _complete(
-        self, messages: list[Message], max_tokens: int, stop: list[str] | None = None
+        self,
+        messages: list[Message],
+        max_tokens: int,
+        stop: list[str] | None = None,
+        sampling: dict[str, Any] | None = None,
     ) -> Completion:
         """One Messages API call; usage from the response, else counted locally.
         ``stop`` is sent as ``stop_sequences``.
@@ -125,6 +129,9 @@ class AnthropicModel(Model):
         if stop:
             request["stop_sequences"] = list(stop)
         request.update(self.spec.sampling)
+        # ``sampling`` (a re-sample's temperature and seed) is not sent: the Messages API of
+        # this SDK takes neither, and its models do not decode greedily, so asking again is
+        # a re-sample already.
 
         async def attempt() -> Any:
             try:

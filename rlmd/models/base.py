@@ -205,6 +205,7 @@ class Model(abc.ABC):
         *,
         max_tokens: int | None = None,
         stop: list[str] | None = None,
+        sampling: dict[str, Any] | None = None,
     ) -> Completion:
         """Generate one reply to ``messages``.
 
@@ -214,6 +215,9 @@ class Model(abc.ABC):
             stop: strings that end the reply at their first occurrence (excluded from the
                 text). Passed to the provider (OpenAI ``stop``, Anthropic ``stop_sequences``,
                 llama.cpp ``stop``); the text is also cut here, for a server that ignores it.
+            sampling: sampling arguments for this call only, over ``spec.sampling``
+                (``temperature``, ``seed``; the engine's re-sample of a repeated turn).
+                Anthropic's Messages API takes neither; it ignores them.
 
         Returns:
             The :class:`Completion` with usage and cost.
@@ -224,7 +228,9 @@ class Model(abc.ABC):
             asyncio.CancelledError: the call was cancelled; the request is abandoned.
         """
         stop = [s for s in stop or () if s] or None
-        c = await self._complete(messages, max_tokens or self.spec.max_output_tokens, stop)
+        c = await self._complete(
+            messages, max_tokens or self.spec.max_output_tokens, stop, dict(sampling or {})
+        )
         if stop:
             text, hit = cut_at_stop(c.text, stop)
             if hit is not None:
@@ -233,7 +239,11 @@ class Model(abc.ABC):
 
     @abc.abstractmethod
     async def _complete(
-        self, messages: list[Message], max_tokens: int, stop: list[str] | None = None
+        self,
+        messages: list[Message],
+        max_tokens: int,
+        stop: list[str] | None = None,
+        sampling: dict[str, Any] | None = None,
     ) -> Completion: ...
 
     def _completion(

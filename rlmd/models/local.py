@@ -5,9 +5,9 @@
 call and kept until :meth:`LocalModel.aclose`.
 
 * Chat: ``Llama.create_chat_completion``, which applies the GGUF's own chat template.
-* Sampling: greedy (``temperature=0``) with a fixed seed unless ``spec.sampling`` says
-  otherwise; any ``create_chat_completion`` argument may be given there (``top_p``,
-  ``repeat_penalty``, ``stop``...).
+* Sampling: greedy (``temperature=0``) with a fixed seed unless ``spec.sampling`` (or a
+  call's own ``sampling``, over it) says otherwise; any ``create_chat_completion`` argument
+  may be given there (``top_p``, ``repeat_penalty``, ``stop``...).
 * Threads: ``spec.n_threads`` (default 1: measured on a shared 2-core machine, two
   spinning ggml threads collapse when a core is shared).
 * Context: ``spec.options["n_ctx"]`` tokens, else ``min(spec.context_window, 8192)``.
@@ -177,7 +177,12 @@ class LocalModel(Model):
         return self._llm
 
     def _generate(
-        self, messages: list[Message], max_tokens: int, abort: _Abort, stop: list[str] | None
+        self,
+        messages: list[Message],
+        max_tokens: int,
+        abort: _Abort,
+        stop: list[str] | None,
+        sampling: dict[str, Any] | None = None,
     ) -> dict:
         with self._lock:
             llm = self._load()
@@ -186,6 +191,7 @@ class LocalModel(Model):
             abort.eos = llm.token_eos()
             kwargs: dict[str, Any] = {"temperature": 0.0, "seed": DEFAULT_SEED}
             kwargs.update(self.spec.sampling)
+            kwargs.update(sampling or {})
             kwargs["logits_processor"] = llama_cpp.LogitsProcessorList([abort])
             try:
                 if stop:
@@ -216,7 +222,11 @@ class LocalModel(Model):
         return lock
 
     async def _complete(
-        self, messages: list[Message], max_tokens: int, stop: list[str] | None = None
+        self,
+        messages: list[Message],
+        max_tokens: int,
+        stop: list[str] | None = None,
+        sampling: dict[str, Any] | None = None,
     ) -> Completion:
         """Generate a reply in a worker thread (loading the model first if needed).
 
@@ -235,7 +245,7 @@ class LocalModel(Model):
                 )
             try:
                 response = await asyncio.to_thread(
-                    self._generate, messages, max_tokens, abort, stop
+                    self._generate, messages, max_tokens, abort, stop, sampling
                 )
             except asyncio.CancelledError:
                 abort.cancelled.set()  # the worker thread stops at its next token

@@ -104,7 +104,11 @@ class OpenAIModel(Model):
         return self._client
 
     async def _complete(
-        self, messages: list[Message], max_tokens: int, stop: list[str] | None = None
+        self,
+        messages: list[Message],
+        max_tokens: int,
+        stop: list[str] | None = None,
+        sampling: dict[str, Any] | None = None,
     ) -> Completion:
         """One chat completion (streamed, see the module docstring); usage from the
         response, else counted locally.
@@ -130,6 +134,7 @@ class OpenAIModel(Model):
         if stop:
             request["stop"] = list(stop)[:4]
         request.update(self.spec.sampling)
+        request.update(sampling or {})
         stream = self.streams
         if stream:
             request["stream"] = True

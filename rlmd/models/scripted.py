@@ -204,7 +204,11 @@ class ScriptedModel(Model):
         raise ModelError(f"{self.name}: script exhausted after {len(script.responses)} responses")
 
     async def _complete(
-        self, messages: list[Message], max_tokens: int, stop: list[str] | None = None
+        self,
+        messages: list[Message],
+        max_tokens: int,
+        stop: list[str] | None = None,
+        sampling: dict[str, Any] | None = None,
     ) -> Completion:
         """The scripted reply; ``max_tokens`` is not applied (the script is replayed as is).
         ``stop`` cuts the reply (in :meth:`Model.complete`), as a server would.

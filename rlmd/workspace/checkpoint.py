@@ -28,12 +28,11 @@ from typing import Any
 
 from rlmd import paths
 from rlmd.sandbox.base import Sandbox, SandboxError
+from rlmd.workspace.settings import DEFAULT_MAX_VAR_BYTES  # 32 MiB: largest checkpointed variable
 
 log = logging.getLogger("rlmd.workspace")
 
 VERSION = 1
-DEFAULT_MAX_VAR_BYTES = 32 * 1024 * 1024
-"""Largest JSON text of one variable that is checkpointed (32 MiB)."""
 
 _PROBE = """\
 def _rlmd_checkpoint_probe(names, limit):

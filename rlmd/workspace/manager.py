@@ -33,15 +33,15 @@ import enum
 import logging
 import time
 from collections.abc import AsyncIterator, Callable
-from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, NotRequired, TypedDict
 
 from rlmd import isolation
 from rlmd.context import Context, load_codebase, refresh_codebase
-from rlmd.sandbox import DEFAULT_BACKEND, create_sandbox
+from rlmd.sandbox import create_sandbox
 from rlmd.sandbox.base import CallError, CellResult, Sandbox, SandboxError, VarInfo
 from rlmd.workspace import checkpoint as ckpt_mod
+from rlmd.workspace.settings import WorkspaceSettings
 
 log = logging.getLogger("rlmd.workspace")
 
@@ -116,29 +116,6 @@ class WorkspaceState(enum.StrEnum):
     STARTING = "starting"
     READY = "ready"
     CLOSED = "closed"
-
-
-@dataclass
-class WorkspaceSettings:
-    """How a workspace runs (from the project's ``[workspace]`` config table).
-
-    Attributes:
-        sandbox: backend name (``"subprocess"`` or ``"inprocess"``).
-        sandbox_options: keyword options for the backend.
-        idle_timeout_s: seconds without use before the sandbox is checkpointed and stopped
-            (``None``: never).
-        checkpoint_after_task: write a checkpoint after every task.
-        max_var_bytes: largest JSON text of one checkpointed variable, bytes.
-        require_isolation: refuse to start a sandbox that would run unisolated here
-            (:func:`rlmd.isolation.check`; on by default in the daemon).
-    """
-
-    sandbox: str = DEFAULT_BACKEND
-    sandbox_options: dict[str, Any] = field(default_factory=dict)
-    idle_timeout_s: float | None = 600.0
-    checkpoint_after_task: bool = True
-    require_isolation: bool = True
-    max_var_bytes: int = ckpt_mod.DEFAULT_MAX_VAR_BYTES
 
 
 class Workspace:

@@ -1,0 +1,140 @@
+"""A run over a codebase that is still being read starts its own REPL meanwhile (issue 16:
+the kernel's launch and hello were on the way to the first model request after the read).
+
+Real subprocess REPLs; the read is held on an event, so the tests see the REPL start while
+the load is known to be unfinished, with no timing assumption.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import threading
+
+import pytest
+from helpers.scripted import repl, scripted_registry
+
+import rlmd.context
+from rlmd.context import PendingLoad
+from rlmd.engine import Budget, RunConfig, run_task
+from rlmd.sandbox import create_sandbox
+from rlmd.sandbox.session import SandboxState
+
+
+def _config() -> RunConfig:
+    return RunConfig(root_model="root", sub_model="sub", budget=Budget())
+
+
+@pytest.fixture
+def held_read(monkeypatch):
+    """Every codebase read waits for the returned event before it starts."""
+    release = threading.Event()
+    load = rlmd.context._load_path
+
+    def held(path, stop=None):
+        release.wait(60)
+        return load(path, stop)
+
+    monkeypatch.setattr(rlmd.context, "_load_path", held)
+    yield release
+    release.set()
+
+
+def _registry(code: str):
+    def model(messages):
+        return repl(code)
+
+    return scripted_registry(root=model, sub=model)
+
+
+def _recording_factory():
+    made = []
+
+    def make():
+        box = create_sandbox("subprocess", spare_kernel=False)
+        made.append(box)
+        return box
+
+    return made, make
+
+
+def _alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    return True
+
+
+async def _until(predicate) -> None:
+    while not predicate():  # the test's own timeout bounds this
+        await asyncio.sleep(0.02)
+
+
+async def test_the_repl_starts_while_the_codebase_is_read_and_gets_it(codebase, held_read):
+    made, make = _recording_factory()
+    registry = _registry("FINAL(str(len(context)))")
+    load = PendingLoad(codebase)
+    task = asyncio.ensure_future(
+        run_task("How many files?", load, _config(), get_model=registry.get, make_sandbox=make)
+    )
+    await _until(lambda: made and made[0].state is SandboxState.READY)  # started, read held
+    assert not load._future.done()
+    held_read.set()
+    result = await asyncio.wait_for(task, 120)
+    await registry.aclose()
+    assert result.status == "completed" and result.answer == "5"
+    assert len(made) == 1 and made[0].state is SandboxState.CLOSED  # the run closed its REPL
+
+
+async def test_a_codebase_that_cannot_be_read_stops_the_repl_started_for_it(tmp_path, held_read):
+    fifo = tmp_path / "pipe"
+    os.mkfifo(fifo)  # not a regular file or folder: the load refuses it
+    made, make = _recording_factory()
+    registry = _registry("FINAL('never')")
+    task = asyncio.ensure_future(
+        run_task("q", fifo, _config(), get_model=registry.get, make_sandbox=make)
+    )
+    await _until(lambda: made and made[0].pid is not None)
+    pid = made[0].pid
+    held_read.set()
+    with pytest.raises(ValueError, match="not a regular file or folder"):
+        await asyncio.wait_for(task, 120)
+    await registry.aclose()
+    assert made[0].state is SandboxState.CLOSED
+    await _until(lambda: not _alive(pid))
+
+
+async def test_cancelling_during_the_read_stops_the_repl_started_for_it(codebase, held_read):
+    made, make = _recording_factory()
+    registry = _registry("FINAL('never')")
+    task = asyncio.ensure_future(
+        run_task("q", PendingLoad(codebase), _config(), get_model=registry.get, make_sandbox=make)
+    )
+    await _until(lambda: made and made[0].pid is not None)
+    pid = made[0].pid
+    task.cancel()
+    with pytest.raises(asyncio.CancelledError):
+        await task
+    await registry.aclose()
+    assert made[0].state is SandboxState.CLOSED
+    await _until(lambda: not _alive(pid))
+
+
+async def test_a_repl_that_fails_to_start_fails_the_run_as_before(codebase, tmp_path):
+    """The start's failure ends the run with a status and the kernel's message, not an
+    exception out of run_task: as when the run started the REPL itself."""
+    fake_python = tmp_path / "python"
+    fake_python.write_text("#!/bin/sh\necho 'no kernel here' >&2\nexit 5\n")
+    fake_python.chmod(0o755)
+    registry = _registry("FINAL('never')")
+
+    def make():
+        return create_sandbox("subprocess", python=str(fake_python), isolation="none")
+
+    result = await run_task(
+        "q", PendingLoad(codebase), _config(), get_model=registry.get, make_sandbox=make
+    )
+    await registry.aclose()
+    assert result.status != "completed" and result.answer is None
+    assert "no kernel here" in (result.error or "")
