@@ -107,10 +107,10 @@ def test_a_failing_event_in_a_batch_loses_only_itself(tmp_path, monkeypatch):
         store = Store(path)
         real = store._node_started
 
-        def flaky(event: Event, data: dict[str, Any], kind: str) -> None:
+        def flaky(event: Event, data: dict[str, Any], kind: str, *finish: Any) -> None:
             if event.node_id == "bad":
                 raise RuntimeError("boom")
-            real(event, data, kind)
+            real(event, data, kind, *finish)
 
         monkeypatch.setattr(store, "_node_started", flaky)
         store.record_batched(RunStarted(run_id="r", depth=0, question="q"))
@@ -136,11 +136,11 @@ def test_a_rolled_back_start_is_not_finished_from_memory(tmp_path, monkeypatch):
         real = store._node_started
         seen: list[str] = []
 
-        def flaky(event: Event, data: dict[str, Any], kind: str) -> None:
+        def flaky(event: Event, data: dict[str, Any], kind: str, *finish: Any) -> None:
             seen.append(str(event.node_id))
             if event.node_id == "bad" or seen.count("m1") == 2:  # m1: fails when retried
                 raise RuntimeError("boom")
-            real(event, data, kind)
+            real(event, data, kind, *finish)
 
         monkeypatch.setattr(store, "_node_started", flaky)
         store.record_batched(RunStarted(run_id="r", depth=0, question="q"))
@@ -161,3 +161,63 @@ def test_a_rolled_back_start_is_not_finished_from_memory(tmp_path, monkeypatch):
     assert store.anomalies["unknown_node"] == 1 and store.anomalies["error"] == 2
     assert node["status"] == "ok" and node["data"]["response"] == "ok"
     assert (run["subcalls"], run["input_tokens"]) == (1, 7)
+
+
+def test_a_start_and_finish_in_one_batch_leave_the_rows_of_two_writes(tmp_path):
+    """A sub-call's start and finish kept in one batch are written as one finished row: the
+    same rows as writing them one event at a time, also when a node id is started twice or
+    a finish comes for a node written by an earlier batch."""
+    run = "r"
+    sub = dict(run_id=run, depth=1, parent_id="c1", role="sub", model="m")
+    done = dict(response="ok", input_tokens=7, output_tokens=3, cost_usd=0.5, latency_s=0.25)
+    events: list[Event] = [
+        RunStarted(run_id=run, depth=0, question="q"),
+        IterationStarted(run_id=run, depth=0, node_id="it1", index=1),
+        CellStarted(run_id=run, depth=0, node_id="c1", parent_id="it1", code="x = 1"),
+        ModelCallStarted(node_id="s1", messages=[{"role": "user", "content": "a"}], **sub),
+        ModelCallStarted(node_id="s2", **sub),
+        ModelCallFinished(node_id="s1", **sub, **done),
+        ModelCallStarted(node_id="s2", messages=[{"role": "user", "content": "b"}], **sub),
+        ModelCallFinished(node_id="s2", **sub, error="sub-call failed: boom"),
+        CellStarted(run_id=run, depth=0, node_id="c2", parent_id="it1", code="y = 2"),
+        ModelCallStarted(node_id="s3", **sub),
+        ModelCallFinished(node_id="c1", run_id=run, depth=0, response="late"),  # not a cell end
+        ModelCallFinished(node_id="s3", **sub, **done),
+    ]
+    with Store(tmp_path / "plain.db") as plain:
+        for ev in events:
+            plain.record(ev)
+
+    async def batched() -> Store:
+        store = Store(tmp_path / "batched.db")
+        for ev in events:
+            store.record_batched(ev)
+        return store
+
+    store = asyncio.run(batched())
+    store.close()
+    assert not store.errors and not plain.errors
+    assert store.anomalies == plain.anomalies
+    assert _dump(tmp_path / "batched.db") == _dump(tmp_path / "plain.db")
+    with sqlite3.connect(tmp_path / "batched.db") as conn:
+        status = dict(conn.execute("SELECT id, status FROM nodes WHERE role = 'sub'").fetchall())
+    assert status == {"s1": "ok", "s2": "error", "s3": "ok"}
+
+
+def test_a_start_and_finish_are_not_paired_across_the_end_of_the_run():
+    from rlmd.engine.events import RunFinished
+    from rlmd.store.db import _pair_finishes
+
+    sub = dict(run_id="r", depth=1, parent_id="c", role="sub")
+    start, end = ModelCallStarted(node_id="s", **sub), ModelCallFinished(node_id="s", **sub)
+    other = ModelCallFinished(node_id="s", **{**sub, "run_id": "other"})
+    stop = RunFinished(run_id="r", depth=0, status="cancelled")
+    paired = _pair_finishes([(start, {}), (end, {})])
+    assert [(e, f) for e, _, f in paired] == [(start, (end, {}))]
+    for middle in ([(stop, {})], [(other, {})]):
+        kept = _pair_finishes([(start, {}), *middle, (end, {})])
+        assert [(e, f) for e, _, f in kept] == [
+            (start, None),
+            *[(e, None) for e, _ in middle],
+            (end, None),
+        ]

@@ -42,6 +42,15 @@ def to_jsonable(obj: Any, on_text: Callable[[str], str] | None = None) -> Any:
 
 
 def _jsonable(obj: Any, fix: Callable[[str], str]) -> Any:
+    kind = type(obj)  # the exact built-in types first: most of a payload, one check each
+    if kind is str:
+        return fix(obj)
+    if kind is dict:
+        return {_key(k): _jsonable(v, fix) for k, v in obj.items()}
+    if obj is None or kind is int or kind is bool:
+        return obj
+    if kind is list:
+        return [_jsonable(v, fix) for v in obj]
     if isinstance(obj, str):
         return fix(obj)
     if obj is None or isinstance(obj, (bool, int)):
@@ -49,7 +58,7 @@ def _jsonable(obj: Any, fix: Callable[[str], str]) -> Any:
     if isinstance(obj, float):
         return obj if math.isfinite(obj) else repr(obj)
     if isinstance(obj, dict):
-        return {text(str(k)): _jsonable(v, fix) for k, v in obj.items()}
+        return {_key(k): _jsonable(v, fix) for k, v in obj.items()}
     if isinstance(obj, (list, tuple, set, frozenset)):
         return [_jsonable(v, fix) for v in obj]
     if dataclasses.is_dataclass(obj) and not isinstance(obj, type):
@@ -65,6 +74,13 @@ def _jsonable(obj: Any, fix: Callable[[str], str]) -> Any:
         return f"<unrepresentable {type(obj).__name__}>"
 
 
+def _key(key: Any) -> str:
+    """A dict key as a JSON object key: a plain ASCII ``str`` as it is, else ``text(str(key))``."""
+    if type(key) is str and key.isascii():
+        return key
+    return text(str(key))
+
+
 _SURROGATE = re.compile(r"[\ud800-\udfff]")
 
 
@@ -72,7 +88,7 @@ def text(value: str) -> str:
     """``value`` encodable as UTF-8: each lone surrogate (from undecodable bytes in argv or a
     file, or ``"\\ud800"`` in JSON) becomes its backslash escape, the six characters
     ``\\ud800``; SQLite and UTF-8 writers reject them. Other text is returned unchanged."""
-    if _SURROGATE.search(value) is None:
+    if value.isascii() or _SURROGATE.search(value) is None:  # isascii: O(1) in CPython
         return value
     return value.encode("utf-8", "backslashreplace").decode("utf-8")
 

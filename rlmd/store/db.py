@@ -41,8 +41,10 @@ than a sub-call, whose cell is the step), else :data:`FLUSH_DELAY_S` later or on
 :data:`MAX_KEPT` events are kept, whichever comes first. Sinks after the store therefore
 never see a step start before it is committed, and a crash loses at most the step in flight
 (the events since the last step start). Reads through the same :class:`Store` write the
-kept events first, so they see every event recorded before them. Stored rows are the same
-as with :meth:`Store.record`.
+kept events first, so they see every event recorded before them. Inside a batch, a model
+call's or cell's start followed by its finish (a cell's sub-calls) is written as one insert
+of the finished row (:func:`_pair_finishes`). Stored rows are the same as with
+:meth:`Store.record`, and so is what a reader or a crash can see: a batch commits as a whole.
 
 Node text reaches the full-text index in batches (``nodes_fts_pending`` in
 :mod:`rlmd.store.schema`): :meth:`Store.index_text` runs before every search, when the
@@ -360,8 +362,8 @@ class Store(Queries, Rollouts):
                 anomalies = self.anomalies.copy()
                 try:
                     with self._write():
-                        for event, data in pending:
-                            self._dispatch(event, data)
+                        for event, data, finish in _pair_finishes(pending):
+                            self._dispatch(event, data, finish)
                 except Exception:
                     # the rolled-back rows may be in the known-runs cache, and anomalies
                     # counted: start over one event at a time
@@ -426,7 +428,9 @@ class Store(Queries, Rollouts):
 
     __call__ = record
 
-    def _dispatch(self, event: Event, data: dict[str, Any]) -> None:
+    def _dispatch(self, event: Event, data: dict[str, Any], finish: _Finish | None = None) -> None:
+        """Write one event; ``finish``: the finish of the node ``event`` starts, from the
+        same batch (see :func:`_pair_finishes`), written with it as one finished row."""
         match event:
             case RunStarted():
                 self._run_started(event, data)
@@ -437,7 +441,7 @@ class Store(Queries, Rollouts):
             case Compaction():
                 self._node_point(event, data, "compaction")
             case _ if type(event) in NODE_STARTS:
-                self._node_started(event, data, NODE_STARTS[type(event)])
+                self._node_started(event, data, NODE_STARTS[type(event)], finish)
             case _ if type(event) in NODE_ENDS:
                 self._node_finished(event, data, NODE_ENDS[type(event)])
             case _:
@@ -615,10 +619,17 @@ class Store(Queries, Rollouts):
         return new_id()
 
     def _insert_node(
-        self, event: Event, node_id: str, kind: str, data: dict[str, Any], **cols: Any
+        self,
+        event: Event,
+        node_id: str,
+        kind: str,
+        data: dict[str, Any],
+        finish: _Finish | None = None,
+        **cols: Any,
     ) -> bool:
         """Insert node ``node_id`` as the run's next ``seq``; ``False`` (and nothing done)
-        if a node with that id exists already."""
+        if a node with that id exists already. With ``finish``, the row inserted is the one
+        the start then the finish would leave (one statement instead of two)."""
         rest, text = split_text(data)
         row = {
             "id": node_id,
@@ -630,13 +641,20 @@ class Store(Queries, Rollouts):
             "model": _text(data.get("model")),
             "role": _text(data.get("role")),
             **text,
-            "data": dumps(rest),
+            "data": None if finish is not None else dumps(rest),  # a finish rewrites it
             **cols,
         }
+        deltas: dict[str, float] = {}
+        if finish is not None:
+            opened = {**_NO_USAGE, **row, "data": rest}  # as _open_nodes would keep it
+            finished_cols, deltas = _finish_cols(finish[0], finish[1], opened)
+            row.update(_merged(opened, finish[1], finished_cols))
         cursor = self._exec(_insert_node_sql(tuple(row)), [*row.values(), event.run_id])
         if cursor.rowcount == 0:
             return False
-        if kind in _FINISHED_KINDS:
+        if deltas:
+            self._bump(event.run_id, **deltas)
+        elif kind in _FINISHED_KINDS:
             if len(self._open_nodes) >= MAX_OPEN_NODES:  # nodes of runs that never finished
                 self._open_nodes.clear()
             self._open_nodes[node_id] = {**_NO_USAGE, **row, "data": rest}
@@ -662,12 +680,16 @@ class Store(Queries, Rollouts):
             if deltas:
                 self._exec(_bump_sql(tuple(deltas)), [*deltas.values(), run_id])
 
-    def _node_started(self, event: Event, data: dict[str, Any], kind: str) -> None:
+    def _node_started(
+        self, event: Event, data: dict[str, Any], kind: str, finish: _Finish | None = None
+    ) -> None:
         self._ensure_run(event)
         node_id = self._node_id(event)
-        if not self._insert_node(event, node_id, kind, data, status="running"):
+        if not self._insert_node(event, node_id, kind, data, finish, status="running"):
             self._anomaly("duplicate_node", f"{kind} node {node_id} started twice")
             self._merge_node(node_id, data, {})
+            if finish is not None:
+                self._node_finished(finish[0], finish[1], kind)
             return
         if kind == "iteration":  # the previous iteration ends where this one starts
             self._exec(
@@ -685,35 +707,9 @@ class Store(Queries, Rollouts):
             self._insert_node(event, node_id, kind, data, status="running")
             row = self._node_row(node_id)
             assert row is not None  # inserted just now, in this transaction
-        started = row["started_at"] if row["started_at"] is not None else event.ts
-        latency = _number(data.get("latency_s"))
-        if latency is None:
-            latency = _number(data.get("duration_s"))
-        tokens_in = _number(data.get("input_tokens"))
-        tokens_out = _number(data.get("output_tokens"))
-        cost = _number(data.get("cost_usd"))
-        cols: dict[str, Any] = {
-            "status": _finish_status(data),
-            "finished_at": event.ts,
-            "latency_s": latency if latency is not None else max(0.0, event.ts - started),
-        }
-        if tokens_in is not None:
-            cols["input_tokens"] = int(tokens_in)
-        if tokens_out is not None:
-            cols["output_tokens"] = int(tokens_out)
-        if cost is not None:
-            cols["cost_usd"] = float(cost)
+        cols, deltas = _finish_cols(event, data, row)
         self._merge_node(node_id, data, cols, row=row)
-        self._bump(
-            event.run_id,
-            input_tokens=int(tokens_in or 0) - int(row["input_tokens"] or 0)
-            if tokens_in is not None
-            else 0,
-            output_tokens=int(tokens_out or 0) - int(row["output_tokens"] or 0)
-            if tokens_out is not None
-            else 0,
-            cost_usd=float(cost or 0) - float(row["cost_usd"] or 0) if cost is not None else 0,
-        )
+        self._bump(event.run_id, **deltas)
 
     def _merge_node(
         self,
@@ -728,16 +724,7 @@ class Store(Queries, Rollouts):
         row = row or self._open_nodes.get(node_id) or self._node_row(node_id)
         assert row is not None
         self._open_nodes.pop(node_id, None)  # its row changes now; the next merge reads it
-        data_col = row["data"]
-        merged = merge_text(data_col if isinstance(data_col, dict) else loads(data_col), row)
-        merged.update(data)
-        rest, text = split_text(merged)
-        updates = {**_changed_text(text, row, NODE_TEXT_COLUMNS), "data": dumps(rest), **cols}
-        if data.get("model") is not None:
-            updates["model"] = _text(data["model"])
-        if data.get("role") is not None:
-            updates["role"] = _text(data["role"])
-        self._update("nodes", node_id, updates)
+        self._update("nodes", node_id, _merged(row, data, cols))
 
     def _node_point(self, event: Event, data: dict[str, Any], kind: str) -> None:
         """A one-shot event (``compaction``): a node that is finished when stored."""
@@ -836,6 +823,87 @@ def _win_pid_alive(pid: int) -> bool:  # pragma: no cover - Windows only
         return code.value == 259  # STILL_ACTIVE
     finally:
         kernel32.CloseHandle(handle)
+
+
+_Finish = tuple[Event, dict[str, Any]]
+"""A node's finish event and its prepared data."""
+
+
+def _pair_finishes(
+    pending: list[tuple[Event, dict[str, Any]]],
+) -> list[tuple[Event, dict[str, Any], _Finish | None]]:
+    """A batch's events in order, each model-call or cell start carrying its finish when
+    that comes later in the same batch (the finish is then left out of the list): a cell's
+    sub-calls start and finish in one batch, and one ``INSERT`` of the finished row costs
+    less than an insert and an update. Writing a finish at its start's place leaves the same
+    rows as long as no event between them touches that node: a start and finish are not
+    paired across a run's start or end (which closes the run's running nodes), a finish of
+    another run, or a second event with the same node id."""
+    out: list[tuple[Event, dict[str, Any], _Finish | None]] = []
+    open_starts: dict[str, int] = {}  # node id -> index in ``out`` of its unpaired start
+    for event, data in pending:
+        node_id = event.node_id
+        index = open_starts.pop(node_id, None) if node_id else None
+        if index is not None:
+            start = out[index][0]
+            if (
+                NODE_ENDS.get(type(event)) == NODE_STARTS[type(start)]
+                and event.run_id == start.run_id
+            ):
+                out[index] = (start, out[index][1], (event, data))
+                continue
+        if isinstance(event, (RunStarted, RunFinished)):
+            open_starts.clear()
+        out.append((event, data, None))
+        if node_id and NODE_STARTS.get(type(event)) in _FINISHED_KINDS and index is None:
+            open_starts[node_id] = len(out) - 1
+    return out
+
+
+def _finish_cols(
+    event: Event, data: dict[str, Any], row: dict[str, Any]
+) -> tuple[dict[str, Any], dict[str, float]]:
+    """The columns a finish ``event`` (prepared ``data``) sets on node ``row``, and the run
+    counter increments it makes (tokens and cost beyond what the row had)."""
+    started = row["started_at"] if row["started_at"] is not None else event.ts
+    latency = _number(data.get("latency_s"))
+    if latency is None:
+        latency = _number(data.get("duration_s"))
+    tokens_in = _number(data.get("input_tokens"))
+    tokens_out = _number(data.get("output_tokens"))
+    cost = _number(data.get("cost_usd"))
+    cols: dict[str, Any] = {
+        "status": _finish_status(data),
+        "finished_at": event.ts,
+        "latency_s": latency if latency is not None else max(0.0, event.ts - started),
+    }
+    deltas: dict[str, float] = {}
+    if tokens_in is not None:
+        cols["input_tokens"] = int(tokens_in)
+        deltas["input_tokens"] = int(tokens_in) - int(row["input_tokens"] or 0)
+    if tokens_out is not None:
+        cols["output_tokens"] = int(tokens_out)
+        deltas["output_tokens"] = int(tokens_out) - int(row["output_tokens"] or 0)
+    if cost is not None:
+        cols["cost_usd"] = float(cost)
+        deltas["cost_usd"] = float(cost) - float(row["cost_usd"] or 0)
+    return cols, deltas
+
+
+def _merged(row: dict[str, Any], data: dict[str, Any], cols: dict[str, Any]) -> dict[str, Any]:
+    """The columns to set on node ``row`` to merge ``data`` into its payload (new keys
+    win) and set ``cols``; text columns only when they change (each one set re-indexes
+    the row's text)."""
+    data_col = row["data"]
+    merged = merge_text(data_col if isinstance(data_col, dict) else loads(data_col), row)
+    merged.update(data)
+    rest, text = split_text(merged)
+    updates = {**_changed_text(text, row, NODE_TEXT_COLUMNS), "data": dumps(rest), **cols}
+    if data.get("model") is not None:
+        updates["model"] = _text(data["model"])
+    if data.get("role") is not None:
+        updates["role"] = _text(data["role"])
+    return updates
 
 
 def _finish_status(data: dict[str, Any]) -> str:
