@@ -409,10 +409,11 @@ async def test_a_cell_that_raised_earlier_is_resampled_when_sent_again():
     model = Resampled(3, "print(y)", "print(x)")
     events: list = []
 
-    # turn 1 raises (y is undefined), turn 2 is other code, turn 3 repeats turn 1's cell
+    # turn 1 raises (y is undefined), turn 2 is other code that raises too, turn 3 repeats
+    # turn 1's cell: nothing ran since that could have made it work
     def root(messages):
         if turn_of(messages) == 2:
-            return repl("print('other')")
+            return repl("print(z)")
         return model(messages)
 
     result = await run_task(
@@ -425,6 +426,31 @@ async def test_a_cell_that_raised_earlier_is_resampled_when_sent_again():
     assert (result.status, result.answer) == ("completed", "4")
     assert model.calls[3] == 2
     assert [c.sampling for c in root_calls(events)].count(None) == 5
+
+
+async def test_a_raised_cell_sent_again_after_a_cell_that_worked_runs_without_resample():
+    model = Resampled(3, "print(y)", "print(x)")
+    events: list = []
+
+    # turn 1 raises (y is undefined), turn 2 defines y, turn 3 sends turn 1's cell again:
+    # it works now, so it is run as it is
+    def root(messages):
+        if turn_of(messages) == 2:
+            return repl("y = 'defined'")
+        return model(messages)
+
+    result = await run_task(
+        "q",
+        "abcd",
+        config(),
+        get_model=scripted_registry(root=root, sub=root).get,
+        sinks=(events.append,),
+    )
+    assert (result.status, result.answer) == ("completed", "4")
+    assert model.calls[3] == 1
+    assert all(c.sampling is None for c in root_calls(events))
+    finished = [e for e in events if type(e).__name__ == "CellFinished"]
+    assert "defined" in finished[3].stdout and finished[3].error is None
 
 
 async def test_a_changed_cell_is_never_resampled():

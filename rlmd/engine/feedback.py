@@ -53,7 +53,8 @@ class LoopState:
             again is how the model insists, so that turn is never skipped as a repeat).
         subcalls: the sub-call results of the last cell that made sub-calls (what an
             answer computed from sub-call answers rests on), else ``None``.
-        raised_cells: the code (:func:`normalise`) of every cell that raised.
+        raised_cells: the code (:func:`normalise`) of every cell that raised since the last
+            cell that ran without an error (which may have made them work, e.g. an import).
     """
 
     messages: list[Message] = field(default_factory=list)

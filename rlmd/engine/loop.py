@@ -385,7 +385,9 @@ class RLMRun:
             if result.final is None:
                 feedback.count_kernel_death(state, result)
             all_failed = all_failed and result.error is not None
-            if result.error is not None and state.kernel_deaths == 0:  # the code's own fault
+            if result.error is None:  # the REPL's state may have changed: a cell that
+                state.raised_cells.clear()  # raised before may work now (e.g. after an import)
+            elif state.kernel_deaths == 0:  # the code's own fault
                 state.raised_cells.add(feedback.normalise(code))
             state.outputs.append("\n".join((result.stdout, result.stderr, result.error or "")))
             if self.host.tally.results:
