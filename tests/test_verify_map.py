@@ -405,16 +405,22 @@ async def test_resampling_is_bounded_then_the_repeat_rules_apply():
     ]
 
 
-async def test_a_cell_that_raised_earlier_is_resampled_when_sent_again():
+@pytest.mark.parametrize(
+    ("between", "asked"),
+    [
+        ("print(z)", 2),  # raises too: nothing ran that could have made turn 1's cell work
+        ("y = 'defined'", 1),  # worked: turn 1's cell works now, so it is run as it is
+    ],
+)
+async def test_a_cell_that_raised_earlier_is_resampled_unless_a_cell_worked_since(
+    between: str, asked: int
+) -> None:
+    # turn 1 raises (y is undefined), turn 2 sends `between`, turn 3 repeats turn 1's cell
     model = Resampled(3, "print(y)", "print(x)")
     events: list = []
 
-    # turn 1 raises (y is undefined), turn 2 is other code that raises too, turn 3 repeats
-    # turn 1's cell: nothing ran since that could have made it work
     def root(messages):
-        if turn_of(messages) == 2:
-            return repl("print(z)")
-        return model(messages)
+        return repl(between) if turn_of(messages) == 2 else model(messages)
 
     result = await run_task(
         "q",
@@ -424,33 +430,13 @@ async def test_a_cell_that_raised_earlier_is_resampled_when_sent_again():
         sinks=(events.append,),
     )
     assert (result.status, result.answer) == ("completed", "4")
-    assert model.calls[3] == 2
-    assert [c.sampling for c in root_calls(events)].count(None) == 5
-
-
-async def test_a_raised_cell_sent_again_after_a_cell_that_worked_runs_without_resample():
-    model = Resampled(3, "print(y)", "print(x)")
-    events: list = []
-
-    # turn 1 raises (y is undefined), turn 2 defines y, turn 3 sends turn 1's cell again:
-    # it works now, so it is run as it is
-    def root(messages):
-        if turn_of(messages) == 2:
-            return repl("y = 'defined'")
-        return model(messages)
-
-    result = await run_task(
-        "q",
-        "abcd",
-        config(),
-        get_model=scripted_registry(root=root, sub=root).get,
-        sinks=(events.append,),
+    assert model.calls[3] == asked
+    sampled = [c.sampling for c in root_calls(events) if c.sampling]
+    assert sampled == ([{"temperature": 0.7, "seed": 1}] if asked == 2 else [])
+    ran = [e for e in events if type(e).__name__ == "CellFinished"][3]
+    assert (ran.code.strip(), ran.error is None) == (
+        ("print(x)", True) if asked == 2 else ("print(y)", True)
     )
-    assert (result.status, result.answer) == ("completed", "4")
-    assert model.calls[3] == 1
-    assert all(c.sampling is None for c in root_calls(events))
-    finished = [e for e in events if type(e).__name__ == "CellFinished"]
-    assert "defined" in finished[3].stdout and finished[3].error is None
 
 
 async def test_a_changed_cell_is_never_resampled():
