@@ -138,3 +138,21 @@ async def test_a_repl_that_fails_to_start_fails_the_run_as_before(codebase, tmp_
     await registry.aclose()
     assert result.status != "completed" and result.answer is None
     assert "no kernel here" in (result.error or "")
+
+
+@pytest.mark.parametrize("pending", [True, False], ids=["codebase-being-read", "text"])
+async def test_an_unknown_sub_model_stops_the_repl_started_for_the_run(codebase, pending):
+    """The sub model is looked up once the REPL's start is under way: its KeyError closes
+    that REPL (it was left starting, its kernel running, before)."""
+    made, make = _recording_factory()
+    registry = scripted_registry(root=lambda messages: repl("FINAL('never')"))
+    config = RunConfig(root_model="root", sub_model="no-such-model", budget=Budget())
+    context = PendingLoad(codebase) if pending else "some text"
+    with pytest.raises(KeyError):
+        await asyncio.wait_for(
+            run_task("q", context, config, get_model=registry.get, make_sandbox=make), 120
+        )
+    await registry.aclose()
+    assert len(made) == 1 and made[0].state is SandboxState.CLOSED
+    if made[0].pid is not None:
+        await _until(lambda: not _alive(made[0].pid))

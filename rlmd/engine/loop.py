@@ -178,6 +178,8 @@ class RLMRun:
 
         Raises:
             asyncio.CancelledError: after recording the run as ``"cancelled"``.
+            KeyError: the sub-call model's name is unknown (nothing recorded, the REPL
+                being prepared for the run closed).
         """
         # A REPL the run owns starts (its kernel binding the context in its own process)
         # while the metadata is computed: the first model request waits for the slower of
@@ -194,19 +196,19 @@ class RLMRun:
             # Counting a big context's tokens is CPU work: in a thread, so the daemon's other
             # clients are served meanwhile (the count is cached on the context).
             meta = await asyncio.to_thread(self.context.metadata, self.model.count_tokens)
+            sub = self.rt.get_model(self.cfg.model_for_depth(self.depth + 1))  # KeyError
         except BaseException:
             await self._abandon_preparation()
             raise
         # A codebase whose symbol index is still being built gets its map with a later turn
         self._map_later = self.context.is_codebase and "map" not in meta
-        sub_name = self.cfg.model_for_depth(self.depth + 1)
         self.meter.emit(
             RunStarted,
             question=self.question,
             context=meta,
             models={
                 "root": self.model.spec.public_dict(),
-                "sub": self.rt.get_model(sub_name).spec.public_dict(),
+                "sub": sub.spec.public_dict(),
             },
             sandbox={"kind": self.cfg.sandbox, "isolation": None},
             budget=self.cfg.budget.to_dict(),
