@@ -501,11 +501,14 @@ def _check_budget(run: dict[str, Any], user: dict[str, Any], where: str) -> None
 
 
 def _check_run_numbers(run: dict[str, Any], where: str) -> None:
-    """Refuse a ``[run]`` budget or numeric option that is not a number or that
-    :class:`Budget` refuses, with ``where`` (file and table) in the message."""
+    """Refuse a ``[run]`` budget or numeric option that is not a number (a count option of
+    :data:`LOWER_ONLY_OPTIONS`: a whole number >= 0) or that :class:`Budget` refuses, with
+    ``where`` (file and table) in the message."""
     for key in (*BUDGET_KEYS, *LOWER_ONLY_OPTIONS):
         if key in run and not _is_number(run[key]):
             raise ValueError(f"{where}: {key} must be a number, got {run[key]!r}")
+        if key in LOWER_ONLY_OPTIONS and key in run and not isinstance(run[key], int):
+            raise ValueError(f"{where}: {key} must be a whole number, got {run[key]!r}")
         if key in LOWER_ONLY_OPTIONS and key in run and run[key] < 0:
             raise ValueError(f"{where}: {key} must be >= 0, got {run[key]!r}")
     try:

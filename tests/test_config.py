@@ -454,3 +454,11 @@ def test_project_may_lower_the_workspace_idle_time(rlmd_home, tmp_path):
     project = write_project(tmp_path, "[workspace]\nidle_timeout_s = 1200\n")
     ws = config.workspace_settings(config.load(project), project, idle_timeout_s=600.0)
     assert ws.idle_timeout_s == 1200
+
+
+@pytest.mark.parametrize("key", ["resample_repeats", "output_cap", "max_concurrent_subcalls"])
+def test_a_count_option_that_is_not_a_whole_number_is_refused(rlmd_home, key):
+    """``range(1, 1.5 + 1)`` failed the run at its first repeated cell with a TypeError."""
+    (rlmd_home / "config.toml").write_text(f"[run]\n{key} = 1.5\n")
+    with pytest.raises(ValueError, match=f"{key} must be a whole number"):
+        config.load(None)
