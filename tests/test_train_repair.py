@@ -312,3 +312,46 @@ def test_the_cli_refuses_a_repair_share_outside_0_to_1(rlmd_home: Path, tmp_path
     )
     assert done.returncode == 2, done.stderr
     assert "repair_share must be within 0..1" in done.stderr and "Traceback" not in done.stderr
+
+
+LOOK = "```repl\nimport re\nx = re.findall(r'\\d{5,}', context)[0]\nprint(x)\n```"
+
+
+class RepeatsOnce:
+    """A root model that repeats its first cell on turn 1, then, asked again (re-sampled),
+    replies ``again``."""
+
+    def __init__(self, again: str) -> None:
+        self.again, self.calls = again, 0
+
+    def __call__(self, messages: list[dict[str, Any]]) -> str:
+        turns = sum(1 for m in messages if m["role"] == "assistant")
+        if turns == 1:
+            self.calls += 1
+            return LOOK if self.calls == 1 else self.again
+        return LOOK if turns == 0 else "```repl\nFINAL(x)\n```"
+
+
+@pytest.mark.parametrize(
+    ("again", "kept"),
+    [
+        ("Let me think about what this means.", LOOK),  # refused: the repeat ran
+        ("```repl\nprint(x * 2)\n```", "```repl\nprint(x * 2)\n```"),  # taken
+    ],
+    ids=["refused", "taken"],
+)
+def test_the_kept_reply_of_a_resampled_turn_is_the_target(tmp_path: Path, again, kept) -> None:
+    """The export's target for a re-sampled turn is the reply the engine kept: the last
+    re-sample only when it was taken (it was the last call of the turn before)."""
+    task = TrainTask("u-1", "user", "What is the number?", "5150123", "exact", context=NEEDLE)
+    reg = Registry()
+    model = RepeatsOnce(again)
+    reg.add(ModelSpec("m", "scripted", "m", options={"callable": model}))
+    with Store(tmp_path / "t.db") as store:
+        asyncio.run(run_rollouts([task], RolloutOptions(model="m"), registry=reg, store=store))
+        row = store.rollouts("m")[0]
+        samples, _ = sft_samples(store)
+    assert row["reward"] == 1.0
+    by_turn = {s["turn"]: s["completion"][0]["content"] for s in samples}
+    assert by_turn[1] == kept  # what ran, and what turn 2's prompt shows
+    assert samples[-1]["prompt"][-2]["content"] == kept

@@ -44,6 +44,7 @@ from pathlib import Path
 from typing import Any
 
 from rlmd.engine import parsing
+from rlmd.engine.feedback import normalise
 from rlmd.store import Store
 
 
@@ -152,8 +153,8 @@ def root_turns(store: Store, run_id: str, max_depth: int = 1) -> list[dict[str, 
     """The root turns of run ``run_id`` and of its child runs down to ``max_depth``:
     ``{"run_id", "depth", "turn", "prompt", "response", "raised", "answered"}``, in order
     (``raised``: a cell of the turn raised or timed out; ``answered``: a cell of the turn set
-    a ``FINAL`` answer). Per iteration only the last root call counts (the engine re-asks a
-    turn whose stop string cut prose).
+    a ``FINAL`` answer). Per iteration one root call counts, the one whose reply the engine
+    kept (:func:`_kept_call`).
 
     Raises:
         ValueError: a root call's event holds no whole prompt (the run was not recorded with
@@ -165,7 +166,7 @@ def root_turns(store: Store, run_id: str, max_depth: int = 1) -> list[dict[str, 
         run = pending.pop(0)
         if run["depth"] > max_depth:
             continue
-        by_iteration: dict[str, dict[str, Any]] = {}
+        by_iteration: dict[str, list[dict[str, Any]]] = {}
         cells: dict[str, list[dict[str, Any]]] = {}
         stack = list(run["nodes"])
         flat = []
@@ -180,10 +181,11 @@ def root_turns(store: Store, run_id: str, max_depth: int = 1) -> list[dict[str, 
             if node["kind"] == "model_call" and data.get("role") == "root":
                 if data.get("response") is None:
                     continue
-                by_iteration[node["parent_id"] or node["id"]] = node
+                by_iteration.setdefault(node["parent_id"] or node["id"], []).append(node)
             elif node["kind"] == "cell":
                 cells.setdefault(node["parent_id"] or "", []).append(node)
-        ordered = sorted(by_iteration.items(), key=lambda kv: kv[1]["seq"])
+        kept = {it: _kept_call(calls, cells.get(it, [])) for it, calls in by_iteration.items()}
+        ordered = sorted(kept.items(), key=lambda kv: kv[1]["seq"])
         for turn, (iteration, node) in enumerate(ordered):
             messages = node["data"].get("messages") or []
             if not messages or messages[0].get("role") != "system":
@@ -207,6 +209,25 @@ def root_turns(store: Store, run_id: str, max_depth: int = 1) -> list[dict[str, 
                 }
             )
     return out
+
+
+def _kept_call(calls: list[dict[str, Any]], cells: list[dict[str, Any]]) -> dict[str, Any]:
+    """Of an iteration's root calls (in order), the one whose reply the engine kept: the
+    last (it re-asks a turn whose stop string cut prose), unless the turn was re-sampled
+    (calls with a ``sampling``, see :meth:`rlmd.engine.loop.RLMRun._resample`) and the
+    last re-sample was refused: then the reply before the first re-sample. A re-sample was
+    taken when its code is what the turn's first cell ran, or it has no code and a
+    ``FINAL`` in prose."""
+    first = next((i for i, c in enumerate(calls) if c["data"].get("sampling")), None)
+    if first is None or first == 0:
+        return calls[-1]
+    reply = kept_turn(calls[-1]["data"]["response"])
+    blocks = parsing.find_code_blocks(reply)
+    if blocks and cells:
+        taken = normalise(blocks[0]) == normalise(str(cells[0]["data"].get("code") or ""))
+    else:
+        taken = not blocks and parsing.find_prose_final(reply) is not None
+    return calls[-1] if taken else calls[first - 1]
 
 
 def sft_samples(
