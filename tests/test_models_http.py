@@ -634,3 +634,38 @@ async def test_a_sub_model_out_of_output_tokens_is_an_error_in_the_repl_not_an_e
     assert [c["data"].get("finish_reason") for c in calls if c["data"].get("role") == "sub"] == [
         "length"
     ] * 3
+
+
+def _default_temperature_only(request: dict[str, Any]) -> Reply:
+    """A root model that, like OpenAI's reasoning models, refuses any temperature but 1, and
+    sends the same cell on turns 0-2, then its ``FINAL``."""
+    body = request["body"]
+    if body.get("temperature", 1) != 1:
+        message = f"Unsupported value: 'temperature' does not support {body['temperature']}"
+        return error_reply(400, message)
+    turns = sum(1 for m in body["messages"] if m["role"] == "assistant")
+    return openai_reply(
+        "```repl\nprint(len(context))\n```" if turns < 3 else "```repl\nFINAL(len(context))\n```"
+    )
+
+
+async def test_a_model_refusing_the_resample_temperature_keeps_the_reply_and_the_run(
+    key: str,
+) -> None:
+    """The re-sample of a repeated turn fails (400): the reply stands and the run goes on,
+    without re-sampling again (it failed the run before)."""
+    from rlmd.engine import Budget, RunConfig, run_task
+    from rlmd.models.registry import Registry
+
+    server = FakeServer(_default_temperature_only)
+    registry = Registry()
+    registry.add(openai_spec(server, name="root"))
+    config = RunConfig(root_model="root", sub_model="root", budget=Budget(max_iterations=6))
+    try:
+        result = await run_task("q", "abcd", config, get_model=registry.get)
+    finally:
+        await registry.aclose()
+        server.close()
+    assert (result.status, result.answer, result.error) == ("completed", "4", None)
+    sampled = [r["body"].get("temperature") for r in server.requests]
+    assert sampled == [None, None, 0.7, None, None]  # one refused re-sample, then none

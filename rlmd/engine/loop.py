@@ -37,7 +37,7 @@ from rlmd.engine.feedback import LoopState, Verdict
 from rlmd.engine.host import ChildRequest, HostCalls
 from rlmd.engine.metered import Meter, Runtime
 from rlmd.engine.usage import Usage
-from rlmd.models.base import Message, Model
+from rlmd.models.base import Message, Model, ModelError
 from rlmd.sandbox.base import CallError, CallHandler, CellResult, Sandbox
 
 __all__ = ["RLMRun", "RunConfig", "RunResult", "Runtime", "prepare_sandbox", "run_child_here"]
@@ -167,6 +167,7 @@ class RLMRun:
         self._map_later = False
         self.iterations = 0
         self.state = LoopState()
+        self._resampling = self.cfg.resample_repeats > 0  # off once the model refuses it
 
     # -- the run --------------------------------------------------------------------------
     async def run(self) -> RunResult:
@@ -319,9 +320,7 @@ class RLMRun:
                 await self._send_map_if_ready()
             await maybe_compact(self.meter, self.model, self.state, it_node, sandbox)
             reply = await self._root_call(it_node)
-            if self.cfg.resample_repeats > 0 and feedback.repeats_a_cell(
-                state, parsing.find_code_blocks(reply)
-            ):
+            if self._resampling and feedback.repeats_a_cell(state, parsing.find_code_blocks(reply)):
                 reply = await self._resample(it_node, reply)
             blocks = parsing.find_code_blocks(reply)
             if blocks:
@@ -460,11 +459,18 @@ class RLMRun:
         """Ask again for a turn whose code repeats a cell (:func:`feedback.repeats_a_cell`),
         up to ``resample_repeats`` times at a higher temperature: the first reply with other
         code (or a ``FINAL`` in prose) replaces ``reply``; else ``reply`` stands and the
-        repeat rules apply. Returns the reply the turn goes on with."""
+        repeat rules apply, as they do for this and every later turn of the run when a
+        re-sample fails (a model that takes only its default temperature, such as OpenAI's
+        reasoning models, refuses the request). Returns the reply the turn goes on with."""
         state = self.state
         for attempt in range(1, self.cfg.resample_repeats + 1):
             state.drop_reply()
-            again = await self._root_call(it_node, feedback.resample_sampling(attempt))
+            try:
+                again = await self._root_call(it_node, feedback.resample_sampling(attempt))
+            except ModelError:  # recorded as the call's error; the turn goes on without it
+                self._resampling = False
+                state.reply(reply)
+                return reply
             blocks = parsing.find_code_blocks(again)
             if not feedback.repeats_a_cell(state, blocks) and (
                 blocks or parsing.find_prose_final(again)
