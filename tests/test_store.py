@@ -697,3 +697,21 @@ def test_the_store_imports_sqlite_utils_without_pandas_and_leaves_it_importable(
         [sys.executable, "-c", code], capture_output=True, text=True, check=True
     ).stdout
     assert out.split() == ["False", "False", "True", "True"]
+
+
+def test_a_key_after_an_undecodable_byte_is_still_redacted(tmp_path: Path) -> None:
+    """A lone surrogate (an undecodable byte) right before a key-shaped string: the key is
+    removed before the surrogate becomes its six-character escape (``\\udcff``), whose last
+    letter would otherwise hide the key's start from the redactor."""
+    key = "sk-proj-" + os.urandom(24).hex()
+    s = Store(tmp_path / "rlmd.db")
+    e = Emitter(s.record)
+    e.start("q")
+    it = e.iteration(0)
+    c = e.cell_start(it, 0, "print(open('f', errors='surrogateescape').read())")
+    e.cell_finish(c, it, 0, "print(1)", stdout=f"\udcff{key}\n", error=f"E: \udc80{key}")
+    e.finish(answer="a")
+    assert s.errors == []
+    s.close()
+    blobs = b"".join(p.read_bytes() for p in tmp_path.iterdir() if p.is_file())
+    assert key.encode() not in blobs and b"\\udcff[REDACTED]" in blobs

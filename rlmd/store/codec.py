@@ -33,12 +33,14 @@ def to_jsonable(obj: Any, on_text: Callable[[str], str] | None = None) -> Any:
     sets become lists, paths become strings, bytes are
     decoded as UTF-8 (invalid bytes replaced), non-finite floats become strings, dict keys
     become strings; anything else becomes its ``repr``. ``on_text``, if given, is applied to
-    every string value afterwards (not to dict keys): the store removes secrets in the same
-    pass (:func:`rlmd.redact.text_redactor`). Never raises (unless ``on_text`` does).
+    every string value first (not to dict keys): the store removes secrets in the same
+    pass (:func:`rlmd.redact.text_redactor`), before a lone surrogate becomes its escape
+    (``\\udcff``, whose last letter would hide a key that follows from the redactor).
+    Never raises (unless ``on_text`` does).
     """
     if on_text is None:
         return _jsonable(obj, text)
-    return _jsonable(obj, lambda value: on_text(text(value)))
+    return _jsonable(obj, lambda value: text(on_text(value)))
 
 
 def _jsonable(obj: Any, fix: Callable[[str], str]) -> Any:
