@@ -9,7 +9,7 @@ import json
 import pytest
 from helpers.server import CELLS, Daemon, finished, make_project, question
 from helpers.tui_memory import MemoryBackend
-from helpers.tui_pilot import until
+from helpers.tui_pilot import record_notifications, until
 from helpers.tui_sample import big_tree, demo_trees
 from textual.command import CommandList, CommandPalette
 from textual.widgets import DataTable, Input, TextArea, Tree
@@ -40,6 +40,7 @@ def daemon(tmp_path_factory):
 async def test_against_a_real_daemon(daemon, tmp_path):
     project = make_project(tmp_path)
     app = RlmdApp(socket=daemon.socket, export_dir=tmp_path)
+    notes = record_notifications(app)
     async with app.run_test(size=(100, 30)) as pilot:
         await until(pilot, lambda: isinstance(app.screen, RunsScreen), what="runs screen")
         assert isinstance(app.backend, DaemonBackend)
@@ -89,7 +90,7 @@ async def test_against_a_real_daemon(daemon, tmp_path):
         second = traj.run_id
         assert traj.run["answer"] == "done" and not traj.follow
         # It was followed to its end (however fast it ran): following says so when it stops.
-        assert any("run finished: completed" in n.message for n in app._notifications)
+        assert any("run finished: completed" in n.message for n in notes)
         tree = traj.query_one("#tree", Tree)
         cells = [
             node

@@ -12,7 +12,7 @@ from typing import Any
 import pytest
 from helpers.server import Daemon
 from helpers.tui_memory import MemoryBackend
-from helpers.tui_pilot import until
+from helpers.tui_pilot import record_notifications, until
 from helpers.tui_sample import T0, _node, _run, demo_trees
 from textual.widgets import DataTable, Tree
 
@@ -76,6 +76,7 @@ def shown(detail: LineView) -> str:
 async def test_following_opens_busy_cells_and_the_pane_shows_the_end():
     backend = LiveMemory([busy_tree()])
     app = RlmdApp(backend)
+    notes = record_notifications(app)
     async with app.run_test(size=(110, 30)) as pilot:
         await until(pilot, lambda: isinstance(app.screen, RunsScreen), what="runs")
         app.open_run("r1", follow=True)
@@ -106,7 +107,7 @@ async def test_following_opens_busy_cells_and_the_pane_shows_the_end():
         await pilot.press("x")
         await pilot.pause()
         assert backend.cancelled == []
-        assert not any(n.severity == "error" for n in app._notifications)
+        assert not any(n.severity == "error" for n in notes)
         keys = {b.binding.key for b in traj.active_bindings.values() if b.enabled}
         assert "x" not in keys and "f" not in keys and "c" in keys
 
@@ -194,6 +195,7 @@ async def test_runs_table_shows_markup_literally_and_home_end_jump(tmp_path):
 async def test_export_goes_to_the_rlmd_home_and_says_where(rlmd_home, monkeypatch, tmp_path):
     monkeypatch.chdir(tmp_path)
     app = RlmdApp(MemoryBackend(demo_trees()))
+    notes = record_notifications(app)
     async with app.run_test(size=(100, 30)) as pilot:
         await until(pilot, lambda: isinstance(app.screen, RunsScreen), what="runs")
         app.open_run("r0000000000000001")
@@ -202,7 +204,7 @@ async def test_export_goes_to_the_rlmd_home_and_says_where(rlmd_home, monkeypatc
         await until(pilot, lambda: app.exported is not None, what="export")
         assert app.exported == rlmd_home / "exports" / "rlmd-r0000000000000001.json"
         assert app.exported.is_file() and not list(tmp_path.glob("rlmd-*.json"))
-        assert any(str(app.exported) in n.message for n in app._notifications)
+        assert any(str(app.exported) in n.message for n in notes)
 
 
 async def test_losing_the_daemon_is_noticed_once_and_healed(tmp_path):
@@ -211,6 +213,7 @@ async def test_losing_the_daemon_is_noticed_once_and_healed(tmp_path):
     daemon = Daemon(home, "--idle-timeout", "0").start()
     try:
         app = RlmdApp(socket=daemon.socket)
+        notes = record_notifications(app)
         async with app.run_test(size=(100, 30)) as pilot:
             await until(pilot, lambda: isinstance(app.screen, RunsScreen), what="runs")
             assert isinstance(app.backend, DaemonBackend)
@@ -218,7 +221,7 @@ async def test_losing_the_daemon_is_noticed_once_and_healed(tmp_path):
             assert "[daemon]" in str(title.render())
             daemon.stop()
             await until(pilot, lambda: "daemon lost" in str(title.render()), what="lost label")
-            errors = [n for n in app._notifications if n.severity == "error"]
+            errors = [n for n in notes if n.severity == "error"]
             assert len(errors) == 1 and "lost the daemon (" in errors[0].message
             assert "could not start" not in errors[0].message
             daemon.start()
@@ -228,7 +231,7 @@ async def test_losing_the_daemon_is_noticed_once_and_healed(tmp_path):
                 what="reconnected",
             )
             await until(pilot, lambda: "[daemon]" in str(title.render()), what="label back")
-            assert any("reconnected" in n.message for n in app._notifications)
+            assert any("reconnected" in n.message for n in notes)
             # The new connection works: listing runs goes through it.
             assert await app.backend.list_runs() == []
     finally:
