@@ -652,7 +652,7 @@ class Store(Queries, Rollouts):
         cursor = self._exec(_insert_node_sql(tuple(row)), [*row.values(), event.run_id])
         if cursor.rowcount == 0:
             return False
-        if deltas:
+        if finish is not None:  # finished already: its usage goes to the run's counters
             self._bump(event.run_id, **deltas)
         elif kind in _FINISHED_KINDS:
             if len(self._open_nodes) >= MAX_OPEN_NODES:  # nodes of runs that never finished
