@@ -52,9 +52,11 @@ from rlmd.sandbox.docker.launch import (
     remove_container,
 )
 from rlmd.sandbox.files import (
+    ContextFile,
     context_file,
     context_file_request,
     download_file,
+    open_new,
     upload_file,
     write_new,
 )
@@ -384,6 +386,18 @@ class ContainerTransport(Transport):
 
         path = await asyncio.to_thread(write)
         return context_file_request(fmt, f"{CONTAINER_WORKDIR}/{path.name}"), path.unlink
+
+    async def open_context_file(self) -> ContextFile | None:
+        if self._workdir is None:
+            return None
+        folder = os.path.join(self._workdir, "work")
+
+        def create() -> ContextFile:
+            file, path = open_new(folder, ".rlmd-context-codebase-")
+            own(file.fileno(), self.user)  # logs, never raises
+            return ContextFile(file, path, f"{CONTAINER_WORKDIR}/{os.path.basename(path)}")
+
+        return await asyncio.to_thread(create)
 
     def _host_folder(self, path: str) -> tuple[str | None, str]:
         """The host folder behind ``/work`` and ``path`` relative to it (``path`` may be
