@@ -626,8 +626,8 @@ class Spool:
     encoded a second time and no second copy of the codebase built (writing the stdlib's
     37 MB after the read cost 0.1-0.4 s).
 
-    The reader thread :meth:`add` s each file's bytes; until a file is :meth:`attach` ed
-    they are kept (the REPL's folder may not exist yet), then written to it in one go and
+    The reader thread :meth:`add` s each file's bytes; until a file is :meth:`offer` ed
+    (the REPL's folder may not exist yet) they are kept, then written to it in one go and
     later files ~1 MiB at a time (one ``writev`` each: few GIL hand-overs in the reader).
     :meth:`finish` appends the index and closes the file; :meth:`discard` gives it up.
     Thread-safe; a write that fails (a full disk) gives up the spool, never the read.
@@ -645,6 +645,7 @@ class Spool:
         self._pending: list[bytes] = []  # not written yet: all of them until a file comes
         self._pending_bytes = 0
         self._file: BinaryIO | None = None
+        self._opener: Callable[[], BinaryIO | None] | None = None
         self._size = 0
         self._entries: dict[str, tuple[int, int]] = {}
         self._usable = True
@@ -658,26 +659,40 @@ class Spool:
             self._size += len(data)
             self._pending.append(data)
             self._pending_bytes += len(data)
-            if self._file is not None and self._pending_bytes >= self.BATCH_BYTES:
+            if self._file is None:
+                self._try_open()
+            elif self._pending_bytes >= self.BATCH_BYTES:
                 self._flush()
 
-    def attach(self, file: BinaryIO) -> None:
-        """Write to ``file`` (an empty file open for binary writing; its descriptor is
-        written to directly) from now on, starting with the bytes kept so far. Blocking (a
-        write): call it in a worker thread. A spool given up meanwhile closes ``file``."""
+    def offer(self, opener: Callable[[], BinaryIO | None]) -> None:
+        """Where to write: ``opener()`` returns an empty file open for binary writing (its
+        descriptor is written to directly), or ``None`` while there is none yet. It is
+        tried, under the spool's lock, as each file comes and at :meth:`finish`; once it
+        gives a file, the bytes kept so far are written to it. An ``OSError`` from it gives
+        the spool up."""
         with self._lock:
-            self._file = file
-            if not self._usable:
-                self._close()
-                return
+            self._opener = opener
+            self._try_open()
+
+    def _try_open(self) -> None:
+        if self._file is not None or self._opener is None or not self._usable:
+            return
+        try:
+            self._file = self._opener()
+        except OSError:
+            self._usable = False
+            self._close()
+            return
+        if self._file is not None:
             self._flush()
 
     def finish(self, paths: list[str]) -> int | None:
         """After the read: append the index of ``paths`` (every file of the context, in its
         order) and close the file. Returns the index's offset, or ``None`` when the spool
-        cannot serve (given up, never attached, or a path whose bytes it lacks); the file is
+        cannot serve (given up, never given a file, or a path whose bytes it lacks); the file is
         closed either way. Blocking: call it in a worker thread."""
         with self._lock:
+            self._try_open()
             entries = [self._entries.get(p) for p in paths]
             if self._file is None or not self._usable or None in entries:
                 self._usable = False
@@ -743,7 +758,7 @@ class PendingLoad:
     not hold up the process's exit.
 
     With ``spool=True`` a codebase's files also go to :attr:`spool` as they are read (given
-    up if the read fails); whoever takes the load attaches it to the REPL's file, or
+    up if the read fails); whoever takes the load offers it the REPL's file, or
     discards it."""
 
     def __init__(self, path: Path, *, spool: bool = False) -> None:

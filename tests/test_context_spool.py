@@ -7,7 +7,6 @@ Real subprocess kernels; no timing.
 
 from __future__ import annotations
 
-import io
 import os
 
 import pytest
@@ -49,13 +48,13 @@ async def test_a_spooled_codebase_is_bound_from_its_file(odd_codebase, attach):
     await sb.start(FakeHost())
     try:
         spool = Spool()
-        file = await sb.open_context_file()
+        file = sb.new_context_file()
         assert file is not None and os.path.dirname(file.path) == sb.workdir
         if attach == "before the read":
-            spool.attach(file.file)  # every file written as it is read
+            spool.offer(lambda: file.file)  # every file written as it is read
         context = load_codebase(odd_codebase, spool=spool)
         if attach == "after the read":
-            spool.attach(file.file)  # the files kept until now are written at once
+            spool.offer(lambda: file.file)  # the files kept until now are written at once
         assert sorted(context.value) == list(context.value)
         assert set(context.value) == {
             ".gitignore",
@@ -89,7 +88,7 @@ _HEX_IN_KERNEL = "{k: v.encode('utf-8', 'surrogatepass').hex() for k, v in conte
 
 def test_a_spool_whose_write_fails_gives_up_without_failing_the_read(codebase):
     spool = Spool()
-    spool.attach(open("/dev/full", "wb"))  # noqa: SIM115 - every write: ENOSPC
+    spool.offer(lambda: open("/dev/full", "wb"))  # noqa: SIM115 - every write: ENOSPC
     context = load_codebase(codebase, spool=spool)  # the read goes on
     assert "pkg/core.py" in context.value
     assert spool.finish(list(context.value)) is None
@@ -102,7 +101,7 @@ def test_a_spool_serves_only_the_files_it_took(codebase, tmp_path):
 
     spool = Spool()
     out = open(tmp_path / "spooled", "wb")  # noqa: SIM115 - the spool closes it
-    spool.attach(out)
+    spool.offer(lambda: out)
     load_codebase(codebase, spool=spool)
     assert spool.finish([*context.value, "not/read.py"]) is None  # bytes it never got
     assert out.closed
@@ -111,15 +110,26 @@ def test_a_spool_serves_only_the_files_it_took(codebase, tmp_path):
     discarded.add("a.py", b"x = 1\n")
     discarded.discard()
     late = open(tmp_path / "late", "wb")  # noqa: SIM115
-    discarded.attach(late)  # given up before the file came: closed at once
-    assert late.closed and (tmp_path / "late").read_bytes() == b""
+    discarded.offer(lambda: late)  # given up before: never asked for a file
+    assert not late.closed and (tmp_path / "late").read_bytes() == b""
+    late.close()
+
+    no_folder_yet = Spool()
+    folder: list = []  # the opener's answer: None until a "folder" exists
+    no_folder_yet.offer(lambda: folder[0] if folder else None)
+    no_folder_yet.add("a.py", b"x = 1\n")  # kept: nowhere to write yet
+    out2 = open(tmp_path / "later", "wb")  # noqa: SIM115
+    folder.append(out2)
+    no_folder_yet.add("b.py", b"y = 2\n")  # the opener now gives a file: both written
+    assert no_folder_yet.finish(["b.py", "a.py"]) == 12
+    assert (tmp_path / "later").read_bytes().startswith(b"x = 1\ny = 2\n{")
 
 
 def test_a_refresh_never_spools(codebase):
     first = load_codebase(codebase)
     (codebase / "pkg" / "util.py").write_text("def helper2():\n    return 3\n")
     spool = Spool()
-    spool.attach(io.BytesIO())  # type: ignore[arg-type]
+    spool.offer(lambda: open(os.devnull, "wb"))
     load_codebase(codebase, previous=first, spool=spool)  # unchanged files are not read
     assert spool.finish(list(first.value)) is None
 

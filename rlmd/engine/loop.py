@@ -18,7 +18,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import os
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, BinaryIO
 
 from rlmd.context import Context, ContextMeta, Spool, map_ready
 from rlmd.engine import feedback, parsing, prompts, verify
@@ -75,29 +75,29 @@ class Starting:
     The run then binds the context and attaches its handler (:meth:`RLMRun.run`), and closes
     the REPL at its end like any REPL it owns.
 
-    With ``spool`` (the read's :class:`~rlmd.context.Spool`), once the REPL has started the
-    codebase's files are written on into a file in its folder as they are read, and the
-    context is bound from it as soon as the read ends (when the backend has no such folder,
-    or the spool failed, the context is bound the usual way)."""
+    With ``spool`` (the read's :class:`~rlmd.context.Spool`), the codebase's files are
+    written on into a file in the REPL's folder as they are read, from the moment the
+    folder exists, and the context is bound from it as soon as the read ends (when the
+    backend has no such folder, or the spool failed, the context is bound the usual way)."""
 
     def __init__(self, sandbox: Sandbox, spool: Spool | None = None) -> None:
         self.sandbox = sandbox
         self.spool = spool
         self.file: ContextFile | None = None
         self.started = asyncio.ensure_future(self._start())
+        if spool is not None:
+            spool.offer(self._new_file)  # tried by the reader thread as each file comes
+
+    def _new_file(self) -> BinaryIO | None:
+        self.file = self.sandbox.new_context_file()
+        return None if self.file is None else self.file.file
 
     async def _start(self) -> None:
         await self.sandbox.start(_no_calls)
-        if self.spool is None:
-            return
-        try:
-            self.file = await self.sandbox.open_context_file()
-        except OSError:  # no room for it: the usual way
-            self.file = None
-        if self.file is None:
-            self.spool.discard()
-        else:
-            await asyncio.to_thread(self.spool.attach, self.file.file)
+        if self.spool is not None:  # its folder exists now, if the backend has one
+            await asyncio.to_thread(self.spool.offer, self._new_file)
+            if self.file is None:
+                self.spool.discard()  # no folder: the kept bytes go
 
     async def prepare(self, context: Context, handler: CallHandler) -> Sandbox:
         """Wait for the start (raising what it raised), then serve ``handler`` and bind

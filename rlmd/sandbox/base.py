@@ -111,16 +111,17 @@ class Sandbox(abc.ABC):
         """Bind ``context`` (str, list or dict; for a codebase a ``{path: text}`` dict) and, for
         a codebase, the ``list_files`` / ``read_file`` / ``grep`` helpers. Survives restarts."""
 
-    async def open_context_file(self) -> ContextFile | None:
+    def new_context_file(self) -> ContextFile | None:
         """A new, empty file in the kernel's working folder that a codebase can be written to
         while it is read (``rlmd.context.Spool``: each file's UTF-8 bytes, then an index),
-        then bound with :meth:`load_context_file`; ``None`` when this backend has no such
-        folder (bind with :meth:`load_context`). Call it after :meth:`start`. The file has
-        a fresh random name made with ``O_EXCL``; closing :attr:`ContextFile.file` is the
-        writer's part, removing it the sandbox's (at the bind, or with the folder).
+        then bound with :meth:`load_context_file`; ``None`` while the folder does not exist
+        yet (the start has not made it) or when this backend has none (bind with
+        :meth:`load_context`). Blocking but short (a file's creation); safe from any thread.
+        The file has a fresh random name made with ``O_EXCL``; closing its
+        :attr:`~rlmd.sandbox.files.ContextFile.file` is the writer's part, removing it the
+        sandbox's (at the bind, or with the folder).
 
         Raises:
-            SandboxError: the sandbox is not running.
             OSError: the file could not be made.
         """
         return None

@@ -514,10 +514,8 @@ class SandboxSession(Sandbox):
             await self._bind_context(value, codebase, rebinding=False)
             self.bound.context = (value, codebase)
 
-    async def open_context_file(self) -> ContextFile | None:
-        async with self._lock:
-            await self._live()
-            return await self.transport.open_context_file()
+    def new_context_file(self) -> ContextFile | None:
+        return self.transport.new_context_file()
 
     async def load_context_file(
         self, value: dict[str, str], file: ContextFile, index_at: int

@@ -147,10 +147,10 @@ class Transport(abc.ABC):
         text may travel through a file; default: inline)."""
         return {"op": "bind_context", "value": value, "codebase": codebase}, _nothing
 
-    async def open_context_file(self) -> ContextFile | None:
+    def new_context_file(self) -> ContextFile | None:
         """A new codebase file in the kernel's working folder (see
-        :meth:`rlmd.sandbox.base.Sandbox.open_context_file`); ``None`` (the default) when
-        the kernel reads no files the host writes."""
+        :meth:`rlmd.sandbox.base.Sandbox.new_context_file`); ``None`` (the default) when
+        the kernel reads no files the host writes, or its folder is not made yet."""
         return None
 
     @abc.abstractmethod

@@ -387,17 +387,13 @@ class ContainerTransport(Transport):
         path = await asyncio.to_thread(write)
         return context_file_request(fmt, f"{CONTAINER_WORKDIR}/{path.name}"), path.unlink
 
-    async def open_context_file(self) -> ContextFile | None:
-        if self._workdir is None:
+    def new_context_file(self) -> ContextFile | None:
+        workdir = self._workdir
+        if workdir is None:
             return None
-        folder = os.path.join(self._workdir, "work")
-
-        def create() -> ContextFile:
-            file, path = open_new(folder, ".rlmd-context-codebase-")
-            own(file.fileno(), self.user)  # logs, never raises
-            return ContextFile(file, path, f"{CONTAINER_WORKDIR}/{os.path.basename(path)}")
-
-        return await asyncio.to_thread(create)
+        file, path = open_new(os.path.join(workdir, "work"), ".rlmd-context-codebase-")
+        own(file.fileno(), self.user)  # logs, never raises
+        return ContextFile(file, path, f"{CONTAINER_WORKDIR}/{os.path.basename(path)}")
 
     def _host_folder(self, path: str) -> tuple[str | None, str]:
         """The host folder behind ``/work`` and ``path`` relative to it (``path`` may be

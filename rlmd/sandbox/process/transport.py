@@ -465,12 +465,11 @@ class ProcessTransport(Transport):
         )
         return context_file_request(fmt, path), lambda: os.unlink(path)
 
-    async def open_context_file(self) -> ContextFile | None:
-        if self._workdir is None:
+    def new_context_file(self) -> ContextFile | None:
+        folder = self._workdir  # set on the event loop's thread once the kernel is launched
+        if folder is None:
             return None
-        file, path = await asyncio.to_thread(
-            open_new, self._workdir, ".rlmd-context-codebase-", self._sandbox_uid()
-        )
+        file, path = open_new(folder, ".rlmd-context-codebase-", self._sandbox_uid())
         return ContextFile(file, path, path)
 
     async def upload(self, path: str, data: bytes) -> None:
