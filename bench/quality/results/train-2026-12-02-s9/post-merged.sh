@@ -9,4 +9,4 @@ echo "convert end rc=$? $(date -u +%T) $(uptime)" >> convert.log
 timeout 600 /work/main/.venv/bin/python -m rlmd train convert qwen0.5b-rlm-s9 --base qwen2.5-coder-0.5b --merge >> convert.log 2>&1
 rc=$?
 echo "merge end rc=$rc $(date -u +%T) $(uptime)" >> convert.log
-[ $rc -eq 0 ] && ./eval.sh qwen0.5b-rlm-s9-merged merged-s9
+[ $rc -eq 0 ] && UNTIL=${UNTIL:-06:22:00} ./eval-until.sh qwen0.5b-rlm-s9-merged merged-s9
