@@ -343,11 +343,25 @@ def fold_lines(results: list[CellResult], hints: list[str], *, repeated: bool) -
     lines = []
     for result in results:
         if result.error:
-            last = result.error.strip().splitlines()[-1:] or ["an error"]
-            lines.append(prompts.FOLDED_RAISED.format(error=last[0][:400]))
+            lines.append(prompts.FOLDED_RAISED.format(error=exception_text(result.error)))
+            if result.variables:
+                names = ", ".join(v.name for v in result.variables[:30])
+                lines.append(prompts.FOLDED_VARIABLES.format(names=names))
     if not lines and repeated:
         lines.append(prompts.FOLDED_REPEAT)
     return list(dict.fromkeys(lines + hints))
+
+
+def exception_text(error: str, limit: int = 400) -> str:
+    """A cell's error without its traceback frames: the exception line and any note after
+    it (at most ``limit`` characters)."""
+    lines = [
+        line
+        for line in error.strip().splitlines()
+        if line.strip() and not line.startswith((" ", "\t", "Traceback (most recent call"))
+    ]
+    text = " ".join(lines) or "an error"
+    return text if len(text) <= limit else text[: limit - 3] + "..."
 
 
 def fold_turn(state: LoopState, lines: list[str]) -> Message | None:

@@ -348,6 +348,8 @@ FOLDED_RAISED = (
     "conversation: do not send it again; write a different cell."
 )
 
+FOLDED_VARIABLES = "Before it raised, that cell set: {names}."
+
 FOLDED_REPEAT = (
     "You sent the same code again and it printed the same output as before (above), so I "
     "took the repeat out of this conversation. If that output answers the question, call "
