@@ -156,3 +156,39 @@ async def test_an_unknown_sub_model_stops_the_repl_started_for_the_run(codebase,
     assert len(made) == 1 and made[0].state is SandboxState.CLOSED
     if made[0].pid is not None:
         await _until(lambda: not _alive(made[0].pid))
+
+
+class _StubbornStart:
+    """A REPL whose start ignores its first cancel until released (a kernel stopping
+    slowly), recording whether it was closed."""
+
+    def __init__(self) -> None:
+        self.release = asyncio.Event()
+        self.closed = False
+
+    async def start(self, handler) -> None:
+        try:
+            await asyncio.Event().wait()
+        except asyncio.CancelledError:
+            await self.release.wait()
+            raise
+
+    async def close(self) -> None:
+        self.closed = True
+
+
+async def test_a_second_cancel_while_the_start_stops_still_closes_the_repl():
+    from rlmd.engine.loop import start_sandbox
+
+    box = _StubbornStart()
+    starting = start_sandbox(box)  # type: ignore[arg-type]
+    await asyncio.sleep(0)  # the start is under way
+    abandon = asyncio.ensure_future(starting.abandon())
+    while not starting.started.cancelling():
+        await asyncio.sleep(0)
+    abandon.cancel()  # the second cancel, while the start is still stopping
+    box.release.set()  # the start ends (gather waits for it even when cancelled)
+    with pytest.raises(asyncio.CancelledError):
+        await abandon
+    assert starting.started.cancelled()
+    assert box.closed

@@ -86,8 +86,10 @@ class Starting:
         """The run will not happen (its context failed to load, or it was cancelled): stop
         the start and close the REPL."""
         self.started.cancel()
-        await asyncio.gather(self.started, return_exceptions=True)
-        await asyncio.shield(self.sandbox.close())
+        try:
+            await asyncio.gather(self.started, return_exceptions=True)
+        finally:  # a second cancel while the start stops must still close the REPL
+            await asyncio.shield(self.sandbox.close())
 
 
 def start_sandbox(sandbox: Sandbox) -> Starting:
@@ -288,11 +290,13 @@ class RLMRun:
         if self._preparing is None or self._sandbox is None:
             return
         self._preparing.cancel()
-        await asyncio.gather(self._preparing, return_exceptions=True)
-        if self._starting is not None:  # its start may not have been awaited yet
-            await self._starting.abandon()
-        else:
-            await asyncio.shield(self._sandbox.close())
+        try:
+            await asyncio.gather(self._preparing, return_exceptions=True)
+        finally:  # even if cancelled again meanwhile: the REPL must not outlive the run
+            if self._starting is not None:  # its start may not have been awaited yet
+                await self._starting.abandon()
+            else:
+                await asyncio.shield(self._sandbox.close())
 
     async def _send_map_if_ready(self) -> None:
         """Add the codebase's map to the turn about to be sent once its background index
