@@ -16,10 +16,11 @@ tools (:func:`prepare_sandbox` is the preparation for a fresh one).
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import os
-from typing import Any
+from typing import TYPE_CHECKING, Any, BinaryIO
 
-from rlmd.context import Context, ContextMeta, map_ready
+from rlmd.context import Context, ContextMeta, Spool, map_ready
 from rlmd.engine import feedback, parsing, prompts, verify
 from rlmd.engine.budget import BudgetExhausted
 from rlmd.engine.config import STOP_AFTER_BLOCK, RunConfig, RunResult
@@ -40,6 +41,9 @@ from rlmd.engine.metered import Meter, Runtime
 from rlmd.engine.usage import Usage
 from rlmd.models.base import Message, Model, ModelError
 from rlmd.sandbox.base import CallError, CallHandler, CellResult, Sandbox
+
+if TYPE_CHECKING:
+    from rlmd.sandbox.files import ContextFile
 
 __all__ = ["RLMRun", "RunConfig", "RunResult", "Runtime", "prepare_sandbox", "run_child_here"]
 
@@ -70,17 +74,48 @@ class Starting:
     """A run's own REPL whose start (kernel launch and hello) is under way before the run
     exists: :func:`rlmd.engine.run_task` starts it while the context is still being read.
     The run then binds the context and attaches its handler (:meth:`RLMRun.run`), and closes
-    the REPL at its end like any REPL it owns."""
+    the REPL at its end like any REPL it owns.
 
-    def __init__(self, sandbox: Sandbox) -> None:
+    With ``spool`` (the read's :class:`~rlmd.context.Spool`), the codebase's files are
+    written on into a file in the REPL's folder as they are read, from the moment the
+    folder exists, and the context is bound from it as soon as the read ends (when the
+    backend has no such folder, or the spool failed, the context is bound the usual way)."""
+
+    def __init__(self, sandbox: Sandbox, spool: Spool | None = None) -> None:
         self.sandbox = sandbox
-        self.started = asyncio.ensure_future(sandbox.start(_no_calls))
+        self.spool = spool
+        self.file: ContextFile | None = None
+        self.started = asyncio.ensure_future(self._start())
+        if spool is not None:
+            spool.offer(self._new_file)  # tried by the reader thread as each file comes
+
+    def _new_file(self) -> BinaryIO | None:
+        self.file = self.sandbox.new_context_file()
+        return None if self.file is None else self.file.file
+
+    async def _start(self) -> None:
+        await self.sandbox.start(_no_calls)
+        if self.spool is not None:  # its folder exists now, if the backend has one
+            await asyncio.to_thread(self.spool.offer, self._new_file)
+            if self.file is None:
+                self.spool.discard()  # no folder: the kept bytes go
 
     async def prepare(self, context: Context, handler: CallHandler) -> Sandbox:
         """Wait for the start (raising what it raised), then serve ``handler`` and bind
         ``context`` (see :func:`prepare_sandbox`)."""
         await self.started
-        return await prepare_sandbox(self.sandbox, context, handler)
+        spool, file = self.spool, self.file
+        if spool is None or file is None:
+            return await prepare_sandbox(self.sandbox, context, handler)
+        await self.sandbox.start(handler)
+        index_at = await asyncio.to_thread(spool.finish, list(context.value))
+        if index_at is None:  # a write failed (a full folder?): the usual way
+            with contextlib.suppress(OSError):
+                os.unlink(file.path)
+            await self.sandbox.load_context(context.value, codebase=True)
+        else:
+            await self.sandbox.load_context_file(context.value, file, index_at)
+        return self.sandbox
 
     async def abandon(self) -> None:
         """The run will not happen (its context failed to load, or it was cancelled): stop
@@ -89,12 +124,14 @@ class Starting:
         try:
             await asyncio.gather(self.started, return_exceptions=True)
         finally:  # a second cancel while the start stops must still close the REPL
+            if self.spool is not None:
+                self.spool.discard()
             await asyncio.shield(self.sandbox.close())
 
 
-def start_sandbox(sandbox: Sandbox) -> Starting:
+def start_sandbox(sandbox: Sandbox, spool: Spool | None = None) -> Starting:
     """Start ``sandbox`` now, refusing host calls until a run takes it (see :class:`Starting`)."""
-    return Starting(sandbox)
+    return Starting(sandbox, spool)
 
 
 async def run_child_here(rt: Runtime, request: ChildRequest) -> RunResult:
