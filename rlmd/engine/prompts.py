@@ -344,8 +344,8 @@ FINAL_NAME_ERROR = (
 )
 
 FOLDED_RAISED = (
-    "Your last cell raised {error}. I took that cell and its traceback out of this "
-    "conversation: do not send it again; write a different cell."
+    "I took your last cell and its traceback out of this conversation: do not send it "
+    "again; write a different cell. It raised {error}"
 )
 
 FOLDED_VARIABLES = "Before it raised, that cell set: {names}."
