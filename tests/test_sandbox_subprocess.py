@@ -383,7 +383,7 @@ def test_kernel_processes_pth_files_like_site(tmp_path):
     (tmp_path / f"{OWN_EDITABLE_PTH}0.1.pth").write_text("import os; os.environ['OWN_RAN'] = '1'\n")
     code = (
         "import sys, runpy; sys.argv = ['k', '--site-packages', SITE, '--skip-pth', SKIP];"
-        "sys.path.insert(0, DIR); import main; main._bootstrap(sys.argv[1:]);"
+        "sys.path.insert(0, DIR); import serve; serve._bootstrap(sys.argv[1:]);"
         "import os, extra_mod; print(extra_mod.VALUE, os.environ.get('PTH_RAN'), "
         "os.environ.get('OWN_RAN'), sys.path[-2:] == [SITE, EXTRA], callable(exit))"
     )

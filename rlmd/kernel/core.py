@@ -9,7 +9,6 @@ function given to the constructor: ``call(fn, args) -> JSON value``, raising
 
 from __future__ import annotations
 
-import _ast  # the C node classes; the ast module costs milliseconds per start
 import builtins
 import codecs
 import io
@@ -671,6 +670,10 @@ class Kernel:
             for part in parts:
                 exec(part, ns)  # a trailing expression goes to sys.displayhook: _echo
             return
+        # The C node classes; imported here: making them costs milliseconds (at every
+        # kernel start, when imported at the top), the ast module more.
+        import _ast
+
         # compile(), not ast.parse(): a SyntaxError then carries no Python frame of ours.
         tree: Any = compile(code, filename, "exec", _ast.PyCF_ONLY_AST, dont_inherit=True)
         last = tree.body[-1] if tree.body else None
