@@ -12,7 +12,6 @@ from __future__ import annotations
 import builtins
 import codecs
 import io
-import json
 import keyword
 import linecache
 import os
@@ -375,11 +374,17 @@ def read_value_file(path: str, fmt: str) -> Any:
     """A value the host wrote to a file it shares with the kernel (a large context is
     faster that way than through the channel): ``fmt`` ``"text"`` (UTF-8) or ``"json"``."""
     with open(path, encoding="utf-8") as f:
-        return f.read() if fmt == "text" else json.load(f)
+        if fmt == "text":
+            return f.read()
+        import json  # here: not imported at every kernel start
+
+        return json.load(f)
 
 
 def json_copy(value: Any, what: str) -> Any:
     """A deep copy through JSON (the types the host would see); TypeError if impossible."""
+    import json  # here: not imported at every kernel start
+
     try:
         return json.loads(json.dumps(value))
     except (TypeError, ValueError, RecursionError) as exc:
@@ -754,6 +759,8 @@ class Kernel:
         if not isinstance(name, str) or name not in self.ns:
             raise KeyError(name)
         value = self.ns[name]
+        import json  # here: not imported at every kernel start
+
         try:
             return json.loads(json.dumps(value))
         except (TypeError, ValueError, RecursionError):
