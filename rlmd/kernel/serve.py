@@ -382,7 +382,7 @@ def _install_sigint(kernel: Any, channel: Channel) -> None:
     """SIGINT (the host's interrupt) raises ``KeyboardInterrupt`` in a running cell only:
     between cells it is ignored, and while the main thread reads a frame it is held until
     the frame is complete (see :meth:`Channel._pump`)."""
-    import signal
+    import _signal  # the signal module builds its enums at import: a millisecond per start
 
     def on_sigint(signum: int, frame: Any) -> None:
         if not kernel.running:
@@ -392,7 +392,7 @@ def _install_sigint(kernel: Any, channel: Channel) -> None:
             return
         raise KeyboardInterrupt
 
-    signal.signal(signal.SIGINT, on_sigint)
+    _signal.signal(_signal.SIGINT, on_sigint)
 
 
 def _bind_context_file(kernel: Any, req: dict[str, Any]) -> Any:
