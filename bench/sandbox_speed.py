@@ -19,7 +19,8 @@ Rows (bench/README.md, "Sandbox speed", says what each number means):
 With ``--before DIR`` (another rlmd checkout, e.g. a worktree of the previous commit), the
 warm round trips of both subprocess variants and the hardened cold starts (no spare, spare
 ready) are also timed for that checkout and for this one, each in a child process,
-alternating (before, after) ``--reps`` times (3), next to the pipe floor and the
+alternating (before, after, then after, before, ...) ``--reps`` times (3), next to the pipe
+floor and the
 ``python -I -S -c pass`` floor of the same run, with the CPU time per cell of the host process and of each kernel
 process (``/proc``): the wall clock of a round trip on a loaded machine is mostly waiting for
 a core, which CPU time does not count.
@@ -491,8 +492,11 @@ def before_after(before: Path, quick: bool, reps: int = 3) -> dict[str, Any]:
     host_cpu: dict[str, list[float]] = {"before": [], "after": []}
     floor: list[float] = []
     profile = PROFILES["quick" if quick else "default"]
-    for _ in range(reps):
-        for label, root in (("before", before), ("after", ROOT)):
+    for rep in range(reps):
+        # Each child's teardown (kernels killed, their mount namespaces freed) loads the
+        # machine for the child after it: the order flips every repetition.
+        pair = (("before", before), ("after", ROOT))
+        for label, root in pair if rep % 2 == 0 else pair[::-1]:
             env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(root), str(root / "tui")])}
             cmd = [sys.executable, str(Path(__file__).resolve()), "--round-trips-only"]
             out = subprocess.run(
