@@ -347,10 +347,10 @@ import rlmd.context as context
 
 read = context._read_text
 
-def slow_read(path, max_bytes, skipped):
+def slow_read(path, *args):
     print("reading", path, flush=True)
     time.sleep(1.0)  # a slow disk: this codebase takes minutes to read
-    return read(path, max_bytes, skipped)
+    return read(path, *args)
 
 context._read_text = slow_read
 from rlmd.cli.main import main

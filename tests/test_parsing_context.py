@@ -281,11 +281,11 @@ async def test_cancelled_codebase_load_stops_its_worker_thread(tmp_path, monkeyp
     thread_done = threading.Event()
     read, walk = context_mod._read_text, context_mod.load_codebase
 
-    def held_read(path, max_bytes, skipped):
+    def held_read(path, *rest):
         files_read.append(path)
         reading.set()
         release.wait()  # hold the thread inside the first file until the test says so
-        return read(path, max_bytes, skipped)
+        return read(path, *rest)
 
     def watched_walk(*args, **kwargs):
         try:

@@ -50,9 +50,9 @@ def test_refresh_reads_only_changed_files_and_updates_the_index(tmp_path, monkey
     opened: list[str] = []
     read = context_mod._read_text
 
-    def counting(path, max_bytes, skipped):
+    def counting(path, *rest):
         opened.append(Path(path).relative_to(proj).as_posix())
-        return read(path, max_bytes, skipped)
+        return read(path, *rest)
 
     monkeypatch.setattr(context_mod, "_read_text", counting)
     fresh = refresh_codebase(ctx)
@@ -250,9 +250,9 @@ def test_a_touched_but_unchanged_file_is_read_once_and_nothing_is_rebound(tmp_pa
     opened: list[str] = []
     read = context_mod._read_text
 
-    def counting(path, max_bytes, skipped):
+    def counting(path, *rest):
         opened.append(path)
-        return read(path, max_bytes, skipped)
+        return read(path, *rest)
 
     monkeypatch.setattr(context_mod, "_read_text", counting)
     assert refresh_codebase(ctx) is None

@@ -346,7 +346,7 @@ def _run_command(args: argparse.Namespace) -> int:
         if isinstance(context, Path):  # read while the rest of rlmd starts up (imports too)
             from rlmd.context import PendingLoad
 
-            context = PendingLoad(context)
+            context = PendingLoad(context, spool=True)  # see rlmd.context.Spool
     except (FileNotFoundError, ValueError) as exc:
         err.print(f"[red]error:[/] {markup(str(exc))}")
         return 2

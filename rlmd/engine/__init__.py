@@ -136,11 +136,18 @@ async def run_task(
     # Off the event loop: a codebase read blocks nothing and a SIGTERM cancels it at once.
     # Meanwhile the run's own REPL starts (its kernel's launch and hello), so that the
     # codebase goes to it as soon as it is read.
+    # A PendingLoad's spool (its files written on into the REPL's folder as they are
+    # read) serves only that REPL; anywhere else load_context_async discards it.
     starting = None
     if sandbox is None and isinstance(context, PendingLoad | Path):
-        starting = start_sandbox(make_sandbox())
+        spool = context.spool if isinstance(context, PendingLoad) else None
+        starting = start_sandbox(make_sandbox(), spool)
     try:
-        ctx = context if isinstance(context, Context) else await load_context_async(context)
+        ctx = (
+            context
+            if isinstance(context, Context)
+            else await load_context_async(context, keep_spool=starting is not None)
+        )
         ledger = Ledger(config.budget, reserve_s=config.extraction_reserve_s())
         if executor is None:
             executor = StarterExecutor(start_child) if start_child else LocalExecutor()

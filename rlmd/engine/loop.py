@@ -16,16 +16,18 @@ tools (:func:`prepare_sandbox` is the preparation for a fresh one).
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import os
-from typing import Any
+from typing import TYPE_CHECKING, Any, BinaryIO
 
-from rlmd.context import Context, ContextMeta, map_ready
+from rlmd.context import Context, ContextMeta, Spool, map_ready
 from rlmd.engine import feedback, parsing, prompts, verify
 from rlmd.engine.budget import BudgetExhausted
 from rlmd.engine.config import STOP_AFTER_BLOCK, RunConfig, RunResult
 from rlmd.engine.events import (
     CellFinished,
     CellStarted,
+    Compaction,
     IterationStarted,
     RunFinished,
     RunStarted,
@@ -39,6 +41,9 @@ from rlmd.engine.metered import Meter, Runtime
 from rlmd.engine.usage import Usage
 from rlmd.models.base import Message, Model, ModelError
 from rlmd.sandbox.base import CallError, CallHandler, CellResult, Sandbox
+
+if TYPE_CHECKING:
+    from rlmd.sandbox.files import ContextFile
 
 __all__ = ["RLMRun", "RunConfig", "RunResult", "Runtime", "prepare_sandbox", "run_child_here"]
 
@@ -69,29 +74,64 @@ class Starting:
     """A run's own REPL whose start (kernel launch and hello) is under way before the run
     exists: :func:`rlmd.engine.run_task` starts it while the context is still being read.
     The run then binds the context and attaches its handler (:meth:`RLMRun.run`), and closes
-    the REPL at its end like any REPL it owns."""
+    the REPL at its end like any REPL it owns.
 
-    def __init__(self, sandbox: Sandbox) -> None:
+    With ``spool`` (the read's :class:`~rlmd.context.Spool`), the codebase's files are
+    written on into a file in the REPL's folder as they are read, from the moment the
+    folder exists, and the context is bound from it as soon as the read ends (when the
+    backend has no such folder, or the spool failed, the context is bound the usual way)."""
+
+    def __init__(self, sandbox: Sandbox, spool: Spool | None = None) -> None:
         self.sandbox = sandbox
-        self.started = asyncio.ensure_future(sandbox.start(_no_calls))
+        self.spool = spool
+        self.file: ContextFile | None = None
+        self.started = asyncio.ensure_future(self._start())
+        if spool is not None:
+            spool.offer(self._new_file)  # tried by the reader thread as each file comes
+
+    def _new_file(self) -> BinaryIO | None:
+        self.file = self.sandbox.new_context_file()
+        return None if self.file is None else self.file.file
+
+    async def _start(self) -> None:
+        await self.sandbox.start(_no_calls)
+        if self.spool is not None:  # its folder exists now, if the backend has one
+            await asyncio.to_thread(self.spool.offer, self._new_file)
+            if self.file is None:
+                self.spool.discard()  # no folder: the kept bytes go
 
     async def prepare(self, context: Context, handler: CallHandler) -> Sandbox:
         """Wait for the start (raising what it raised), then serve ``handler`` and bind
         ``context`` (see :func:`prepare_sandbox`)."""
         await self.started
-        return await prepare_sandbox(self.sandbox, context, handler)
+        spool, file = self.spool, self.file
+        if spool is None or file is None:
+            return await prepare_sandbox(self.sandbox, context, handler)
+        await self.sandbox.start(handler)
+        index_at = await asyncio.to_thread(spool.finish, list(context.value))
+        if index_at is None:  # a write failed (a full folder?): the usual way
+            with contextlib.suppress(OSError):
+                os.unlink(file.path)
+            await self.sandbox.load_context(context.value, codebase=True)
+        else:
+            await self.sandbox.load_context_file(context.value, file, index_at)
+        return self.sandbox
 
     async def abandon(self) -> None:
         """The run will not happen (its context failed to load, or it was cancelled): stop
         the start and close the REPL."""
         self.started.cancel()
-        await asyncio.gather(self.started, return_exceptions=True)
-        await asyncio.shield(self.sandbox.close())
+        try:
+            await asyncio.gather(self.started, return_exceptions=True)
+        finally:  # a second cancel while the start stops must still close the REPL
+            if self.spool is not None:
+                self.spool.discard()
+            await asyncio.shield(self.sandbox.close())
 
 
-def start_sandbox(sandbox: Sandbox) -> Starting:
+def start_sandbox(sandbox: Sandbox, spool: Spool | None = None) -> Starting:
     """Start ``sandbox`` now, refusing host calls until a run takes it (see :class:`Starting`)."""
-    return Starting(sandbox)
+    return Starting(sandbox, spool)
 
 
 async def run_child_here(rt: Runtime, request: ChildRequest) -> RunResult:
@@ -287,11 +327,13 @@ class RLMRun:
         if self._preparing is None or self._sandbox is None:
             return
         self._preparing.cancel()
-        await asyncio.gather(self._preparing, return_exceptions=True)
-        if self._starting is not None:  # its start may not have been awaited yet
-            await self._starting.abandon()
-        else:
-            await asyncio.shield(self._sandbox.close())
+        try:
+            await asyncio.gather(self._preparing, return_exceptions=True)
+        finally:  # even if cancelled again meanwhile: the REPL must not outlive the run
+            if self._starting is not None:  # its start may not have been awaited yet
+                await self._starting.abandon()
+            else:
+                await asyncio.shield(self._sandbox.close())
 
     async def _send_map_if_ready(self) -> None:
         """Add the codebase's map to the turn about to be sent once its background index
@@ -300,9 +342,13 @@ class RLMRun:
             return
         self._map_later = False
         meta = await asyncio.to_thread(self.context.metadata, self.model.count_tokens)
-        last = self.state.messages[-1]
+        state = self.state
+        last = state.messages[-1]
         if meta.get("map") and last["role"] == "user":
-            last["content"] += "\n\n" + prompts.map_ready_note(meta["map"])
+            note = "\n\n" + prompts.map_ready_note(meta["map"])
+            last["content"] += note
+            if state.history[-1] is not last:  # a folded turn's message (the model's view)
+                state.history[-1]["content"] += note
 
     async def _loop(self, meta: ContextMeta) -> Outcome:
         """The algorithm: the root model sees the question and the context's metadata; each
@@ -373,6 +419,7 @@ class RLMRun:
         """
         cfg, state = self.cfg, self.state
         notes, all_failed = [], True
+        repeated = feedback.repeats_a_cell(state, blocks)  # before the cells change what ran
         insisting, state.final_not_taken = state.final_not_taken, False
         if feedback.skip_repeat(state, blocks) and not insisting:
             notes = [
@@ -380,9 +427,14 @@ class RLMRun:
                 *feedback.end_of_turn(state, blocks, False, cfg.budget, i),
             ]
             state.say("\n\n".join(notes))
+            if not last_turn:
+                self._fold(it_node, [prompts.FOLDED_REPEAT])
             return None
+        results: list[CellResult] = []
+        hints: list[str] = []
         for b, code in enumerate(blocks):
             result = await self._run_cell(it_node, b, code, sandbox)
+            results.append(result)
             if result.final is None:
                 feedback.count_kernel_death(state, result)
             all_failed = all_failed and result.error is not None
@@ -394,7 +446,9 @@ class RLMRun:
             if self.host.tally.results:
                 state.subcalls = self.host.tally
             notes.append(prompts.cell_feedback(b, code, result, cfg.output_cap, parsing.cap_output))
-            notes += feedback.cell_hints(self.context, code, result)
+            cell_hints = feedback.cell_hints(self.context, code, result)
+            notes += cell_hints
+            hints += cell_hints
             inspected = state.code_ran or parsing.cell_inspects(code)
             state.code_ran = True
             verdict = feedback.judge_final(
@@ -425,12 +479,42 @@ class RLMRun:
                 break
         notes += feedback.end_of_turn(state, blocks, all_failed, cfg.budget, i)
         state.say("\n\n".join(notes))
+        outputs = state.outputs[len(state.outputs) - len(results) :]
+        # A turn that failed as a whole, or repeated a cell and printed what it printed
+        # before, leaves the model's view; not a question or refusal of a FINAL, nor a cell
+        # that timed out or lost the REPL's state (what the model must know stays).
+        same = repeated and outputs == state.previous_outputs
+        lost = any(r.timed_out or r.kernel_restarted for r in results)
+        # The last turn stays (the extraction continues this conversation: prompt cache).
+        if (all_failed or same) and not (state.final_not_taken or lost or last_turn):
+            self._fold(it_node, feedback.fold_lines(results, hints, repeated=repeated))
+        else:
+            state.folded = None
+        state.previous_outputs = outputs
         return None
+
+    def _fold(self, it_node: str, lines: list[str]) -> None:
+        """With ``fold_failed_turns``, take the failed turn just closed out of the model's
+        view (:func:`feedback.fold_turn`) and record what it was replaced by."""
+        if not self.cfg.fold_failed_turns:
+            return
+        merged = feedback.fold_turn(self.state, lines)
+        if merged is not None and self.state.folded is not None:
+            base = self.state.folded[0]
+            self.meter.emit(
+                Compaction,
+                new_id(),
+                it_node,
+                summarised_messages=2,
+                summary=merged["content"][len(base) :].lstrip(),
+                reason="failed_turn",
+            )
 
     async def _prose_turn(self, reply: str, sandbox: Sandbox, last_turn: bool) -> Outcome | None:
         """A reply without code: accept a ``FINAL`` written in prose (once code has looked),
         question or refuse it, or ask for code. Returns the outcome if the run ends."""
         cfg, state = self.cfg, self.state
+        state.folded = None
         prose = parsing.find_prose_final(reply)
         if prose and (state.code_ran or state.refused or not cfg.refuse_early_answer):
             kind, value = prose
@@ -486,7 +570,7 @@ class RLMRun:
         ``stop_after_code_block``, ended at its first code block (fence closed)."""
         state = self.state
         # record_prompts: the whole prompt in the event (training samples need it exactly).
-        new = None if self.cfg.record_prompts else state.messages[state.sent :]
+        new = None if self.cfg.record_prompts else state.history[state.sent :]
         stop = list(STOP_AFTER_BLOCK) if self.cfg.stop_after_code_block else None
         call = self.meter.call
         c = await call(
@@ -517,7 +601,7 @@ class RLMRun:
                 )
                 text = c.text
             text = parsing.close_open_fence(parsing.cut_after_first_block(text))
-        state.sent = len(state.messages) + 1
+        state.sent = len(state.history) + 1
         state.reply(text)
         return text
 

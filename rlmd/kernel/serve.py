@@ -399,12 +399,14 @@ def _bind_context_file(kernel: Any, req: dict[str, Any]) -> Any:
     """Bind ``context`` to what the host wrote to a file, then delete the file: ``format``
     ``"text"`` (UTF-8, lone surrogates passed through) or ``"codebase"`` (a header line with
     the paths and each file's size in bytes, then the files back to back; see
-    ``rlmd.sandbox.files.codebase_chunks``). A 100 MB string costs a file read, not a JSON
-    round trip."""
+    ``rlmd.sandbox.files.codebase_chunks``; or, with ``index_at``, the files' bytes first
+    and the index from that offset: see ``rlmd.context.Spool``). A 100 MB string costs a
+    file read, not a JSON round trip."""
     import mmap
 
     path = str(req.get("path"))
     codebase = req.get("format") == "codebase"
+    index_at = req.get("index_at")
     value: Any = {} if codebase else ""
     try:
         with open(path, "rb") as f:
@@ -412,7 +414,7 @@ def _bind_context_file(kernel: Any, req: dict[str, Any]) -> Any:
             if size:  # decode straight from the page cache: one copy, not two
                 with mmap.mmap(f.fileno(), size, access=mmap.ACCESS_READ) as view:
                     if codebase:
-                        value = _codebase_files(view)
+                        value = _codebase_files(view, index_at)
                     else:
                         value = str(view, "utf-8", "surrogatepass")
     finally:
@@ -423,24 +425,42 @@ def _bind_context_file(kernel: Any, req: dict[str, Any]) -> Any:
     return kernel.bind_context(value, codebase)
 
 
-def _codebase_files(view: Any) -> dict[str, str]:
-    """The ``{relpath: text}`` of a ``codebase`` file (its bytes in ``view``)."""
+def _codebase_files(view: Any, index_at: Any = None) -> dict[str, str]:
+    """The ``{relpath: text}`` of a ``codebase`` file (its bytes in ``view``): its header
+    line first (each file's size, the files follow in order), or, with ``index_at``, its
+    index from that offset (each file's offset and size in the bytes before it)."""
     import json
 
-    start = view.find(b"\n") + 1
-    meta = json.loads(view[:start]) if start else {}
+    if index_at is None:
+        start = view.find(b"\n") + 1
+        meta = json.loads(view[:start]) if start else {}
+        end = len(view)
+    elif isinstance(index_at, int) and 0 <= index_at <= len(view):
+        meta, start, end = json.loads(view[index_at:]), 0, index_at
+    else:
+        raise ValueError("the codebase file's index offset is not within it")
     paths, sizes = meta.get("paths"), meta.get("sizes")
-    if not isinstance(paths, list) or not isinstance(sizes, list) or len(paths) != len(sizes):
+    if (
+        not isinstance(paths, list)
+        or not isinstance(sizes, list)
+        or len(paths) != len(sizes)
+        or not all(isinstance(n, int) for n in sizes)
+    ):
+        raise ValueError("the codebase file has no valid header")
+    offsets = meta.get("offsets")
+    if offsets is None:  # back to back from the header's end
+        offsets = list(itertools.accumulate([start, *sizes]))[:-1]
+        if start + sum(sizes) != end:
+            raise ValueError("the codebase file's sizes do not add up to its length")
+    if not isinstance(offsets, list) or len(offsets) != len(paths):
         raise ValueError("the codebase file has no valid header")
     files = {}
     with memoryview(view) as whole:
-        pos = start
-        for name, n in zip(paths, sizes, strict=True):
-            with whole[pos : pos + n] as one:
+        for name, at, n in zip(paths, offsets, sizes, strict=True):
+            if not (isinstance(at, int) and start <= at and 0 <= n <= end - at):
+                raise ValueError(f"the codebase file's entry for {name!r} is not within it")
+            with whole[at : at + n] as one:
                 files[name] = str(one, "utf-8", "surrogatepass")
-            pos += n
-        if pos != len(whole):
-            raise ValueError("the codebase file's sizes do not add up to its length")
     return files
 
 

@@ -11,10 +11,13 @@ from __future__ import annotations
 import abc
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from rlmd.kernel import protocol
 from rlmd.sandbox.limits import Limits
+
+if TYPE_CHECKING:  # files.py imports this module
+    from rlmd.sandbox.files import ContextFile
 
 CallHandler = Callable[[str, dict[str, Any]], Awaitable[Any]]
 """Host side of a call made from model code: ``await handler(fn, args) -> JSON value``.
@@ -107,6 +110,33 @@ class Sandbox(abc.ABC):
     async def load_context(self, value: Any, *, codebase: bool = False) -> None:
         """Bind ``context`` (str, list or dict; for a codebase a ``{path: text}`` dict) and, for
         a codebase, the ``list_files`` / ``read_file`` / ``grep`` helpers. Survives restarts."""
+
+    def new_context_file(self) -> ContextFile | None:
+        """A new, empty file in the kernel's working folder that a codebase can be written to
+        while it is read (``rlmd.context.Spool``: each file's UTF-8 bytes, then an index),
+        then bound with :meth:`load_context_file`; ``None`` while the folder does not exist
+        yet (the start has not made it) or when this backend has none (bind with
+        :meth:`load_context`). Blocking but short (a file's creation); safe from any thread.
+        The file has a fresh random name made with ``O_EXCL``; closing its
+        :attr:`~rlmd.sandbox.files.ContextFile.file` is the writer's part, removing it the
+        sandbox's (at the bind, or with the folder).
+
+        Raises:
+            OSError: the file could not be made.
+        """
+        return None
+
+    async def load_context_file(
+        self, value: dict[str, str], file: ContextFile, index_at: int
+    ) -> None:
+        """Bind the codebase ``value`` as ``context`` (as :meth:`load_context` with
+        ``codebase=True``) from ``file``, written and closed, whose index begins at byte
+        ``index_at``; the file is removed. Only for a file from :meth:`open_context_file`.
+
+        Raises:
+            SandboxError: the kernel refused or failed to read the file (it was restarted).
+        """
+        raise SandboxError(f"the {self.kind} sandbox binds no context files")
 
     @abc.abstractmethod
     async def define_tools(self, callables: list[str], values: dict[str, Any]) -> None:

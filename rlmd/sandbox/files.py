@@ -31,7 +31,8 @@ import struct
 import sys
 import tempfile
 from collections.abc import Callable, Iterable, Iterator
-from typing import Any
+from dataclasses import dataclass
+from typing import Any, BinaryIO
 
 from rlmd.sandbox.base import SandboxError
 
@@ -44,19 +45,39 @@ def _owned(fd: int, uid: int | None) -> int:
     return fd
 
 
-def write_new(folder: str, prefix: str, chunks: Iterable[bytes], uid: int | None = None) -> str:
-    """Write ``chunks`` (an iterable of bytes) to a new file with a random name in ``folder``.
+def open_new(folder: str, prefix: str, uid: int | None = None) -> tuple[BinaryIO, str]:
+    """A new file with a random name in ``folder``, open for writing (buffered, binary).
 
     Returns:
-        The new file's path. It is created with ``O_EXCL`` (mode 0600, owned by ``uid`` if
-        given), so nothing model code planted can be at that name.
+        ``(file, path)``. The file is created with ``O_EXCL`` (mode 0600, owned by ``uid``
+        if given), so nothing model code planted can be at that name.
+
+    Raises:
+        OSError: the folder is not writable (nothing is left behind).
+    """
+    fd, path = tempfile.mkstemp(prefix=prefix, dir=folder)
+    try:
+        return os.fdopen(_owned(fd, uid), "wb", buffering=1 << 20), path
+    except BaseException:
+        os.close(fd)
+        with contextlib.suppress(OSError):
+            os.unlink(path)
+        raise
+
+
+def write_new(folder: str, prefix: str, chunks: Iterable[bytes], uid: int | None = None) -> str:
+    """Write ``chunks`` (an iterable of bytes) to a new file with a random name in ``folder``
+    (see :func:`open_new`).
+
+    Returns:
+        The new file's path.
 
     Raises:
         OSError: the folder is not writable, or the disk is full (the file is removed).
     """
-    fd, path = tempfile.mkstemp(prefix=prefix, dir=folder)
+    f, path = open_new(folder, prefix, uid)
     try:
-        with os.fdopen(_owned(fd, uid), "wb") as f:
+        with f:
             for chunk in chunks:
                 f.write(chunk)
     except BaseException:
@@ -64,6 +85,22 @@ def write_new(folder: str, prefix: str, chunks: Iterable[bytes], uid: int | None
             os.unlink(path)
         raise
     return path
+
+
+@dataclass
+class ContextFile:
+    """A codebase file being written in a sandbox's working folder while the codebase is
+    read (see :meth:`rlmd.sandbox.base.Sandbox.open_context_file`).
+
+    Attributes:
+        file: the new, empty file, open for binary writing (the writer closes it).
+        path: its host path (removed after the bind, or with the working folder).
+        kernel_path: its path as the kernel sees it.
+    """
+
+    file: BinaryIO
+    path: str
+    kernel_path: str
 
 
 def text_chunks(text: str, chunk: int = _CHUNK) -> Iterator[bytes]:
@@ -108,11 +145,15 @@ def context_file(value: Any, codebase: bool) -> tuple[str, Iterator[bytes]] | No
     return None
 
 
-def context_file_request(fmt: str, path: str) -> dict[str, Any]:
+def context_file_request(fmt: str, path: str, index_at: int | None = None) -> dict[str, Any]:
     """The kernel request that binds a context written by :func:`context_file` at ``path``
     (its path as the kernel sees it); the kernel memory-maps and decodes it, then deletes
-    the file."""
-    return {"op": "bind_context_file", "path": path, "format": fmt}
+    the file. ``index_at``: a codebase file whose index is at its end, from that offset
+    (written while the codebase was read: ``rlmd.context.Spool``)."""
+    request: dict[str, Any] = {"op": "bind_context_file", "path": path, "format": fmt}
+    if index_at is not None:
+        request["index_at"] = index_at
+    return request
 
 
 def parts_of(path: str) -> list[str]:

@@ -24,6 +24,7 @@ import contextlib
 import dataclasses
 import enum
 import logging
+import os
 import time
 from typing import Any
 
@@ -31,6 +32,7 @@ from rlmd.sandbox import workdirs
 from rlmd.sandbox.base import CallHandler, CellResult, Sandbox, SandboxError, VarInfo
 from rlmd.sandbox.channel import KernelDied, exec_done_problem, result_from_kernel, wait
 from rlmd.sandbox.clock import CellTimeout, timeout_cause, wait_cell
+from rlmd.sandbox.files import ContextFile, context_file_request
 from rlmd.sandbox.limits import Limits
 from rlmd.sandbox.messages import (
     AFTER_RESTART,
@@ -511,6 +513,21 @@ class SandboxSession(Sandbox):
             await self._live()
             await self._bind_context(value, codebase, rebinding=False)
             self.bound.context = (value, codebase)
+
+    def new_context_file(self) -> ContextFile | None:
+        return self.transport.new_context_file()
+
+    async def load_context_file(
+        self, value: dict[str, str], file: ContextFile, index_at: int
+    ) -> None:
+        async with self._lock:
+            try:
+                await self._live()
+                await self._op(context_file_request("codebase", file.kernel_path, index_at))
+            finally:
+                with contextlib.suppress(OSError):
+                    os.unlink(file.path)  # the kernel removed it, unless it failed first
+            self.bound.context = (value, True)  # a restarted kernel gets it the usual way
 
     async def define_tools(self, callables: list[str], values: dict[str, Any]) -> None:
         async with self._lock:

@@ -18,6 +18,7 @@ from typing import Any, ClassVar
 
 from rlmd.sandbox.base import CallHandler, SandboxError
 from rlmd.sandbox.channel import KernelChannel, KernelDied
+from rlmd.sandbox.files import ContextFile
 from rlmd.sandbox.limits import Limits
 
 
@@ -145,6 +146,12 @@ class Transport(abc.ABC):
         """The request that binds ``value`` as ``context``, and what to do after it (a large
         text may travel through a file; default: inline)."""
         return {"op": "bind_context", "value": value, "codebase": codebase}, _nothing
+
+    def new_context_file(self) -> ContextFile | None:
+        """A new codebase file in the kernel's working folder (see
+        :meth:`rlmd.sandbox.base.Sandbox.new_context_file`); ``None`` (the default) when
+        the kernel reads no files the host writes, or its folder is not made yet."""
+        return None
 
     @abc.abstractmethod
     def isolation(self, kernel: KernelHandle | None) -> dict[str, Any]:

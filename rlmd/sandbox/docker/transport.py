@@ -52,9 +52,11 @@ from rlmd.sandbox.docker.launch import (
     remove_container,
 )
 from rlmd.sandbox.files import (
+    ContextFile,
     context_file,
     context_file_request,
     download_file,
+    open_new,
     upload_file,
     write_new,
 )
@@ -384,6 +386,14 @@ class ContainerTransport(Transport):
 
         path = await asyncio.to_thread(write)
         return context_file_request(fmt, f"{CONTAINER_WORKDIR}/{path.name}"), path.unlink
+
+    def new_context_file(self) -> ContextFile | None:
+        workdir = self._workdir
+        if workdir is None:
+            return None
+        file, path = open_new(os.path.join(workdir, "work"), ".rlmd-context-codebase-")
+        own(file.fileno(), self.user)  # logs, never raises
+        return ContextFile(file, path, f"{CONTAINER_WORKDIR}/{os.path.basename(path)}")
 
     def _host_folder(self, path: str) -> tuple[str | None, str]:
         """The host folder behind ``/work`` and ``path`` relative to it (``path`` may be

@@ -36,9 +36,11 @@ from typing import Any
 from rlmd.sandbox import workdirs
 from rlmd.sandbox.base import CallHandler, SandboxError
 from rlmd.sandbox.files import (
+    ContextFile,
     context_file,
     context_file_request,
     download_file,
+    open_new,
     upload_file,
     write_new,
 )
@@ -462,6 +464,13 @@ class ProcessTransport(Transport):
             write_new, self._workdir, f".rlmd-context-{fmt}-", chunks, self._sandbox_uid()
         )
         return context_file_request(fmt, path), lambda: os.unlink(path)
+
+    def new_context_file(self) -> ContextFile | None:
+        folder = self._workdir  # set on the event loop's thread once the kernel is launched
+        if folder is None:
+            return None
+        file, path = open_new(folder, ".rlmd-context-codebase-", self._sandbox_uid())
+        return ContextFile(file, path, path)
 
     async def upload(self, path: str, data: bytes) -> None:
         uid = self._sandbox_uid()
