@@ -8,13 +8,21 @@ from __future__ import annotations
 from typing import Any
 
 from helpers.scripted import repl, scripted_registry, turn_of
+from rich.console import Console
 
+from rlmd.cli.render import run_tree
 from rlmd.engine import Budget, RunConfig, prompts, run_task
 from rlmd.engine.parsing import find_code_blocks
 from rlmd.store import Store
 
 RAISES = "part = len(context)\nraise ValueError('use print(part) instead')"
 COUNT = "print('length', len(context))"
+
+
+def text_of(renderable: Any) -> str:
+    console = Console(record=True, width=160, color_system=None)
+    console.print(renderable)
+    return console.export_text()
 
 
 def config(**kw: Any) -> RunConfig:
@@ -94,6 +102,9 @@ async def test_after_a_raised_cell_the_model_sees_a_note_not_its_cell_and_the_st
             "reason": "failed_turn",
         }
     ]
+    tree = text_of(run_tree(store.tree(result.run_id)))
+    assert "compaction: a failed turn folded out of the model's view" in tree
+    assert "summarised" not in tree
     store.close()
 
 
