@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import os
 import signal
 import subprocess
@@ -394,6 +395,27 @@ def test_the_host_writes_the_kernels_bytecode_cache():
         f.write(head)
     assert not launch._fresh(os.path.join(KERNEL_DIR, "cells.py"), cells)
     assert compile_kernel() == ["cells.py"]
+    assert launch._fresh(os.path.join(KERNEL_DIR, "cells.py"), cells)
+
+
+@pytest.mark.parametrize(
+    "how", [["-O"], ["-X", "pycache_prefix=PREFIX"]], ids=["optimised", "pycache-prefix"]
+)
+def test_the_host_writes_the_bytecode_the_kernel_reads_whatever_its_own_flags(how, tmp_path):
+    """The kernel runs ``-I`` without ``-O``: it reads ``__pycache__/NAME.TAG.pyc``, so a host
+    run with ``-O`` (or a cache prefix) must still write that one, not its own."""
+    from rlmd.kernel import KERNEL_DIR
+
+    cells = os.path.join(KERNEL_DIR, "__pycache__", f"cells.{sys.implementation.cache_tag}.pyc")
+    with contextlib.suppress(FileNotFoundError):
+        os.unlink(cells)
+    flags = [f.replace("PREFIX", str(tmp_path)) for f in how]
+    code = "from rlmd.sandbox.process import launch; print(launch.compile_kernel())"
+    out = subprocess.run([sys.executable, *flags, "-c", code], capture_output=True, text=True)
+    assert out.returncode == 0, out.stderr
+    assert "cells.py" in out.stdout
+    from rlmd.sandbox.process import launch
+
     assert launch._fresh(os.path.join(KERNEL_DIR, "cells.py"), cells)
 
 

@@ -135,19 +135,21 @@ def compile_kernel() -> list[str]:
     ``main.py`` is a script, compiled at every start whatever is cached. A folder this
     process may not write (a system-wide install, where the installer compiled it) is left
     as it is."""
-    import importlib.util
     import py_compile
 
     done: list[str] = []
+    tag = sys.implementation.cache_tag
     try:
         names = sorted(os.listdir(KERNEL_DIR))
     except OSError:
         return done
     for name in names:
-        if not name.endswith(".py") or name == "main.py":
+        if not name.endswith(".py") or name == "main.py" or tag is None:
             continue
         source = os.path.join(KERNEL_DIR, name)
-        cache = importlib.util.cache_from_source(source)
+        # Where the kernel looks (``-I``, no ``-O``): not where this process would, which
+        # ``-O``, ``PYTHONOPTIMIZE`` or ``PYTHONPYCACHEPREFIX`` move.
+        cache = os.path.join(KERNEL_DIR, "__pycache__", f"{name[:-3]}.{tag}.pyc")
         if _fresh(source, cache):
             continue
         try:
@@ -155,6 +157,7 @@ def compile_kernel() -> list[str]:
                 source,
                 cfile=cache,
                 doraise=True,
+                optimize=0,
                 invalidation_mode=py_compile.PycInvalidationMode.TIMESTAMP,
             )
         except (OSError, py_compile.PyCompileError) as exc:
