@@ -194,3 +194,15 @@ def test_what_was_added_to_a_folded_message_stays_when_the_next_turn_is_folded_t
     assert state.messages[-1]["content"] == "\n\n".join(
         ["q", "note 0", "MAP", "note 1", turn_note(3)]
     )
+
+
+async def test_a_cell_that_does_not_parse_is_folded_into_its_error_alone():
+    """A SyntaxError's report starts with its frame line (no ``Traceback`` header): the
+    note keeps only the exception line."""
+    replies = {0: repl("print('x)"), 1: repl("FINAL(len(context))")}
+    result, seen = await go(lambda t: replies[t], config())
+    assert result.answer == "4"
+    note = prompts.FOLDED_RAISED.format(
+        error="SyntaxError: unterminated string literal (detected at line 1)"
+    )
+    assert seen[1][-1]["content"] == "\n\n".join([seen[0][1]["content"], note, turn_note(2)])

@@ -357,7 +357,7 @@ def exception_text(error: str, limit: int = 400) -> str:
     it (at most ``limit`` characters)."""
     lines = [
         line
-        for line in error.strip().splitlines()
+        for line in error.splitlines()  # not stripped: a SyntaxError's frame line is indented
         if line.strip() and not line.startswith((" ", "\t", "Traceback (most recent call"))
     ]
     text = " ".join(lines) or "an error"
