@@ -8,13 +8,21 @@ from __future__ import annotations
 from typing import Any
 
 from helpers.scripted import repl, scripted_registry, turn_of
+from rich.console import Console
 
+from rlmd.cli.render import run_tree
 from rlmd.engine import Budget, RunConfig, prompts, run_task
 from rlmd.engine.parsing import find_code_blocks
 from rlmd.store import Store
 
 RAISES = "part = len(context)\nraise ValueError('use print(part) instead')"
 COUNT = "print('length', len(context))"
+
+
+def text_of(renderable: Any) -> str:
+    console = Console(record=True, width=160, color_system=None)
+    console.print(renderable)
+    return console.export_text()
 
 
 def config(**kw: Any) -> RunConfig:
@@ -94,6 +102,9 @@ async def test_after_a_raised_cell_the_model_sees_a_note_not_its_cell_and_the_st
             "reason": "failed_turn",
         }
     ]
+    tree = text_of(run_tree(store.tree(result.run_id)))
+    assert "compaction: a failed turn folded out of the model's view" in tree
+    assert "summarised" not in tree
     store.close()
 
 
@@ -146,3 +157,52 @@ async def test_with_folding_off_the_model_sees_its_raised_cell_and_the_traceback
     assert [m["role"] for m in seen[1]] == ["system", "user", "assistant", "user"]
     assert find_code_blocks(seen[1][2]["content"])[0].strip() == RAISES
     assert "Traceback" in seen[1][3]["content"] and "ValueError" in seen[1][3]["content"]
+
+
+async def test_an_output_that_prints_the_turn_note_keeps_it_when_the_next_turn_is_folded():
+    """The turn note removed from the message a failed turn is folded into is the one the
+    engine added (the last), not the same words a cell printed before it."""
+    fenceless = turn_note(2).replace("```", "QQQ")  # a fence in the reply would end its block
+    printed = f"print('x' + chr(10) * 2 + {fenceless!r}.replace('QQQ', '`' * 3))"
+    replies = {0: repl(printed), 1: repl("print(missing)"), 2: repl("FINAL(len(context))")}
+    result, seen = await go(lambda t: replies[t], config())
+    assert (result.status, result.answer) == ("completed", "4")
+    feedback = seen[1][-1]["content"]
+    assert feedback.count(turn_note(2)) == 2 and feedback.endswith(turn_note(2))
+    base = feedback[: -len("\n\n" + turn_note(2))]
+    note = prompts.FOLDED_RAISED.format(error="NameError: name 'missing' is not defined")
+    assert seen[2][-1]["content"] == "\n\n".join([base, note, turn_note(3)])
+
+
+def test_what_was_added_to_a_folded_message_stays_when_the_next_turn_is_folded_too():
+    """The codebase's map, added to the model's last message once built (after a fold),
+    is still in that message after the next failed turn is folded into it."""
+    from rlmd.engine.feedback import LoopState, fold_turn
+
+    state = LoopState()
+    state.messages = [{"role": "system", "content": "s"}, {"role": "user", "content": "q"}]
+    for i, reply in enumerate(["a", "b"]):
+        state.messages += [
+            {"role": "assistant", "content": reply},
+            {"role": "user", "content": f"out {i}\n\n{turn_note(i + 2)}"},
+        ]
+        state.turn_notes = (turn_note(i + 1) if i else "", turn_note(i + 2))
+        merged = fold_turn(state, [f"note {i}"])
+        assert merged is state.messages[-1]
+        if i == 0:  # what _send_map_if_ready does once the map is built
+            merged["content"] += "\n\nMAP"
+    assert state.messages[-1]["content"] == "\n\n".join(
+        ["q", "note 0", "MAP", "note 1", turn_note(3)]
+    )
+
+
+async def test_a_cell_that_does_not_parse_is_folded_into_its_error_alone():
+    """A SyntaxError's report starts with its frame line (no ``Traceback`` header): the
+    note keeps only the exception line."""
+    replies = {0: repl("print('x)"), 1: repl("FINAL(len(context))")}
+    result, seen = await go(lambda t: replies[t], config())
+    assert result.answer == "4"
+    note = prompts.FOLDED_RAISED.format(
+        error="SyntaxError: unterminated string literal (detected at line 1)"
+    )
+    assert seen[1][-1]["content"] == "\n\n".join([seen[0][1]["content"], note, turn_note(2)])

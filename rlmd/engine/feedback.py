@@ -357,7 +357,7 @@ def exception_text(error: str, limit: int = 400) -> str:
     it (at most ``limit`` characters)."""
     lines = [
         line
-        for line in error.strip().splitlines()
+        for line in error.splitlines()  # not stripped: a SyntaxError's frame line is indented
         if line.strip() and not line.startswith((" ", "\t", "Traceback (most recent call"))
     ]
     text = " ".join(lines) or "an error"
@@ -379,13 +379,19 @@ def fold_turn(state: LoopState, lines: list[str]) -> Message | None:
     msgs = state.messages
     if len(msgs) < 3 or [m["role"] for m in msgs[-3:]] != ["user", "assistant", "user"]:
         return None
+    # The turn note that closed the turn before is the last one in that message (a cell's
+    # output may print the same words earlier; a map note may come after it).
+    before, turn_note = msgs[-3]["content"], "\n\n" + state.turn_notes[0]
+    at = before.rfind(turn_note) if state.turn_notes[0] else -1
+    kept = before if at < 0 else before[:at] + before[at + len(turn_note) :]
     if state.folded is None:
-        before, turn_note = msgs[-3]["content"], state.turn_notes[0]
-        base = before.replace("\n\n" + turn_note, "", 1) if turn_note else before
-        state.folded = (base, [])
-    base, notes = state.folded
-    notes += [line for line in lines if line not in notes]
-    parts = [base, *notes, state.turn_notes[1]]
+        state.folded = (kept, [])
+    notes = state.folded[1]
+    new = [line for line in lines if line not in notes]
+    notes += new
+    # Built on the message as it is now, not as it was: what was added to it since the
+    # previous fold (the codebase's map, once built) stays.
+    parts = [kept, *new, state.turn_notes[1]]
     merged: Message = {"role": "user", "content": "\n\n".join(p for p in parts if p)}
     state.messages = msgs[:-3] + [merged]
     return merged
