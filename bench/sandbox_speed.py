@@ -519,28 +519,14 @@ def before_after(before: Path, quick: bool, reps: int = 3) -> dict[str, Any]:
     pipe = statistics.median(floor)
     rows = {}
     for name in COMPARED:
-        b = statistics.median(samples["before"][name])
-        a = statistics.median(samples["after"][name])
         rows[name] = {
-            "before_s": b,
-            "after_s": a,
-            "before_x_pipe": b / pipe,
-            "after_x_pipe": a / pipe,
-            "after_over_before": a / b,
+            **_medians(samples, name, pipe, "pipe"),
             "kernel_cpu_before_s": statistics.median(kernel_cpu["before"][name]),
             "kernel_cpu_after_s": statistics.median(kernel_cpu["after"][name]),
         }
     py = statistics.median(py_floor)
     for name in COLD_ROWS:
-        b = statistics.median(cold["before"][name])
-        a = statistics.median(cold["after"][name])
-        rows[name] = {
-            "before_s": b,
-            "after_s": a,
-            "before_x_floor": b / py,
-            "after_x_floor": a / py,
-            "after_over_before": a / b,
-        }
+        rows[name] = _medians(cold, name, py, "floor")
     return {
         "before_root": str(before),
         "pipe_floor_s": pipe,
@@ -550,6 +536,21 @@ def before_after(before: Path, quick: bool, reps: int = 3) -> dict[str, Any]:
         "rows": rows,
         "host_cpu_before_s": statistics.median(host_cpu["before"]),
         "host_cpu_after_s": statistics.median(host_cpu["after"]),
+    }
+
+
+def _medians(
+    times: dict[str, dict[str, list[float]]], name: str, floor: float, key: str
+) -> dict[str, float]:
+    """Median seconds of row ``name`` before and after, each over ``floor`` (seconds)."""
+    b = statistics.median(times["before"][name])
+    a = statistics.median(times["after"][name])
+    return {
+        "before_s": b,
+        "after_s": a,
+        f"before_x_{key}": b / floor,
+        f"after_x_{key}": a / floor,
+        "after_over_before": a / b,
     }
 
 
