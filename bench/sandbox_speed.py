@@ -17,9 +17,11 @@ Rows (bench/README.md, "Sandbox speed", says what each number means):
 * **100 MB context**: ``load_context`` of a 100 MB string, per backend.
 
 With ``--before DIR`` (another rlmd checkout, e.g. a worktree of the previous commit), the
-warm round trips of both subprocess variants are also timed for that checkout and for this
-one, each in a child process, alternating (before, after) ``--reps`` times (3), next to the pipe
-floor of the same run, with the CPU time per cell of the host process and of each kernel
+warm round trips of both subprocess variants and the hardened cold starts (no spare, spare
+ready) are also timed for that checkout and for this one, each in a child process,
+alternating (before, after, then after, before, ...) ``--reps`` times (3), next to the pipe
+floor and the
+``python -I -S -c pass`` floor of the same run, with the CPU time per cell of the host process and of each kernel
 process (``/proc``): the wall clock of a round trip on a loaded machine is mostly waiting for
 a core, which CPU time does not count.
 
@@ -442,6 +444,8 @@ def report(res: dict[str, Any]) -> str:
 
 ROOT = Path(__file__).resolve().parent.parent
 COMPARED = ("subprocess hardened", "subprocess plain")
+COLD = "subprocess hardened"
+COLD_ROWS = {"cold start hardened, no spare": False, "cold start hardened, spare ready": True}
 
 
 def _cpu_s(pid: int) -> float:
@@ -467,23 +471,32 @@ async def round_trips_only(profile: dict[str, int]) -> dict[str, Any]:
         cells = profile["rt_n"] // 5 * 5 + profile["rt_warm"]  # per variant
         host_s = (time.process_time() - host0) / (cells * len(boxes))
         cpu = {name: (_cpu_s(pid) - kernel0[name]) / cells for name, pid in pids.items()}
-        return {"samples": samples, "kernel_cpu_s": cpu, "host_cpu_s": host_s}
     finally:
         for box in boxes.values():
             await box.close()
+    n = max(2, profile["cold_n"] // 2)
+    cold = {name: await cold_starts(COLD, n, spare=spare) for name, spare in COLD_ROWS.items()}
+    return {"samples": samples, "kernel_cpu_s": cpu, "host_cpu_s": host_s, "cold": cold}
 
 
 def before_after(before: Path, quick: bool, reps: int = 3) -> dict[str, Any]:
-    """Round trips of the :data:`COMPARED` variants for checkout ``before`` and for this
-    one, each in a child process with that checkout first on ``PYTHONPATH``, alternating
-    ``reps`` times; medians and ratios to the pipe floor measured in between."""
+    """Round trips of the :data:`COMPARED` variants and cold starts of :data:`COLD` (with
+    and without a spare kernel) for checkout ``before`` and for this one, each in a child
+    process with that checkout first on ``PYTHONPATH``, alternating ``reps`` times; medians,
+    and ratios to the pipe floor and the ``python -I -S -c pass`` floor measured in
+    between."""
     samples: dict[str, dict[str, list[float]]] = {"before": {}, "after": {}}
+    cold: dict[str, dict[str, list[float]]] = {"before": {}, "after": {}}
+    py_floor: list[float] = []
     kernel_cpu: dict[str, dict[str, list[float]]] = {"before": {}, "after": {}}
     host_cpu: dict[str, list[float]] = {"before": [], "after": []}
     floor: list[float] = []
     profile = PROFILES["quick" if quick else "default"]
-    for _ in range(reps):
-        for label, root in (("before", before), ("after", ROOT)):
+    for rep in range(reps):
+        # Each child's teardown (kernels killed, their mount namespaces freed) loads the
+        # machine for the child after it: the order flips every repetition.
+        pair = (("before", before), ("after", ROOT))
+        for label, root in pair if rep % 2 == 0 else pair[::-1]:
             env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(root), str(root / "tui")])}
             cmd = [sys.executable, str(Path(__file__).resolve()), "--round-trips-only"]
             out = subprocess.run(
@@ -499,28 +512,45 @@ def before_after(before: Path, quick: bool, reps: int = 3) -> dict[str, Any]:
                 samples[label].setdefault(name, []).extend(rts)
                 kernel_cpu[label].setdefault(name, []).append(got["kernel_cpu_s"][name])
             host_cpu[label].append(got["host_cpu_s"])
+            for name, starts in got["cold"].items():
+                cold[label].setdefault(name, []).extend(starts)
         floor += pipe_floor(profile["rt_n"], profile["rt_warm"])
+        py_floor += fresh_python(profile["floor_n"] // 2, "-I", "-S")
     pipe = statistics.median(floor)
     rows = {}
     for name in COMPARED:
-        b = statistics.median(samples["before"][name])
-        a = statistics.median(samples["after"][name])
         rows[name] = {
-            "before_s": b,
-            "after_s": a,
-            "before_x_pipe": b / pipe,
-            "after_x_pipe": a / pipe,
-            "after_over_before": a / b,
+            **_medians(samples, name, pipe, "pipe"),
             "kernel_cpu_before_s": statistics.median(kernel_cpu["before"][name]),
             "kernel_cpu_after_s": statistics.median(kernel_cpu["after"][name]),
         }
+    py = statistics.median(py_floor)
+    for name in COLD_ROWS:
+        rows[name] = _medians(cold, name, py, "floor")
     return {
         "before_root": str(before),
         "pipe_floor_s": pipe,
+        "python_floor_s": py,
+        "load_after": os.getloadavg(),
         "reps": reps,
         "rows": rows,
         "host_cpu_before_s": statistics.median(host_cpu["before"]),
         "host_cpu_after_s": statistics.median(host_cpu["after"]),
+    }
+
+
+def _medians(
+    times: dict[str, dict[str, list[float]]], name: str, floor: float, key: str
+) -> dict[str, float]:
+    """Median seconds of row ``name`` before and after, each over ``floor`` (seconds)."""
+    b = statistics.median(times["before"][name])
+    a = statistics.median(times["after"][name])
+    return {
+        "before_s": b,
+        "after_s": a,
+        f"before_x_{key}": b / floor,
+        f"after_x_{key}": a / floor,
+        "after_over_before": a / b,
     }
 
 
@@ -536,7 +566,21 @@ def before_after_report(cmp: dict[str, Any]) -> str:
             f"{fmt(r['kernel_cpu_before_s'])} -> {fmt(r['kernel_cpu_after_s'])}",
         ]
         for name, r in cmp["rows"].items()
+        if name in COMPARED
     ]
+    cold_rows = [
+        [
+            name,
+            fmt(r["before_s"]),
+            f"{r['before_x_floor']:.1f}x",
+            fmt(r["after_s"]),
+            f"{r['after_x_floor']:.1f}x",
+            f"{r['after_over_before']:.2f}",
+        ]
+        for name, r in cmp["rows"].items()
+        if name in COLD_ROWS
+    ]
+    cold_head = ["create + start + first cell", "before", "x floor", "after", "x floor"]
     head = ["round trip (warm)", "before", "x pipe", "after", "x pipe", "after/before"]
     head.append("kernel CPU/cell")
     return (
@@ -544,7 +588,10 @@ def before_after_report(cmp: dict[str, Any]) -> str:
         f"{fmt(cmp['pipe_floor_s'])}\n"
         + table(head, rows)
         + f"\nhost CPU per cell (both variants): {fmt(cmp['host_cpu_before_s'])} -> "
-        f"{fmt(cmp['host_cpu_after_s'])}"
+        f"{fmt(cmp['host_cpu_after_s'])}\n"
+        + table([*cold_head, "after/before"], cold_rows)
+        + f"\npython -I -S -c pass floor {fmt(cmp['python_floor_s'])}; load average at the "
+        f"end {cmp['load_after'][0]:.1f}"
     )
 
 

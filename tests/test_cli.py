@@ -598,3 +598,41 @@ def test_samples_run_k_trajectories_and_print_the_vote(rlmd_home, tmp_path):
     assert len({s["run_id"] for s in out["vote"]["samples"]}) == 2
     bad = rlmd(*args, "--samples", "0", home=rlmd_home, input="abc")
     assert bad.returncode == 2 and "--samples must be at least 1" in bad.stderr
+
+
+SPOOL_KEPT = """
+import sys
+from rlmd import context
+
+kept = []
+add = context.Spool.add
+
+def counting_add(self, rel, data):
+    kept.append(rel)
+    return add(self, rel, data)
+
+context.Spool.add = counting_add
+from rlmd.cli.main import main
+code = main(sys.argv[1:])
+print(code, len(kept), file=sys.stderr)
+"""
+
+
+@pytest.mark.parametrize("samples", ["1", "2"])
+def test_only_a_single_run_spools_the_codebase(rlmd_home, codebase, samples, tmp_path):
+    """The spool serves one run's own REPL; with --samples K no REPL takes it, and it would
+    keep every file's bytes besides their text until the read ended."""
+    script = tmp_path / "s.json"
+    script.write_text(json.dumps({"default": "```repl\nFINAL(str(len(context)))\n```"}))
+    proc = subprocess.run(
+        [sys.executable, "-c", SPOOL_KEPT, "run", "q", "--context", str(codebase)]
+        + ["--model", f"scripted:{script}", "--samples", samples, "--json"],
+        capture_output=True,
+        text=True,
+        env={**os.environ, "RLMD_HOME": str(rlmd_home)},
+        timeout=120,
+    )
+    code, kept = proc.stderr.split()[-2:]
+    assert code == "0", proc.stderr[-2000:]
+    assert json.loads(proc.stdout)["answer"] == "5"
+    assert (int(kept) > 0) == (samples == "1")

@@ -13,7 +13,7 @@ import pytest
 from helpers.sandbox_host import FakeHost, ok
 
 from rlmd.context import Spool, load_codebase
-from rlmd.kernel.main import _codebase_files
+from rlmd.kernel.serve import _codebase_files
 from rlmd.sandbox import create_sandbox
 
 

@@ -197,6 +197,35 @@ def test_protocol_round_trip():
     assert protocol.sentinel("ab", 12) == b"\x00rlmd:ab:12\x00"
 
 
+def test_frames_are_the_json_modules_text():
+    """The kernel encodes and decodes frames with the C accelerator directly (it does not
+    import json to start): the same text as ``json.dumps`` and the same values as
+    ``json.loads``, non-finite numbers, big integers and lone surrogates included."""
+    values = [
+        {"op": "x", "v": [1, 2.5, None, True, False, 'é\u2028\x00 "q" \\']},
+        {"n": float("nan"), "i": float("inf"), "m": -float("inf"), "big": 10**30, "e": {}},
+        {"nested": {"k": [{"z": []}]}, "f": 1e-300},
+        [1, 2],
+        "text",
+    ]
+    for value in values:
+        text = json.dumps(value, ensure_ascii=False, separators=(",", ":"))
+        assert protocol.encode(value)[4:] == text.encode("utf-8")
+        ascii_text = json.dumps(value, separators=(",", ":"))
+        assert protocol.encode_line(value) == ascii_text.encode("ascii") + b"\n"
+    surrogate = {"s": "a\ud800b"}
+    assert protocol.encode(surrogate)[4:] == json.dumps(surrogate, separators=(",", ":")).encode()
+    text = '{"a":NaN,"b":-Infinity,"c":12345678901234567890,"d":1.5,"e":"\\ud800","f":[{}]}'
+    assert repr(protocol.decode(text.encode())) == repr(json.loads(text))
+    for bad in (b'{"a":', b"nope", b'{"a":1}x', b"[1]"):
+        with pytest.raises(ValueError):
+            protocol.decode(bad)
+    loop: dict = {}
+    loop["self"] = loop
+    with pytest.raises(ValueError, match="Circular"):
+        protocol.encode(loop)
+
+
 def test_handle_unknown_op():
     k = Kernel(lambda fn, args: None)
     with pytest.raises(ValueError, match="unknown op"):

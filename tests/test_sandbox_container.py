@@ -244,6 +244,24 @@ async def test_large_context_through_the_shared_folder(make):
     assert r.stdout == "True 1400000\n"
 
 
+async def test_a_codebase_spooled_while_read_is_bound_from_the_shared_folder(make, codebase):
+    """``rlmd run --sandbox container``: the codebase's files go into ``/work`` as they are
+    read (``rlmd.context.Spool``), owned by the container's user; the kernel binds them."""
+    from rlmd.context import Spool, load_codebase
+
+    sb = await make()
+    file = sb.new_context_file()
+    assert file is not None and file.kernel_path.startswith("/work/.rlmd-context-codebase-")
+    spool = Spool()
+    spool.offer(lambda: file.file)
+    context = load_codebase(codebase, spool=spool)
+    index_at = spool.finish(list(context.value))
+    assert index_at is not None
+    await sb.load_context_file(context.value, file, index_at)
+    r = await ok(sb, "import os\nprint({p: len(t) for p, t in context.items()}, os.listdir('.'))")
+    assert r.stdout == f"{ {p: len(t) for p, t in context.value.items()} } []\n"
+
+
 # --------------------------------------------------------------------------- orphans
 
 

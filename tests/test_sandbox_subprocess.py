@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import os
 import signal
 import subprocess
@@ -349,6 +350,75 @@ def test_kernel_script_exits_on_eof():
     assert proc.stdout[4:].startswith(b'{"op":"hello"')
 
 
+def test_kernel_without_its_cgroup_exits_before_its_hello():
+    """A cgroup join that fails (here: a descriptor that cannot be written) ends the kernel
+    with 71 before it says hello: no request is read outside the groups the host set up."""
+    from rlmd.sandbox.process.launch import KERNEL_MAIN
+
+    fd = os.open(os.devnull, os.O_RDONLY)
+    try:
+        proc = subprocess.run(
+            [sys.executable, "-I", KERNEL_MAIN, "--cgroup-fd", str(fd)],
+            stdin=subprocess.DEVNULL,
+            capture_output=True,
+            timeout=30,
+            pass_fds=(fd,),
+        )
+    finally:
+        os.close(fd)
+    assert proc.returncode == 71
+    assert b"could not join its cgroup" in proc.stderr
+    assert b"hello" not in proc.stdout
+
+
+def test_the_host_writes_the_kernels_bytecode_cache():
+    """The sandboxed kernel cannot write its own ``__pycache__``: the host writes a missing
+    or stale entry (every module but the ``main.py`` script), and leaves fresh ones alone."""
+    import importlib.util
+
+    from rlmd.kernel import KERNEL_DIR
+    from rlmd.sandbox.process import launch
+
+    compile_kernel = launch.compile_kernel.__wrapped__  # not the once-per-process cache
+    compile_kernel()
+    names = sorted(n for n in os.listdir(KERNEL_DIR) if n.endswith(".py") and n != "main.py")
+    caches = {n: importlib.util.cache_from_source(os.path.join(KERNEL_DIR, n)) for n in names}
+    assert "serve.py" in names and "core.py" in names
+    assert all(launch._fresh(os.path.join(KERNEL_DIR, n), c) for n, c in caches.items())
+    assert compile_kernel() == []
+    # A cache left by an older version of the file (another size) is stale.
+    cells = caches["cells.py"]
+    with open(cells, "r+b") as f:
+        head = bytearray(f.read(16))
+        head[12:16] = (int.from_bytes(head[12:16], "little") + 1).to_bytes(4, "little")
+        f.seek(0)
+        f.write(head)
+    assert not launch._fresh(os.path.join(KERNEL_DIR, "cells.py"), cells)
+    assert compile_kernel() == ["cells.py"]
+    assert launch._fresh(os.path.join(KERNEL_DIR, "cells.py"), cells)
+
+
+@pytest.mark.parametrize(
+    "how", [["-O"], ["-X", "pycache_prefix=PREFIX"]], ids=["optimised", "pycache-prefix"]
+)
+def test_the_host_writes_the_bytecode_the_kernel_reads_whatever_its_own_flags(how, tmp_path):
+    """The kernel runs ``-I`` without ``-O``: it reads ``__pycache__/NAME.TAG.pyc``, so a host
+    run with ``-O`` (or a cache prefix) must still write that one, not its own."""
+    from rlmd.kernel import KERNEL_DIR
+
+    cells = os.path.join(KERNEL_DIR, "__pycache__", f"cells.{sys.implementation.cache_tag}.pyc")
+    with contextlib.suppress(FileNotFoundError):
+        os.unlink(cells)
+    flags = [f.replace("PREFIX", str(tmp_path)) for f in how]
+    code = "from rlmd.sandbox.process import launch; print(launch.compile_kernel())"
+    out = subprocess.run([sys.executable, *flags, "-c", code], capture_output=True, text=True)
+    assert out.returncode == 0, out.stderr
+    assert "cells.py" in out.stdout
+    from rlmd.sandbox.process import launch
+
+    assert launch._fresh(os.path.join(KERNEL_DIR, "cells.py"), cells)
+
+
 # --------------------------------------------------------------------------- start-up
 
 
@@ -383,7 +453,7 @@ def test_kernel_processes_pth_files_like_site(tmp_path):
     (tmp_path / f"{OWN_EDITABLE_PTH}0.1.pth").write_text("import os; os.environ['OWN_RAN'] = '1'\n")
     code = (
         "import sys, runpy; sys.argv = ['k', '--site-packages', SITE, '--skip-pth', SKIP];"
-        "sys.path.insert(0, DIR); import main; main._bootstrap(sys.argv[1:]);"
+        "sys.path.insert(0, DIR); import serve; serve._bootstrap(sys.argv[1:]);"
         "import os, extra_mod; print(extra_mod.VALUE, os.environ.get('PTH_RAN'), "
         "os.environ.get('OWN_RAN'), sys.path[-2:] == [SITE, EXTRA], callable(exit))"
     )

@@ -15,6 +15,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from helpers.scripted import turn_of
 
 from rlmd.models.base import ModelSpec
 from rlmd.models.registry import Registry
@@ -183,7 +184,7 @@ class RaisesThenRepairs:
     """A root model (not the teacher, no marker) whose first cell raises."""
 
     def __call__(self, messages: list[dict[str, Any]]) -> str:
-        turns = sum(1 for m in messages if m["role"] == "assistant")
+        turns = turn_of(messages)
         return [
             "```repl\nprint(re.findall(r'\\d{5,}', context))\n```",
             "```repl\nimport re\nprint(re.findall(r'\\d{5,}', context))\n```",
@@ -325,7 +326,7 @@ class RepeatsOnce:
         self.again, self.calls = again, 0
 
     def __call__(self, messages: list[dict[str, Any]]) -> str:
-        turns = sum(1 for m in messages if m["role"] == "assistant")
+        turns = turn_of(messages)
         if turns == 1:
             self.calls += 1
             return LOOK if self.calls == 1 else self.again

@@ -327,7 +327,7 @@ async def test_a_cell_repeated_a_third_time_is_not_run_again():
             return repl("print('counting', len(context))")
         return repl("FINAL(len(context))")
 
-    cfg = config(resample_repeats=0)
+    cfg = config(resample_repeats=0, fold_failed_turns=False)
     result = await go(scripted_registry(root=root, sub=root), "q", "abcd", cfg)
     assert (result.status, result.answer, result.iterations) == ("completed", "4", 5)
     runs = [last_user(m) for m in seen[1:]]

@@ -346,7 +346,8 @@ def _run_command(args: argparse.Namespace) -> int:
         if isinstance(context, Path):  # read while the rest of rlmd starts up (imports too)
             from rlmd.context import PendingLoad
 
-            context = PendingLoad(context, spool=True)  # see rlmd.context.Spool
+            # see rlmd.context.Spool: it serves one run's own REPL (--samples K share a read)
+            context = PendingLoad(context, spool=args.samples == 1)
     except (FileNotFoundError, ValueError) as exc:
         err.print(f"[red]error:[/] {markup(str(exc))}")
         return 2

@@ -75,6 +75,8 @@ class ProgressPrinter:
                 c.print(f"{pad}  [dim]cell {index + 1}: {markup(first[:90])}[/]")
             case CellFinished():
                 self._cell(pad, event)
+            case Compaction(reason="failed_turn"):
+                c.print(f"{pad}  [blue]failed turn taken out of the model's view[/]")
             case Compaction(summarised_messages=n):
                 c.print(f"{pad}  [blue]compacted {n} messages[/]")
             case RunFinished():

@@ -215,7 +215,11 @@ def _node_label(node: dict[str, Any]) -> Text:
         label.append(cell_name(data), style="bold green")
     elif kind == "compaction":
         label.append("compaction", style="bold magenta")
-        label.append(f": summarised {data.get('summarised_messages', '?')} messages", style="dim")
+        if data.get("reason") == "failed_turn":  # nothing summarised: a turn left the view
+            label.append(": a failed turn folded out of the model's view", style="dim")
+        else:
+            n = data.get("summarised_messages", "?")
+            label.append(f": summarised {n} messages", style="dim")
     else:
         label.append(str(kind), style="bold")
     if node.get("latency_s") is not None and kind != "compaction":

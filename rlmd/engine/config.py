@@ -76,6 +76,12 @@ class RunConfig:
             temperature (:data:`rlmd.engine.feedback.RESAMPLE_TEMPERATURES`) before running
             it; the first reply with other code replaces it. ``0``: never. Each re-sample is
             a root model call (in the budget, its event records its ``sampling``).
+        fold_failed_turns: a turn whose cells all raised, or that repeated a cell and printed
+            what it printed before, is taken out of the conversation the root model sees:
+            its reply and output are replaced by a note (what raised, with the line to run
+            when the error names one) added to the user message before it
+            (:func:`rlmd.engine.feedback.fold_turn`; a ``compaction`` event with ``reason
+            "failed_turn"`` records it). The store keeps every message as it was.
         record_prompts: put the whole prompt of every root-model call in its event (and so
             in the store), not only the messages new since the last call; training
             datasets (:mod:`rlmd.train.export`) take each root turn's input from it.
@@ -105,6 +111,7 @@ class RunConfig:
     extraction_reserve: float = 0.2
     record_prompts: bool = False
     resample_repeats: int = 2
+    fold_failed_turns: bool = True
 
     def extraction_reserve_s(self) -> float:
         """Seconds of the wall-clock budget kept for the extraction call (0 when there is no

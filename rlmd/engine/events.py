@@ -292,12 +292,23 @@ class CellFinished(Event):
 
 @dataclass(frozen=True, kw_only=True)
 class Compaction(Event):
-    """Older turns of the root conversation were summarised (a node under the iteration)."""
+    """Root-conversation messages were replaced in the model's view (a node under the
+    iteration); the store keeps them as they were.
+
+    Attributes:
+        summarised_messages: how many messages were replaced.
+        summary: what the model sees instead (``reason`` ``"window"``: the summary of older
+            turns; ``"failed_turn"``: the user message a failed turn was folded into).
+        reason: ``"window"`` (the conversation neared the model's window) or
+            ``"failed_turn"`` (a turn that raised or repeated a cell, see
+            :func:`rlmd.engine.feedback.fold_turn`).
+    """
 
     kind: ClassVar[str] = "compaction"
 
     summarised_messages: int = 0
     summary: str = ""
+    reason: str = "window"
 
 
 @dataclass(frozen=True, kw_only=True)

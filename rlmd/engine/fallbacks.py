@@ -106,7 +106,6 @@ async def maybe_compact(
         "content": f"Summary of earlier turns (full log in the REPL variable `history`):\n{summary}",
     }
     state.messages = head + [note] + tail
-    state.sent = len(state.messages)
     await sandbox.set_variable("history", state.history)
     meter.emit(Compaction, new_id(), it_node, summarised_messages=len(middle), summary=summary)
 

@@ -38,7 +38,8 @@ class LoopState:
         messages: the root conversation as the model sees it (compacted when long).
         history: every message, never compacted (bound in the REPL as ``history`` after a
             compaction).
-        sent: messages already recorded in a root model-call event.
+        sent: messages of ``history`` already recorded in a root model-call event (the
+            store keeps every message as it was, whatever the model's view became).
         outputs: every cell's stdout, stderr and error, for answer verification.
         code_ran: a cell has run.
         refused: the early-answer refusal is spent.
@@ -55,6 +56,12 @@ class LoopState:
             answer computed from sub-call answers rests on), else ``None``.
         raised_cells: the code (:func:`normalise`) of every cell that raised since the last
             cell that ran without an error (which may have made them work, e.g. an import).
+        previous_outputs: the outputs of the previous turn's cells (as in ``outputs``).
+        turn_notes: the turn-count notes that closed the previous turn and this one
+            (:func:`end_of_turn`; ``""``: none).
+        folded: the notes of the failed turns folded in a row (:func:`fold_turn`), and the
+            user message they were folded into, as it was before (``None``: the previous
+            turn was not folded).
     """
 
     messages: list[Message] = field(default_factory=list)
@@ -72,6 +79,9 @@ class LoopState:
     final_not_taken: bool = False
     subcalls: verify.SubcallTally | None = None
     raised_cells: set[str] = field(default_factory=set)
+    previous_outputs: list[str] = field(default_factory=list)
+    turn_notes: tuple[str, str] = ("", "")
+    folded: tuple[str, list[str]] | None = None
     _tokens: tuple[object, object, int, int] | None = field(default=None, repr=False, compare=False)
     """The running total of :meth:`message_tokens`: (model, messages list, messages
     counted, tokens)."""
@@ -314,12 +324,77 @@ def end_of_turn(
         raise BudgetExhausted(
             "max_errors", f"{state.errors_in_a_row} iterations in a row ended in errors"
         )
+    turn_note = ""
     if i + 1 < budget.max_iterations:
         # The 1.5B model found the file in turn 2 and re-ran the same grep until the turns
         # ran out (trajectory 6179e06561ff141c86a0).
         last = prompts.LAST_TURN if i + 2 == budget.max_iterations else prompts.NEXT_TURN
-        notes.append(last.format(turn=i + 2, max_turns=budget.max_iterations))
+        turn_note = last.format(turn=i + 2, max_turns=budget.max_iterations)
+        notes.append(turn_note)
+    state.turn_notes = (state.turn_notes[1], turn_note)
     return notes
+
+
+def fold_lines(results: list[CellResult], hints: list[str], *, repeated: bool) -> list[str]:
+    """The notes that stand for a failed turn once it is folded (:func:`fold_turn`): what
+    each cell raised (its traceback's last line, which for a refused helper call names the
+    line to run) or, for a repeat that printed what the previous turn printed, that it did;
+    then the turn's hints."""
+    lines = []
+    for result in results:
+        if result.error:
+            lines.append(prompts.FOLDED_RAISED.format(error=exception_text(result.error)))
+            if result.variables:
+                names = ", ".join(v.name for v in result.variables[:30])
+                lines.append(prompts.FOLDED_VARIABLES.format(names=names))
+    if not lines and repeated:
+        lines.append(prompts.FOLDED_REPEAT)
+    return list(dict.fromkeys(lines + hints))
+
+
+def exception_text(error: str, limit: int = 400) -> str:
+    """A cell's error without its traceback frames: the exception line and any note after
+    it (at most ``limit`` characters)."""
+    lines = [
+        line
+        for line in error.splitlines()  # not stripped: a SyntaxError's frame line is indented
+        if line.strip() and not line.startswith((" ", "\t", "Traceback (most recent call"))
+    ]
+    text = " ".join(lines) or "an error"
+    return text if len(text) <= limit else text[: limit - 3] + "..."
+
+
+def fold_turn(state: LoopState, lines: list[str]) -> Message | None:
+    """Take the failed turn just closed (its reply and the user message with its outputs)
+    out of the conversation the model sees, and add ``lines`` to the user message before
+    it instead, with the turn-count note that closed this turn. The model then continues
+    from a prompt without its failed cell (a 1.5B model sent a refused cell five times in
+    a row while it saw it; at temperature 1.0 too: issue 15). Turns folded in a row share
+    one message (their notes each once). ``state.history`` keeps every message as it was.
+
+    Returns:
+        The message the turn was folded into, or ``None`` when the conversation does not
+        end user, reply, user (nothing folded).
+    """
+    msgs = state.messages
+    if len(msgs) < 3 or [m["role"] for m in msgs[-3:]] != ["user", "assistant", "user"]:
+        return None
+    # The turn note that closed the turn before is the last one in that message (a cell's
+    # output may print the same words earlier; a map note may come after it).
+    before, turn_note = msgs[-3]["content"], "\n\n" + state.turn_notes[0]
+    at = before.rfind(turn_note) if state.turn_notes[0] else -1
+    kept = before if at < 0 else before[:at] + before[at + len(turn_note) :]
+    if state.folded is None:
+        state.folded = (kept, [])
+    notes = state.folded[1]
+    new = [line for line in lines if line not in notes]
+    notes += new
+    # Built on the message as it is now, not as it was: what was added to it since the
+    # previous fold (the codebase's map, once built) stays.
+    parts = [kept, *new, state.turn_notes[1]]
+    merged: Message = {"role": "user", "content": "\n\n".join(p for p in parts if p)}
+    state.messages = msgs[:-3] + [merged]
+    return merged
 
 
 def _raised(result: CellResult, name: str) -> bool:

@@ -165,10 +165,11 @@ class HostCalls:
         helper = mapping.helper_in_instruction(instruction)
         if helper is not None:
             raise Refused(
-                f"llm_map's instruction is sent to a sub-model as text, which cannot run "
-                f"{helper}(); run it in your code instead: "
-                f"{mapping.helper_call_code(instruction)} (and use llm_map for a question in "
-                "words about each item)"
+                # The line to run comes last: the last words a small model reads before
+                # it writes weigh most (it wrote llm_map again after "use llm_map for ...").
+                "llm_map's instruction is sent to a sub-model as text (use llm_map for a "
+                f"question in words about each item), which cannot run {helper}(); run it in "
+                f"your code instead: {mapping.helper_call_code(instruction)}"
             )
         items = [str(i) for i in _as_list(args.get("items"), "items")]
         try:

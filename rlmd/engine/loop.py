@@ -27,6 +27,7 @@ from rlmd.engine.config import STOP_AFTER_BLOCK, RunConfig, RunResult
 from rlmd.engine.events import (
     CellFinished,
     CellStarted,
+    Compaction,
     IterationStarted,
     RunFinished,
     RunStarted,
@@ -341,9 +342,13 @@ class RLMRun:
             return
         self._map_later = False
         meta = await asyncio.to_thread(self.context.metadata, self.model.count_tokens)
-        last = self.state.messages[-1]
+        state = self.state
+        last = state.messages[-1]
         if meta.get("map") and last["role"] == "user":
-            last["content"] += "\n\n" + prompts.map_ready_note(meta["map"])
+            note = "\n\n" + prompts.map_ready_note(meta["map"])
+            last["content"] += note
+            if state.history[-1] is not last:  # a folded turn's message (the model's view)
+                state.history[-1]["content"] += note
 
     async def _loop(self, meta: ContextMeta) -> Outcome:
         """The algorithm: the root model sees the question and the context's metadata; each
@@ -414,6 +419,7 @@ class RLMRun:
         """
         cfg, state = self.cfg, self.state
         notes, all_failed = [], True
+        repeated = feedback.repeats_a_cell(state, blocks)  # before the cells change what ran
         insisting, state.final_not_taken = state.final_not_taken, False
         if feedback.skip_repeat(state, blocks) and not insisting:
             notes = [
@@ -421,9 +427,14 @@ class RLMRun:
                 *feedback.end_of_turn(state, blocks, False, cfg.budget, i),
             ]
             state.say("\n\n".join(notes))
+            if not last_turn:
+                self._fold(it_node, [prompts.FOLDED_REPEAT])
             return None
+        results: list[CellResult] = []
+        hints: list[str] = []
         for b, code in enumerate(blocks):
             result = await self._run_cell(it_node, b, code, sandbox)
+            results.append(result)
             if result.final is None:
                 feedback.count_kernel_death(state, result)
             all_failed = all_failed and result.error is not None
@@ -435,7 +446,9 @@ class RLMRun:
             if self.host.tally.results:
                 state.subcalls = self.host.tally
             notes.append(prompts.cell_feedback(b, code, result, cfg.output_cap, parsing.cap_output))
-            notes += feedback.cell_hints(self.context, code, result)
+            cell_hints = feedback.cell_hints(self.context, code, result)
+            notes += cell_hints
+            hints += cell_hints
             inspected = state.code_ran or parsing.cell_inspects(code)
             state.code_ran = True
             verdict = feedback.judge_final(
@@ -466,12 +479,42 @@ class RLMRun:
                 break
         notes += feedback.end_of_turn(state, blocks, all_failed, cfg.budget, i)
         state.say("\n\n".join(notes))
+        outputs = state.outputs[len(state.outputs) - len(results) :]
+        # A turn that failed as a whole, or repeated a cell and printed what it printed
+        # before, leaves the model's view; not a question or refusal of a FINAL, nor a cell
+        # that timed out or lost the REPL's state (what the model must know stays).
+        same = repeated and outputs == state.previous_outputs
+        lost = any(r.timed_out or r.kernel_restarted for r in results)
+        # The last turn stays (the extraction continues this conversation: prompt cache).
+        if (all_failed or same) and not (state.final_not_taken or lost or last_turn):
+            self._fold(it_node, feedback.fold_lines(results, hints, repeated=repeated))
+        else:
+            state.folded = None
+        state.previous_outputs = outputs
         return None
+
+    def _fold(self, it_node: str, lines: list[str]) -> None:
+        """With ``fold_failed_turns``, take the failed turn just closed out of the model's
+        view (:func:`feedback.fold_turn`) and record what it was replaced by."""
+        if not self.cfg.fold_failed_turns:
+            return
+        merged = feedback.fold_turn(self.state, lines)
+        if merged is not None and self.state.folded is not None:
+            base = self.state.folded[0]
+            self.meter.emit(
+                Compaction,
+                new_id(),
+                it_node,
+                summarised_messages=2,
+                summary=merged["content"][len(base) :].lstrip(),
+                reason="failed_turn",
+            )
 
     async def _prose_turn(self, reply: str, sandbox: Sandbox, last_turn: bool) -> Outcome | None:
         """A reply without code: accept a ``FINAL`` written in prose (once code has looked),
         question or refuse it, or ask for code. Returns the outcome if the run ends."""
         cfg, state = self.cfg, self.state
+        state.folded = None
         prose = parsing.find_prose_final(reply)
         if prose and (state.code_ran or state.refused or not cfg.refuse_early_answer):
             kind, value = prose
@@ -527,7 +570,7 @@ class RLMRun:
         ``stop_after_code_block``, ended at its first code block (fence closed)."""
         state = self.state
         # record_prompts: the whole prompt in the event (training samples need it exactly).
-        new = None if self.cfg.record_prompts else state.messages[state.sent :]
+        new = None if self.cfg.record_prompts else state.history[state.sent :]
         stop = list(STOP_AFTER_BLOCK) if self.cfg.stop_after_code_block else None
         call = self.meter.call
         c = await call(
@@ -558,7 +601,7 @@ class RLMRun:
                 )
                 text = c.text
             text = parsing.close_open_fence(parsing.cut_after_first_block(text))
-        state.sent = len(state.messages) + 1
+        state.sent = len(state.history) + 1
         state.reply(text)
         return text
 

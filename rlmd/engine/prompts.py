@@ -343,6 +343,19 @@ FINAL_NAME_ERROR = (
     'variable an earlier cell set, e.g. FINAL(result) or FINAL_VAR("result").'
 )
 
+FOLDED_RAISED = (
+    "I took your last cell and its traceback out of this conversation: do not send it "
+    "again; write a different cell. It raised {error}"
+)
+
+FOLDED_VARIABLES = "Before it raised, that cell set: {names}."
+
+FOLDED_REPEAT = (
+    "You sent the same code again and it printed the same output as before (above), so I "
+    "took the repeat out of this conversation. If that output answers the question, call "
+    "FINAL(...) with the answer itself in a ```repl block; otherwise try something different."
+)
+
 FINAL_RAISED = (
     "Your FINAL(...) raised {error}, so nothing was answered. Print the value first and check "
     "that it holds the answer; if a search found nothing, try other words of the question or "

@@ -9,11 +9,9 @@ function given to the constructor: ``call(fn, args) -> JSON value``, raising
 
 from __future__ import annotations
 
-import _ast  # the C node classes; the ast module costs milliseconds per start
 import builtins
 import codecs
 import io
-import json
 import keyword
 import linecache
 import os
@@ -22,8 +20,7 @@ import sys
 import threading
 import time
 import types
-from collections.abc import Callable, Iterator
-from contextlib import contextmanager, suppress
+from collections.abc import Callable
 
 from . import cells, protocol
 from .codebase import Codebase, helpers
@@ -166,35 +163,51 @@ _router_lock = threading.Lock()
 _hook_saved: list[Any] = []  # sys.displayhook while thread-captured cells run
 
 
-@contextmanager
-def _global_capture(out: Capture, err: Capture) -> Iterator[None]:
-    old = sys.stdout, sys.stderr, sys.displayhook
-    sys.stdout, sys.stderr, sys.displayhook = out, err, _echo
-    try:
-        yield
-    finally:
-        sys.stdout, sys.stderr, sys.displayhook = old
+class _GlobalCapture:
+    """While a cell runs: ``sys.stdout``/``sys.stderr`` are its captures and
+    ``sys.displayhook`` the echo (a class, not ``contextlib``: importing that costs a
+    millisecond at every kernel start)."""
+
+    def __init__(self, out: Capture, err: Capture):
+        self._new = out, err, _echo
+        self._old: tuple[Any, Any, Any] = (None, None, None)
+
+    def __enter__(self) -> None:
+        self._old = sys.stdout, sys.stderr, sys.displayhook
+        sys.stdout, sys.stderr, sys.displayhook = self._new
+
+    def __exit__(self, *exc: object) -> None:
+        sys.stdout, sys.stderr, sys.displayhook = self._old
 
 
-@contextmanager
-def _thread_capture(out: Capture, err: Capture) -> Iterator[None]:
-    ident = threading.get_ident()
-    installed: list[tuple[str, _Router]] = []
-    with _router_lock:
-        for name, cap in (("stdout", out), ("stderr", err)):
-            current = getattr(sys, name)
-            if not isinstance(current, _Router):
-                current = _Router(current)
-                setattr(sys, name, current)
-            current.routes[ident] = cap
-            installed.append((name, current))
-        # A trailing expression's echo (see cells.py): _echo prints to the routed stdout.
-        if sys.displayhook is not _echo:
-            _hook_saved[:] = [sys.displayhook]
-            sys.displayhook = _echo
-    try:
-        yield
-    finally:
+class _ThreadCapture:
+    """While a cell runs in this thread: what this thread writes to ``sys.stdout`` and
+    ``sys.stderr`` goes to its captures (through a :class:`_Router`), and a trailing
+    expression's echo to its stdout."""
+
+    def __init__(self, out: Capture, err: Capture):
+        self._out, self._err = out, err
+        self._ident = 0
+        self._installed: list[tuple[str, _Router]] = []
+
+    def __enter__(self) -> None:
+        self._ident = ident = threading.get_ident()
+        installed = self._installed
+        with _router_lock:
+            for name, cap in (("stdout", self._out), ("stderr", self._err)):
+                current = getattr(sys, name)
+                if not isinstance(current, _Router):
+                    current = _Router(current)
+                    setattr(sys, name, current)
+                current.routes[ident] = cap
+                installed.append((name, current))
+            # A trailing expression's echo (see cells.py): _echo prints to the routed stdout.
+            if sys.displayhook is not _echo:
+                _hook_saved[:] = [sys.displayhook]
+                sys.displayhook = _echo
+
+    def __exit__(self, *exc: object) -> None:
+        installed, ident = self._installed, self._ident
         with _router_lock:
             for name, router in installed:
                 router.routes.pop(ident, None)
@@ -298,9 +311,11 @@ def bounded_var_infos(items: list[tuple[str, Any]]) -> list[dict[str, Any]]:
     done: list[dict[str, Any]] = []
 
     def work() -> None:
-        with suppress(_PreviewCut):
+        try:
             for name, value in items:
                 done.append(var_info(name, value))
+        except _PreviewCut:
+            pass
 
     helper = threading.Thread(target=work, name="rlmd-preview", daemon=True)
     try:
@@ -376,11 +391,17 @@ def read_value_file(path: str, fmt: str) -> Any:
     """A value the host wrote to a file it shares with the kernel (a large context is
     faster that way than through the channel): ``fmt`` ``"text"`` (UTF-8) or ``"json"``."""
     with open(path, encoding="utf-8") as f:
-        return f.read() if fmt == "text" else json.load(f)
+        if fmt == "text":
+            return f.read()
+        import json  # here: not imported at every kernel start
+
+        return json.load(f)
 
 
 def json_copy(value: Any, what: str) -> Any:
     """A deep copy through JSON (the types the host would see); TypeError if impossible."""
+    import json  # here: not imported at every kernel start
+
     try:
         return json.loads(json.dumps(value))
     except (TypeError, ValueError, RecursionError) as exc:
@@ -418,7 +439,7 @@ class Kernel:
         if capture not in ("global", "thread"):
             raise ValueError("capture must be 'global' or 'thread'")
         self._call = call
-        self._capture = _global_capture if capture == "global" else _thread_capture
+        self._capture = _GlobalCapture if capture == "global" else _ThreadCapture
         self.module = types.ModuleType("__main__")
         self.ns: dict[str, Any] = self.module.__dict__
         bi = dict(vars(builtins))
@@ -671,6 +692,10 @@ class Kernel:
             for part in parts:
                 exec(part, ns)  # a trailing expression goes to sys.displayhook: _echo
             return
+        # The C node classes; imported here: making them costs milliseconds (at every
+        # kernel start, when imported at the top), the ast module more.
+        import _ast
+
         # compile(), not ast.parse(): a SyntaxError then carries no Python frame of ours.
         tree: Any = compile(code, filename, "exec", _ast.PyCF_ONLY_AST, dont_inherit=True)
         last = tree.body[-1] if tree.body else None
@@ -751,6 +776,8 @@ class Kernel:
         if not isinstance(name, str) or name not in self.ns:
             raise KeyError(name)
         value = self.ns[name]
+        import json  # here: not imported at every kernel start
+
         try:
             return json.loads(json.dumps(value))
         except (TypeError, ValueError, RecursionError):

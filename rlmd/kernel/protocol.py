@@ -100,9 +100,10 @@ belong to the cell. If fd 2 was closed or replaced by model code, ``"sentinel": 
 
 from __future__ import annotations
 
-import json
-import json.encoder
-import json.scanner
+try:  # CPython's JSON accelerator; the kernel does not import json to start (milliseconds)
+    import _json
+except ImportError:  # another Python: the json module's own way
+    _json = None  # type: ignore[assignment]
 
 TYPE_CHECKING = False
 if TYPE_CHECKING:  # importing typing costs milliseconds at every kernel start
@@ -166,23 +167,40 @@ def sentinel(token: str, request_id: int) -> bytes:
     )
 
 
-# Built once: json.dumps with keyword arguments builds a new encoder per call (~9 us of a
-# small frame's ~30 us here, paid twice per cell on each side).
-_UTF8_JSON = json.JSONEncoder(ensure_ascii=False, separators=(",", ":")).encode
-_ASCII_JSON = json.JSONEncoder(ensure_ascii=True, separators=(",", ":")).encode
-_DECODE_JSON = json.JSONDecoder().decode
-
-
 def _not_json(o: Any) -> Any:
     raise TypeError(f"Object of type {type(o).__name__} is not JSON serializable")
 
 
-def _c_encoder(escape: Any, fallback: Any) -> Any:
-    """``fallback`` (a ``JSONEncoder.encode``) without its per-call Python layers: the C
+def _json_module() -> Any:
+    import json
+
+    return json
+
+
+def _utf8_json(obj: Any) -> str:
+    """``json.dumps(obj, ensure_ascii=False, separators=(",", ":"))``."""
+    return str(_json_module().JSONEncoder(ensure_ascii=False, separators=(",", ":")).encode(obj))
+
+
+def _ascii_json(obj: Any) -> str:
+    """``json.dumps(obj, ensure_ascii=True, separators=(",", ":"))``."""
+    return str(_json_module().JSONEncoder(ensure_ascii=True, separators=(",", ":")).encode(obj))
+
+
+def _decode_json(text: str) -> Any:
+    """``json.loads(text)``: accepts any JSON text or explains why not."""
+    return _json_module().loads(text)
+
+
+def _c_encoder(escape_name: str, fallback: Any) -> Any:
+    """``fallback`` for a dict, without ``JSONEncoder.encode``'s per-call Python layers: the C
     encoder it builds on every call, built here directly (a fresh one per call: its
-    circular-reference markers must start empty). The same text; ~5 us less a frame."""
-    make = getattr(json.encoder, "c_make_encoder", None)
-    if make is None:
+    circular-reference markers must start empty) with ``_json.<escape_name>`` as the string
+    escape, as ``json.encoder`` picks it. The same text; ~5 us less a frame. Anything but a
+    dict goes to ``fallback``."""
+    make = getattr(_json, "make_encoder", None)
+    escape = getattr(_json, escape_name, None)
+    if make is None or escape is None:
         return fallback
 
     def encode(obj: Any) -> str:
@@ -193,10 +211,26 @@ def _c_encoder(escape: Any, fallback: Any) -> Any:
     return encode
 
 
-_UTF8_FAST = _c_encoder(json.encoder.encode_basestring, _UTF8_JSON)
-_ASCII_FAST = _c_encoder(json.encoder.encode_basestring_ascii, _ASCII_JSON)
-_SCAN = getattr(json.scanner, "c_make_scanner", None)
-_SCAN_ONCE = _SCAN(json.JSONDecoder()) if _SCAN is not None else None
+class _Decoding:
+    """What ``json.JSONDecoder()`` hands the C scanner: its default settings (``parse_constant``
+    as ``json.decoder`` maps the three non-finite names)."""
+
+    strict = True
+    object_hook = None
+    object_pairs_hook = None
+    parse_float = float
+    parse_int = int
+    parse_constant = {
+        "-Infinity": float("-inf"),
+        "Infinity": float("inf"),
+        "NaN": float("nan"),
+    }.__getitem__
+
+
+_UTF8_FAST = _c_encoder("encode_basestring", _utf8_json)
+_ASCII_FAST = _c_encoder("encode_basestring_ascii", _ascii_json)
+_SCAN = getattr(_json, "make_scanner", None)
+_SCAN_ONCE = _SCAN(_Decoding()) if _SCAN is not None else None
 
 
 def encode(obj: Any) -> bytes:
@@ -237,7 +271,7 @@ def decode(body: bytes | bytearray | memoryview) -> dict[str, Any]:
             end = -1
         if end == len(text):
             return obj
-    obj = _DECODE_JSON(text)  # anything else: decode() accepts or explains it
+    obj = _decode_json(text)  # anything else: json.loads accepts or explains it
     if not isinstance(obj, dict):
         raise ValueError("a frame must hold a JSON object")
     return obj

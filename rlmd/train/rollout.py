@@ -137,7 +137,11 @@ async def run_rollouts(
             config = build_run_config(
                 Settings(), model=root, sandbox=opts.sandbox, budget=dict(opts.budget)
             )
-            config = dataclasses.replace(config, sub_model=sub, record_prompts=True)
+            # The teacher plays turn i at the i-th reply in its prompt, and a repair trajectory's
+            # mistake stays in the prompts that repair it: its failed turns are not folded.
+            config = dataclasses.replace(
+                config, sub_model=sub, record_prompts=True, fold_failed_turns=play is None
+            )
             check_models(registry, config)
             started = time.monotonic()
             result = await run_task(

@@ -28,7 +28,13 @@ def question_of(messages: list[dict]) -> str:
 
 
 def turn_of(messages: list[dict]) -> int:
-    """0 for the first root call of a run, 1 for the second, ..."""
+    """0 for the first root call of a run, 1 for the second, ...: the engine's "Turn N of M"
+    note closing the last user message, else the replies so far (a turn folded out of the
+    model's view, see ``fold_failed_turns``, leaves no reply behind but moves the note on)."""
+    last = messages[-1]["content"] if messages[-1]["role"] == "user" else ""
+    notes = re.findall(r"^Turn (\d+) of \d+", last, re.M)
+    if notes:
+        return int(notes[-1]) - 1
     return sum(1 for m in messages if m["role"] == "assistant")
 
 

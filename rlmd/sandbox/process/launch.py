@@ -1,7 +1,7 @@
 """Starting kernel processes, and one spare started ahead.
 
 One ``python -I -S rlmd/kernel/main.py --site-packages ...`` per sandbox (``-I`` without
-``-S`` for an interpreter other than the host's own: see :mod:`rlmd.kernel.main`), in its
+``-S`` for an interpreter other than the host's own: see :mod:`rlmd.kernel.serve`), in its
 own session (process group), with a private temporary working folder and a clean
 environment, under the isolation of :mod:`rlmd.sandbox.process.isolate`.
 
@@ -18,17 +18,20 @@ from __future__ import annotations
 import atexit
 import contextlib
 import functools
+import logging
 import os
 import signal
 import subprocess
 import sys
 from dataclasses import dataclass
 
-from rlmd.kernel import KERNEL_MAIN
+from rlmd.kernel import KERNEL_DIR, KERNEL_MAIN
 from rlmd.sandbox import workdirs
 from rlmd.sandbox.base import SandboxError
 from rlmd.sandbox.process import isolate
 from rlmd.sandbox.spares import SparePool
+
+log = logging.getLogger(__name__)
 
 
 def killpg(pid: int) -> None:
@@ -75,13 +78,13 @@ class LaunchSpec:
 
 OWN_EDITABLE_PTH = "__editable__.rlmd-"
 """Name prefix of the ``.pth`` file of an editable install of rlmd (setuptools): the kernel
-leaves it out (see :mod:`rlmd.kernel.main`)."""
+leaves it out (see :mod:`rlmd.kernel.serve`)."""
 
 
 @functools.cache
 def _host_site_args() -> tuple[str, ...]:
     """What ``site`` gives this interpreter, as arguments for the kernel (see
-    :mod:`rlmd.kernel.main`): its site-packages folders (not the user's: ``-I`` never let the
+    :mod:`rlmd.kernel.serve`): its site-packages folders (not the user's: ``-I`` never let the
     kernel see them) and its prefixes."""
     import site
 
@@ -96,6 +99,72 @@ def kernel_argv(python: str) -> tuple[str, ...]:
     if python == sys.executable:  # the host's own site-packages are the right ones
         return (python, "-I", "-S", KERNEL_MAIN, *_host_site_args())
     return (python, "-I", KERNEL_MAIN)
+
+
+def _fresh(source: str, cache: str) -> bool:
+    """``cache`` is bytecode ``import`` takes for ``source`` as it is: this interpreter's
+    magic number, and the source's modification time and size recorded (a hash-based
+    ``.pyc``, which an installer may write, is left to ``import`` to check)."""
+    import importlib.util
+
+    try:
+        with open(cache, "rb") as f:
+            head = f.read(16)
+        st = os.stat(source)
+    except OSError:
+        return False
+    if len(head) < 16 or head[:4] != importlib.util.MAGIC_NUMBER:
+        return False
+    if int.from_bytes(head[4:8], "little") != 0:
+        return True
+    return head[8:16] == (
+        (int(st.st_mtime) & 0xFFFFFFFF).to_bytes(4, "little")
+        + (st.st_size & 0xFFFFFFFF).to_bytes(4, "little")
+    )
+
+
+@functools.cache
+def compile_kernel() -> list[str]:
+    """Write the kernel modules' bytecode cache (``__pycache__``) where it is missing or
+    stale, once per process; returns the modules compiled.
+
+    The hardened kernel cannot write it itself (the folder is read-only inside the sandbox,
+    and the kernel runs as another uid), so without this every start compiled ~2,000 lines
+    of source again (~50 ms here), e.g. in a fresh checkout or after an edit when the host
+    runs with ``PYTHONDONTWRITEBYTECODE`` (which the kernel's ``-I`` would have ignored).
+    ``main.py`` is a script, compiled at every start whatever is cached. A folder this
+    process may not write (a system-wide install, where the installer compiled it) is left
+    as it is."""
+    import py_compile
+
+    done: list[str] = []
+    tag = sys.implementation.cache_tag
+    try:
+        names = sorted(os.listdir(KERNEL_DIR))
+    except OSError:
+        return done
+    for name in names:
+        if not name.endswith(".py") or name == "main.py" or tag is None:
+            continue
+        source = os.path.join(KERNEL_DIR, name)
+        # Where the kernel looks (``-I``, no ``-O``): not where this process would, which
+        # ``-O``, ``PYTHONOPTIMIZE`` or ``PYTHONPYCACHEPREFIX`` move.
+        cache = os.path.join(KERNEL_DIR, "__pycache__", f"{name[:-3]}.{tag}.pyc")
+        if _fresh(source, cache):
+            continue
+        try:
+            py_compile.compile(
+                source,
+                cfile=cache,
+                doraise=True,
+                optimize=0,
+                invalidation_mode=py_compile.PycInvalidationMode.TIMESTAMP,
+            )
+        except (OSError, py_compile.PyCompileError) as exc:
+            log.debug("cannot write the kernel's bytecode cache %s: %s", cache, exc)
+            continue
+        done.append(name)
+    return done
 
 
 @functools.cache
@@ -133,6 +202,8 @@ def launch(spec: LaunchSpec, workdir: str | None = None) -> KernelProcess:
     Raises:
         SandboxError: the interpreter cannot be executed.
     """
+    if spec.argv[0] == sys.executable:  # the cache is this interpreter's
+        compile_kernel()
     owned = workdir is None
     size = spec.isolation.limits.disk_bytes if spec.isolation is not None else None
     folder = workdirs.make("sandbox", size) if workdir is None else workdir
