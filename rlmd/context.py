@@ -635,7 +635,7 @@ class Spool:
     File layout: the files' bytes back to back in the order they were read, then from
     offset ``index_at`` (what :meth:`finish` returns) one line of ASCII JSON ``{"paths":
     [...], "offsets": [...], "sizes": [...]}`` in the context's order (see
-    ``rlmd.kernel.main._codebase_files``).
+    ``rlmd.kernel.serve._codebase_files``).
     """
 
     BATCH_BYTES = 1 << 20
