@@ -620,7 +620,11 @@ async def test_a_sub_model_out_of_output_tokens_is_an_error_in_the_repl_not_an_e
     registry = scripted_registry(root=root)
     registry.add(openai_spec(openai_server, name="sub", max_output_tokens=16))
     store = Store(tmp_path / "t.db")
-    config = RunConfig(root_model="root", sub_model="sub", budget=Budget(max_depth=1))
+    # The turn raises (its FINAL's call): with folding, the model would see only the
+    # exception line; this test is about what the REPL's output says for each slot.
+    config = RunConfig(
+        root_model="root", sub_model="sub", budget=Budget(max_depth=1), fold_failed_turns=False
+    )
     try:
         result = await run_task("q", "ctx", config, get_model=registry.get, sinks=(store.record,))
     finally:
@@ -660,7 +664,13 @@ async def test_a_model_refusing_the_resample_temperature_keeps_the_reply_and_the
     server = FakeServer(_default_temperature_only)
     registry = Registry()
     registry.add(openai_spec(server, name="root"))
-    config = RunConfig(root_model="root", sub_model="root", budget=Budget(max_iterations=6))
+    # The fake counts the assistant turns it is shown; a folded repeat would hide them.
+    config = RunConfig(
+        root_model="root",
+        sub_model="root",
+        budget=Budget(max_iterations=6),
+        fold_failed_turns=False,
+    )
     try:
         result = await run_task("q", "abcd", config, get_model=registry.get)
     finally:
