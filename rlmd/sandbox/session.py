@@ -363,6 +363,7 @@ class SandboxSession(Sandbox):
                 self._running = None
                 if self.state is SandboxState.RUNNING:
                     self.state = SandboxState.READY
+                self.transport.after_cell()
             problem = exec_done_problem(msg)
             if problem is not None:
                 # A forged or broken frame (model code can write to the channel): a kernel
