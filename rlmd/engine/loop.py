@@ -615,7 +615,7 @@ class RLMRun:
         limit (its own time: time blocked on sub-calls is not counted), and within the
         wall-clock budget left (everything counted)."""
         node = new_id()
-        self.host.cell_node = node
+        self.host.cell_node, self.host.cell_code = node, code
         self.host.tally = verify.SubcallTally()
         self.meter.emit(CellStarted, node, it_node, index=index, code=code)
         timeout = self._cell_limit(sandbox)
@@ -624,7 +624,7 @@ class RLMRun:
         try:
             result = await sandbox.execute(code, timeout_s=timeout, wall_limit_s=wall)
         finally:
-            self.host.cell_node = None
+            self.host.cell_node = self.host.cell_code = None
         self.rt.bus.emit(
             CellFinished.of(
                 result,
