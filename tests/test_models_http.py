@@ -620,11 +620,8 @@ async def test_a_sub_model_out_of_output_tokens_is_an_error_in_the_repl_not_an_e
     registry = scripted_registry(root=root)
     registry.add(openai_spec(openai_server, name="sub", max_output_tokens=16))
     store = Store(tmp_path / "t.db")
-    # The turn raises (its FINAL's call): with folding, the model would see only the
-    # exception line; this test is about what the REPL's output says for each slot.
-    config = RunConfig(
-        root_model="root", sub_model="sub", budget=Budget(max_depth=1), fold_failed_turns=False
-    )
+    # The turn raises (its FINAL's call) and is folded: what it printed stays in the note.
+    config = RunConfig(root_model="root", sub_model="sub", budget=Budget(max_depth=1))
     try:
         result = await run_task("q", "ctx", config, get_model=registry.get, sinks=(store.record,))
     finally:
