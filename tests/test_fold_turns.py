@@ -52,6 +52,11 @@ def turn_note(turn: int) -> str:
     return prompts.NEXT_TURN.format(turn=turn, max_turns=6)
 
 
+def folded_note(turn: int) -> str:
+    """The turn note after a folded turn (no "If the output above answers": none is)."""
+    return prompts.NEXT_TURN_FOLDED.format(turn=turn, max_turns=6)
+
+
 def root_calls(store: Store, run_id: str) -> list[dict[str, Any]]:
     return [
         n
@@ -81,7 +86,7 @@ async def test_after_a_raised_cell_the_model_sees_a_note_not_its_cell_and_the_st
         first[0],
         {
             "role": "user",
-            "content": "\n\n".join([first[1]["content"], note, variables, turn_note(2)]),
+            "content": "\n\n".join([first[1]["content"], note, variables, folded_note(2)]),
         },
     ]
     # The store holds the original turn: the reply, the cell and its traceback, the user
@@ -98,7 +103,7 @@ async def test_after_a_raised_cell_the_model_sees_a_note_not_its_cell_and_the_st
     assert [f["data"] for f in folds] == [
         {
             "summarised_messages": 2,
-            "summary": "\n\n".join([note, variables, turn_note(2)]),
+            "summary": "\n\n".join([note, variables, folded_note(2)]),
             "reason": "failed_turn",
         }
     ]
@@ -122,7 +127,7 @@ async def test_a_repeated_cell_that_printed_the_same_is_folded_after_it_ran(tmp_
     base = feedback.replace("\n\n" + turn_note(2), "")
     assert seen[4] == [
         *after_first[:-1],
-        {"role": "user", "content": "\n\n".join([base, prompts.FOLDED_REPEAT, turn_note(3)])},
+        {"role": "user", "content": "\n\n".join([base, prompts.FOLDED_REPEAT, folded_note(3)])},
     ]
     assert [m["role"] for m in seen[4]] == ["system", "user", "assistant", "user"]
     # The store keeps the repeat: its reply, its cell and the message with the repeat note.
@@ -142,11 +147,11 @@ async def test_failed_turns_in_a_row_share_one_message_each_note_once():
     assert (result.status, result.answer) == ("completed", "4")
     base = seen[1][-1]["content"].replace("\n\n" + turn_note(2), "")
     note = prompts.FOLDED_RAISED.format(error="NameError: name 'missing' is not defined")
-    assert seen[2][-1]["content"] == "\n\n".join([base, note, turn_note(3)])
+    assert seen[2][-1]["content"] == "\n\n".join([base, note, folded_note(3)])
     # the same cell raised again (not re-sampled here): the same note is not added twice
     assert seen[-1] == [
         *seen[1][:-1],
-        {"role": "user", "content": "\n\n".join([base, note, turn_note(4)])},
+        {"role": "user", "content": "\n\n".join([base, note, folded_note(4)])},
     ]
 
 
@@ -171,7 +176,7 @@ async def test_an_output_that_prints_the_turn_note_keeps_it_when_the_next_turn_i
     assert feedback.count(turn_note(2)) == 2 and feedback.endswith(turn_note(2))
     base = feedback[: -len("\n\n" + turn_note(2))]
     note = prompts.FOLDED_RAISED.format(error="NameError: name 'missing' is not defined")
-    assert seen[2][-1]["content"] == "\n\n".join([base, note, turn_note(3)])
+    assert seen[2][-1]["content"] == "\n\n".join([base, note, folded_note(3)])
 
 
 def test_what_was_added_to_a_folded_message_stays_when_the_next_turn_is_folded_too():
@@ -205,4 +210,54 @@ async def test_a_cell_that_does_not_parse_is_folded_into_its_error_alone():
     note = prompts.FOLDED_RAISED.format(
         error="SyntaxError: unterminated string literal (detected at line 1)"
     )
-    assert seen[1][-1]["content"] == "\n\n".join([seen[0][1]["content"], note, turn_note(2)])
+    assert seen[1][-1]["content"] == "\n\n".join([seen[0][1]["content"], note, folded_note(2)])
+
+
+PRINTS_THEN_RAISES = "hits = ['a.py:3: x = 1', 'b.py:9: y = 2']\nprint(hits)\nprint(hits[5])"
+
+
+async def test_what_a_raised_cell_printed_stays_in_the_note_that_replaces_it():
+    """A cell that printed search hits and then raised: its code and traceback leave the
+    model's view, what it printed does not (before, only the exception line was left)."""
+    replies = {0: repl(PRINTS_THEN_RAISES), 1: repl("FINAL(len(hits))")}
+    result, seen = await go(lambda t: replies[t], config())
+    assert (result.status, result.answer) == ("completed", "2")
+    printed = prompts.FOLDED_PRINTED.format(output="['a.py:3: x = 1', 'b.py:9: y = 2']\n")
+    note = prompts.FOLDED_RAISED.format(error="IndexError: list index out of range")
+    variables = prompts.FOLDED_VARIABLES.format(names="hits")
+    assert seen[1] == [
+        seen[0][0],
+        {
+            "role": "user",
+            "content": "\n\n".join(
+                [seen[0][1]["content"], printed, note, variables, folded_note(2)]
+            ),
+        },
+    ]
+
+
+async def test_a_raised_cells_long_output_is_kept_at_the_cap_of_a_cell_output():
+    from rlmd.engine.parsing import cap_output
+
+    code = "print('\\n'.join(f'line {n}' for n in range(400)))\nraise KeyError('k')"
+    replies = {0: repl(code), 1: repl("FINAL(len(context))")}
+    result, seen = await go(lambda t: replies[t], config(output_cap=600))
+    assert result.answer == "4"
+    out = "\n".join(f"line {n}" for n in range(400)) + "\n"
+    kept = prompts.FOLDED_PRINTED.format(output=cap_output(out, 600))
+    assert "line 0\n" in kept and "line 399\n" in kept and "characters cut" in kept
+    note = prompts.FOLDED_RAISED.format(error="KeyError: 'k'")
+    assert seen[1][-1]["content"] == "\n\n".join(
+        [seen[0][1]["content"], kept, note, folded_note(2)]
+    )
+
+
+def test_the_turn_note_after_a_fold_points_at_no_output_above_and_the_last_stays():
+    from rlmd.engine.feedback import next_turn_note
+
+    assert next_turn_note(0, 6) == turn_note(2)
+    assert next_turn_note(0, 6, folded=True) == folded_note(2)
+    assert "output above" in turn_note(2) and "output above" not in folded_note(2)
+    last = prompts.LAST_TURN.format(turn=6, max_turns=6)
+    assert next_turn_note(4, 6) == next_turn_note(4, 6, folded=True) == last
+    assert next_turn_note(5, 6) == next_turn_note(5, 6, folded=True) == ""

@@ -620,11 +620,8 @@ async def test_a_sub_model_out_of_output_tokens_is_an_error_in_the_repl_not_an_e
     registry = scripted_registry(root=root)
     registry.add(openai_spec(openai_server, name="sub", max_output_tokens=16))
     store = Store(tmp_path / "t.db")
-    # The turn raises (its FINAL's call): with folding, the model would see only the
-    # exception line; this test is about what the REPL's output says for each slot.
-    config = RunConfig(
-        root_model="root", sub_model="sub", budget=Budget(max_depth=1), fold_failed_turns=False
-    )
+    # The turn raises (its FINAL's call) and is folded: what it printed stays in the note.
+    config = RunConfig(root_model="root", sub_model="sub", budget=Budget(max_depth=1))
     try:
         result = await run_task("q", "ctx", config, get_model=registry.get, sinks=(store.record,))
     finally:
@@ -679,3 +676,33 @@ async def test_a_model_refusing_the_resample_temperature_keeps_the_reply_and_the
     assert (result.status, result.answer, result.error) == ("completed", "4", None)
     sampled = [r["body"].get("temperature") for r in server.requests]
     assert sampled == [None, None, 0.7, None, None]  # one refused re-sample, then none
+
+
+def test_a_lone_surrogate_printed_by_model_code_reaches_the_server_as_a_replacement(
+    openai_server: FakeServer, rlmd_home: Path
+) -> None:
+    """Model code can print a lone surrogate (no UTF-8 encoding exists for it); the next
+    request still goes out, with U+FFFD in its place, and the run completes."""
+    from rlmd import RLM
+
+    replies = iter(
+        [
+            "```repl\nprint('done' + chr(0xD800) + 'b')\n```",
+            '```repl\nFINAL("done")\n```',
+        ]
+    )
+    openai_server.default = lambda request: openai_reply(next(replies))
+    with RLM(
+        backend="openai",
+        backend_kwargs={
+            "model_name": "m",
+            "base_url": f"http://127.0.0.1:{openai_server.port}/v1",
+            "api_key": "x",
+        },
+    ) as rlm:
+        result = rlm.completion("some context", root_prompt="what?")
+    assert result.response == "done"
+    assert len(openai_server.requests) == 2
+    sent = json.dumps(openai_server.requests[1]["body"]["messages"], ensure_ascii=False)
+    assert "done\ufffdb" in sent
+    assert not any(0xD800 <= ord(ch) <= 0xDFFF for ch in sent)

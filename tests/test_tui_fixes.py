@@ -236,3 +236,24 @@ async def test_losing_the_daemon_is_noticed_once_and_healed(tmp_path):
             assert await app.backend.list_runs() == []
     finally:
         daemon.stop()
+
+
+def test_a_folded_turn_is_labelled_as_a_fold_not_a_summary():
+    """A ``failed_turn`` compaction summarised nothing: its label and block say it was a
+    folded turn and show the note the model saw; a window compaction keeps "summary"."""
+    from rlmd_tui.format import detail_lines, node_label
+
+    def texts(lines: list) -> list[str]:
+        return [str(x[0] if isinstance(x, tuple) else x) for x in lines]
+
+    fold = {"kind": "compaction", "data": {"reason": "failed_turn", "summary": "It raised X"}}
+    window = {"kind": "compaction", "data": {"reason": "window", "summary": "older turns"}}
+    assert node_label(fold).plain == "compaction failed turn folded"
+    assert node_label(window).plain == "compaction"
+    fold_lines, window_lines = (
+        texts(detail_lines("compaction", fold)),
+        texts(detail_lines("compaction", window)),
+    )
+    assert "note" in fold_lines and "summary" not in fold_lines
+    assert any("It raised X" in line for line in fold_lines)
+    assert "summary" in window_lines and "note" not in window_lines

@@ -268,6 +268,70 @@ def test_a_helper_call_instruction_is_shown_as_the_line_to_run(instruction, code
     assert mapping.helper_call_code(instruction) == code
 
 
+@pytest.mark.parametrize(
+    ("code", "source"),
+    [
+        (
+            "r = llm_map('outline', find_subclasses('Vorim', recursive=True))",
+            "find_subclasses('Vorim', recursive=True)",
+        ),
+        ("r = llm_map(instruction='outline', items=files)", "files"),
+        (
+            "r = llm_map('outline',\n    [p for p in\n     list_files('*.py')])",
+            "[p for p in list_files('*.py')]",
+        ),
+        ("a = llm_map('outline', xs)\nb = llm_map('Is it a test?', ys)", "xs"),  # its own call
+        ("a = llm_map('outline', xs)\nb = llm_map('outline', ys)", None),  # two: which?
+        ("r = llm_map(what, files)", None),  # the instruction is no literal
+        ("r = llm_map('outline')", None),  # no items
+        ("r = llm_map('outline', files", None),  # does not parse
+        (f"r = llm_map('outline', [{'1, ' * 60}1])", None),  # too long to quote
+        (None, None),
+    ],
+)
+def test_the_items_a_refused_cell_passed_are_found_in_its_code(code, source):
+    assert mapping.items_source(code, "outline") == source
+
+
+def test_a_bare_helper_is_applied_to_the_items_the_cell_passed():
+    line = mapping.helper_call_code("outline", "find_subclasses('Vorim')")
+    assert line == "print([outline(item) for item in find_subclasses('Vorim')])"
+    assert mapping.helper_call_code("outline", None) == "print([outline(item) for item in items])"
+    # a call as the instruction takes no items
+    assert (
+        mapping.helper_call_code("find_subclasses(Base)", "xs") == "print(find_subclasses('Base'))"
+    )
+
+
+async def test_the_line_a_refusal_suggests_for_a_bare_helper_runs_as_it_is_shown():
+    """The refused cell bound no ``items``: the line shown applies the helper to what the
+    cell passed, and the model's next cell, that line copied from the folded note, runs."""
+    subs = []
+
+    def sub(messages):
+        subs.append(messages[-1]["content"])
+        return f"answer {len(subs)}"
+
+    seen = []
+
+    def root(messages):
+        seen.append(messages)
+        if turn_of(messages) == 0:
+            return repl("out = llm_map('llm_query', context.splitlines())\nprint(out)")
+        if turn_of(messages) == 1:
+            line = last_user(messages).split("run it in your code instead: ")[1].split("\n")[0]
+            return repl(line)
+        return repl("FINAL(len(context.splitlines()))")
+
+    result = await go(scripted_registry(root=root, sub=sub), "q", "a\nb\nc", config())
+    shown = last_user(seen[1])
+    line = "print([llm_query(item) for item in context.splitlines()])"
+    assert f"cannot run llm_query(); run it in your code instead: {line}" in shown
+    assert sorted(subs) == ["a", "b", "c"]  # the suggested line ran: one llm_query per line
+    assert "['answer 1', 'answer 2', 'answer 3']" in last_user(seen[2])
+    assert (result.answer, result.iterations) == ("3", 3)
+
+
 async def test_llm_map_with_a_helper_call_as_its_instruction_fails_the_cell_saying_why():
     """A sub-model cannot run REPL helpers: the cell fails before any sub-call, and the
     model reads what to do instead; then it calls the helper in code."""

@@ -324,25 +324,49 @@ def end_of_turn(
         raise BudgetExhausted(
             "max_errors", f"{state.errors_in_a_row} iterations in a row ended in errors"
         )
-    turn_note = ""
-    if i + 1 < budget.max_iterations:
-        # The 1.5B model found the file in turn 2 and re-ran the same grep until the turns
-        # ran out (trajectory 6179e06561ff141c86a0).
-        last = prompts.LAST_TURN if i + 2 == budget.max_iterations else prompts.NEXT_TURN
-        turn_note = last.format(turn=i + 2, max_turns=budget.max_iterations)
+    turn_note = next_turn_note(i, budget.max_iterations)
+    if turn_note:
         notes.append(turn_note)
     state.turn_notes = (state.turn_notes[1], turn_note)
     return notes
 
 
-def fold_lines(results: list[CellResult], hints: list[str], *, repeated: bool) -> list[str]:
-    """The notes that stand for a failed turn once it is folded (:func:`fold_turn`): what
-    each cell raised (its traceback's last line, which for a refused helper call names the
-    line to run) or, for a repeat that printed what the previous turn printed, that it did;
-    then the turn's hints."""
+def next_turn_note(i: int, max_turns: int, *, folded: bool = False) -> str:
+    """The turn-count note that closes turn ``i`` (0-based) of ``max_turns``: ``""`` after
+    the last turn; the note before the last turn asks for an answer outright. ``folded``:
+    turn ``i`` was folded out of the model's view, so its output is not above
+    (:data:`prompts.NEXT_TURN_FOLDED`)."""
+    if i + 1 >= max_turns:
+        return ""
+    # The 1.5B model found the file in turn 2 and re-ran the same grep until the turns
+    # ran out (trajectory 6179e06561ff141c86a0).
+    if i + 2 == max_turns:
+        return prompts.LAST_TURN.format(turn=i + 2, max_turns=max_turns)
+    note = prompts.NEXT_TURN_FOLDED if folded else prompts.NEXT_TURN
+    return note.format(turn=i + 2, max_turns=max_turns)
+
+
+def fold_lines(
+    results: list[CellResult], hints: list[str], *, repeated: bool, output_cap: int
+) -> list[str]:
+    """The notes that stand for a failed turn once it is folded (:func:`fold_turn`): for
+    each cell that raised, what it printed first (capped as its output would have been:
+    ``output_cap`` characters, head and tail), then what it raised (its traceback's last
+    line, which for a refused helper call names the line to run) and the variables it
+    set; or, for a repeat that printed what the previous turn printed, that it did; then
+    the turn's hints.
+
+    The printed output keeps the cap of an unfolded cell's: the fold takes away the
+    model's own cell and traceback (what it copied), not what the cell found (a cell that
+    printed search hits and then raised used to leave the model only the exception).
+    """
     lines = []
     for result in results:
         if result.error:
+            out = prompts.printed(result)
+            if out.strip():
+                capped = parsing.cap_output(out, output_cap)
+                lines.append(prompts.FOLDED_PRINTED.format(output=capped))
             lines.append(prompts.FOLDED_RAISED.format(error=exception_text(result.error)))
             if result.variables:
                 names = ", ".join(v.name for v in result.variables[:30])
@@ -364,13 +388,14 @@ def exception_text(error: str, limit: int = 400) -> str:
     return text if len(text) <= limit else text[: limit - 3] + "..."
 
 
-def fold_turn(state: LoopState, lines: list[str]) -> Message | None:
+def fold_turn(state: LoopState, lines: list[str], note: str | None = None) -> Message | None:
     """Take the failed turn just closed (its reply and the user message with its outputs)
     out of the conversation the model sees, and add ``lines`` to the user message before
-    it instead, with the turn-count note that closed this turn. The model then continues
-    from a prompt without its failed cell (a 1.5B model sent a refused cell five times in
-    a row while it saw it; at temperature 1.0 too: issue 15). Turns folded in a row share
-    one message (their notes each once). ``state.history`` keeps every message as it was.
+    it instead, with the turn-count note that closed this turn (or ``note``, which then
+    counts as that note). The model then continues from a prompt without its failed cell
+    (a 1.5B model sent a refused cell five times in a row while it saw it; at temperature
+    1.0 too: issue 15). Turns folded in a row share one message (their notes each once).
+    ``state.history`` keeps every message as it was.
 
     Returns:
         The message the turn was folded into, or ``None`` when the conversation does not
@@ -391,6 +416,8 @@ def fold_turn(state: LoopState, lines: list[str]) -> Message | None:
     notes += new
     # Built on the message as it is now, not as it was: what was added to it since the
     # previous fold (the codebase's map, once built) stays.
+    if note is not None:
+        state.turn_notes = (state.turn_notes[0], note)
     parts = [kept, *new, state.turn_notes[1]]
     merged: Message = {"role": "user", "content": "\n\n".join(p for p in parts if p)}
     state.messages = msgs[:-3] + [merged]

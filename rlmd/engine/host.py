@@ -96,6 +96,8 @@ class HostCalls:
         self.tools = tools
         self.cell_node: str | None = None
         """The cell running now: sub-calls and child runs hang under it."""
+        self.cell_code: str | None = None
+        """The code of the cell running now (a refusal quotes what the cell passed)."""
         self.tally = verify.SubcallTally()
         """The sub-call results of the cell running now (the loop starts a new one per
         cell), for the answer verifier."""
@@ -164,12 +166,13 @@ class HostCalls:
             raise Refused("llm_map(instruction, items): instruction must be a non-empty str")
         helper = mapping.helper_in_instruction(instruction)
         if helper is not None:
+            source = mapping.items_source(self.cell_code, instruction)
             raise Refused(
                 # The line to run comes last: the last words a small model reads before
                 # it writes weigh most (it wrote llm_map again after "use llm_map for ...").
                 "llm_map's instruction is sent to a sub-model as text (use llm_map for a "
                 f"question in words about each item), which cannot run {helper}(); run it in "
-                f"your code instead: {mapping.helper_call_code(instruction)}"
+                f"your code instead: {mapping.helper_call_code(instruction, source)}"
             )
         items = [str(i) for i in _as_list(args.get("items"), "items")]
         try:

@@ -428,7 +428,7 @@ class RLMRun:
             ]
             state.say("\n\n".join(notes))
             if not last_turn:
-                self._fold(it_node, [prompts.FOLDED_REPEAT])
+                self._fold(it_node, i, [prompts.FOLDED_REPEAT])
             return None
         results: list[CellResult] = []
         hints: list[str] = []
@@ -487,18 +487,23 @@ class RLMRun:
         lost = any(r.timed_out or r.kernel_restarted for r in results)
         # The last turn stays (the extraction continues this conversation: prompt cache).
         if (all_failed or same) and not (state.final_not_taken or lost or last_turn):
-            self._fold(it_node, feedback.fold_lines(results, hints, repeated=repeated))
+            lines = feedback.fold_lines(
+                results, hints, repeated=repeated, output_cap=cfg.output_cap
+            )
+            self._fold(it_node, i, lines)
         else:
             state.folded = None
         state.previous_outputs = outputs
         return None
 
-    def _fold(self, it_node: str, lines: list[str]) -> None:
-        """With ``fold_failed_turns``, take the failed turn just closed out of the model's
-        view (:func:`feedback.fold_turn`) and record what it was replaced by."""
+    def _fold(self, it_node: str, i: int, lines: list[str]) -> None:
+        """With ``fold_failed_turns``, take the failed turn ``i`` (0-based) just closed out
+        of the model's view (:func:`feedback.fold_turn`, with a turn note that points at
+        no output above) and record what it was replaced by."""
         if not self.cfg.fold_failed_turns:
             return
-        merged = feedback.fold_turn(self.state, lines)
+        note = feedback.next_turn_note(i, self.cfg.budget.max_iterations, folded=True)
+        merged = feedback.fold_turn(self.state, lines, note)
         if merged is not None and self.state.folded is not None:
             base = self.state.folded[0]
             self.meter.emit(
@@ -610,7 +615,7 @@ class RLMRun:
         limit (its own time: time blocked on sub-calls is not counted), and within the
         wall-clock budget left (everything counted)."""
         node = new_id()
-        self.host.cell_node = node
+        self.host.cell_node, self.host.cell_code = node, code
         self.host.tally = verify.SubcallTally()
         self.meter.emit(CellStarted, node, it_node, index=index, code=code)
         timeout = self._cell_limit(sandbox)
@@ -619,7 +624,7 @@ class RLMRun:
         try:
             result = await sandbox.execute(code, timeout_s=timeout, wall_limit_s=wall)
         finally:
-            self.host.cell_node = None
+            self.host.cell_node = self.host.cell_code = None
         self.rt.bus.emit(
             CellFinished.of(
                 result,

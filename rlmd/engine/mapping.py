@@ -37,13 +37,15 @@ def helper_in_instruction(instruction: str) -> str | None:
     return None
 
 
-def helper_call_code(instruction: str) -> str | None:
+def helper_call_code(instruction: str, items: str | None = None) -> str | None:
     """``instruction`` as a cell line to run, when it is a REPL helper or one call of it
     (:func:`helper_in_instruction`), else ``None``. Bare names among a call's arguments
     become strings, as the helpers take names as strings (``find_subclasses(Base)`` gives
     ``print(find_subclasses('Base'))``); the REPL's own names (``context``) stay names. A
-    bare helper is applied to each item (``outline`` gives
-    ``print([outline(item) for item in items])``).
+    bare helper is applied to each item: of ``items``, the source of the expression the
+    cell passed as the items (:func:`items_source`), else of a name ``items``
+    (``outline`` and ``find_subclasses('Vorim')`` give
+    ``print([outline(item) for item in find_subclasses('Vorim')])``).
 
     The refusal shows this line: told to "call find_subclasses(...) in your code", the 1.5B
     model re-sent the refused cell five times (issue 15, held-out codeintel-006/007).
@@ -56,7 +58,7 @@ def helper_call_code(instruction: str) -> str | None:
     except (SyntaxError, ValueError):
         return None
     if not isinstance(node, ast.Call):
-        return f"print([{helper}(item) for item in items])"
+        return f"print([{helper}(item) for item in {items or 'items'}])"
 
     def quoted(arg: ast.expr) -> ast.expr:
         if isinstance(arg, ast.Name) and arg.id not in RESERVED_NAMES:
@@ -67,6 +69,47 @@ def helper_call_code(instruction: str) -> str | None:
     for kw in node.keywords:
         kw.value = quoted(kw.value)
     return f"print({ast.unparse(node)})"
+
+
+MAX_ITEMS_SOURCE = 120
+"""Characters of an items expression the refusal's line may quote (longer: ``items``): the
+whole refusal then stays within the 400 characters of an exception line a fold's note
+keeps (:func:`rlmd.engine.feedback.exception_text`), so the line is never cut."""
+
+
+def items_source(code: str | None, instruction: str) -> str | None:
+    """The source of the items argument of the ``llm_map`` call in cell ``code`` whose
+    instruction is the string literal ``instruction`` (one line, as :func:`ast.unparse`
+    writes it), when every such call passes the same expression; else ``None`` (no such
+    call, calls that differ, an instruction that is not a literal, a cell that does not
+    parse, an expression over :data:`MAX_ITEMS_SOURCE` characters).
+
+    The refusal's line to run is built from it: ``llm_map("outline",
+    find_subclasses('Vorim'))`` was answered with ``print([outline(item) for item in
+    items])``, and ``items`` was bound in no cell of the 1.5B model's (issue 15, held-out
+    codeintel-007).
+    """
+    if not code:
+        return None
+    try:
+        tree = ast.parse(code)
+    except (SyntaxError, ValueError):
+        return None
+    found = set()
+    for node in ast.walk(tree):
+        if not (isinstance(node, ast.Call) and isinstance(node.func, ast.Name)):
+            continue
+        if node.func.id != "llm_map":
+            continue
+        args = {kw.arg: kw.value for kw in node.keywords if kw.arg}
+        given = node.args[0] if node.args else args.get("instruction")
+        items = node.args[1] if len(node.args) > 1 else args.get("items")
+        if isinstance(given, ast.Constant) and given.value == instruction and items is not None:
+            found.add(ast.unparse(items))
+    if len(found) != 1:
+        return None
+    source = found.pop()
+    return source if len(source) <= MAX_ITEMS_SOURCE and "\n" not in source else None
 
 
 def group(items: list[str], per_call: int) -> list[list[str]]:

@@ -350,6 +350,10 @@ FOLDED_RAISED = (
 
 FOLDED_VARIABLES = "Before it raised, that cell set: {names}."
 
+FOLDED_PRINTED = "Your last cell printed this before it raised:\n{output}"
+"""Kept in a fold's note: what a raised cell printed (search hits, say) is what it found;
+only its code and traceback leave the model's view."""
+
 FOLDED_REPEAT = (
     "You sent the same code again and it printed the same output as before (above), so I "
     "took the repeat out of this conversation. If that output answers the question, call "
@@ -386,14 +390,20 @@ CODEBASE_KEY_HINT = (
 )
 
 
+def printed(result: CellResult) -> str:
+    """What a cell printed: its stdout, then its stderr under a ``[stderr]`` line."""
+    out = result.stdout
+    if result.stderr:
+        out += ("\n" if out else "") + "[stderr]\n" + result.stderr
+    return out
+
+
 def cell_feedback(
     index: int, code: str, result: CellResult, output_cap: int, cap: Callable[[str, int], str]
 ) -> str:
     """What the model is told about one executed cell (output capped by ``cap``)."""
     parts = [f"[cell {index + 1}]"]
-    out = result.stdout
-    if result.stderr:
-        out += ("\n" if out else "") + "[stderr]\n" + result.stderr
+    out = printed(result)
     parts.append(cap(out, output_cap) if out.strip() else "(no output)")
     if result.error:
         parts.append(cap(result.error, max(output_cap // 2, 500)))
@@ -431,6 +441,14 @@ NEXT_TURN = (
     "Turn {turn} of {max_turns}. If the output above answers the question, call FINAL(...) "
     "with the answer itself in a ```repl block now; otherwise continue."
 )
+
+NEXT_TURN_FOLDED = (
+    "Turn {turn} of {max_turns}. Write your next cell in a ```repl block; once an output "
+    "shows the answer, call FINAL(...) with the answer itself."
+)
+"""The turn note after a folded turn: the output of the cell that failed is no longer
+above (only what the fold's note keeps), so :data:`NEXT_TURN`'s "If the output above
+answers" would point at nothing."""
 
 LAST_TURN = (
     "Turn {turn} of {max_turns} is your last. Reply with a ```repl block that calls FINAL(...) "

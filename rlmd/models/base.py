@@ -8,11 +8,35 @@ engine never has to know which SDK answered.
 from __future__ import annotations
 
 import abc
+import re
 from dataclasses import dataclass, field
 from typing import Any
 
 Message = dict[str, str]
 """One chat message: ``{"role": "system" | "user" | "assistant", "content": str}``."""
+
+_LONE_SURROGATE = re.compile("[\ud800-\udfff]")
+
+
+def encodable(messages: list[Message]) -> list[Message]:
+    """``messages`` with every lone surrogate in a content replaced by U+FFFD.
+
+    Model code can print one (``print(chr(0xD800))``, a file read with
+    ``errors="surrogateescape"``) and the REPL passes it through, but no provider can send
+    it: UTF-8 cannot encode it (llama.cpp's tokenizer raises) and JSON servers reject its
+    escape. Returns the same list when nothing needed replacing (the usual, ASCII case).
+    """
+
+    def bad(m: Message) -> bool:
+        c = m.get("content")
+        return isinstance(c, str) and not c.isascii() and bool(_LONE_SURROGATE.search(c))
+
+    if not any(bad(m) for m in messages):
+        return messages
+    return [
+        {**m, "content": _LONE_SURROGATE.sub("\ufffd", m["content"])} if bad(m) else m
+        for m in messages
+    ]
 
 
 class ModelError(Exception):
@@ -229,7 +253,10 @@ class Model(abc.ABC):
         """
         stop = [s for s in stop or () if s] or None
         c = await self._complete(
-            messages, max_tokens or self.spec.max_output_tokens, stop, dict(sampling or {})
+            encodable(messages),
+            max_tokens or self.spec.max_output_tokens,
+            stop,
+            dict(sampling or {}),
         )
         if stop:
             text, hit = cut_at_stop(c.text, stop)

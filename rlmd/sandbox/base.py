@@ -131,7 +131,7 @@ class Sandbox(abc.ABC):
     ) -> None:
         """Bind the codebase ``value`` as ``context`` (as :meth:`load_context` with
         ``codebase=True``) from ``file``, written and closed, whose index begins at byte
-        ``index_at``; the file is removed. Only for a file from :meth:`open_context_file`.
+        ``index_at``; the file is removed. Only for a file from :meth:`new_context_file`.
 
         Raises:
             SandboxError: the kernel refused or failed to read the file (it was restarted).

@@ -57,7 +57,7 @@ def open_new(folder: str, prefix: str, uid: int | None = None) -> tuple[BinaryIO
     """
     fd, path = tempfile.mkstemp(prefix=prefix, dir=folder)
     try:
-        return os.fdopen(_owned(fd, uid), "wb", buffering=1 << 20), path
+        return os.fdopen(_owned(fd, uid), "wb"), path
     except BaseException:
         os.close(fd)
         with contextlib.suppress(OSError):
@@ -90,7 +90,7 @@ def write_new(folder: str, prefix: str, chunks: Iterable[bytes], uid: int | None
 @dataclass
 class ContextFile:
     """A codebase file being written in a sandbox's working folder while the codebase is
-    read (see :meth:`rlmd.sandbox.base.Sandbox.open_context_file`).
+    read (see :meth:`rlmd.sandbox.base.Sandbox.new_context_file`).
 
     Attributes:
         file: the new, empty file, open for binary writing (the writer closes it).

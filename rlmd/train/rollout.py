@@ -118,6 +118,17 @@ async def run_rollouts(
     total, counter = len(tasks) * opts.samples, len(done)
     sem = asyncio.Semaphore(max(1, opts.parallel))
     rows: list[dict[str, Any]] = []
+    added: set[str] = set()
+
+    def sample_model(k: int) -> str:
+        # Registered once per sample index: replacing the entry for every task dropped its
+        # cached model, so a local GGUF loaded its weights again for each task and the old
+        # copies stayed in memory (12 GB resident after 7 tasks with the 1.5B).
+        spec = _sample_spec(registry, opts.model, opts, k)
+        if spec.name not in added:
+            registry.add(spec)
+            added.add(spec.name)
+        return spec.name
 
     async def one(task: TrainTask, k: int) -> None:
         nonlocal counter
@@ -135,9 +146,7 @@ async def run_rollouts(
                         )
                     )
             else:
-                spec = _sample_spec(registry, opts.model, opts, k)
-                registry.add(spec)
-                root = spec.name
+                root = sample_model(k)
                 sub = opts.sub_model or root
             config = build_run_config(
                 Settings(), model=root, sandbox=opts.sandbox, budget=dict(opts.budget)
@@ -156,7 +165,7 @@ async def run_rollouts(
                 task.question,
                 task.load_context(),
                 config,
-                get_model=registry.get,
+                get_model=registry.for_run(),  # per-run models (scripts) start afresh
                 sinks=(store.record,),
             )
             facts = run_facts(store, result.run_id, result)

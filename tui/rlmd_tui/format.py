@@ -81,6 +81,8 @@ def node_label(node: dict[str, Any]) -> Text:
             label.append(f" {code}", style="dim")
     elif kind == "compaction":
         label.append("compaction", style="bold magenta")
+        if data.get("reason") == "failed_turn":  # as `rlmd show` says it
+            label.append(" failed turn folded", style="dim")
     else:
         label.append(str(kind), style="bold")
     if node.get("latency_s") is not None and kind != "compaction":
@@ -204,7 +206,8 @@ def detail_lines(kind: str, item: dict[str, Any]) -> list:
         if data.get("finish_reason"):
             lines.append((f"finish reason: {data['finish_reason']}", DIM))
     elif node_kind == "compaction":
-        lines += _block("summary", data.get("summary", ""))
+        folded = data.get("reason") == "failed_turn"  # the note the model sees instead
+        lines += _block("note" if folded else "summary", data.get("summary", ""))
     else:
         rest = {k: v for k, v in data.items() if k != "error"}
         if rest:
