@@ -221,7 +221,7 @@ def test_a_repair_sample_shows_the_mistake_as_inference_does_folded(tmp_path: Pa
                 question,
                 prompts.FOLDED_RAISED.format(error="NameError: name 're' is not defined"),
                 prompts.FOLDED_VARIABLES.format(names="key"),
-                prompts.NEXT_TURN.format(turn=2, max_turns=6),
+                prompts.NEXT_TURN_FOLDED.format(turn=2, max_turns=6),
             ]
         ),
     }
