@@ -226,7 +226,9 @@ def read_file(settings: Settings, path: Path, *, trusted: bool = True) -> None:
         if workspace is not None:
             user_workspace = settings.sections.get("workspace") or {}
             check_project_workspace(workspace, user_workspace, f"{path}: [workspace]")
+    _check_run_keys(run, f"{path}: [run]")
     _check_run_numbers(run, f"{path}: [run]")
+    _check_sections(data, path)
     settings.run.update(run)
     settings.sections.update(data)
     settings.sources.append(path)
@@ -498,6 +500,72 @@ def _check_budget(run: dict[str, Any], user: dict[str, Any], where: str) -> None
                 "a project's file may only lower budgets. Raise it in your user config "
                 f"({paths.user_config_path()}) or on the command line"
             )
+
+
+SECTION_KEYS: dict[str, dict[str, type]] = {
+    "sandbox": {"require_isolation": bool},
+    "daemon": {"allow_inprocess": bool},
+}
+"""The keys of the small top-level tables, with their TOML types."""
+
+TABLES = ("models", "providers", "run", "workspace", "cluster", *SECTION_KEYS)
+"""The top-level tables a config file may have (``[cluster]`` is checked where it is used:
+:mod:`rlmd.cluster`)."""
+
+_RUN_TYPES: dict[str, str] = {
+    "model": "str",
+    "sub_model": "str",
+    **{f.name: str(f.type) for f in fields(RunConfig)},
+}
+for _name in ("root_model", "budget", "workspace"):  # set by build_run_config's arguments
+    del _RUN_TYPES[_name]
+RUN_KEYS = BUDGET_KEYS | set(_RUN_TYPES)
+"""Keys a ``[run]`` table may have: :class:`Budget` fields, ``model`` and ``sub_model``, and
+the :class:`RunConfig` fields that are not :func:`build_run_config`'s own arguments."""
+
+
+def _check_sections(data: dict[str, Any], path: Path) -> None:
+    """Refuse a top-level table outside :data:`TABLES`, and an unknown key or a value of the
+    wrong type in the tables of :data:`SECTION_KEYS` (a typo in ``require_isolation`` must
+    not pass silently)."""
+    for table, value in data.items():
+        if table not in TABLES:
+            raise ValueError(
+                f"{path}: unknown table [{table}]; allowed: {', '.join(sorted(TABLES))}"
+            )
+        keys = SECTION_KEYS.get(table)
+        if keys is None:
+            continue
+        if not isinstance(value, dict):
+            raise ValueError(f"{path}: [{table}] must be a table")
+        for key, item in value.items():
+            if key not in keys:
+                raise ValueError(
+                    f"{path}: [{table}]: unknown key {key!r}; allowed: {', '.join(sorted(keys))}"
+                )
+            if not isinstance(item, keys[key]):
+                raise ValueError(
+                    f"{path}: [{table}].{key}: expected {keys[key].__name__}, "
+                    f"got {type(item).__name__}"
+                )
+
+
+def _check_run_keys(run: dict[str, Any], where: str) -> None:
+    """Refuse a ``[run]`` key outside :data:`RUN_KEYS`, and a table, string or boolean option
+    of another type (numbers: :func:`_check_run_numbers`)."""
+    for key, value in run.items():
+        if key not in RUN_KEYS:
+            raise ValueError(
+                f"{where}: unknown key {key!r}; allowed: {', '.join(sorted(RUN_KEYS))}"
+            )
+        kind = _RUN_TYPES.get(key, "")
+        for prefix, expected, name in (
+            ("dict", dict, "a table"),
+            ("str", str, "a string"),
+            ("bool", bool, "true or false"),
+        ):
+            if kind.startswith(prefix) and not isinstance(value, expected):
+                raise ValueError(f"{where}: {key} must be {name}, got {value!r}")
 
 
 def _check_run_numbers(run: dict[str, Any], where: str) -> None:

@@ -35,7 +35,6 @@ def write_project(tmp_path, toml: str):
             "may only lower limits",
         ),
         ("[run]\nsandbox_options = {limits = {memroy = 1}}\n", "unknown sandbox limit(s): memroy"),
-        ('[run]\nsandbox_options = "x"\n', "sandbox_options must be a table"),
     ],
 )
 def test_project_config_cannot_loosen_the_sandbox(rlmd_home, tmp_path, toml, needle):
@@ -197,7 +196,7 @@ max_depth = 1
 sub_model = "qwen2.5-coder-0.5b"
 
 [sandbox]
-kind = "process"
+require_isolation = true
 """,
     )
     user_only = config.load().registry()
@@ -217,7 +216,7 @@ kind = "process"
         "max_depth": 1,
         "sub_model": "qwen2.5-coder-0.5b",
     }
-    assert settings.sections == {"sandbox": {"kind": "process"}}
+    assert settings.sections == {"sandbox": {"require_isolation": True}}
     assert settings.sources == [rlmd_home / "config.toml", project / ".rlmd.toml"]
     assert "small" in registry.names() and "small" not in user_only.names()
 
@@ -462,3 +461,55 @@ def test_a_count_option_that_is_not_a_whole_number_is_refused(rlmd_home, key):
     (rlmd_home / "config.toml").write_text(f"[run]\n{key} = 1.5\n")
     with pytest.raises(ValueError, match=f"{key} must be a whole number"):
         config.load(None)
+
+
+@pytest.mark.parametrize(
+    ("toml", "needle"),
+    [
+        # a typo in a setting that guards the sandbox was accepted and did nothing
+        ("[sandbox]\nrequire_isolaton = true\n", "[sandbox]: unknown key 'require_isolaton'"),
+        ("[daemon]\nallow_inprocces = true\n", "[daemon]: unknown key 'allow_inprocces'"),
+        ("[sandbox]\nrequire_isolation = 1\n", "[sandbox].require_isolation: expected bool"),
+        ("[sandboxes]\nx = 1\n", "unknown table [sandboxes]"),
+        ("[run]\nmax_iteratons = 3\n", "[run]: unknown key 'max_iteratons'"),
+        # RunConfig's own argument names: a TypeError traceback ("multiple values")
+        ('[run]\nroot_model = "x"\n', "[run]: unknown key 'root_model'"),
+        ("[run]\nbudget = 3\n", "[run]: unknown key 'budget'"),
+        ('[run]\nworkspace = "/etc"\n', "[run]: unknown key 'workspace'"),
+        # a value of the wrong type failed the run with a TypeError
+        ("[run]\ntools = 5\n", "[run]: tools must be a table"),
+        ('[run]\nsandbox_options = "x"\n', "[run]: sandbox_options must be a table"),
+        ('[run]\nverify_answer = "no"\n', "[run]: verify_answer must be true or false"),
+        ("[run]\nsystem_prompt = 3\n", "[run]: system_prompt must be a string"),
+    ],
+)
+def test_unknown_tables_keys_and_wrong_types_name_the_file(rlmd_home, tmp_path, toml, needle):
+    """The README: unknown keys are errors naming the file. Tables other than the models,
+    providers, [run] and [workspace] were not checked at all."""
+    path = write(rlmd_home / "config.toml", toml)
+    with pytest.raises(ValueError) as err:
+        config.load(None)
+    assert needle in str(err.value) and str(path) in str(err.value)
+    project = write_project(tmp_path, toml)  # a project's file too ([daemon]: not its own)
+    (rlmd_home / "config.toml").unlink()
+    with pytest.raises(ValueError) as err:
+        config.load(project)
+    assert str(project / ".rlmd.toml") in str(err.value)
+
+
+def test_every_documented_table_and_key_is_still_accepted(rlmd_home):
+    write(
+        rlmd_home / "config.toml",
+        "[run]\nmodel = 'qwen2.5-coder-0.5b'\nsub_model = 'qwen2.5-coder-0.5b'\n"
+        "models_by_depth = {1 = 'qwen2.5-coder-0.5b'}\nsandbox = 'subprocess'\n"
+        "max_iterations = 3\nverify_answer = false\nsystem_prompt = 'x'\n"
+        "tools = {limit = 3}\ntool_docs = {limit = 'a number'}\ncompaction_threshold = 0.5\n"
+        "sandbox_options = {limits = {memory_bytes = 1000000000}}\n"
+        "[sandbox]\nrequire_isolation = true\n[daemon]\nallow_inprocess = false\n"
+        "[cluster]\naddress = 'auto'\n[workspace]\nidle_timeout_s = 5\n",
+    )
+    settings = config.load(None)
+    run = config.build_run_config(settings)
+    assert run.budget.max_iterations == 3 and run.tools == {"limit": 3}
+    assert run.models_by_depth == {1: "qwen2.5-coder-0.5b"} and not run.verify_answer
+    assert config.require_isolation(settings, default=False)

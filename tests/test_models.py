@@ -953,3 +953,64 @@ def test_a_run_trees_models_pickle_for_a_cluster_node(tmp_path):
     assert get(name) is model  # one instance per run tree
     copy = pickle.loads(pickle.dumps(get))
     assert copy(name) is not model and copy(name).spec.model == model.spec.model
+
+
+async def test_a_lone_surrogate_model_code_printed_is_counted_by_a_local_models_tokenizer(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The loop counts its conversation's tokens every turn (does it near the window?) with
+    the root model's own tokenizer once loaded; a local model's took ``text.encode("utf-8")``,
+    so a lone surrogate printed by model code failed the run with UnicodeEncodeError at the
+    third turn, though ``Model.complete`` sends it as U+FFFD. llama.cpp itself is replaced by
+    a stand-in that tokenizes bytes and replays replies (no weights run here)."""
+    llama_cpp = pytest.importorskip("llama_cpp")
+    from rlmd.engine import Budget, RunConfig, run_task
+    from rlmd.models.registry import Registry
+
+    replies = iter(
+        [
+            "```repl\nprint('a' + chr(0xD800))\n```",
+            "```repl\nx = 1\n```",
+            "```repl\nprint(x)\n```",
+            "```repl\nFINAL(str(x))\n```",
+        ]
+    )
+    seen: list[str] = []
+
+    class Llama:  # the parts of llama_cpp.Llama that LocalModel uses
+        def __init__(self, **kwargs: Any) -> None:
+            pass
+
+        def token_eos(self) -> int:
+            return 0
+
+        def tokenize(self, text: bytes, add_bos: bool = False, special: bool = False) -> list:
+            return list(text)
+
+        def create_chat_completion(self, messages: list, max_tokens: int, **kw: Any) -> dict:
+            seen.extend(m["content"] for m in messages)
+            reply = {"content": next(replies)}
+            return {"choices": [{"message": reply, "finish_reason": "stop"}], "usage": {}}
+
+        def close(self) -> None:
+            pass
+
+    monkeypatch.setattr(llama_cpp, "Llama", Llama)
+    gguf = tmp_path / "m.gguf"
+    gguf.write_bytes(b"GGUF")
+    registry = Registry()
+    registry.add(ModelSpec(name="loc", provider="local", model=str(gguf)))
+    config = RunConfig(
+        root_model="loc",
+        sandbox="inprocess",
+        budget=Budget(max_iterations=6),
+        stop_after_code_block=False,
+    )
+    try:
+        result = await run_task("q", "some context", config, get_model=registry.get)
+    finally:
+        await registry.aclose()
+    assert result.error is None, result.error
+    assert (result.status, result.answer) == ("completed", "1")
+    assert any("a\ufffd" in c for c in seen)
+    assert not any(0xD800 <= ord(ch) <= 0xDFFF for c in seen for ch in c)

@@ -378,3 +378,27 @@ def test_train_reports_an_os_error_without_a_traceback(rlmd_home):
     )
     assert done.returncode == 1, done.stderr
     assert "Not a directory" in done.stderr and "Traceback" not in done.stderr
+
+
+def test_a_shared_model_is_created_once_per_sample_index_not_once_per_task(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A model that is not per-run (a local GGUF: its weights) is made once per sample
+    index for the whole rollout set; per-run models (scripts) still start afresh each run."""
+    import rlmd.models.registry as registry_module
+    from rlmd.models.scripted import ScriptedModel
+
+    made: list[str] = []
+    real = registry_module.create_model
+
+    def counting(spec: ModelSpec) -> Any:
+        made.append(spec.name)
+        return real(spec)
+
+    monkeypatch.setattr(registry_module, "create_model", counting)
+    monkeypatch.setattr(ScriptedModel, "per_run", False)  # stands in for a local model
+    tasks = load_tasks(write_tasks(tmp_path / "tasks.jsonl"))
+    with Store(tmp_path / "a.db") as store:
+        rows = rollout(tasks, Scripted(), store, samples=2)
+    assert len(rows) == 6 and all(r["iterations"] == 2 for r in rows)
+    assert sorted(made) == ["script#s0", "script#s1"]

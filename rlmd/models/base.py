@@ -18,6 +18,14 @@ Message = dict[str, str]
 _LONE_SURROGATE = re.compile("[\ud800-\udfff]")
 
 
+def encodable_text(text: str) -> str:
+    """``text`` with every lone surrogate replaced by U+FFFD (the same ``str`` when it has
+    none): what a provider is sent, so also what a local tokenizer counts."""
+    if text.isascii() or not _LONE_SURROGATE.search(text):
+        return text
+    return _LONE_SURROGATE.sub("\ufffd", text)
+
+
 def encodable(messages: list[Message]) -> list[Message]:
     """``messages`` with every lone surrogate in a content replaced by U+FFFD.
 
@@ -33,10 +41,7 @@ def encodable(messages: list[Message]) -> list[Message]:
 
     if not any(bad(m) for m in messages):
         return messages
-    return [
-        {**m, "content": _LONE_SURROGATE.sub("\ufffd", m["content"])} if bad(m) else m
-        for m in messages
-    ]
+    return [{**m, "content": encodable_text(m["content"])} if bad(m) else m for m in messages]
 
 
 class ModelError(Exception):

@@ -39,6 +39,7 @@ from rlmd.models.base import (
     ModelNotAvailable,
     ModelSpec,
     cut_at_stop,
+    encodable_text,
 )
 from rlmd.models.pull import KNOWN_LOCAL_MODELS, local_model_path
 
@@ -272,7 +273,9 @@ class LocalModel(Model):
         llm = self._llm
         if llm is None or not text:
             return super().count_tokens(text)
-        return len(llm.tokenize(text.encode("utf-8"), add_bos=False, special=False))
+        # as sent: a lone surrogate (model code can print one) has no UTF-8 encoding
+        data = encodable_text(text).encode("utf-8")
+        return len(llm.tokenize(data, add_bos=False, special=False))
 
     async def aclose(self) -> None:
         """Free the weights (waits for a running generation to finish)."""

@@ -55,6 +55,10 @@ class RolloutOptions:
         seed: base sampling seed.
         repair_share: the teacher's share of repair trajectories (0..1; see
             :mod:`rlmd.train.teacher`); ignored for other models.
+        fold_failed_turns: fold failed turns out of the root model's view, as inference does
+            by default (``[run] fold_failed_turns``); the recorded prompts, and so the SFT
+            samples, are then what the model sees at inference. ``False`` (``--no-fold``)
+            records every failed turn in the later prompts (sessions 8-9's teacher data).
     """
 
     model: str
@@ -70,6 +74,7 @@ class RolloutOptions:
     terms: RewardTerms = dataclasses.field(default_factory=RewardTerms)
     seed: int = 1234
     repair_share: float = teacher.REPAIR_SHARE
+    fold_failed_turns: bool = True
 
     @property
     def set_name(self) -> str:
@@ -113,6 +118,17 @@ async def run_rollouts(
     total, counter = len(tasks) * opts.samples, len(done)
     sem = asyncio.Semaphore(max(1, opts.parallel))
     rows: list[dict[str, Any]] = []
+    added: set[str] = set()
+
+    def sample_model(k: int) -> str:
+        # Registered once per sample index: replacing the entry for every task dropped its
+        # cached model, so a local GGUF loaded its weights again for each task and the old
+        # copies stayed in memory (12 GB resident after 7 tasks with the 1.5B).
+        spec = _sample_spec(registry, opts.model, opts, k)
+        if spec.name not in added:
+            registry.add(spec)
+            added.add(spec.name)
+        return spec.name
 
     async def one(task: TrainTask, k: int) -> None:
         nonlocal counter
@@ -130,17 +146,18 @@ async def run_rollouts(
                         )
                     )
             else:
-                spec = _sample_spec(registry, opts.model, opts, k)
-                registry.add(spec)
-                root = spec.name
+                root = sample_model(k)
                 sub = opts.sub_model or root
             config = build_run_config(
                 Settings(), model=root, sandbox=opts.sandbox, budget=dict(opts.budget)
             )
-            # The teacher plays turn i at the i-th reply in its prompt, and a repair trajectory's
-            # mistake stays in the prompts that repair it: its failed turns are not folded.
+            # Every model, the teacher too, records the view inference gives it: a repair's
+            # prompt shows a mistake that raised as the fold's note (its exception line).
             config = dataclasses.replace(
-                config, sub_model=sub, record_prompts=True, fold_failed_turns=play is None
+                config,
+                sub_model=sub,
+                record_prompts=True,
+                fold_failed_turns=opts.fold_failed_turns,
             )
             check_models(registry, config)
             started = time.monotonic()
@@ -148,7 +165,7 @@ async def run_rollouts(
                 task.question,
                 task.load_context(),
                 config,
-                get_model=registry.get,
+                get_model=registry.for_run(),  # per-run models (scripts) start afresh
                 sinks=(store.record,),
             )
             facts = run_facts(store, result.run_id, result)
