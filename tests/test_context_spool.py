@@ -149,3 +149,58 @@ def test_the_kernel_checks_a_spooled_files_index():
     no_offsets = body + b'{"paths":["x"],"sizes":[3]}'
     with pytest.raises(ValueError, match="do not add up"):
         _codebase_files(no_offsets, 6)
+
+
+async def test_a_codebase_larger_than_the_repl_folder_is_bound_all_the_same(tmp_path, rlmd_home):
+    """As root the REPL's folder is a tmpfs of ``disk_bytes``: a codebase bigger than that
+    fits neither the spool's file nor the usual context file, and the run failed before its
+    first turn with "OSError: [Errno 28] No space left on device". It goes in one frame."""
+    if os.geteuid() != 0:
+        pytest.skip("the working folder is a tmpfs of disk_bytes only as root")
+    from helpers.scripted import repl, scripted_registry, turn_of
+
+    from rlmd.context import PendingLoad
+    from rlmd.engine import RunConfig, run_task
+
+    root = tmp_path / "big"
+    root.mkdir()
+    for i in range(18):  # 18 files of 960,000 bytes: over 16 MiB
+        (root / f"f{i:02}.txt").write_text(f"line {i:02}\n" * 120_000)
+
+    def model(messages: list[dict]) -> str:
+        if turn_of(messages) == 0:
+            return repl("print(len(context))")
+        return repl("FINAL(str(sum(map(len, context.values()))))")
+
+    registry = scripted_registry(root=model)
+    config = RunConfig(
+        root_model="root",
+        sandbox="subprocess",
+        sandbox_options={"limits": {"disk_bytes": 16 << 20}, "spare_kernel": False},
+    )
+    try:
+        result = await run_task("q", PendingLoad(root, spool=True), config, get_model=registry.get)
+    finally:
+        await registry.aclose()
+    assert result.error is None
+    assert (result.status, result.answer) == ("completed", str(18 * 960_000))
+
+
+async def test_a_kernel_restarted_after_model_code_filled_its_folder_gets_its_context():
+    """Model code fills the REPL's folder, then its kernel dies: the restart wrote the
+    context file into the full folder, and the run failed with ENOSPC."""
+    if os.geteuid() != 0:
+        pytest.skip("the working folder is a tmpfs of disk_bytes only as root")
+    sb = create_sandbox("subprocess", spare_kernel=False, limits={"disk_bytes": 16 << 20})
+    await sb.start(FakeHost())
+    try:
+        text = "0123456789\n" * 200_000  # 2.2 M characters: bound through a file
+        await sb.load_context(text)
+        fill = await sb.execute("import os\nopen('fill', 'wb').write(b'x' * (17 << 20))")
+        assert fill.error is not None and "No space left" in fill.error
+        died = await sb.execute("os._exit(3)")
+        assert died.kernel_restarted
+        r = await ok(sb, "import os\nprint(len(context), os.path.getsize('fill') > 15 << 20)")
+        assert r.stdout == f"{len(text)} True\n"
+    finally:
+        await sb.close()

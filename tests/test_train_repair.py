@@ -17,6 +17,7 @@ from typing import Any
 import pytest
 from helpers.scripted import turn_of
 
+from rlmd.engine import prompts
 from rlmd.models.base import ModelSpec
 from rlmd.models.registry import Registry
 from rlmd.store import Store
@@ -128,12 +129,16 @@ def test_an_unchecked_final_is_questioned_by_the_verifier_then_repaired(tmp_path
 
 
 def test_the_export_makes_the_repair_a_target_and_never_the_mistake(tmp_path: Path) -> None:
-    """Exact file contents of the SFT export of one repair rollout (sniah, missing import)."""
+    """Exact file contents of the SFT export of one repair rollout (sniah, missing import)
+    recorded without the fold (``--no-fold``): the mistake and its traceback stay in the
+    later prompts."""
     k = _sample_with(SNIAH, "no_import")
     play = teacher.policy(SNIAH, k, 1.0)
     replies = [teacher.reply(note, code) for note, code in play.turns]
     with Store(tmp_path / "t.db") as store:
-        opts = RolloutOptions(model="teacher", samples=k + 1, repair_share=1.0)
+        opts = RolloutOptions(
+            model="teacher", samples=k + 1, repair_share=1.0, fold_failed_turns=False
+        )
         asyncio.run(run_rollouts([SNIAH], opts, registry=Registry(), store=store))
         row = next(r for r in store.rollouts("teacher") if r["sample_index"] == k)
         only = ExportFilters(rollout_sets=("teacher",))
@@ -178,6 +183,144 @@ def test_the_export_makes_the_repair_a_target_and_never_the_mistake(tmp_path: Pa
     assert report.dropped["mistake"] == k + 1 and report.repairs >= 1  # one per rollout
     # --keep-mistakes: the mistaken turn becomes a target as well
     assert [s["turn"] for s in kept[0] if s["run_id"] == row["run_id"]] == list(range(turns))
+
+
+def _folded_export(tmp_path: Path, task: TrainTask, mistake: str, repeat: int = 1):
+    """One repair rollout of ``task`` recorded as by default (failed turns folded), its SFT
+    samples (``repeat_repair=repeat``) and the report."""
+    k = _sample_with(task, mistake)
+    with Store(tmp_path / "t.db") as store:
+        row = _rollout(task, k, store)
+        samples, report = sft_samples(
+            store, ExportFilters(rollout_sets=("teacher",)), repeat_repair=repeat
+        )
+    return teacher.policy(task, k, 1.0), row, samples, report
+
+
+def test_a_repair_sample_shows_the_mistake_as_inference_does_folded(tmp_path: Path) -> None:
+    """Rollouts fold failed turns as inference does (issue 13, session 10): the repair
+    sample's prompt is the system prompt and ONE user message: the question, the fold's
+    note (the exception line, the variables the cell set) and the turn count; the mistaken
+    reply and its traceback are in no sample; the turns after the repair continue from the
+    folded message. Exact file contents."""
+    play, row, samples, report = _folded_export(tmp_path, SNIAH, "no_import")
+    replies = [teacher.reply(note, code) for note, code in play.turns]
+    assert play.planned_mistakes == [0] and row["details"]["mistake_turns"] == [0]
+    mine = [s for s in samples if s["run_id"] == row["run_id"]]
+    out = tmp_path / "sft.jsonl"
+    write_jsonl(mine, out)
+    lines = [json.loads(x) for x in out.read_text("utf-8").splitlines()]
+    system, first = lines[0]["prompt"][:2]
+    assert system["role"] == "system" and first["role"] == "user"
+    question = first["content"].split("\n\n" + prompts.FOLDED_RAISED[:20])[0]
+    assert question.startswith(f"Question: {SNIAH.question}\n")
+    folded = {
+        "role": "user",
+        "content": "\n\n".join(
+            [
+                question,
+                prompts.FOLDED_RAISED.format(error="NameError: name 're' is not defined"),
+                prompts.FOLDED_VARIABLES.format(names="key"),
+                prompts.NEXT_TURN_FOLDED.format(turn=2, max_turns=6),
+            ]
+        ),
+    }
+    turns = len(replies)
+    expected = []
+    for t in range(1, turns):
+        history = lines[t - 1]["prompt"][2:]
+        assert [m["role"] for m in history] == ["assistant", "user"] * (t - 1)
+        assert [m["content"] for m in history[::2]] == replies[1:t]  # no mistake
+        expected.append(
+            {
+                "prompt": [system, folded, *history],
+                "completion": [{"role": "assistant", "content": replies[t]}],
+                "task_id": SNIAH.id,
+                "family": "sniah",
+                "run_id": row["run_id"],
+                "rollout_set": "teacher",
+                "model": "teacher",
+                "depth": 0,
+                "turn": t,
+                "reward": 1.0,
+                "fixes": [],
+                "repair": t == 1,
+            }
+        )
+    assert lines == expected
+    assert lines[0]["prompt"] == [system, folded]  # the repair sees the note, not the cell
+    text = json.dumps(samples)
+    assert "Traceback" not in text and json.dumps(replies[0])[1:-1] not in text
+    assert report.repairs == sum(s["repair"] for s in samples) and report.repair_copies == 0
+
+
+def test_an_aggregation_repair_is_folded_too_and_still_labels_once(tmp_path: Path) -> None:
+    """oolong ``raw_lines`` recorded folded: the repair's last user message carries the
+    ``ValueError`` note; the run still labels every instance once and scores 1."""
+    _, row, samples, report = _folded_export(tmp_path, OOLONG, "raw_lines")
+    assert row["reward"] == 1.0 and row["subcalls"] == len(ITEMS)
+    repair = [s for s in samples if s["repair"] and s["run_id"] == row["run_id"]]
+    assert len(repair) == 1 and report.repairs == sum(s["repair"] for s in samples)
+    last = repair[0]["prompt"][-1]
+    assert last["role"] == "user" and [m["role"] for m in repair[0]["prompt"]] == [
+        "system",
+        "user",
+    ]
+    assert (
+        prompts.FOLDED_RAISED.format(error="ValueError: too many values to unpack")
+        in (last["content"])
+    )
+    assert "Traceback" not in json.dumps(samples)
+
+
+def test_repeat_repair_writes_each_repair_sample_n_times(tmp_path: Path) -> None:
+    """``repeat_repair=3``: the samples of ``repeat_repair=1`` in order, then two passes of
+    copies of the repair samples (identical records); the report counts them."""
+    _, row, once, report1 = _folded_export(tmp_path / "a", SNIAH, "no_import")
+    (tmp_path / "b").mkdir()
+    _, row3, thrice, report3 = _folded_export(tmp_path / "b", SNIAH, "no_import", repeat=3)
+    strip = [{k: v for k, v in s.items() if k != "run_id"} for s in once]
+    strip3 = [{k: v for k, v in s.items() if k != "run_id"} for s in thrice]
+    repairs = [s for s in strip if s["repair"]]
+    assert repairs and strip3 == strip + repairs + repairs
+    assert report1.repairs == report3.repairs == len(repairs)
+    assert report3.repair_copies == 2 * len(repairs)
+    assert report3.samples == len(thrice) == len(once) + 2 * len(repairs)
+    assert report3.to_dict()["repair_copies"] == 2 * len(repairs)
+    with Store(tmp_path / "b" / "t.db") as store, pytest.raises(ValueError, match="1 or more"):
+        sft_samples(store, repeat_repair=0)
+
+
+def test_the_cli_export_repeats_repairs_and_refuses_zero(rlmd_home: Path, tmp_path: Path) -> None:
+    k = _sample_with(SNIAH, "no_import")
+    with Store(rlmd_home / "rlmd.db") as store:
+        _rollout(SNIAH, k, store)
+    env = {**os.environ, "RLMD_HOME": str(rlmd_home)}
+    base = [sys.executable, "-m", "rlmd", "train", "export", "--format", "sft"]
+    counts = []
+    for n in ("1", "2"):
+        out = tmp_path / f"sft{n}.jsonl"
+        done = subprocess.run(
+            base + ["--out", str(out), "--repeat-repair", n],
+            capture_output=True,
+            text=True,
+            env=env,
+        )
+        assert done.returncode == 0, done.stderr
+        recs = [json.loads(x) for x in out.read_text("utf-8").splitlines()]
+        counts.append((len(recs), sum(r["repair"] for r in recs)))
+        rep = json.loads(done.stderr.splitlines()[0])
+        assert rep["samples"] == len(recs)
+        assert rep["repair_copies"] == (int(n) - 1) * rep["repairs"]
+    assert counts[1] == (counts[0][0] + counts[0][1], 2 * counts[0][1]) and counts[0][1] >= 1
+    bad = subprocess.run(
+        base + ["--out", str(tmp_path / "x.jsonl"), "--repeat-repair", "0"],
+        capture_output=True,
+        text=True,
+        env=env,
+    )
+    assert bad.returncode == 2 and "repeat_repair must be 1 or more" in bad.stderr
+    assert "Traceback" not in bad.stderr and not (tmp_path / "x.jsonl").exists()
 
 
 class RaisesThenRepairs:

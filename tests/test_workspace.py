@@ -144,3 +144,25 @@ async def test_a_task_attaches_to_the_prepared_repl_and_gives_it_back(manager, c
     after = await ws.run_cell("llm_query('hi')", timeout_s=30)
     assert after.error is not None and "only available while a task runs" in after.error
     assert (await ws.run_cell("print(note)", timeout_s=30)).stdout == "sub says hi\n"
+
+
+async def test_a_checkpoint_that_cannot_be_written_keeps_the_repl_and_its_variables(
+    manager, codebase
+):
+    """A full disk (here: a file where the checkpoint's folder goes) made the checkpoint after
+    a task fail, and the workspace stopped its REPL: the variables the task made, which no
+    checkpoint held, were lost. The REPL stays; the note says the checkpoint was not written."""
+    ws = manager.get(codebase)
+    await ws.run_cell("made = 'by the task'", timeout_s=30)
+    folder = ckpt.checkpoint_path(ws.folder).parent
+    folder.parent.mkdir(parents=True, exist_ok=True)
+    folder.write_text("not a folder")
+    try:
+        notes = await ws.finish_task()
+        assert len(notes) == 1 and "checkpoint was not written" in notes[0]
+        assert ws.state is WorkspaceState.READY
+        kept = await ws.run_cell("print(made)", timeout_s=30)
+        assert kept.stdout == "by the task\n" and not kept.kernel_restarted
+    finally:
+        folder.unlink()
+    assert await ws.checkpoint() is not None  # written once it can be

@@ -5,11 +5,12 @@
                        [--parallel N] [--max-iterations N] [--max-seconds S] [--max-depth N]
                        [--sub-model NAME] [--min-iterations N] [--min-subcalls N]
                        [--error-penalty X] [--overrun-zero] [--keep-fallback]
-                       [--repair-share X]
+                       [--repair-share X] [--no-fold]
     rlmd train summary [--set NAME] [--json]
     rlmd train export --format sft|grpo --out F [--set NAME ...] [--min-reward X]
                       [--min-iterations N] [--max-depth N] [--model M ...] [--family F ...]
                       [--max-chars N] [--keep-zero-advantage] [--keep-mistakes]
+                      [--repeat-repair N]
     rlmd train export-rollouts --set NAME --out F      rlmd train import-rollouts F
     rlmd train sft --base MODEL --data F --out NAME [--steps N] [--lr X] [--rank R]
                    [--max-length N] [--device cpu|cuda|mps] [--no-convert]
@@ -70,6 +71,11 @@ def add_parser(sub: Any) -> None:
         help="teacher only: share of rollouts that make a mistake and repair it "
         "(default 0.3; 0 for none)",
     )
+    r.add_argument(
+        "--no-fold",
+        action="store_true",
+        help="keep failed turns in the root model's later prompts (inference folds them)",
+    )
     s = t.add_parser("summary", help="reward by task family, iterations, sub-calls")
     s.add_argument("--set", dest="rollout_set")
     s.add_argument("--json", action="store_true")
@@ -88,6 +94,12 @@ def add_parser(sub: Any) -> None:
         "--keep-mistakes",
         action="store_true",
         help="also make turns that raised, gave a refused FINAL or are marked mistakes targets",
+    )
+    e.add_argument(
+        "--repeat-repair",
+        type=int,
+        default=1,
+        help="sft: write each repair sample (the turn after a mistake) N times (default 1)",
     )
     x = t.add_parser("export-rollouts", help="a rollout set with its trajectories, one JSONL")
     x.add_argument("--set", dest="rollout_set", required=True)
@@ -189,6 +201,7 @@ def cmd_rollout(args: argparse.Namespace) -> int:
             min_iterations=args.min_iterations,
             min_subcalls=args.min_subcalls,
         ),
+        fold_failed_turns=not args.no_fold,
         **extra,
     )
     registry = config.load(Path.cwd()).registry()
@@ -252,7 +265,7 @@ def cmd_export(args: argparse.Namespace) -> int:
     )
     with Store(paths.store_path()) as store:
         if args.format == "sft":
-            records, report = sft_samples(store, filters)
+            records, report = sft_samples(store, filters, repeat_repair=args.repeat_repair)
             err.print(json.dumps(report.to_dict()))
         else:
             records = grpo_groups(store, filters, keep_zero_advantage=args.keep_zero_advantage)

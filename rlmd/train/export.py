@@ -24,7 +24,18 @@ child runs (``rlm_query``) are samples too, with their own prompts. Steps, in or
    found nothing). A mistake stays in the prompts of the run's later turns, as the model saw
    it; the turn right after one is marked ``"repair": true``;
 3. **template fixes** (:func:`fix_final`), each named in ``fixes``;
-4. **dedupe** on (prompt, completion).
+4. **dedupe** on (prompt, completion);
+5. **repair up-weighting** (``repeat_repair`` N, ``--repeat-repair N``): each repair sample
+   is written N times in all (the copies after every sample, in N - 1 passes over the
+   repairs in order; identical records). Repairs are a small share of the data (18 of 141
+   in the teacher's set), so a short run at batch 1 may see one or none of them; a trainer
+   that shuffles (``rlmd train sft`` does) spreads the copies over the epoch.
+
+The prompts are what the rollout recorded: rollouts fold failed turns as inference does
+(:class:`rlmd.train.rollout.RolloutOptions` ``fold_failed_turns``), so after a turn that
+raised a sample's prompt holds the engine's fold note (the exception line) where the
+failed turn was, as the model sees it at inference; a rollout recorded without the fold
+(``--no-fold``, or before session 10) shows the failed turn and its traceback instead.
 
 GRPO (``--format grpo``): per task of a rollout set with two or more samples, the first
 root turn's prompt (the same for every sample), each sample's first root turn and the
@@ -66,8 +77,8 @@ class ExportFilters:
 @dataclass
 class ExportReport:
     """Counts of one export: rollouts kept / dropped (by reason; turns dropped as
-    ``too_long`` or ``mistake``), samples, of which ``repairs`` follow a mistake, fixes by
-    kind."""
+    ``too_long`` or ``mistake``), samples (copies included), of which ``repairs`` distinct
+    ones follow a mistake and ``repair_copies`` are their extra copies, fixes by kind."""
 
     rollouts: int = 0
     dropped: Counter = field(default_factory=Counter)
@@ -75,6 +86,7 @@ class ExportReport:
     duplicates: int = 0
     fixes: Counter = field(default_factory=Counter)
     repairs: int = 0
+    repair_copies: int = 0
 
     def to_dict(self) -> dict[str, Any]:
         return {
@@ -84,6 +96,7 @@ class ExportReport:
             "duplicates": self.duplicates,
             "fixes": dict(self.fixes),
             "repairs": self.repairs,
+            "repair_copies": self.repair_copies,
         }
 
 
@@ -231,9 +244,16 @@ def _kept_call(calls: list[dict[str, Any]], cells: list[dict[str, Any]]) -> dict
 
 
 def sft_samples(
-    store: Store, filters: ExportFilters | None = None
+    store: Store, filters: ExportFilters | None = None, *, repeat_repair: int = 1
 ) -> tuple[list[dict[str, Any]], ExportReport]:
-    """The SFT samples of the store's rollouts (see the module docstring)."""
+    """The SFT samples of the store's rollouts (see the module docstring); each repair
+    sample ``repeat_repair`` times in all.
+
+    Raises:
+        ValueError: ``repeat_repair`` is less than 1.
+    """
+    if repeat_repair < 1:
+        raise ValueError(f"repeat_repair must be 1 or more, not {repeat_repair}")
     f = filters or ExportFilters()
     report = ExportReport()
     samples: list[dict[str, Any]] = []
@@ -290,6 +310,10 @@ def sft_samples(
                     "repair": repair,
                 }
             )
+    repairs = [s for s in samples if s["repair"]]
+    copies = [dict(s) for _ in range(repeat_repair - 1) for s in repairs]
+    samples += copies
+    report.repair_copies = len(copies)
     report.samples = len(samples)
     return samples, report
 

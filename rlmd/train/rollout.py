@@ -55,6 +55,10 @@ class RolloutOptions:
         seed: base sampling seed.
         repair_share: the teacher's share of repair trajectories (0..1; see
             :mod:`rlmd.train.teacher`); ignored for other models.
+        fold_failed_turns: fold failed turns out of the root model's view, as inference does
+            by default (``[run] fold_failed_turns``); the recorded prompts, and so the SFT
+            samples, are then what the model sees at inference. ``False`` (``--no-fold``)
+            records every failed turn in the later prompts (sessions 8-9's teacher data).
     """
 
     model: str
@@ -70,6 +74,7 @@ class RolloutOptions:
     terms: RewardTerms = dataclasses.field(default_factory=RewardTerms)
     seed: int = 1234
     repair_share: float = teacher.REPAIR_SHARE
+    fold_failed_turns: bool = True
 
     @property
     def set_name(self) -> str:
@@ -146,10 +151,13 @@ async def run_rollouts(
             config = build_run_config(
                 Settings(), model=root, sandbox=opts.sandbox, budget=dict(opts.budget)
             )
-            # The teacher plays turn i at the i-th reply in its prompt, and a repair trajectory's
-            # mistake stays in the prompts that repair it: its failed turns are not folded.
+            # Every model, the teacher too, records the view inference gives it: a repair's
+            # prompt shows a mistake that raised as the fold's note (its exception line).
             config = dataclasses.replace(
-                config, sub_model=sub, record_prompts=True, fold_failed_turns=play is None
+                config,
+                sub_model=sub,
+                record_prompts=True,
+                fold_failed_turns=opts.fold_failed_turns,
             )
             check_models(registry, config)
             started = time.monotonic()

@@ -36,8 +36,11 @@ through the same engine and sandbox (:data:`MISTAKES` per family):
   (:mod:`rlmd.engine.verify`); the next turn widens the search and prints the number.
 
 The mistaken turn's index is recorded (:attr:`Play.mistake_turns`, stored in the rollout's
-``details``) so that :mod:`rlmd.train.export` keeps it in the history of later samples but
-never makes it a target; the repairing turn is a target.
+``details``) so that :mod:`rlmd.train.export` never makes it a target; the repairing turn is
+a target. Rollouts fold failed turns as inference does (``fold_failed_turns``, on by
+default): the repair's prompt shows a mistake that raised as the engine's fold note (the
+exception line, the variables the cell set), which is what a model sees at inference; a
+questioned answer or a search that printed ``None`` is not folded and stays as it was.
 
 Sub-calls of a teacher run go to :func:`oracle_labeller` (the generator's own labels), so the
 aggregation is right; only root turns become training samples. The teacher is used on the
@@ -75,9 +78,12 @@ def reply(note: str, code: str) -> str:
 
 
 class Play:
-    """The teacher as a scripted-model callable (``play(messages) -> str``): it answers turn
-    ``i`` (the number of assistant messages so far) with ``turns[i]`` (the last turn again
-    past the end).
+    """The teacher as a scripted-model callable (``play(messages) -> str``): its ``i``-th call
+    (0-based) is turn ``i`` and gets ``turns[i]`` (the last turn again past the end). Counted
+    by calls, not by the replies in its prompt: with ``fold_failed_turns`` a mistaken turn
+    that raised leaves the prompt (a note stands for it), and the repair must still follow.
+    The engine calls the root model once per turn for a reply with a code block, and every
+    teacher reply has one. One :class:`Play` plays one rollout.
 
     Attributes:
         turns: the planned ``(note, code)`` turns.
@@ -91,10 +97,11 @@ class Play:
         self.mistake = mistake
         self.planned_mistakes = sorted(mistakes)
         self.mistake_turns: list[int] = []
+        self.calls = 0
 
     def __call__(self, messages: list[dict[str, Any]]) -> str:
-        done = sum(1 for m in messages if m.get("role") == "assistant")
-        i = min(done, len(self.turns) - 1)
+        i = min(self.calls, len(self.turns) - 1)
+        self.calls += 1
         if i in self.planned_mistakes and i not in self.mistake_turns:
             self.mistake_turns.append(i)
         note, code = self.turns[i]

@@ -45,6 +45,12 @@ from rlmd.workspace.settings import WorkspaceSettings
 
 log = logging.getLogger("rlmd.workspace")
 
+
+class CheckpointNotWritten(OSError):
+    """A workspace's checkpoint file could not be written (a full disk, an unwritable home);
+    its REPL is unharmed."""
+
+
 ChangeCallback = Callable[["Workspace", str, dict[str, Any]], None]
 
 
@@ -301,14 +307,18 @@ class Workspace:
 
         Raises:
             SandboxError: the sandbox failed while being read.
-            OSError: the checkpoint file cannot be written.
+            CheckpointNotWritten: the checkpoint file cannot be written (a full disk...).
         """
         if self.sandbox is None:
             return None
         saved = await ckpt_mod.take(
             self.sandbox, self.folder, max_var_bytes=self.settings.max_var_bytes
         )
-        size = await asyncio.to_thread(ckpt_mod.save, saved, ckpt_mod.checkpoint_path(self.folder))
+        path = ckpt_mod.checkpoint_path(self.folder)
+        try:
+            size = await asyncio.to_thread(ckpt_mod.save, saved, path)
+        except OSError as exc:
+            raise CheckpointNotWritten(f"the checkpoint was not written: {exc}") from exc
         self.last_checkpoint = {
             "taken_at": saved.taken_at,
             "variables": sorted(saved.variables),
@@ -411,6 +421,9 @@ class Workspace:
                 notes.append(note)
             if self.settings.checkpoint_after_task:
                 await self.checkpoint()
+        except CheckpointNotWritten as exc:  # the REPL is fine: it keeps the variables
+            log.warning("workspace %s: %s", self.folder, exc)
+            notes.append(f"{exc}; the REPL keeps its variables")
         except (SandboxError, OSError, KeyError, ValueError, TypeError) as exc:
             notes.append(f"the workspace sandbox failed after the task and was stopped: {exc}")
             await self.stop(checkpoint=False, reason=f"sandbox failed: {exc}")

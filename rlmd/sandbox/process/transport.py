@@ -460,14 +460,20 @@ class ProcessTransport(Transport):
         """A large text or codebase (:data:`~rlmd.sandbox.files.FILE_CONTEXT_CHARS` or more)
         is written, in a worker thread, to a file in the working folder that the kernel reads
         (at a fresh random name: model code can plant a symlink or FIFO at any predictable
-        one); removed afterwards if the kernel has not."""
+        one); removed afterwards if the kernel has not. When it does not fit there (a
+        folder of ``disk_bytes`` smaller than the context, or one model code filled) the
+        context goes in one frame, as a small one does."""
         picked = context_file(value, codebase)
         if picked is None or self._workdir is None:
             return await super().context_request(value, codebase)
         fmt, chunks = picked
-        path = await asyncio.to_thread(
-            write_new, self._workdir, f".rlmd-context-{fmt}-", chunks, self._sandbox_uid()
-        )
+        try:
+            path = await asyncio.to_thread(
+                write_new, self._workdir, f".rlmd-context-{fmt}-", chunks, self._sandbox_uid()
+            )
+        except OSError as exc:  # write_new left no file behind
+            log.info("context file not written (%s); sending the context in one frame", exc)
+            return await super().context_request(value, codebase)
         return context_file_request(fmt, path), lambda: os.unlink(path)
 
     def new_context_file(self) -> ContextFile | None:
