@@ -73,7 +73,6 @@ config file's folder. Other top-level tables are kept in :attr:`Settings.section
 from __future__ import annotations
 
 import math
-import tomllib
 from dataclasses import dataclass, field, fields
 from pathlib import Path
 from typing import Any
@@ -175,6 +174,8 @@ def read_file(settings: Settings, path: Path, *, trusted: bool = True) -> None:
         ValueError: invalid TOML, unknown key or wrong type (naming ``path`` and the key),
             or, for an untrusted file, a key only the user config may set.
     """
+    import tomllib  # here: most runs have no config file to read
+
     try:
         data = tomllib.loads(path.read_text(encoding="utf-8"))
     except tomllib.TOMLDecodeError as exc:

@@ -378,6 +378,26 @@ def test_joined_ignore_rules_match_exactly_what_pathspec_matches():
             assert match(path) == spec.match_file(path), (lines, path)
 
 
+def test_the_default_ignore_rules_expression_matches_what_pathspec_matches():
+    """The loader matches ``ALWAYS_IGNORED`` with its own expression (pathspec is imported
+    only for a .gitignore); it must ignore exactly the paths pathspec ignores for them."""
+    import pathspec
+
+    from rlmd.context import _ALWAYS_IGNORED_RX, ALWAYS_IGNORED
+
+    spec = pathspec.GitIgnoreSpec.from_lines(ALWAYS_IGNORED)
+    names = [".git", ".hg", ".svn", "__pycache__", ".venv", "node_modules", ".tox"]
+    names += ["git", "x.git", ".gitx", "a.pyc", ".pyc", "b.pyco", "pyc", "src", "venv", ".tox2"]
+    probes = []
+    for name in names:
+        for prefix in ("", "src/", "a/b/"):
+            for suffix in ("", "/", "/x.py", "/sub/"):
+                probes.append(prefix + name + suffix)
+    assert len(probes) == 17 * 3 * 4
+    for path in probes:
+        assert (_ALWAYS_IGNORED_RX.match(path) is not None) == spec.match_file(path), path
+
+
 def test_a_file_is_read_to_its_end_or_one_byte_past_the_limit(tmp_path):
     """The loader reads the size fstat gave in one call, then on to the end: a file that
     grew since is read whole, or up to one byte over the limit (then counted oversized)."""

@@ -107,3 +107,31 @@ async def test_warm_starts_the_first_kernel_process_ahead_and_start_takes_it(mon
         assert r.stdout == "42\n"
     finally:
         await sb.close()
+
+
+def test_a_refill_left_for_later_starts_at_refill_due_or_the_next_take():
+    """``take(refill_later=True)`` hands out the spare without starting the next one (its
+    start-up would compete with the taken kernel's first cell); ``refill_due`` starts it,
+    and so does another take of the spec before that."""
+    made: list[str] = []
+    pool: SparePool[str, str] = SparePool(
+        lambda spec: made.append(spec) or f"spare {len(made)}",
+        lambda item: None,
+        errors=OSError,
+        what="test",
+        join_s=60.0,
+    )
+    assert pool.take("a") is None  # first start: no spare, none made
+    assert pool.take("a") is None  # second start, no spare handed out: made at once
+    assert pool.take("a", refill_later=True) == "spare 1"  # waited for; the next is due
+    assert made == ["a"] and pool._launching == {} and pool._due == {"a"}
+    pool.refill_due()
+    assert pool.take("a", refill_later=True) == "spare 2"
+    assert made == ["a", "a"] and pool._due == {"a"}
+    assert pool.take("a", refill_later=True) is None  # a take while due: made at once
+    assert pool.take("a") == "spare 3" and pool._due == set()
+    pool.refill_due()  # nothing due: nothing made (the take above started one already)
+    pool.close(final=True)
+    assert made == ["a", "a", "a", "a"]
+    pool.refill_due()  # closed: makes nothing
+    assert made == ["a", "a", "a", "a"] and pool._due == set()

@@ -30,6 +30,10 @@ def check(answer, context=TEXT, outputs=(), stderr="", literal=False):
         "The file was not found",
         "FileNotFoundError: read_file: no file 'x.py'",
         "list_files: no path matches 'protocol/ClassName.py'",
+        # plurals too: the 1.5B answered this after find_subclasses came back empty
+        # (session 10, held-out codeintel-007), and it was accepted unquestioned
+        "No classes in the codebase derive from 'Vorim'",
+        "no functions found",
         "[]",
         "N/A",
         "unknown",

@@ -37,7 +37,7 @@ _ERRORISH = re.compile(
     r"^\s*(error|traceback|exception|warning)\b"
     r"|\b(not found|no such file|does not exist|doesn't exist|could not (find|locate)"
     r"|couldn't find|cannot find|can't find|unable to (find|locate|determine)"
-    r"|no (file|path|line|match|matches|definition|result|results|class|function)\b"
+    r"|no (files?|paths?|lines?|match(es)?|definitions?|results?|class(es)?|functions?)\b"
     r"|is not defined|not available|nameerror|keyerror|indexerror|filenotfounderror)",
     re.IGNORECASE,
 )

@@ -363,6 +363,8 @@ class SandboxSession(Sandbox):
                 self._running = None
                 if self.state is SandboxState.RUNNING:
                     self.state = SandboxState.READY
+                # at the loop's next turn: after the caller has taken the cell's result
+                asyncio.get_running_loop().call_soon(self.transport.after_cell)
             problem = exec_done_problem(msg)
             if problem is not None:
                 # A forged or broken frame (model code can write to the channel): a kernel

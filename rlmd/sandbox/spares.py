@@ -3,7 +3,9 @@
 Making a kernel costs tens of milliseconds (a process) to a second (a container), and every
 run and child run makes one. So once a spec has been started twice, a :class:`SparePool`
 keeps one spare for it, made in a background thread; the next :meth:`SparePool.take` gets it
-and a new one is made. One spare in all: a spare for another spec is dropped.
+and a new one is made (or, with ``refill_later``, once :meth:`SparePool.refill_due` says the
+spare's first cell is done: a new spare's start-up would otherwise compete with that cell).
+One spare in all: a spare for another spec is dropped.
 """
 
 from __future__ import annotations
@@ -58,13 +60,15 @@ class SparePool(Generic[S, T]):
         self._ready: dict[S, T] = {}
         self._launching: dict[S, threading.Thread] = {}
         self._starts: Counter[S] = Counter()
+        self._due: set[S] = set()  # refills take() left to refill_due()
         self._closed = False
         self._pid = os.getpid()
 
-    def take(self, spec: S) -> T | None:
+    def take(self, spec: S, *, refill_later: bool = False) -> T | None:
         """The spare for ``spec`` (waiting up to ``join_s`` while one is being made), or
         ``None``; from the second start of ``spec`` on, a new spare is made in the
-        background."""
+        background: at once, or with ``refill_later`` (and a spare handed out) at the next
+        :meth:`refill_due` or :meth:`take` of ``spec``, whichever comes first."""
         with self._lock:
             launching = self._launching.get(spec)
         if launching is not None:
@@ -73,21 +77,26 @@ class SparePool(Generic[S, T]):
             self._starts[spec] += 1
             spare = self._ready.pop(spec, None)
             if self._starts[spec] >= 2 and not self._closed and spec not in self._launching:
-                thread = threading.Thread(
-                    target=self._refill,
-                    args=(spec,),
-                    name=f"rlmd-spare-{self._what}",
-                    daemon=True,
-                )
-                # Started before the lock is let go: a thread other callers can see in
-                # _launching is always started, so their join() never raises. (The
-                # refill takes the lock only after making the spare.)
-                thread.start()
-                self._launching[spec] = thread
+                if refill_later and spare is not None and spec not in self._due:
+                    self._due.add(spec)
+                else:
+                    self._due.discard(spec)
+                    self._launch(spec)
         if spare is not None and self._alive is not None and not self._alive(spare):
             self._discard(spare)  # died while waiting
             spare = None
         return spare
+
+    def refill_due(self) -> None:
+        """Start making the spares :meth:`take` left for later (``refill_later``); cheap
+        when there are none (call it after every cell)."""
+        if not self._due:  # read without the lock: a refill seen late is made next time
+            return
+        with self._lock:
+            due, self._due = self._due, set()
+            for spec in due:
+                if not self._closed and spec not in self._ready and spec not in self._launching:
+                    self._launch(spec)
 
     def prepare(self, spec: S) -> None:
         """Start making a spare for ``spec`` now, in the background, unless one is ready or
@@ -95,11 +104,18 @@ class SparePool(Generic[S, T]):
         with self._lock:
             if self._closed or spec in self._ready or spec in self._launching:
                 return
-            thread = threading.Thread(
-                target=self._refill, args=(spec,), name=f"rlmd-spare-{self._what}", daemon=True
-            )
-            thread.start()
-            self._launching[spec] = thread
+            self._launch(spec)
+
+    def _launch(self, spec: S) -> None:
+        """Make a spare for ``spec`` in a new thread (the lock held)."""
+        thread = threading.Thread(
+            target=self._refill, args=(spec,), name=f"rlmd-spare-{self._what}", daemon=True
+        )
+        # Started before the lock is let go: a thread other callers can see in _launching
+        # is always started, so their join() never raises. (The refill takes the lock only
+        # after making the spare.)
+        thread.start()
+        self._launching[spec] = thread
 
     def _refill(self, spec: S) -> None:
         try:
@@ -124,7 +140,7 @@ class SparePool(Generic[S, T]):
         if self._forget_item is not None:
             for spare in self._ready.values():
                 self._forget_item(spare)
-        self._ready, self._launching, self._starts = {}, {}, Counter()
+        self._ready, self._launching, self._starts, self._due = {}, {}, Counter(), set()
         self._pid = os.getpid()
 
     def close(self, *, final: bool = False) -> None:
@@ -133,6 +149,7 @@ class SparePool(Generic[S, T]):
             return
         with self._lock:
             self._closed = self._closed or final
+            self._due.clear()
             launching = list(self._launching.values())
         for thread in launching:
             thread.join(self._join_s)

@@ -132,6 +132,10 @@ class Transport(abc.ABC):
     def warm(self) -> None:  # noqa: B027 (optional hook)
         """Begin making the first kernel in the background (see ``Sandbox.warm``)."""
 
+    def after_cell(self) -> None:  # noqa: B027 (optional hook)
+        """A cell has ended (called by the session soon after each one, on the event
+        loop): background work held back while it ran may start now."""
+
     @abc.abstractmethod
     async def spawn(self, handler: CallHandler, cap: int, start_timeout_s: float) -> KernelHandle:
         """Start a kernel that has said hello (the first call sets up the working folder,

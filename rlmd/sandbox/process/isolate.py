@@ -31,7 +31,6 @@ import contextlib
 import functools
 import logging
 import os
-import platform
 import shutil
 import struct
 import subprocess
@@ -198,7 +197,7 @@ def seccomp_program() -> bytes | None:
     ``clone3`` (its flags sit in memory a filter cannot read; on ``ENOSYS`` glibc falls back
     to ``clone``, as under Docker's default profile, so threads and subprocesses still
     work); and allows the rest. ``None`` on other architectures."""
-    if sys.platform != "linux" or platform.machine() != "x86_64":
+    if sys.platform != "linux" or os.uname().machine != "x86_64":
         return None
     ld_abs, jeq, jge, jset, ret = 0x20, 0x15, 0x35, 0x45, 0x06
     allow, eperm, enosys = 0x7FFF0000, 0x00050000 | 1, 0x00050000 | _ENOSYS

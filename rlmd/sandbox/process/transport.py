@@ -401,6 +401,9 @@ class ProcessTransport(Transport):
         if self.spare_kernel and self._workdir is None:
             processes.SPARES.prepare(self.spec())
 
+    def after_cell(self) -> None:
+        processes.SPARES.refill_due()  # see _first_process
+
     async def spawn(self, handler: CallHandler, cap: int, start_timeout_s: float) -> KernelHandle:
         # Forking (a daemon's large address space), cgroup set-up and a spare's hand-over
         # block for milliseconds to tens of them: off the event loop.
@@ -428,7 +431,9 @@ class ProcessTransport(Transport):
 
     def _first_process(self) -> KernelProcess:
         spec = self.spec()
-        process = processes.SPARES.take(spec) if self.spare_kernel else None
+        # The next spare is made after this kernel's first cell (after_cell): its
+        # interpreter's start-up would compete with that cell for the CPU (~3 ms per start).
+        process = processes.SPARES.take(spec, refill_later=True) if self.spare_kernel else None
         return process if process is not None else processes.launch(spec)
 
     async def _attach(
