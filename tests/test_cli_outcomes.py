@@ -135,6 +135,8 @@ def test_runs_search_finds_prefixes_and_substrings(rlmd_home, tmp_path):
         (("runs", "--limit", "0"), "--limit must be >= 1"),
         (("serve", "--stdio", "--idle-timeout", "-1"), "--idle-timeout must be a number >= 0"),
         (("run", "q", "-c", "-", "--template", "nosuch"), "no sandbox template 'nosuch'"),
+        # a KeyError's message, not its repr in quotes
+        (("run", "q", "-c", "-", "-m", "nosuch"), "error: unknown model 'nosuch'; known:"),
     ],
 )
 def test_bad_usage_exits_2_and_records_nothing(rlmd_home, args, needle):

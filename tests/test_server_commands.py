@@ -472,5 +472,13 @@ async def test_lone_surrogates_in_a_task_are_stored_and_the_run_completes(daemon
         run = (await c.command("rlmd.runs.get", {"run_id": done["run_id"]}))["run"]
         assert run["status"] == "completed" and run["answer"] == "\\ud800"
         assert run["question"].endswith('"note": "\\ud800 where"}')
+        # searching for it, or a folder named with one, is an answer, not an INTERNAL_ERROR
+        found = await c.command("rlmd.runs.list", {"search": "\ud800 where"})
+        assert [r["id"] for r in found["runs"]] == [done["run_id"]]
+        mine = await c.command("rlmd.runs.list", {"workspace": str(project), "search": "\ud800"})
+        assert [r["id"] for r in mine["runs"]] == [done["run_id"]]
+        with pytest.raises(RpcError) as err:
+            await c.command("rlmd.runs.list", {"workspace": str(project) + "\ud800"})
+        assert err.value.code == -32602 and "no such folder" in err.value.message
     finally:
         await c.close()

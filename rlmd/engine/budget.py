@@ -77,6 +77,8 @@ class Budget:
                 raise ValueError(f"budget {f.name} must be a number >= 0, got {value!r}")
         if self.max_iterations < 1:
             raise ValueError("budget max_iterations must be >= 1")
+        if self.cell_timeout_s == 0:  # every cell would be interrupted as it starts
+            raise ValueError("budget cell_timeout_s must be > 0 (seconds per REPL cell)")
 
     def to_dict(self) -> BudgetLimits:
         return {

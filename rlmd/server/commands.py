@@ -88,7 +88,7 @@ def _folder(p: Params, key: str = "workspace") -> str:
         value = unquote(urlparse(value).path)
     try:
         return str(Path(value).expanduser().resolve(strict=True))
-    except (OSError, RuntimeError):
+    except (OSError, RuntimeError, UnicodeError):  # UnicodeError: no file has that name
         raise invalid(f"{key}: no such folder: {value}", key) from None
 
 

@@ -28,6 +28,7 @@ from collections.abc import Iterable
 from typing import TYPE_CHECKING, Any
 
 from rlmd.store.codec import NODE_TEXT_COLUMNS, RUN_JSON_COLUMNS, loads, merge_text
+from rlmd.store.codec import text as stored
 
 if TYPE_CHECKING:
     from rlmd.store.sqlite import sqlite_utils
@@ -163,13 +164,14 @@ class Queries:
         if status is not None:
             statuses = [status] if isinstance(status, str) else list(status)
             names = [f":status{i}" for i in range(len(statuses))]
-            params.update({f"status{i}": s for i, s in enumerate(statuses)})
+            params.update({f"status{i}": stored(s) for i, s in enumerate(statuses)})
             where.append(f"status IN ({', '.join(names) or 'NULL'})")
         if workspace is not None:
             where.append("workspace = :workspace")
-            params["workspace"] = str(workspace)
+            params["workspace"] = stored(str(workspace))
         # Double quotes cannot be escaped inside an FTS5 term: search for the words around them.
-        search = search.replace('"', " ") if search is not None else None
+        # A lone surrogate is looked for as it is stored (its escape): SQLite takes no other.
+        search = stored(search.replace('"', " ")) if search is not None else None
         self.flush()
         if search is not None and search.strip():
             self.index_text(quiet=True)
@@ -331,6 +333,7 @@ class Queries:
         """
         if not text or not text.strip():
             return []
+        text = stored(text)  # a lone surrogate as it is stored
         self.flush()
         self.index_text(quiet=True)
         terms = [t.strip('"').lower() for t in self.db.quote_fts(text).split('" "')]
