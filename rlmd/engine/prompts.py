@@ -443,12 +443,15 @@ NEXT_TURN = (
 )
 
 NEXT_TURN_FOLDED = (
-    "Turn {turn} of {max_turns}. Write your next cell in a ```repl block; once an output "
-    "shows the answer, call FINAL(...) with the answer itself."
+    "Turn {turn} of {max_turns}. If an output answers the question, call FINAL(...) with the "
+    "answer itself in a ```repl block now; otherwise continue."
 )
 """The turn note after a folded turn: the output of the cell that failed is no longer
 above (only what the fold's note keeps), so :data:`NEXT_TURN`'s "If the output above
-answers" would point at nothing."""
+answers" would point at nothing. Otherwise the same words: a first wording ("Write your
+next cell ...; once an output shows the answer, call FINAL(...) with the answer itself")
+changed the 1.5B's greedy answer on held-out codeintel-006 from the class name to a
+sentence restating the question (session 10, bench/RESULTS.md)."""
 
 LAST_TURN = (
     "Turn {turn} of {max_turns} is your last. Reply with a ```repl block that calls FINAL(...) "
