@@ -244,6 +244,23 @@ async def test_large_context_through_the_shared_folder(make):
     assert r.stdout == "True 1400000\n"
 
 
+async def test_a_context_file_that_cannot_be_written_goes_in_one_frame(make, monkeypatch):
+    """A full host disk under the shared folder (ENOSPC from the context file) failed the
+    bind with a bare OSError; the context goes through the channel instead."""
+    import errno
+
+    import rlmd.sandbox.docker.transport as transport
+
+    def full(*args, **kwargs):
+        raise OSError(errno.ENOSPC, "No space left on device")
+
+    sb = await make()
+    monkeypatch.setattr(transport, "write_new", full)
+    await sb.load_context("0123456789" * 300_000)  # 3 MB: over the file threshold
+    r = await ok(sb, "import os\nprint(len(context), context[-3:], os.listdir('.'))")
+    assert r.stdout == "3000000 789 []\n"
+
+
 async def test_a_codebase_spooled_while_read_is_bound_from_the_shared_folder(make, codebase):
     """``rlmd run --sandbox container``: the codebase's files go into ``/work`` as they are
     read (``rlmd.context.Spool``), owned by the container's user; the kernel binds them."""

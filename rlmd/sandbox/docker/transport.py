@@ -384,7 +384,12 @@ class ContainerTransport(Transport):
             own(written, self.user)
             return Path(written)
 
-        path = await asyncio.to_thread(write)
+        try:
+            path = await asyncio.to_thread(write)
+        except OSError as exc:  # write_new left no file behind (a full disk, as the process
+            # backend's REPL folder can be): the context goes in one frame, as a small one does
+            log.info("context file not written (%s); sending the context in one frame", exc)
+            return request, _nothing
         return context_file_request(fmt, f"{CONTAINER_WORKDIR}/{path.name}"), path.unlink
 
     def new_context_file(self) -> ContextFile | None:
