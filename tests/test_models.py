@@ -920,6 +920,43 @@ async def test_local_timeout_stops_generation_and_long_prompt_errors(
         await model.aclose()
 
 
+@pytest.mark.model
+async def test_local_timeout_stops_in_the_prompt_not_after_it(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """A call that times out while its prompt is decoded stops at the next batch of
+    ``n_batch`` tokens (it went on through the whole prompt, minutes of a loaded core, and
+    held the model from the next call); the model then answers as before."""
+    if REAL_RLMD_HOME:
+        monkeypatch.setenv("RLMD_HOME", REAL_RLMD_HOME)
+    else:
+        monkeypatch.delenv("RLMD_HOME")
+    if importlib.util.find_spec("llama_cpp") is None:
+        pytest.skip("llama-cpp-python is not installed: pip install 'rlmd[local]'")
+    if pull_mod.local_model_path("qwen2.5-coder-0.5b") is None:
+        pytest.skip("qwen2.5-coder-0.5b not pulled: run `rlmd models pull qwen2.5-coder-0.5b`")
+    spec = ModelSpec(
+        name="q", provider="local", model="qwen2.5-coder-0.5b", n_threads=1, timeout_s=120,
+        options={"n_ctx": 8192},
+    )  # fmt: skip
+    model = LocalModel(spec)
+    try:
+        before = await model.complete(user("Say hi"), max_tokens=4)
+        long = user("word " * 6000)
+        prompt_tokens = model.count_messages(long)
+        spec.timeout_s = 0.3  # 6,000 prompt tokens take ~10 s or more on one core
+        with pytest.raises(ModelError, match="no reply within 0.3 s") as info:
+            await model.complete(long, max_tokens=4)
+        assert info.value.retryable
+        decoded = model._llm.n_tokens
+        assert 0 < decoded < prompt_tokens  # stopped inside the prompt, not after it
+        spec.timeout_s = 120
+        after = await model.complete(user("Say hi"), max_tokens=4)
+        assert after.text == before.text  # greedy: the cut-short prompt left nothing behind
+    finally:
+        await model.aclose()
+
+
 def test_count_messages_counts_each_message_once_as_history_grows() -> None:
     """A loop re-sends its whole history every iteration; each message is counted once."""
     counted: list[str] = []

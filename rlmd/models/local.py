@@ -28,6 +28,7 @@ import asyncio
 import importlib.util
 import threading
 import time
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -48,6 +49,10 @@ MAX_DEFAULT_N_CTX = 8192
 INSTALL_HINT = "pip install 'rlmd[local]'"
 
 
+class _Stopped(Exception):
+    """Raised from a decode once the call was cancelled or timed out (see :func:`_checked`)."""
+
+
 class _Abort:
     """A logits processor that, once triggered, leaves only the end-of-sequence token."""
 
@@ -57,14 +62,40 @@ class _Abort:
         self.cancelled = threading.Event()
         self.timed_out = False
 
-    def __call__(self, input_ids: Any, scores: Any) -> Any:
+    def stopped(self) -> bool:
+        """Whether the call should stop: cancelled, or past its deadline (then timed out)."""
         if not self.cancelled.is_set() and time.monotonic() > self.deadline:
             self.timed_out = True
             self.cancelled.set()
-        if self.cancelled.is_set():
+        return self.cancelled.is_set()
+
+    def __call__(self, input_ids: Any, scores: Any) -> Any:
+        if self.stopped():
             scores[:] = float("-inf")
             scores[self.eos] = 0.0
         return scores
+
+
+def _checked(llm: Any, current: Callable[[], _Abort | None]) -> None:
+    """Make ``llm`` check the running call's :class:`_Abort` before each decode, raising
+    :class:`_Stopped`. The logits processor acts only between generated tokens, so a
+    cancelled or timed-out call went on through its whole prompt (minutes for thousands of
+    tokens on a loaded CPU: a timed-out 1.5B call held the next run's model for 8.5 minutes,
+    bench/RESULTS.md, issue 13 session 10); prompts are decoded in batches of ``n_batch``
+    tokens, so it now stops at the next batch. llama-cpp-python (pinned 0.3.36) decodes
+    through ``Llama._ctx.decode``; without that attribute nothing is changed."""
+    ctx: Any = getattr(llm, "_ctx", None)
+    decode = getattr(ctx, "decode", None)
+    if decode is None:
+        return
+
+    def checked(batch: Any) -> None:
+        abort = current()
+        if abort is not None and abort.stopped():
+            raise _Stopped
+        decode(batch)
+
+    ctx.decode = checked
 
 
 def _stream_until(chunks: Any, stop: list[str], abort: _Abort) -> dict:
@@ -109,6 +140,7 @@ class LocalModel(Model):
         super().__init__(spec)
         self._llm: Any = None
         self._lock = threading.Lock()  # guards self._llm: one call at a time
+        self._abort: _Abort | None = None  # the running call's (under self._lock)
         self._async_locks: dict[asyncio.AbstractEventLoop, asyncio.Lock] = {}
         # The engine sizes prompts by spec.context_window: make it the window really loaded.
         spec.context_window = self.n_ctx
@@ -174,6 +206,7 @@ class LocalModel(Model):
                 )
             except Exception as exc:
                 raise ModelError(f"{self.name}: loading {path} failed: {exc}") from exc
+            _checked(self._llm, lambda: self._abort)
             self._message_tokens.clear()  # counted by the estimate; now the tokenizer is here
         return self._llm
 
@@ -189,6 +222,7 @@ class LocalModel(Model):
             llm = self._load()
             import llama_cpp  # loaded by now
 
+            self._abort = abort  # checked before every decode (_checked)
             abort.eos = llm.token_eos()
             kwargs: dict[str, Any] = {"temperature": 0.0, "seed": DEFAULT_SEED}
             kwargs.update(self.spec.sampling)
@@ -206,6 +240,8 @@ class LocalModel(Model):
                 return llm.create_chat_completion(
                     messages=messages, max_tokens=max_tokens, **kwargs
                 )
+            except _Stopped:  # the caller has gone, or will raise the timeout
+                return {"choices": [{"message": {"content": ""}}]}
             except ValueError as exc:
                 # e.g. "Requested tokens (9000) exceed context window of 8192"
                 raise ModelError(f"{self.name}: {exc}") from None
