@@ -854,18 +854,23 @@ async def test_local_without_llama_cpp(tmp_path: Path, monkeypatch: pytest.Monke
         await model.complete(user("hi"))
 
 
-@pytest.mark.model
-async def test_local_qwen_0_5b_generates(monkeypatch: pytest.MonkeyPatch) -> None:
-    # the rlmd home this test process was started with, not the per-test empty one
+def needs_pulled_0_5b(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Point ``RLMD_HOME`` back at the home this test process was started with (not the
+    per-test empty one), where the model is pulled; skip without llama-cpp-python or the
+    pulled qwen2.5-coder-0.5b."""
     if REAL_RLMD_HOME:
         monkeypatch.setenv("RLMD_HOME", REAL_RLMD_HOME)
     else:
         monkeypatch.delenv("RLMD_HOME")
     if importlib.util.find_spec("llama_cpp") is None:
         pytest.skip("llama-cpp-python is not installed: pip install 'rlmd[local]'")
-    path = pull_mod.local_model_path("qwen2.5-coder-0.5b")
-    if path is None:
+    if pull_mod.local_model_path("qwen2.5-coder-0.5b") is None:
         pytest.skip("qwen2.5-coder-0.5b not pulled: run `rlmd models pull qwen2.5-coder-0.5b`")
+
+
+@pytest.mark.model
+async def test_local_qwen_0_5b_generates(monkeypatch: pytest.MonkeyPatch) -> None:
+    needs_pulled_0_5b(monkeypatch)
     spec = ModelSpec(
         name="qwen2.5-coder-0.5b", provider="local", model="qwen2.5-coder-0.5b", n_threads=1,
         options={"n_ctx": 2048},
@@ -889,14 +894,7 @@ async def test_local_qwen_0_5b_generates(monkeypatch: pytest.MonkeyPatch) -> Non
 async def test_local_timeout_stops_generation_and_long_prompt_errors(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
-    if REAL_RLMD_HOME:
-        monkeypatch.setenv("RLMD_HOME", REAL_RLMD_HOME)
-    else:
-        monkeypatch.delenv("RLMD_HOME")
-    if importlib.util.find_spec("llama_cpp") is None:
-        pytest.skip("llama-cpp-python is not installed: pip install 'rlmd[local]'")
-    if pull_mod.local_model_path("qwen2.5-coder-0.5b") is None:
-        pytest.skip("qwen2.5-coder-0.5b not pulled: run `rlmd models pull qwen2.5-coder-0.5b`")
+    needs_pulled_0_5b(monkeypatch)
     spec = ModelSpec(
         name="q", provider="local", model="qwen2.5-coder-0.5b", n_threads=1, timeout_s=1.5,
         options={"n_ctx": 512},
@@ -927,14 +925,7 @@ async def test_local_timeout_stops_in_the_prompt_not_after_it(
     """A call that times out while its prompt is decoded stops at the next batch of
     ``n_batch`` tokens (it went on through the whole prompt, minutes of a loaded core, and
     held the model from the next call); the model then answers as before."""
-    if REAL_RLMD_HOME:
-        monkeypatch.setenv("RLMD_HOME", REAL_RLMD_HOME)
-    else:
-        monkeypatch.delenv("RLMD_HOME")
-    if importlib.util.find_spec("llama_cpp") is None:
-        pytest.skip("llama-cpp-python is not installed: pip install 'rlmd[local]'")
-    if pull_mod.local_model_path("qwen2.5-coder-0.5b") is None:
-        pytest.skip("qwen2.5-coder-0.5b not pulled: run `rlmd models pull qwen2.5-coder-0.5b`")
+    needs_pulled_0_5b(monkeypatch)
     spec = ModelSpec(
         name="q", provider="local", model="qwen2.5-coder-0.5b", n_threads=1, timeout_s=120,
         options={"n_ctx": 8192},
