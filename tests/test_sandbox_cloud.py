@@ -596,3 +596,28 @@ async def test_modal_template_is_a_registry_image(tmp_path, monkeypatch):
         assert sb.isolation["template"] == "python:3.12-slim"
     finally:
         await sb.close()
+
+
+async def test_an_e2b_write_reset_once_is_sent_again_and_a_second_failure_is_raised():
+    """A keep-alive connection reset as a kernel file is uploaded failed the whole sandbox
+    start (CI, against the local envd); the idempotent write is sent once more."""
+    from types import SimpleNamespace
+
+    from rlmd.sandbox.cloud.e2b import E2BProvider
+
+    written: list[tuple[str, bytes]] = []
+    failures = [ConnectionResetError(104, "Connection reset by peer")]
+
+    async def write(path: str, data: bytes) -> None:
+        if failures:
+            raise failures.pop()
+        written.append((path, data))
+
+    provider = E2BProvider()
+    provider._vm = SimpleNamespace(files=SimpleNamespace(write=write))
+    await provider.write_file("/k/serve.py", b"code")
+    assert written == [("/k/serve.py", b"code")]
+    failures[:] = [OSError("disk full"), OSError("disk full")]
+    with pytest.raises(OSError, match="disk full"):
+        await provider.write_file("/k/serve.py", b"code")
+    assert written == [("/k/serve.py", b"code")]

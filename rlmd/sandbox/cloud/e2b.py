@@ -123,7 +123,18 @@ class E2BProvider(Provider):
         return self._vm
 
     async def write_file(self, path: str, data: bytes) -> None:
-        await self._need_vm().files.write(path, data)
+        """Write ``data`` to ``path`` in the VM; a failed write is sent once more.
+
+        A pooled keep-alive connection that the server closes just as a write goes out is
+        reset ("Connection reset by peer": seen once in CI against the local envd, while
+        the kernel's files were uploaded in parallel). The write is idempotent (same path,
+        same bytes), so one more attempt is safe; a second failure is raised.
+        """
+        files = self._need_vm().files
+        try:
+            await files.write(path, data)
+        except Exception:  # noqa: BLE001 - the SDK's HTTP errors come in many classes
+            await files.write(path, data)
 
     async def read_file(self, path: str) -> bytes:
         try:
