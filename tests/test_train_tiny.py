@@ -202,6 +202,90 @@ def test_a_merged_adapter_is_one_gguf_that_runs_like_base_plus_lora(
     assert "lora_path" not in spec.options
 
 
+def _block_of(name: str) -> int:
+    return int(name.split(".layers.")[1].split(".")[0])
+
+
+def test_lora_on_the_top_blocks_only(tiny: Path, tiny_gguf: Path, tmp_path: Path) -> None:
+    """``lora_layers=1`` on the 2-block tiny model: the lower block holds no adapter and runs
+    with no autograd graph (its output never requires grad, so no backward pass runs through
+    it); the top block's adapter is trained (loss finite, its B matrices moved from zero);
+    the adapter converts to GGUF, llama.cpp loads it, and its shift of the logits is the
+    PEFT model's."""
+    from datasets import Dataset
+
+    opts = SFTOptions(steps=1, learning_rate=1e-2, rank=4, alpha=8, max_length=256,
+                      save_steps=1, lora_layers=1)  # fmt: skip
+    assert not opts.gradient_checkpointing  # the default: the point of training the top only
+    model, tok = load_base(str(tiny))
+    graph: dict[int, list[bool]] = {0: [], 1: []}
+    for i, block in enumerate(model.model.layers):
+        block.register_forward_hook(
+            lambda _m, _i, out, i=i: graph[i].append(
+                (out[0] if isinstance(out, tuple) else out).requires_grad
+            )
+        )
+    trainer = build_trainer(model, tok, Dataset.from_list([SAMPLE]), opts, tmp_path / "ck")
+    # TRL defaults to bf16 autocast, which a CPU without bf16 instructions runs through a
+    # scalar fallback: on a CPU, "auto" precision trains in float32
+    assert not trainer.args.bf16 and not trainer.args.fp16
+    trainer.train()
+    assert graph == {0: [False], 1: [True]}
+    adapted = {_block_of(n) for n, p in trainer.model.named_parameters() if p.requires_grad}
+    assert adapted == {1}
+
+    data = tmp_path / "sft.jsonl"
+    data.write_text(json.dumps(SAMPLE) + "\n")
+    run = tmp_path / "run"
+    record = train_sft(str(tiny), data, run, opts)
+    assert math.isfinite(record["final_loss"]) and record["final_loss"] > 0
+    assert record["options"]["lora_layers"] == 1
+    config = json.loads((run / "adapter" / "adapter_config.json").read_text())
+    assert config["layers_to_transform"] == [1]
+    b = _lora_b(run)
+    assert b and {_block_of(k) for k in b} == {1}
+    assert all(float(v.abs().sum()) > 0 for v in b.values())
+
+    adapter = convert_adapter(run)
+    prompt = "<|im_start|>user\nhow long is the context?<|im_end|>\n<|im_start|>assistant\n"
+    plain, tuned = _logits(tiny_gguf, prompt), _logits(tiny_gguf, prompt, adapter)
+    shift = [b - a for a, b in zip(plain, tuned, strict=True)]
+    assert max(abs(d) for d in shift) > 1e-4
+    ids = _ids(llama_cpp.Llama(model_path=str(tiny_gguf), vocab_only=True, verbose=False), prompt)
+    hf_plain, hf_tuned = _hf_logits(tiny, ids), _hf_logits(tiny, ids, run / "adapter")
+    hf_shift = [b - a for a, b in zip(hf_plain, hf_tuned, strict=True)]
+    gap = max(abs(a - b) for a, b in zip(shift, hf_shift, strict=True))
+    assert gap < 0.05 * max(abs(d) for d in hf_shift)
+
+    # resuming with another adapter shape is refused before any training, and loses nothing
+    before = sorted(p.name for p in (run / "checkpoints").iterdir())
+    with pytest.raises(ValueError, match="layers_to_transform \\[1\\] there, None asked"):
+        train_sft(
+            str(tiny), data, run, SFTOptions(**{**opts.__dict__, "steps": 2, "lora_layers": 0})
+        )
+    assert sorted(p.name for p in (run / "checkpoints").iterdir()) == before
+    # the same shape resumes
+    assert train_sft(str(tiny), data, run, SFTOptions(**{**opts.__dict__, "steps": 2}))["resumed"]
+
+
+@pytest.mark.parametrize(
+    ("field", "value", "message"),
+    [
+        ("lora_layers", -1, "lora_layers must be >= 0"),
+        ("threads", 0, "threads must be >= 1"),
+        ("steps", 0, "steps must be >= 1"),
+        ("precision", "fp16", "precision must be"),
+    ],  # fmt: skip
+)
+def test_sft_options_out_of_range_are_refused_before_loading(
+    tmp_path: Path, field: str, value: object, message: str
+) -> None:
+    data = tmp_path / "sft.jsonl"
+    data.write_text(json.dumps(SAMPLE) + "\n")
+    with pytest.raises(ValueError, match=message):  # the base does not exist: not loaded
+        train_sft(str(tmp_path / "no-base"), data, tmp_path / "run", SFTOptions(**{field: value}))
+
+
 def test_grpo_step_changes_the_adapter(tiny: Path, tmp_path: Path) -> None:
     group = {
         "prompt": SAMPLE["prompt"],

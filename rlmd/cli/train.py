@@ -14,6 +14,8 @@
     rlmd train export-rollouts --set NAME --out F      rlmd train import-rollouts F
     rlmd train sft --base MODEL --data F --out NAME [--steps N] [--lr X] [--rank R]
                    [--max-length N] [--device cpu|cuda|mps] [--no-convert]
+                   [--lora-layers N] [--gradient-checkpointing] [--threads N]
+                   [--precision auto|fp32|bf16]
     rlmd train grpo --base MODEL --data F --out NAME [--steps N] [--lr X] [--no-convert]
     rlmd train convert NAME --base MODEL [--merge [--quant q4_k_m|q5_k_m|q8_0|f16|f32]]
 
@@ -119,6 +121,28 @@ def add_parser(sub: Any) -> None:
         f.add_argument("--device", choices=["cpu", "cuda", "mps"], default="cpu")
         f.add_argument("--save-steps", type=int, default=5)
         f.add_argument("--no-convert", action="store_true")
+        if name == "sft":
+            f.add_argument(
+                "--lora-layers",
+                type=int,
+                default=8,
+                help="LoRA on the top N transformer blocks only; the blocks below run without "
+                "a backward pass (default 8; 0 = every block)",
+            )
+            f.add_argument(
+                "--gradient-checkpointing",
+                action="store_true",
+                help="recompute activations in the backward pass: less memory, slower "
+                "(default off)",
+            )
+            f.add_argument("--threads", type=int, help="torch CPU threads (default: all cores)")
+            f.add_argument(
+                "--precision",
+                choices=["auto", "fp32", "bf16"],
+                default="auto",
+                help="auto: bf16 autocast on cuda, fp32 elsewhere (bf16 on a CPU without bf16 "
+                "instructions is many times slower)",
+            )
     c = t.add_parser("convert", help="adapter → llama.cpp GGUF, registered as a model")
     c.add_argument("name")
     c.add_argument("--base", required=True)
@@ -315,6 +339,10 @@ def cmd_fit(args: argparse.Namespace) -> int:
                 max_length=args.max_length,
                 device=args.device,
                 save_steps=args.save_steps,
+                lora_layers=args.lora_layers,
+                gradient_checkpointing=args.gradient_checkpointing,
+                threads=args.threads,
+                precision=args.precision,
             ),
         )
     else:

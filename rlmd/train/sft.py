@@ -2,9 +2,10 @@
 
 The base model comes from the GGUF file rlmd already pulled (transformers reads qwen2 GGUF
 and dequantises it to float32) or from a Hugging Face folder. PEFT puts LoRA adapters on all
-linear layers; TRL's ``SFTTrainer`` trains on ``{"prompt", "completion"}`` samples
-(:mod:`rlmd.train.export`) with the loss on the completion (the target root turn) only.
-The text trained on is, token for token, the prompt llama.cpp renders at inference (the
+linear layers of the top ``lora_layers`` transformer blocks (default 8; 0 = every block; the
+blocks below then run without an autograd graph, see :class:`SFTOptions`); TRL's
+``SFTTrainer`` trains on ``{"prompt", "completion"}`` samples (:mod:`rlmd.train.export`)
+with the loss on the completion (the target root turn) only. The text trained on is, token for token, the prompt llama.cpp renders at inference (the
 GGUF's own chat template) followed by the target turn and ``<|im_end|>``.
 
 **Length cap and turns.** A root turn's prompt grows with every turn (the history), so a
@@ -47,7 +48,21 @@ log = logging.getLogger(__name__)
 
 @dataclass
 class SFTOptions:
-    """Training knobs (defaults sized for a CPU: short samples, few steps)."""
+    """Training knobs (defaults sized for a CPU: short samples, few steps).
+
+    ``lora_layers``: LoRA on the top N transformer blocks only (``None`` or ``0``: all of
+    them). The blocks below hold no trainable weight and, without gradient checkpointing,
+    run with no autograd graph: no activations kept, no backward pass through them, so a
+    step costs one forward pass of the whole model plus the backward pass of the top N.
+    ``gradient_checkpointing``: recompute activations in the backward pass instead of
+    keeping them (less memory, one more forward pass of every block; with it on, the
+    trainer makes the embeddings' output require grad, so the backward pass runs through
+    every block again). ``threads``: torch's CPU threads (``None``: torch's default, the
+    core count). ``precision``: ``"fp32"``, ``"bf16"`` (autocast) or ``"auto"`` (bf16 on
+    CUDA, fp32 elsewhere). TRL's own default is bf16, which on a CPU without bf16 matrix
+    instructions (AVX512-BF16/AMX; this project's 2-core AMD EPYC VM has AVX2 only) runs
+    the matrix products through PyTorch's generic (non-BLAS) GEMM: the all-block step of
+    ``bench/train_step.py`` was found there, in ``MmBackward`` on ``BFloat16``."""
 
     steps: int = 30
     learning_rate: float = 2e-4
@@ -59,7 +74,10 @@ class SFTOptions:
     save_steps: int = 5
     device: str = "cpu"
     seed: int = 0
-    gradient_checkpointing: bool = True
+    gradient_checkpointing: bool = False
+    lora_layers: int | None = 8
+    threads: int | None = None
+    precision: str = "auto"
 
 
 def resolve_base(base: str) -> tuple[str, str | None]:
@@ -213,6 +231,95 @@ def check_lengths(report: dict, max_length: int) -> None:
         )
 
 
+def lora_layer_ids(model: Any, lora_layers: int | None) -> list[int] | None:
+    """Indices of the transformer blocks that get LoRA for ``lora_layers`` (the top N of
+    ``model.config.num_hidden_layers``), or ``None`` for all of them (``lora_layers`` None,
+    0, or at least the block count).
+
+    Raises:
+        ValueError: ``lora_layers`` is negative."""
+    if lora_layers is not None and lora_layers < 0:
+        raise ValueError(f"lora_layers must be >= 0 (0 = all blocks), got {lora_layers}")
+    total = int(model.config.num_hidden_layers)
+    if not lora_layers or lora_layers >= total:
+        return None
+    return list(range(total - lora_layers, total))
+
+
+def lora_config(model: Any, opts: SFTOptions) -> Any:
+    """The PEFT ``LoraConfig`` of a run: rank/alpha from ``opts``, all linear layers of the
+    blocks :func:`lora_layer_ids` picks (the output head is never adapted)."""
+    import torch
+    from peft import LoraConfig
+
+    layers = lora_layer_ids(model, opts.lora_layers)
+    # PEFT takes layers_to_transform with a list of module names only, not "all-linear":
+    # the same set, named (every Linear inside the blocks; the output head is outside them)
+    names = sorted({n.rsplit(".", 1)[-1] for n, m in model.named_modules()
+                    if isinstance(m, torch.nn.Linear) and ".layers." in n})  # fmt: skip
+    return LoraConfig(
+        r=opts.rank,
+        lora_alpha=opts.alpha,
+        lora_dropout=0.0,
+        target_modules="all-linear" if layers is None else names,
+        task_type="CAUSAL_LM",
+        layers_to_transform=layers,
+        layers_pattern="layers" if layers is not None else None,
+    )
+
+
+def check_resume(checkpoints: Path, config: Any) -> None:
+    """Refuse to resume from a checkpoint in ``checkpoints`` whose adapter differs from
+    ``config`` (rank, alpha or adapted blocks): the optimizer state would not fit it.
+
+    Raises:
+        ValueError: the newest checkpoint's ``adapter_config.json`` names other values; the
+            message says which and how to resume (the same options) or start over (a new
+            ``--out``)."""
+    found = sorted(checkpoints.glob("checkpoint-*/adapter_config.json"), key=_step_of)
+    if not found:
+        return
+    saved = json.loads(found[-1].read_text())
+    want = {"r": config.r, "lora_alpha": config.lora_alpha,
+            "layers_to_transform": config.layers_to_transform}  # fmt: skip
+    have = {"r": saved.get("r"), "lora_alpha": saved.get("lora_alpha"),
+            "layers_to_transform": saved.get("layers_to_transform")}  # fmt: skip
+    if want != have:
+        diff = ", ".join(
+            f"{k} {have[k]} there, {want[k]} asked" for k in want if want[k] != have[k]
+        )
+        raise ValueError(
+            f"{found[-1].parent} holds another adapter ({diff}): resume with the options "
+            f"it was trained with (--rank, --alpha, --lora-layers), or train into a new --out"
+        )
+
+
+def _step_of(adapter_config: Path) -> int:
+    tail = adapter_config.parent.name.rsplit("-", 1)[-1]
+    return int(tail) if tail.isdigit() else -1
+
+
+def check_options(opts: SFTOptions) -> None:
+    """Raise ``ValueError`` for options no run can use (before minutes of loading):
+    ``steps``, ``rank``, ``alpha``, ``max_length``, ``batch_size``, ``grad_accum``,
+    ``save_steps`` or ``threads`` below 1, ``lora_layers`` below 0, an unknown
+    ``precision``."""
+    for name in ("steps", "rank", "alpha", "max_length", "batch_size", "grad_accum", "save_steps"):
+        if getattr(opts, name) < 1:
+            raise ValueError(f"{name} must be >= 1, got {getattr(opts, name)}")
+    if opts.threads is not None and opts.threads < 1:
+        raise ValueError(f"threads must be >= 1, got {opts.threads}")
+    if opts.lora_layers is not None and opts.lora_layers < 0:
+        raise ValueError(f"lora_layers must be >= 0 (0 = all blocks), got {opts.lora_layers}")
+    if opts.precision not in ("auto", "fp32", "bf16"):
+        raise ValueError(f"precision must be auto, fp32 or bf16, got {opts.precision!r}")
+
+
+def uses_bf16(opts: SFTOptions) -> bool:
+    """Whether a run autocasts to bf16: ``precision`` ``"bf16"``, or ``"auto"`` on CUDA."""
+    return opts.precision == "bf16" or (opts.precision == "auto" and opts.device == "cuda")
+
+
 def build_trainer(
     model: Any,
     tokenizer: Any,
@@ -222,9 +329,8 @@ def build_trainer(
     callbacks: Sequence[Any] = (),
 ) -> Any:
     """TRL's ``SFTTrainer`` for ``ds`` (``{"prompt", "completion"}`` rows) with a LoRA
-    adapter on ``model``; its ``train_dataset`` holds the tokenised samples (``input_ids``,
-    ``labels`` -100 outside the completion) exactly as trained."""
-    from peft import LoraConfig
+    adapter on ``model`` (:func:`lora_config`); its ``train_dataset`` holds the tokenised
+    samples (``input_ids``, ``labels`` -100 outside the completion) exactly as trained."""
     from trl import SFTConfig, SFTTrainer
 
     config = SFTConfig(
@@ -243,22 +349,17 @@ def build_trainer(
         use_cpu=opts.device == "cpu",
         report_to=[],
         gradient_checkpointing=opts.gradient_checkpointing,
+        bf16=uses_bf16(opts),  # TRL defaults to bf16: see SFTOptions.precision
+        fp16=False,
         seed=opts.seed,
         dataloader_num_workers=0,
-    )
-    lora = LoraConfig(
-        r=opts.rank,
-        lora_alpha=opts.alpha,
-        lora_dropout=0.0,
-        target_modules="all-linear",
-        task_type="CAUSAL_LM",
     )
     trainer = SFTTrainer(
         model=model,
         args=config,
         train_dataset=ds,
         processing_class=tokenizer,
-        peft_config=lora,
+        peft_config=lora_config(model, opts),
         callbacks=list(callbacks),
     )
     return trainer
@@ -276,8 +377,10 @@ def train_sft(
         "final_loss", "seconds", "options"}``.
 
     Raises:
-        ValueError: ``max_length`` keeps no sample, or drops every later turn or every
-            answering turn (:func:`check_lengths`).
+        ValueError: an option out of range (:func:`check_options`); ``max_length`` keeps no
+            sample, or drops every later turn or every answering turn
+            (:func:`check_lengths`); ``out`` holds checkpoints of another adapter shape
+            (:func:`check_resume`).
         FileNotFoundError: see :func:`resolve_base`.
     """
     import torch
@@ -285,10 +388,14 @@ def train_sft(
     from transformers import TrainerCallback
 
     opts = opts or SFTOptions()
+    check_options(opts)
+    if opts.threads is not None:
+        torch.set_num_threads(opts.threads)
     out = Path(out)
     out.mkdir(parents=True, exist_ok=True)
     torch.manual_seed(opts.seed)
     model, tokenizer = load_base(base, opts.device)
+    check_resume(out / "checkpoints", lora_config(model, opts))
     ds = load_dataset("json", data_files=str(data), split="train")
     lengths = length_report(tokenizer, list(ds), opts.max_length)
     check_lengths(lengths, opts.max_length)
