@@ -166,3 +166,39 @@ async def test_a_checkpoint_that_cannot_be_written_keeps_the_repl_and_its_variab
     finally:
         folder.unlink()
     assert await ws.checkpoint() is not None  # written once it can be
+
+
+async def test_an_idle_stop_or_a_close_that_cannot_checkpoint_keeps_the_repl(manager, codebase):
+    """An idle sweep or a close whose checkpoint could not be written (a full disk) stopped
+    the REPL anyway and lost the variables no checkpoint held. Both now keep it running,
+    say why in a ``checkpoint_failed`` change, and stop once the checkpoint can be written."""
+    from rlmd.workspace.manager import CheckpointNotWritten
+
+    ws = manager.get(codebase)
+    ws.settings = WorkspaceSettings(idle_timeout_s=0.001)
+    await ws.run_cell("made = 'unsaved'", timeout_s=30)
+    folder = ckpt.checkpoint_path(ws.folder).parent
+    folder.parent.mkdir(parents=True, exist_ok=True)
+    folder.write_text("not a folder")
+    try:
+        ws.last_used -= 1.0
+        assert await manager.sweep_idle() == []
+        assert ws.state is WorkspaceState.READY and ws.sandbox is not None
+        failed = manager.changes.data["checkpoint_failed"]
+        assert failed["reason"] == "idle" and "not written" in failed["error"]
+        with pytest.raises(CheckpointNotWritten, match="stays open with its variables"):
+            await manager.close(ws)
+        assert (
+            manager.find(codebase) is ws
+            and manager.changes.data["checkpoint_failed"]["reason"] == "closed"
+        )
+        kept = await ws.run_cell("print(made)", timeout_s=30)
+        assert kept.stdout == "unsaved\n" and not kept.kernel_restarted
+        assert "stopped" not in manager.changes.data
+    finally:
+        folder.unlink()
+    ws.last_used -= 1.0
+    assert await manager.sweep_idle() == [ws.folder]
+    assert ws.state is WorkspaceState.STOPPED
+    assert manager.changes.data["stopped"]["checkpoint_error"] is None
+    assert "made" in manager.changes.data["checkpointed"]["variables"]

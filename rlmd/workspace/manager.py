@@ -131,7 +131,8 @@ class Workspace:
         folder: the project folder (absolute, resolved).
         settings: backend, timeouts.
         on_change: ``(workspace, kind, data)`` for ``"started"``, ``"checkpointed"``,
-            ``"stopped"``, ``"reset"``, ``"restored"``, ``"cell"``, ``"closed"``.
+            ``"stopped"``, ``"checkpoint_failed"``, ``"reset"``, ``"restored"``, ``"cell"``,
+            ``"closed"``.
     """
 
     def __init__(
@@ -328,17 +329,32 @@ class Workspace:
         self._emit("checkpointed", **self.last_checkpoint)
         return self.last_checkpoint
 
-    async def stop(self, *, checkpoint: bool, reason: str) -> None:
-        """Stop the sandbox (after a checkpoint if ``checkpoint``); a failed checkpoint is
-        logged and reported in the ``"stopped"`` change, and the sandbox is stopped anyway."""
+    async def stop(self, *, checkpoint: bool, reason: str, keep_unsaved: bool = False) -> None:
+        """Stop the sandbox (after a checkpoint if ``checkpoint``).
+
+        A checkpoint that fails is logged and reported in the ``"stopped"`` change, and the
+        sandbox is stopped anyway, except when ``keep_unsaved`` and the file could not be
+        written (a full disk): then the REPL keeps running with its variables and a
+        ``"checkpoint_failed"`` change says why.
+
+        Raises:
+            CheckpointNotWritten: only with ``keep_unsaved``; nothing was stopped.
+        """
         if self.sandbox is None:
             return
         problem = None
         if checkpoint:
             try:
                 await self.checkpoint()
+            except CheckpointNotWritten as exc:
+                if keep_unsaved:
+                    log.warning("workspace %s: %s; kept running", self.folder, exc)
+                    self._emit("checkpoint_failed", reason=reason, error=str(exc))
+                    raise
+                problem = f"checkpoint failed: {exc}"
             except (SandboxError, OSError, KeyError, ValueError, TypeError) as exc:
                 problem = f"checkpoint failed: {exc}"
+            if problem:
                 log.warning("workspace %s: %s", self.folder, problem)
         sandbox, self.sandbox, self.context = self.sandbox, None, None
         await asyncio.shield(sandbox.close())
@@ -547,9 +563,21 @@ class WorkspaceManager:
 
     async def close(self, ws: Workspace, *, checkpoint: bool = True) -> None:
         """Stop ``ws`` (checkpointing first if asked) and forget it. The caller makes sure
-        no task holds or waits for it."""
+        no task holds or waits for it.
+
+        Raises:
+            CheckpointNotWritten: ``checkpoint`` was asked and the file could not be written;
+                ``ws`` stays open and running with its variables (close with
+                ``checkpoint=False`` to discard them).
+        """
         async with ws.hold("close"):
-            await ws.stop(checkpoint=checkpoint, reason="closed")
+            try:
+                await ws.stop(checkpoint=checkpoint, reason="closed", keep_unsaved=True)
+            except CheckpointNotWritten as exc:
+                raise CheckpointNotWritten(
+                    f"{exc}; the workspace stays open with its variables "
+                    "(close it with checkpoint false to discard them)"
+                ) from exc
         ws.state = WorkspaceState.CLOSED
         self.workspaces.pop(ws.folder, None)
         ws._emit("closed")
@@ -568,7 +596,11 @@ class WorkspaceManager:
             async with ws.hold("idle"):
                 if ws.sandbox is None or ws.waiting:
                     continue
-                await ws.stop(checkpoint=True, reason="idle")
+                try:
+                    await ws.stop(checkpoint=True, reason="idle", keep_unsaved=True)
+                except CheckpointNotWritten:  # kept with its variables; try again later
+                    ws.last_used = time.monotonic()
+                    continue
                 stopped.append(ws.folder)
         return stopped
 
