@@ -230,6 +230,8 @@ def _is_dropped_connection(exc: BaseException) -> bool:
     """Whether ``exc`` (or what it was raised from) is a connection the peer dropped: an
     :class:`ConnectionError` or an httpx/httpcore transport error, matched by class name so
     the check needs neither library imported (the SDK wraps them in its own classes)."""
+    if type(exc).__name__ == "SandboxNotRunningException":  # the SDK probed it: the VM is gone
+        return False
     seen: BaseException | None = exc
     for _ in range(8):  # a cause chain is short; the bound guards a cycle
         if seen is None:
