@@ -341,7 +341,8 @@ def next_turn_note(i: int, max_turns: int, *, folded: bool = False) -> str:
     # The 1.5B model found the file in turn 2 and re-ran the same grep until the turns
     # ran out (trajectory 6179e06561ff141c86a0).
     if i + 2 == max_turns:
-        return prompts.LAST_TURN.format(turn=i + 2, max_turns=max_turns)
+        last = prompts.LAST_TURN_FOLDED if folded else prompts.LAST_TURN
+        return last.format(turn=i + 2, max_turns=max_turns)
     note = prompts.NEXT_TURN_FOLDED if folded else prompts.NEXT_TURN
     return note.format(turn=i + 2, max_turns=max_turns)
 
@@ -365,7 +366,9 @@ def fold_lines(
         if result.error:
             out = prompts.printed(result)
             if out.strip():
-                capped = parsing.cap_output(out, output_cap)
+                # without its last newline: the notes are joined by a blank line, and a
+                # cell that printed only stderr left two (session 10, held-out 007)
+                capped = parsing.cap_output(out, output_cap).rstrip("\n")
                 lines.append(prompts.FOLDED_PRINTED.format(output=capped))
             lines.append(prompts.FOLDED_RAISED.format(error=exception_text(result.error)))
             if result.variables:
