@@ -7,6 +7,7 @@ from __future__ import annotations
 import asyncio
 import json
 import os
+import re
 import shutil
 import subprocess
 import sys
@@ -193,6 +194,48 @@ def test_task_file_errors_name_the_line(tmp_path: Path) -> None:
     bad.write_text("not json\n")
     with pytest.raises(TaskFileError, match="t.jsonl:1: not JSON"):
         load_tasks(bad)
+
+
+@pytest.mark.parametrize(
+    ("line", "why"),
+    [
+        # a JSON scalar crashed with "TypeError: argument of type 'int' is not iterable"
+        ("5", "a task must be a JSON object, got int"),
+        ("null", "a task must be a JSON object, got NoneType"),
+        ('"question context answer"', "a task must be a JSON object, got str"),
+        ('{"question": 5, "context": "c", "answer": 1}', "question must be a non-empty string"),
+        # a context of 5 raised a TypeError traceback from load_context when its turn came
+        ('{"question": "q", "context": 5, "answer": 1}', "context must be a string or an"),
+        # an unknown scorer was found only after the task's run, every task before it done
+        ('{"question": "q", "context": "c", "answer": 1, "scorer": "exakt"}', "unknown scorer"),
+        ('{"question": "q", "context": "c", "answer": 1, "scorer": ":fn"}', "unknown scorer"),
+        ('{"question": "q", "context": "c", "answer": 1, "choices": "ab"}', "choices must be"),
+    ],
+)
+def test_a_bad_task_line_is_refused_before_any_task_runs(tmp_path: Path, line, why) -> None:
+    bad = tmp_path / "t.jsonl"
+    bad.write_text('{"question": "q", "context": "c", "answer": 1}\n' + line + "\n")
+    with pytest.raises(TaskFileError, match=re.escape(f"t.jsonl:2: {why}")):
+        load_tasks(bad)
+
+
+def test_unreadable_task_files_and_folders_name_the_file(tmp_path: Path) -> None:
+    bad = tmp_path / "t.jsonl"
+    bad.write_bytes(b"\xff\xfe{}\n")  # was a bare "'utf-8' codec can't decode" with no file
+    with pytest.raises(TaskFileError, match="t.jsonl: cannot be read as UTF-8 text"):
+        load_tasks(bad)
+    folder = tmp_path / "set"
+    folder.mkdir()
+    (folder / "manifest.json").write_text("[1]")  # was AttributeError: 'list' ... 'get'
+    (folder / "tasks.jsonl").write_text("{not json\n")
+    with pytest.raises(TaskFileError, match="manifest.json: not a JSON object"):
+        load_tasks(folder)
+    (folder / "manifest.json").write_text('{"split": "train"}')
+    with pytest.raises(TaskFileError, match=r"tasks.jsonl:1: not JSON"):  # was: no file named
+        load_tasks(folder)
+    (folder / "tasks.jsonl").write_text('{"id": "x"}\n')  # was KeyError: 'family'
+    with pytest.raises(TaskFileError, match=r"tasks.jsonl:1: missing or wrong field 'family'"):
+        load_tasks(folder)
 
 
 def test_template_fixes() -> None:

@@ -64,6 +64,13 @@ def test_path_answers_must_name_a_file_of_the_codebase():
     assert concern is not None and "similar name: pkg/sub/b.py" in concern.evidence.replace(
         "names", "name"
     )
+    # "./" goes, a dot folder's own dot stays: "./.github/..." was checked as "github/...",
+    # a file the codebase does not have, and a right answer was doubted
+    dotted = Context(value={".github/workflows/ci.yml": "on: push\n"}, kind="codebase")
+    assert check("./.github/workflows/ci.yml", dotted) is None
+    assert check("././.github/workflows/ci.yml", dotted) is None
+    concern = check("./github/workflows/ci.yml", dotted)
+    assert concern is not None and "no file 'github/workflows/ci.yml'" in concern.evidence
     # dotted names and versions are not paths; text contexts have no files to check
     assert check("json.dumps", CODEBASE) is None and check("v1.2", CODEBASE) is None
     assert check("the/path/you/found.py", TEXT) is None

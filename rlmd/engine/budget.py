@@ -77,6 +77,8 @@ class Budget:
                 raise ValueError(f"budget {f.name} must be a number >= 0, got {value!r}")
         if self.max_iterations < 1:
             raise ValueError("budget max_iterations must be >= 1")
+        if self.max_depth < 1:  # no loop would run; `rlmd run --max-depth 0` is refused too
+            raise ValueError("budget max_depth must be >= 1 (the root run is depth 0)")
         if self.cell_timeout_s == 0:  # every cell would be interrupted as it starts
             raise ValueError("budget cell_timeout_s must be > 0 (seconds per REPL cell)")
 

@@ -261,7 +261,8 @@ def _missing_paths(text: str, context: Context) -> str | None:
             continue  # json.dumps, os.path, v1.2: not file names
         if cand.startswith(prefix):
             cand = cand[len(prefix) :]
-        cand = cand.lstrip("./") if cand.startswith("./") else cand
+        while cand.startswith("./"):  # not lstrip("./"): that also ate a dot folder's dot
+            cand = cand[2:]
         if cand in files or any(p.endswith("/" + cand) for p in files):
             continue
         missing.append(cand)
