@@ -163,6 +163,32 @@ def test_rollout_reward_export_resume_and_import(tmp_path: Path) -> None:
         assert sft_samples(other)[0] == samples
 
 
+def test_another_task_file_under_the_same_ids_is_refused_not_skipped(tmp_path: Path) -> None:
+    """User tasks' ids default to ``user-<line>`` and the set's name to the model's: a
+    second task file rolled out like the first was skipped as done (no run, the first
+    file's rewards in the table). It is refused, saying why; a new set runs it."""
+    first, second = tmp_path / "a.jsonl", tmp_path / "b.jsonl"
+    first.write_text(
+        '{"question": "What is the secret number? [code]", "context": "c", "answer": "4417"}\n'
+    )
+    second.write_text(
+        '{"question": "What is the secret number? [prose] \\ud800", "context": "c", "answer": "4417"}\n'
+    )
+    model = Scripted()
+    with Store(tmp_path / "a.db") as store:
+        assert len(rollout(load_tasks(first), model, store, samples=1)) == 1
+        assert rollout(load_tasks(first), model, store, samples=1) == []  # resumed: done
+        with pytest.raises(ValueError, match="'s1' already has task 'user-1' with another"):
+            rollout(load_tasks(second), model, store, samples=1)
+        runs = len(model.seen)
+        opts = RolloutOptions(model="script", samples=1, rollout_set="s2")
+        reg = registry_with(model)
+        rows = asyncio.run(run_rollouts(load_tasks(second), opts, registry=reg, store=store))
+        assert len(rows) == 1 and len(model.seen) > runs
+        opts = RolloutOptions(model="script", samples=1, rollout_set="s2")  # a lone surrogate
+        assert asyncio.run(run_rollouts(load_tasks(second), opts, registry=reg, store=store)) == []
+
+
 def test_rewards_terms_and_user_scorer(tmp_path: Path, monkeypatch) -> None:
     assert correctness(TrainTask("n", "f", "q", 4417, "numeric"), "4416") == 0.75
     task = TrainTask("x", "f", "q", ["a", "b"], "f1")
