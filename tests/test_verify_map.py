@@ -95,6 +95,34 @@ def test_guess_rule_applies_to_short_literals_only():
     assert check("a longer prose answer", literal=True) is None
 
 
+SUBCLASS_Q = (
+    "Which classes in the codebase are declared with `extends SirezLukud` (direct "
+    "subclasses)? List the class names."
+)
+
+
+def test_an_answer_that_restates_the_question_is_doubted():
+    # the 1.5B's answer to this question in session 10 (held-out codeintel-006, 0)
+    restated = "the class names that are declared with extends SirezLukud"
+    concern = verify.check(restated, context=TEXT, outputs=[], question=SUBCLASS_Q)
+    assert concern is not None and concern.rule == "restated"
+    assert concern.evidence.startswith("it repeats the question's own words")
+    # the answer itself, names picked from the question, a value the question lacks: fine
+    for answer in (
+        "DagedBeredFemob",
+        "SirezLukud, DagedBeredFemob",
+        "classes, codebase, names and SirezLukud",  # a list: one function word
+        "the class names are DagedBeredFemob",
+    ):
+        assert verify.check(answer, context=TEXT, outputs=[answer], question=SUBCLASS_Q) is None
+    assert not verify.restates("The default is None", "What is the default of `x`?")
+    assert verify.restates("the default of x is the default", "What is the default of `x`?")
+    assert not verify.restates(restated, "")  # no question given: not applied
+    # prose (over MAX_CHECKED_CHARS) is not read
+    long = " ".join([restated] * 10)
+    assert verify.check(long, context=TEXT, outputs=[], question=SUBCLASS_Q) is None
+
+
 # -- through the loop -------------------------------------------------------------------------
 
 
@@ -109,6 +137,33 @@ async def go(registry, question, context, cfg):
         return await run_task(question, context, cfg, get_model=registry.get)
     finally:
         await registry.aclose()
+
+
+async def test_a_restated_question_is_questioned_once_and_the_next_answer_taken(tmp_path):
+    (tmp_path / "error.js").write_text(
+        "class SirezLukud extends Error {}\nclass DagedBeredFemob extends SirezLukud {}\n"
+    )
+    seen = []
+
+    def root(messages):
+        seen.append(messages)
+        turn = turn_of(messages)
+        if turn == 0:
+            return repl("print(find_subclasses('SirezLukud'))")
+        if turn == 1:
+            return repl("FINAL('the class names that are declared with extends SirezLukud')")
+        return repl("FINAL('DagedBeredFemob')")
+
+    result = await go(scripted_registry(root=root, sub=root), SUBCLASS_Q, tmp_path, config())
+    assert (result.status, result.answer, result.answer_source, result.iterations) == (
+        "completed",
+        "DagedBeredFemob",
+        "final",
+        3,
+    )
+    questioned = last_user(seen[2])
+    assert "the class names that are declared with extends SirezLukud" in questioned
+    assert "it repeats the question's own words and adds nothing to them" in questioned
 
 
 async def test_an_error_answer_is_questioned_with_evidence_and_then_marked_unverified(tmp_path):

@@ -469,6 +469,7 @@ class RLMRun:
                 last_turn=last_turn,
                 budget_spent=self.rt.ledger.exhausted,
                 context=self.context,
+                question=self.question,
             )
             if verdict is Verdict.ACCEPT:
                 source = "final_var" if "FINAL_VAR" in code else "final"
@@ -539,7 +540,13 @@ class RLMRun:
                     state.say(f"FINAL_VAR({value}) names no variable. Use SHOW_VARS() to see them.")
                     return None
             concern = feedback.concern_about(
-                cfg, state, self.context, value, literal=kind != "final_var", stderr=""
+                cfg,
+                state,
+                self.context,
+                value,
+                literal=kind != "final_var",
+                stderr="",
+                question=self.question,
             )
             if concern is not None and not state.questioned and not last_turn:
                 state.questioned = True
