@@ -210,6 +210,17 @@ def test_rewards_terms_and_user_scorer(tmp_path: Path, monkeypatch) -> None:
     assert correctness(TrainTask("u", "f", "q", "yes", "myscore:half"), "yes") == 0.5
     with pytest.raises(ValueError, match="unknown scorer"):
         correctness(TrainTask("u", "f", "q", "yes", "nope"), "yes")
+    # a scorer that raised ended `rlmd train rollout` with its traceback
+    (tmp_path / "badscore.py").write_text(
+        "def boom(answer, gold, task):\n    return 1 / 0\n"
+        "def nan(answer, gold, task):\n    return float('nan')\n"
+    )
+    with pytest.raises(
+        ValueError, match=r"scorer badscore:boom raised ZeroDivisionError: .*task u"
+    ):
+        correctness(TrainTask("u", "f", "q", "yes", "badscore:boom"), "yes")
+    with pytest.raises(ValueError, match=r"badscore:nan returned nan, not a number \(task u\)"):
+        correctness(TrainTask("u", "f", "q", "yes", "badscore:nan"), "yes")
 
 
 def test_task_file_errors_name_the_line(tmp_path: Path) -> None:
