@@ -503,7 +503,7 @@ def _check_budget(run: dict[str, Any], user: dict[str, Any], where: str) -> None
             )
 
 
-SECTION_KEYS: dict[str, dict[str, type]] = {
+SECTION_KEYS: dict[str, dict[str, type | tuple[type, ...]]] = {
     "sandbox": {"require_isolation": bool},
     "daemon": {"allow_inprocess": bool},
 }
@@ -537,18 +537,7 @@ def _check_sections(data: dict[str, Any], path: Path) -> None:
         keys = SECTION_KEYS.get(table)
         if keys is None:
             continue
-        if not isinstance(value, dict):
-            raise ValueError(f"{path}: [{table}] must be a table")
-        for key, item in value.items():
-            if key not in keys:
-                raise ValueError(
-                    f"{path}: [{table}]: unknown key {key!r}; allowed: {', '.join(sorted(keys))}"
-                )
-            if not isinstance(item, keys[key]):
-                raise ValueError(
-                    f"{path}: [{table}].{key}: expected {keys[key].__name__}, "
-                    f"got {type(item).__name__}"
-                )
+        _check_table(value, f"{path}: [{table}]", keys)
 
 
 def _check_run_keys(run: dict[str, Any], where: str) -> None:
@@ -588,20 +577,28 @@ def _check_run_numbers(run: dict[str, Any], where: str) -> None:
 
 def _check_workspace(table: Any, where: str) -> None:
     """Refuse a ``[workspace]`` table with an unknown key or a value of the wrong type."""
+    _check_table(table, where, WORKSPACE_KEYS)
+    for key in LOWER_ONLY_WORKSPACE:
+        if key in table and not (_is_number(table[key]) and table[key] > 0):
+            raise ValueError(f"{where} {key} must be a number > 0, got {table[key]!r}")
+
+
+def _check_table(table: Any, where: str, keys: dict[str, type | tuple[type, ...]]) -> None:
+    """Refuse ``table`` unless it is a dict whose keys are in ``keys`` and whose values have
+    the TOML type given there (a bool is not a number: ``1`` is not ``true`` either way).
+
+    Raises:
+        ValueError: naming ``where`` (file and table), the key and the allowed keys or type.
+    """
     if not isinstance(table, dict):
         raise ValueError(f"{where}: must be a table")
     for key, value in table.items():
-        if key not in WORKSPACE_KEYS:
-            raise ValueError(
-                f"{where}: unknown key {key!r}; allowed: {', '.join(sorted(WORKSPACE_KEYS))}"
-            )
-        expected = WORKSPACE_KEYS[key]
+        if key not in keys:
+            raise ValueError(f"{where}: unknown key {key!r}; allowed: {', '.join(sorted(keys))}")
+        expected = keys[key]
         if expected is not bool and isinstance(value, bool) or not isinstance(value, expected):
             names = "number" if isinstance(expected, tuple) else expected.__name__
             raise ValueError(f"{where}.{key}: expected {names}, got {type(value).__name__}")
-        number: Any = value  # compared only for the numeric keys
-        if key in LOWER_ONLY_WORKSPACE and not (_is_number(number) and number > 0):
-            raise ValueError(f"{where} {key} must be a number > 0, got {value!r}")
 
 
 def _is_number(value: Any) -> bool:

@@ -32,6 +32,11 @@ DEFAULT_MAX_FILE_BYTES = 1_000_000
 MAX_CONTEXT_FILE_BYTES = 2 * 1024**3
 """A single context file larger than this (2 GiB) is refused rather than read into memory."""
 
+MAX_NESTING = 500
+"""Lists and dicts nested deeper than this are refused as a context: what carries it
+(the metadata, the JSON to the REPL, the store) recurses per level, and at ~1,000 levels
+Python's recursion limit ended the run with a bare "maximum recursion depth exceeded"."""
+
 ALWAYS_IGNORED = (
     ".git/",
     ".hg/",
@@ -219,14 +224,38 @@ def _map_pending(context: Context) -> bool:
     return thread is not None and thread.is_alive()
 
 
+def _check_nesting(value: Any, where: str, depth: int = 1) -> None:
+    """Raise ``ValueError`` (naming ``where``) when ``value``, at ``depth`` in the context,
+    nests lists/dicts deeper than :data:`MAX_NESTING` (walked without recursion)."""
+    if not isinstance(value, list | tuple | dict):
+        return
+    todo = [(value, depth)]
+    while todo:
+        item, depth = todo.pop()
+        children = item.values() if isinstance(item, dict) else item
+        if depth > MAX_NESTING:
+            raise ValueError(
+                f"{where}: lists/dicts nested more than {MAX_NESTING} levels deep; "
+                "flatten it (or pass the inner parts)"
+            )
+        todo.extend((c, depth + 1) for c in children if isinstance(c, list | tuple | dict))
+
+
 def _chars(value: Any) -> int:
-    if isinstance(value, str):
-        return len(value)
-    if isinstance(value, dict):
-        return sum(_chars(v) for v in value.values())
-    if isinstance(value, list | tuple):
-        return sum(_chars(v) for v in value)
-    return len(str(value))
+    """The characters of ``value``'s strings (other leaves as ``str()``), walked without
+    recursion: a JSON context nested 500 levels deep overflowed the stack here."""
+    total, todo = 0, [value]
+    while todo:
+        item = todo.pop()
+        if isinstance(item, str):
+            total += len(item)
+        elif isinstance(item, dict):
+            todo.extend(item.values())
+        elif isinstance(item, list | tuple):
+            todo.extend(item)
+        else:
+            total += len(str(item))
+    return total
 
 
 TOKENS_FULL_COUNT_CHARS = 2_000_000
@@ -614,7 +643,8 @@ def load_context(source: Any = None) -> Context:
 
     Raises:
         FileNotFoundError: a path that does not exist.
-        ValueError: a JSON/JSONL file that does not parse (with the line number).
+        ValueError: a JSON/JSONL file that does not parse (with the line number), or
+            lists/dicts nested more than :data:`MAX_NESTING` levels deep.
     """
     if source is None:
         return Context(value="", kind="text")
@@ -623,8 +653,10 @@ def load_context(source: Any = None) -> Context:
     if isinstance(source, str):
         return Context(value=source, kind="text")
     if isinstance(source, dict):
+        _check_nesting(source, "context")
         return Context(value=source, kind="dict")
     if isinstance(source, list | tuple):
+        _check_nesting(source, "context")
         return Context(value=list(source), kind="list")
     raise TypeError(f"context must be a str, list, dict or Path, not {type(source).__name__}")
 
@@ -858,6 +890,9 @@ def _load_path(
             value = json.loads(text)
         except json.JSONDecodeError as exc:
             raise ValueError(f"{path}: not valid JSON: {exc}") from exc
+        except RecursionError:
+            raise ValueError(f"{path}: JSON nested too deeply to load") from None
+        _check_nesting(value, str(path))
         kind = "dict" if isinstance(value, dict) else "list" if isinstance(value, list) else "text"
         return Context(value=value if kind != "text" else str(value), kind=kind, source=str(path))
     if path.suffix == ".jsonl":
@@ -868,5 +903,8 @@ def _load_path(
                     items.append(json.loads(line))
                 except json.JSONDecodeError as exc:
                     raise ValueError(f"{path}:{n}: not valid JSON: {exc}") from exc
+                except RecursionError:
+                    raise ValueError(f"{path}:{n}: JSON nested too deeply to load") from None
+                _check_nesting(items[-1], f"{path}:{n}", depth=2)  # in the lines' list
         return Context(value=items, kind="list", source=str(path))
     return Context(value=text, kind="text", source=str(path))

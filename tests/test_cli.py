@@ -163,6 +163,18 @@ def test_models_lists_builtin_local_models_and_usability(rlmd_home):
     assert "rlmd models pull" in proc.stdout
 
 
+def test_models_with_a_broken_config_says_which_file_and_key(rlmd_home, tmp_path):
+    """A wrong provider in the user config made ``rlmd models`` print a traceback."""
+    (rlmd_home / "config.toml").write_text('[models.x]\nprovider = "nosuch"\nmodel = "m"\n')
+    proc = rlmd("models", home=rlmd_home)
+    assert proc.returncode == 2 and "Traceback" not in proc.stderr, proc.stderr
+    assert "config.toml: [models.x].provider: 'nosuch' is not one of" in proc.stderr
+    (rlmd_home / "config.toml").write_text("[run\n")  # not TOML
+    proc = rlmd("models", home=rlmd_home)
+    assert proc.returncode == 2 and "Traceback" not in proc.stderr, proc.stderr
+    assert "config.toml" in proc.stderr
+
+
 def _alive(pid: int) -> bool:
     """Running (zombies awaiting a slow reaper count as gone)."""
     try:

@@ -212,6 +212,35 @@ def test_find_subclasses_follows_the_hierarchy():
     assert ix.find_subclasses("Nothing") == [] and ix.last_note is not None
 
 
+def test_an_empty_result_about_a_defined_name_says_where_it_is_defined():
+    """find_subclasses / find_references that find nothing about a name the codebase does
+    define say where it is defined, and for a class that outline lists its members (the 1.5B
+    ran find_subclasses for a class's own methods, got [] and answered that: session 10)."""
+    ix = CodeIndex.build(FILES)
+    assert ix.find_subclasses("Tiny") == []
+    assert ix.last_note == (
+        "find_subclasses: no class in the codebase derives from 'Tiny'; 'Tiny' itself is "
+        "defined at pkg/util.py:4 (class Tiny); outline('pkg/util.py') lists its methods"
+    )
+    assert ix.find_subclasses("pkg.util.Tiny") == []  # a dotted name: its last part
+    assert ix.last_note is not None and "'Tiny' itself is defined at pkg/util.py:4" in ix.last_note
+    # a function has no members to outline; a name defined twice shows both places
+    assert ix.find_references("mount") == []
+    assert ix.last_note == (
+        "find_references: 'mount' is not used in all 10 files (whole words); 'mount' itself "
+        "is defined at web/app.js:5 (function mount)"
+    )
+    assert ix.find_subclasses("Square", recursive=False) != []
+    assert ix.find_subclasses("area") == []
+    assert ix.last_note == (
+        "find_subclasses: no class in the codebase derives from 'area'; 'area' itself is "
+        "defined at pkg/base.py:11 (method Shape.area), pkg/base.py:16 (method Square.area)"
+    )
+    # a name defined nowhere: the note as before
+    assert ix.find_subclasses("Nothing") == []
+    assert ix.last_note == "find_subclasses: no class in the codebase derives from 'Nothing'"
+
+
 def test_find_subclasses_does_not_cross_to_an_unrelated_class_of_the_same_name():
     files = {
         "a.py": "class Error(OSError): pass\nclass AErr(Error): pass\n",

@@ -422,6 +422,9 @@ def test_project_run_may_name_the_users_and_local_models(rlmd_home, tmp_path):
         # 0 interrupted every cell as it started (rlmd run --cell-timeout 0 was refused)
         ("[run]\ncell_timeout_s = 0\n", "cell_timeout_s must be > 0"),
         ('[run]\nmax_depth = "2"\n', "max_depth = '2' must be a number"),
+        # over the daemon a 0 ran the root loop normally; the CLI refused it
+        ("[run]\nmax_depth = 0\n", "max_depth must be >= 1"),
+        ("[run]\nmax_subcalls = 2.5\n", "max_subcalls must be a whole number, got 2.5"),
     ],
 )
 def test_project_workspace_and_run_numbers_cannot_be_raised_or_malformed(

@@ -222,7 +222,7 @@ async def test_what_a_raised_cell_printed_stays_in_the_note_that_replaces_it():
     replies = {0: repl(PRINTS_THEN_RAISES), 1: repl("FINAL(len(hits))")}
     result, seen = await go(lambda t: replies[t], config())
     assert (result.status, result.answer) == ("completed", "2")
-    printed = prompts.FOLDED_PRINTED.format(output="['a.py:3: x = 1', 'b.py:9: y = 2']\n")
+    printed = prompts.FOLDED_PRINTED.format(output="['a.py:3: x = 1', 'b.py:9: y = 2']")
     note = prompts.FOLDED_RAISED.format(error="IndexError: list index out of range")
     variables = prompts.FOLDED_VARIABLES.format(names="hits")
     assert seen[1] == [
@@ -244,20 +244,59 @@ async def test_a_raised_cells_long_output_is_kept_at_the_cap_of_a_cell_output():
     result, seen = await go(lambda t: replies[t], config(output_cap=600))
     assert result.answer == "4"
     out = "\n".join(f"line {n}" for n in range(400)) + "\n"
-    kept = prompts.FOLDED_PRINTED.format(output=cap_output(out, 600))
-    assert "line 0\n" in kept and "line 399\n" in kept and "characters cut" in kept
+    kept = prompts.FOLDED_PRINTED.format(output=cap_output(out, 600).rstrip("\n"))
+    assert "line 0\n" in kept and kept.endswith("line 399") and "characters cut" in kept
     note = prompts.FOLDED_RAISED.format(error="KeyError: 'k'")
     assert seen[1][-1]["content"] == "\n\n".join(
         [seen[0][1]["content"], kept, note, folded_note(2)]
     )
 
 
-def test_the_turn_note_after_a_fold_points_at_no_output_above_and_the_last_stays():
+def test_the_turn_note_after_a_fold_points_at_no_output_above_the_last_one_too():
     from rlmd.engine.feedback import next_turn_note
 
     assert next_turn_note(0, 6) == turn_note(2)
     assert next_turn_note(0, 6, folded=True) == folded_note(2)
     assert "output above" in turn_note(2) and "output above" not in folded_note(2)
-    last = prompts.LAST_TURN.format(turn=6, max_turns=6)
-    assert next_turn_note(4, 6) == next_turn_note(4, 6, folded=True) == last
+    assert next_turn_note(4, 6) == prompts.LAST_TURN.format(turn=6, max_turns=6)
+    last = next_turn_note(4, 6, folded=True)
+    assert last == (
+        "Turn 6 of 6 is your last. Reply with a ```repl block that calls FINAL(...) with "
+        "your best answer from the outputs so far."
+    )
     assert next_turn_note(5, 6) == next_turn_note(5, 6, folded=True) == ""
+
+
+STDERR_THEN_RAISES = "import sys\nprint('no hit', file=sys.stderr)\nraise KeyError('k')"
+
+
+async def test_a_cell_that_printed_only_stderr_is_folded_with_one_blank_line_between_notes():
+    """The printed part ends without its newline: the notes are joined by exactly one blank
+    line (session 10's 007 fold note had two after a stderr-only cell)."""
+    replies = {0: repl(STDERR_THEN_RAISES), 1: repl("FINAL(len(context))")}
+    result, seen = await go(lambda t: replies[t], config())
+    assert result.answer == "4"
+    assert seen[1][-1]["content"] == (
+        seen[0][1]["content"]
+        + "\n\nYour last cell printed this before it raised:\n[stderr]\nno hit\n\n"
+        + prompts.FOLDED_RAISED.format(error="KeyError: 'k'")
+        + "\n\n"
+        + folded_note(2)
+    )
+    assert "\n\n\n" not in seen[1][-1]["content"]
+
+
+async def test_a_turn_folded_before_the_last_gets_the_last_turn_note_without_output_above():
+    """Turn 5 of 6 raises and is folded: the note that opens the last turn asks for the best
+    answer "from the outputs so far", as the folded turn's output is not above."""
+    replies = {0: repl(COUNT), 1: repl("a = 1"), 2: repl("b = 2"), 3: repl("c = 3")}
+    replies[4] = repl(RAISES)
+    replies[5] = repl("FINAL(part)")
+    result, seen = await go(lambda t: replies[t], config())
+    assert (result.status, result.answer, result.iterations) == ("completed", "4", 6)
+    last = seen[5][-1]["content"]
+    assert last.endswith(
+        "\n\nTurn 6 of 6 is your last. Reply with a ```repl block that calls FINAL(...) with "
+        "your best answer from the outputs so far."
+    )
+    assert "outputs above" not in last

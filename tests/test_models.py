@@ -739,6 +739,31 @@ def test_redact_registered_env_and_speed(monkeypatch: pytest.MonkeyPatch) -> Non
     assert time.perf_counter() - start < 30.0
 
 
+def test_key_shapes_are_found_whatever_the_quick_check_skips() -> None:
+    """``_scrub`` searches for key shapes only in text holding one of ``_KEY_MARKS``: on
+    every first letter and key kind, and text around them, it gives what the regex alone
+    gives."""
+    from rlmd import redact as red
+
+    body = "Ab3" * 10
+    keys = [
+        f"{first}{rest}"
+        for first in "sghA"
+        for rest in (
+            f"k-ant-{body}",
+            f"k-{body}",
+            *(f"h{c}_{body}" for c in "pousr"),
+            f"ithub_pat_{body}",
+            f"f_{body}",
+            "KIA" + "ABCDEFGHIJKLMNOP",
+        )
+    ]
+    texts = [*keys, "plain words only", "", "x_y k- f_ KIA", "self_test(back-end)"]
+    texts += [f"see {k}, then {k[:5]}" for k in keys] + [f"-{k}" for k in keys]
+    for text in texts:
+        assert red._scrub(text, ()) == red._KEY_SHAPES.sub(REDACTED, text), text
+
+
 def test_redact_follows_environment_changes(monkeypatch: pytest.MonkeyPatch) -> None:
     """The secret values are cached, but a variable set, changed or removed later counts."""
     assert redact("first-value-123") == "first-value-123"

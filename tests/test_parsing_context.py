@@ -415,3 +415,52 @@ def test_a_file_is_read_to_its_end_or_one_byte_past_the_limit(tmp_path):
     empty.write_bytes(b"")
     with open(empty, "rb") as fh:
         assert _read_upto(fh.fileno(), 0, 10) == b""
+
+
+async def test_a_deeply_nested_json_context_runs_or_is_refused_naming_the_file(tmp_path):
+    """A .json context nested 900 levels deep ended ``rlmd run`` with a bare "maximum
+    recursion depth exceeded" (the metadata's character count recursed per level, and
+    what carries the context further recurses too); 5,000 levels named no file either.
+    Up to MAX_NESTING levels it runs; deeper is refused, naming the file (and line)."""
+    from helpers.scripted import repl, scripted_registry, turn_of
+
+    from rlmd.context import MAX_NESTING
+    from rlmd.engine import RunConfig, run_task
+
+    deep = tmp_path / "deep.json"
+    deep.write_text("[" * MAX_NESTING + '"needle"' + "]" * MAX_NESTING)
+    ctx = load_context(deep)
+    assert ctx.kind == "list" and ctx.chars() == len("needle")
+
+    def root(messages):
+        if turn_of(messages) == 0:
+            return repl("x = context\nwhile isinstance(x, list):\n    x = x[0]\nprint(x)")
+        return repl("FINAL(x)")
+
+    registry = scripted_registry(root=root)
+    try:
+        result = await run_task(
+            "What is inside?",
+            ctx,
+            RunConfig(root_model="root", sub_model="root"),
+            get_model=registry.get,
+        )
+    finally:
+        await registry.aclose()
+    assert (result.status, result.answer) == ("completed", "needle")
+
+    deep.write_text("[" * (MAX_NESTING + 1) + "]" * (MAX_NESTING + 1))
+    with pytest.raises(ValueError, match=rf"deep.json: lists/dicts nested more than {MAX_NESTING}"):
+        load_context(deep)
+    deep.write_text("[" * 5000 + "]" * 5000)  # past what the JSON decoder itself takes
+    with pytest.raises(ValueError, match="deep.json: JSON nested too deeply to load"):
+        load_context(deep)
+    lines = tmp_path / "deep.jsonl"  # a line is one level down in the lines' list
+    lines.write_text('{"a": 1}\n' + "[" * MAX_NESTING + "]" * MAX_NESTING + "\n")
+    with pytest.raises(ValueError, match=r"deep.jsonl:2: lists/dicts nested more than"):
+        load_context(lines)
+    nested: list = []
+    for _ in range(MAX_NESTING):
+        nested = [nested]
+    with pytest.raises(ValueError, match="context: lists/dicts nested more than"):
+        load_context(nested)  # the Python API's value

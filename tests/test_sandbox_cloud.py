@@ -617,7 +617,27 @@ async def test_an_e2b_write_reset_once_is_sent_again_and_a_second_failure_is_rai
     provider._vm = SimpleNamespace(files=SimpleNamespace(write=write))
     await provider.write_file("/k/serve.py", b"code")
     assert written == [("/k/serve.py", b"code")]
-    failures[:] = [OSError("disk full"), OSError("disk full")]
+    failures[:] = [ConnectionResetError(104, "second"), ConnectionResetError(104, "first")]
+    with pytest.raises(ConnectionResetError, match="second"):  # popped from the end
+        await provider.write_file("/k/serve.py", b"code")
+    assert written == [("/k/serve.py", b"code")] and failures == []
+    # Not a dropped connection: raised at once, not sent again.
+    failures[:] = [OSError("second try"), OSError("disk full")]
     with pytest.raises(OSError, match="disk full"):
         await provider.write_file("/k/serve.py", b"code")
-    assert written == [("/k/serve.py", b"code")]
+    assert len(failures) == 1  # the "second try" was never needed
+
+    class ReadError(Exception):  # httpx's transport error, by name, under the SDK's wrapper
+        pass
+
+    class TransportError(Exception):
+        pass
+
+    class ReadErrorChild(ReadError, TransportError):
+        pass
+
+    wrapped = RuntimeError("envd write failed")
+    wrapped.__cause__ = ReadErrorChild("reset")
+    failures[:] = [wrapped]
+    await provider.write_file("/k/b.py", b"x")
+    assert written[-1] == ("/k/b.py", b"x")

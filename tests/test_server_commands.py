@@ -311,6 +311,10 @@ async def test_models_and_params_errors(daemon, project, tmp_path):
         with pytest.raises(RpcError) as err:
             await c.command("rlmd.task.start", start_params(project, budgets={"max_depth": -1}))
         assert err.value.data == {"field": "budgets.max_depth"}
+        for zero in ("max_depth", "max_iterations"):  # a 0 depth ran normally; the CLI refuses
+            with pytest.raises(RpcError) as err:
+                await c.command("rlmd.task.start", start_params(project, budgets={zero: 0}))
+            assert err.value.code == -32602 and err.value.data == {"field": f"budgets.{zero}"}
         with pytest.raises(RpcError) as err:
             await c.command("rlmd.task.start", {**start_params(project), "budget": {}})
         assert "unknown parameter 'budget'" in err.value.message

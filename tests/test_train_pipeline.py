@@ -7,6 +7,7 @@ from __future__ import annotations
 import asyncio
 import json
 import os
+import re
 import shutil
 import subprocess
 import sys
@@ -162,6 +163,32 @@ def test_rollout_reward_export_resume_and_import(tmp_path: Path) -> None:
         assert sft_samples(other)[0] == samples
 
 
+def test_another_task_file_under_the_same_ids_is_refused_not_skipped(tmp_path: Path) -> None:
+    """User tasks' ids default to ``user-<line>`` and the set's name to the model's: a
+    second task file rolled out like the first was skipped as done (no run, the first
+    file's rewards in the table). It is refused, saying why; a new set runs it."""
+    first, second = tmp_path / "a.jsonl", tmp_path / "b.jsonl"
+    first.write_text(
+        '{"question": "What is the secret number? [code]", "context": "c", "answer": "4417"}\n'
+    )
+    second.write_text(
+        '{"question": "What is the secret number? [prose] \\ud800", "context": "c", "answer": "4417"}\n'
+    )
+    model = Scripted()
+    with Store(tmp_path / "a.db") as store:
+        assert len(rollout(load_tasks(first), model, store, samples=1)) == 1
+        assert rollout(load_tasks(first), model, store, samples=1) == []  # resumed: done
+        with pytest.raises(ValueError, match="'s1' already has task 'user-1' with another"):
+            rollout(load_tasks(second), model, store, samples=1)
+        runs = len(model.seen)
+        opts = RolloutOptions(model="script", samples=1, rollout_set="s2")
+        reg = registry_with(model)
+        rows = asyncio.run(run_rollouts(load_tasks(second), opts, registry=reg, store=store))
+        assert len(rows) == 1 and len(model.seen) > runs
+        opts = RolloutOptions(model="script", samples=1, rollout_set="s2")  # a lone surrogate
+        assert asyncio.run(run_rollouts(load_tasks(second), opts, registry=reg, store=store)) == []
+
+
 def test_rewards_terms_and_user_scorer(tmp_path: Path, monkeypatch) -> None:
     assert correctness(TrainTask("n", "f", "q", 4417, "numeric"), "4416") == 0.75
     task = TrainTask("x", "f", "q", ["a", "b"], "f1")
@@ -183,6 +210,17 @@ def test_rewards_terms_and_user_scorer(tmp_path: Path, monkeypatch) -> None:
     assert correctness(TrainTask("u", "f", "q", "yes", "myscore:half"), "yes") == 0.5
     with pytest.raises(ValueError, match="unknown scorer"):
         correctness(TrainTask("u", "f", "q", "yes", "nope"), "yes")
+    # a scorer that raised ended `rlmd train rollout` with its traceback
+    (tmp_path / "badscore.py").write_text(
+        "def boom(answer, gold, task):\n    return 1 / 0\n"
+        "def nan(answer, gold, task):\n    return float('nan')\n"
+    )
+    with pytest.raises(
+        ValueError, match=r"scorer badscore:boom raised ZeroDivisionError: .*task u"
+    ):
+        correctness(TrainTask("u", "f", "q", "yes", "badscore:boom"), "yes")
+    with pytest.raises(ValueError, match=r"badscore:nan returned nan, not a number \(task u\)"):
+        correctness(TrainTask("u", "f", "q", "yes", "badscore:nan"), "yes")
 
 
 def test_task_file_errors_name_the_line(tmp_path: Path) -> None:
@@ -193,6 +231,48 @@ def test_task_file_errors_name_the_line(tmp_path: Path) -> None:
     bad.write_text("not json\n")
     with pytest.raises(TaskFileError, match="t.jsonl:1: not JSON"):
         load_tasks(bad)
+
+
+@pytest.mark.parametrize(
+    ("line", "why"),
+    [
+        # a JSON scalar crashed with "TypeError: argument of type 'int' is not iterable"
+        ("5", "a task must be a JSON object, got int"),
+        ("null", "a task must be a JSON object, got NoneType"),
+        ('"question context answer"', "a task must be a JSON object, got str"),
+        ('{"question": 5, "context": "c", "answer": 1}', "question must be a non-empty string"),
+        # a context of 5 raised a TypeError traceback from load_context when its turn came
+        ('{"question": "q", "context": 5, "answer": 1}', "context must be a string or an"),
+        # an unknown scorer was found only after the task's run, every task before it done
+        ('{"question": "q", "context": "c", "answer": 1, "scorer": "exakt"}', "unknown scorer"),
+        ('{"question": "q", "context": "c", "answer": 1, "scorer": ":fn"}', "unknown scorer"),
+        ('{"question": "q", "context": "c", "answer": 1, "choices": "ab"}', "choices must be"),
+    ],
+)
+def test_a_bad_task_line_is_refused_before_any_task_runs(tmp_path: Path, line, why) -> None:
+    bad = tmp_path / "t.jsonl"
+    bad.write_text('{"question": "q", "context": "c", "answer": 1}\n' + line + "\n")
+    with pytest.raises(TaskFileError, match=re.escape(f"t.jsonl:2: {why}")):
+        load_tasks(bad)
+
+
+def test_unreadable_task_files_and_folders_name_the_file(tmp_path: Path) -> None:
+    bad = tmp_path / "t.jsonl"
+    bad.write_bytes(b"\xff\xfe{}\n")  # was a bare "'utf-8' codec can't decode" with no file
+    with pytest.raises(TaskFileError, match="t.jsonl: cannot be read as UTF-8 text"):
+        load_tasks(bad)
+    folder = tmp_path / "set"
+    folder.mkdir()
+    (folder / "manifest.json").write_text("[1]")  # was AttributeError: 'list' ... 'get'
+    (folder / "tasks.jsonl").write_text("{not json\n")
+    with pytest.raises(TaskFileError, match="manifest.json: not a JSON object"):
+        load_tasks(folder)
+    (folder / "manifest.json").write_text('{"split": "train"}')
+    with pytest.raises(TaskFileError, match=r"tasks.jsonl:1: not JSON"):  # was: no file named
+        load_tasks(folder)
+    (folder / "tasks.jsonl").write_text('{"id": "x"}\n')  # was KeyError: 'family'
+    with pytest.raises(TaskFileError, match=r"tasks.jsonl:1: missing or wrong field 'family'"):
+        load_tasks(folder)
 
 
 def test_template_fixes() -> None:

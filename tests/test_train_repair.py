@@ -321,6 +321,20 @@ def test_the_cli_export_repeats_repairs_and_refuses_zero(rlmd_home: Path, tmp_pa
     )
     assert bad.returncode == 2 and "repeat_repair must be 1 or more" in bad.stderr
     assert "Traceback" not in bad.stderr and not (tmp_path / "x.jsonl").exists()
+    # ignored before: GRPO groups written once under --repeat-repair 3, and --min-reward
+    # nan kept every rollout (no reward is below NaN)
+    for extra, why in (
+        (["--format", "grpo", "--repeat-repair", "3"], "--repeat-repair applies to --format sft"),
+        (["--min-reward", "nan"], "--min-reward must be a finite number, not nan"),
+    ):
+        bad = subprocess.run(
+            base + ["--out", str(tmp_path / "x.jsonl"), *extra],
+            capture_output=True,
+            text=True,
+            env=env,
+        )
+        assert bad.returncode == 2 and why in bad.stderr, bad.stderr
+        assert not (tmp_path / "x.jsonl").exists()
 
 
 class RaisesThenRepairs:

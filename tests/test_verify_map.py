@@ -11,6 +11,7 @@ from rlmd.context import Context, load_context
 from rlmd.engine import Budget, RunConfig, mapping, run_task, verify
 from rlmd.engine.parsing import unfence
 from rlmd.kernel.codebase import Codebase
+from rlmd.sandbox.base import CODEBASE_HELPERS
 
 CODEBASE = Context(value={"pkg/a.py": "x = 1\n", "pkg/sub/b.py": "y = 2\n"}, kind="codebase")
 TEXT = load_context("some text")
@@ -64,6 +65,13 @@ def test_path_answers_must_name_a_file_of_the_codebase():
     assert concern is not None and "similar name: pkg/sub/b.py" in concern.evidence.replace(
         "names", "name"
     )
+    # "./" goes, a dot folder's own dot stays: "./.github/..." was checked as "github/...",
+    # a file the codebase does not have, and a right answer was doubted
+    dotted = Context(value={".github/workflows/ci.yml": "on: push\n"}, kind="codebase")
+    assert check("./.github/workflows/ci.yml", dotted) is None
+    assert check("././.github/workflows/ci.yml", dotted) is None
+    concern = check("./github/workflows/ci.yml", dotted)
+    assert concern is not None and "no file 'github/workflows/ci.yml'" in concern.evidence
     # dotted names and versions are not paths; text contexts have no files to check
     assert check("json.dumps", CODEBASE) is None and check("v1.2", CODEBASE) is None
     assert check("the/path/you/found.py", TEXT) is None
@@ -87,6 +95,34 @@ def test_guess_rule_applies_to_short_literals_only():
     assert check("a longer prose answer", literal=True) is None
 
 
+SUBCLASS_Q = (
+    "Which classes in the codebase are declared with `extends SirezLukud` (direct "
+    "subclasses)? List the class names."
+)
+
+
+def test_an_answer_that_restates_the_question_is_doubted():
+    # the 1.5B's answer to this question in session 10 (held-out codeintel-006, 0)
+    restated = "the class names that are declared with extends SirezLukud"
+    concern = verify.check(restated, context=TEXT, outputs=[], question=SUBCLASS_Q)
+    assert concern is not None and concern.rule == "restated"
+    assert concern.evidence.startswith("it repeats the question's own words")
+    # the answer itself, names picked from the question, a value the question lacks: fine
+    for answer in (
+        "DagedBeredFemob",
+        "SirezLukud, DagedBeredFemob",
+        "classes, codebase, names and SirezLukud",  # a list: one function word
+        "the class names are DagedBeredFemob",
+    ):
+        assert verify.check(answer, context=TEXT, outputs=[answer], question=SUBCLASS_Q) is None
+    assert not verify.restates("The default is None", "What is the default of `x`?")
+    assert verify.restates("the default of x is the default", "What is the default of `x`?")
+    assert not verify.restates(restated, "")  # no question given: not applied
+    # prose (over MAX_CHECKED_CHARS) is not read
+    long = " ".join([restated] * 10)
+    assert verify.check(long, context=TEXT, outputs=[], question=SUBCLASS_Q) is None
+
+
 # -- through the loop -------------------------------------------------------------------------
 
 
@@ -101,6 +137,33 @@ async def go(registry, question, context, cfg):
         return await run_task(question, context, cfg, get_model=registry.get)
     finally:
         await registry.aclose()
+
+
+async def test_a_restated_question_is_questioned_once_and_the_next_answer_taken(tmp_path):
+    (tmp_path / "error.js").write_text(
+        "class SirezLukud extends Error {}\nclass DagedBeredFemob extends SirezLukud {}\n"
+    )
+    seen = []
+
+    def root(messages):
+        seen.append(messages)
+        turn = turn_of(messages)
+        if turn == 0:
+            return repl("print(find_subclasses('SirezLukud'))")
+        if turn == 1:
+            return repl("FINAL('the class names that are declared with extends SirezLukud')")
+        return repl("FINAL('DagedBeredFemob')")
+
+    result = await go(scripted_registry(root=root, sub=root), SUBCLASS_Q, tmp_path, config())
+    assert (result.status, result.answer, result.answer_source, result.iterations) == (
+        "completed",
+        "DagedBeredFemob",
+        "final",
+        3,
+    )
+    questioned = last_user(seen[2])
+    assert "the class names that are declared with extends SirezLukud" in questioned
+    assert "it repeats the question's own words and adds nothing to them" in questioned
 
 
 async def test_an_error_answer_is_questioned_with_evidence_and_then_marked_unverified(tmp_path):
@@ -336,6 +399,46 @@ async def test_the_line_a_refusal_suggests_for_a_bare_helper_runs_as_it_is_shown
     assert (result.answer, result.iterations) == ("3", 3)
 
 
+@pytest.mark.parametrize(
+    ("instruction", "codebase", "helper"),
+    [
+        ("outline", True, "outline"),
+        ("outline", False, None),  # a text's REPL has no outline(): words for a sub-model
+        ("find_subclasses(Base)", False, "find_subclasses"),  # code all the same
+        ("llm_query", False, "llm_query"),  # in every REPL
+        ("context", True, None),  # a value, not a helper: no "context(item)" to run
+        ("history", False, None),
+    ],
+)
+def test_only_the_helpers_the_runs_repl_has_are_refused(instruction, codebase, helper):
+    assert mapping.helper_in_instruction(instruction, codebase=codebase) == helper
+    code = mapping.helper_call_code(instruction, "xs", codebase=codebase)
+    runnable = helper is not None and (codebase or helper not in CODEBASE_HELPERS)
+    assert (code is not None) == runnable  # never a line naming a helper the REPL lacks
+
+
+async def test_llm_map_outline_over_a_texts_parts_is_an_instruction_in_words():
+    """In a text's REPL, ``llm_map('outline', parts)`` was refused as a helper call, with
+    ``print([outline(item) for item in parts])`` as the line to run: that line raised
+    ``NameError`` (the codebase helpers exist only for a codebase). It maps now."""
+    subs = []
+
+    def sub(messages):
+        subs.append(messages[-1]["content"])
+        return "an outline"
+
+    def root(messages):
+        if turn_of(messages) == 0:
+            return repl("out = llm_map('outline', context.split('\\n\\n'))\nprint(out)")
+        return repl("FINAL(len(out))")
+
+    result = await go(
+        scripted_registry(root=root, sub=sub), "q", "Chapter one.\n\nChapter two.", config()
+    )
+    assert len(subs) == 2 and all(p.startswith("outline\n\nItem:\n") for p in subs)
+    assert (result.status, result.answer) == ("completed", "2")
+
+
 async def test_llm_map_with_a_helper_call_as_its_instruction_fails_the_cell_saying_why():
     """A sub-model cannot run REPL helpers: the cell fails before any sub-call, and the
     model reads what to do instead; then it calls the helper in code."""
@@ -356,8 +459,26 @@ async def test_llm_map_with_a_helper_call_as_its_instruction_fails_the_cell_sayi
     result = await go(scripted_registry(root=root, sub=sub), "q", "a\nb\nc", config())
     assert subs == []
     shown = last_user(seen[1])
-    assert "cannot run list_files(); run it in your code instead: print(list_files())" in shown
+    # a text's REPL has no list_files(): no line to run that would raise NameError
+    assert "cannot run list_files(); nor can this REPL: list_files() is there only" in shown
+    assert "run it in your code instead" not in shown
     assert (result.answer, result.iterations) == ("3", 2)
+
+
+async def test_llm_map_with_a_codebase_helper_call_shows_the_line_to_run(tmp_path):
+    (tmp_path / "a.py").write_text("x = 1\n")
+    seen = []
+
+    def root(messages):
+        seen.append(messages)
+        if turn_of(messages) == 0:
+            return repl("out = llm_map('list_files()', list(context))")
+        return repl("FINAL(len(context))")
+
+    result = await go(scripted_registry(root=root, sub=root), "q", tmp_path, config())
+    shown = last_user(seen[1])
+    assert "cannot run list_files(); run it in your code instead: print(list_files())" in shown
+    assert (result.answer, result.iterations) == ("1", 2)
 
 
 def test_llm_map_rejects_a_string_of_items():

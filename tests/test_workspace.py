@@ -166,3 +166,100 @@ async def test_a_checkpoint_that_cannot_be_written_keeps_the_repl_and_its_variab
     finally:
         folder.unlink()
     assert await ws.checkpoint() is not None  # written once it can be
+
+
+async def test_an_idle_stop_or_a_close_that_cannot_checkpoint_keeps_the_repl(manager, codebase):
+    """An idle sweep or a close whose checkpoint could not be written (a full disk) stopped
+    the REPL anyway and lost the variables no checkpoint held. Both now keep it running,
+    say why in a ``checkpoint_failed`` change, and stop once the checkpoint can be written."""
+    from rlmd.workspace.manager import CheckpointNotWritten
+
+    ws = manager.get(codebase)
+    ws.settings = WorkspaceSettings(idle_timeout_s=0.001)
+    await ws.run_cell("made = 'unsaved'", timeout_s=30)
+    folder = ckpt.checkpoint_path(ws.folder).parent
+    folder.parent.mkdir(parents=True, exist_ok=True)
+    folder.write_text("not a folder")
+    try:
+        ws.last_used -= 1.0
+        assert await manager.sweep_idle() == []
+        assert ws.state is WorkspaceState.READY and ws.sandbox is not None
+        failed = manager.changes.data["checkpoint_failed"]
+        assert failed["reason"] == "idle" and "not written" in failed["error"]
+        with pytest.raises(CheckpointNotWritten, match="stays open with its variables"):
+            await manager.close(ws)
+        assert (
+            manager.find(codebase) is ws
+            and manager.changes.data["checkpoint_failed"]["reason"] == "closed"
+        )
+        kept = await ws.run_cell("print(made)", timeout_s=30)
+        assert kept.stdout == "unsaved\n" and not kept.kernel_restarted
+        assert "stopped" not in manager.changes.data
+    finally:
+        folder.unlink()
+    ws.last_used -= 1.0
+    assert await manager.sweep_idle() == [ws.folder]
+    assert ws.state is WorkspaceState.STOPPED
+    assert manager.changes.data["stopped"]["checkpoint_error"] is None
+    assert "made" in manager.changes.data["checkpointed"]["variables"]
+
+
+async def test_a_close_a_cancel_or_a_shutdown_stops_the_codebase_load_of_a_starting_workspace(
+    manager, codebase, monkeypatch
+):
+    """Opening ``/`` over the socket read every text file under it: the daemon grew past
+    2.9 GiB, ``rlmd.workspace.close`` timed out and SIGTERM did not end the daemon (each
+    waited for the load's thread, which nothing could stop). A close, a cancelled caller and
+    the shutdown now stop the load within a file, and the open gets a clear error."""
+    import threading
+
+    from rlmd.sandbox.base import SandboxError
+    from rlmd.workspace import manager as manager_mod
+
+    loading = threading.Event()
+    seen: list[threading.Event | None] = []
+    real = manager_mod.load_codebase
+
+    def huge_folder(root, *, stop=None, **kw):  # still reading when the close comes
+        seen.append(stop)
+        loading.set()
+        if stop is not None:
+            stop.wait(60)
+        return real(root, stop=stop, **kw)
+
+    monkeypatch.setattr(manager_mod, "load_codebase", huge_folder)
+
+    async def open_(ws):  # as rlmd.workspace.open does
+        async with ws.hold("open"):
+            return await ws.ensure_started()
+
+    async def while_loading(ws):
+        loading.clear()
+        started = asyncio.ensure_future(open_(ws))
+        assert await asyncio.to_thread(loading.wait, 60)
+        return started
+
+    ws = manager.get(codebase)
+    opening = await while_loading(ws)
+    await manager.close(ws)
+    with pytest.raises(SandboxError, match="was closed while its codebase was loading"):
+        await opening
+    assert seen[-1] is not None and seen[-1].is_set()
+    assert manager.find(codebase) is None and ws.sandbox is None
+
+    ws = manager.get(codebase)  # a task cancelled while its workspace loads
+    opening = await while_loading(ws)
+    opening.cancel()
+    with pytest.raises(asyncio.CancelledError):
+        await opening
+    assert seen[-1] is not None and seen[-1].is_set() and ws.sandbox is None
+
+    opening = await while_loading(ws)  # the daemon stopping (SIGTERM)
+    await manager.shutdown()
+    with pytest.raises(SandboxError, match="was closed while its codebase was loading"):
+        await opening
+    assert seen[-1] is not None and seen[-1].is_set() and manager.workspaces == {}
+
+    monkeypatch.setattr(manager_mod, "load_codebase", real)  # nothing left set for later
+    ws = manager.get(codebase)
+    assert (await ws.ensure_started())["files"] == 5  # type: ignore[index]

@@ -666,7 +666,11 @@ def cmd_models(args: argparse.Namespace) -> int:
         path = pull(args.name, progress=lambda msg: err.print(msg))
         print(path)
         return 0
-    registry = config.load(Path.cwd()).registry()
+    try:
+        registry = config.load(Path.cwd()).registry()
+    except ValueError as exc:  # a config file's error names the file and the key
+        err.print(f"[red]error:[/] {markup(str(exc))}")
+        return 2
     wide = out.width >= 110
     table = Table(pad_edge=False)
     table.add_column("name", no_wrap=True)

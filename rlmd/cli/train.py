@@ -29,6 +29,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import math
 from pathlib import Path
 from typing import Any
 
@@ -277,6 +278,14 @@ def cmd_export(args: argparse.Namespace) -> int:
     from rlmd.store import Store
     from rlmd.train.export import ExportFilters, grpo_groups, sft_samples, write_jsonl
 
+    # Refused rather than ignored: a GRPO export with --repeat-repair 3 wrote the groups
+    # once, and --min-reward nan kept every rollout (no reward compares below NaN).
+    if args.format != "sft" and args.repeat_repair != 1:
+        err.print("[red]error:[/] --repeat-repair applies to --format sft only")
+        return 2
+    if not math.isfinite(args.min_reward):
+        err.print(f"[red]error:[/] --min-reward must be a finite number, not {args.min_reward}")
+        return 2
     filters = ExportFilters(
         min_reward=args.min_reward,
         min_iterations=args.min_iterations,

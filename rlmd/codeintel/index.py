@@ -305,7 +305,10 @@ class CodeIndex:
             )
         elif not out:
             where = f"files matching {path_glob!r}" if path_glob else f"all {len(self.texts)} files"
-            self.last_note = f"find_references: {word!r} is not used in {where} (whole words)"
+            self.last_note = (
+                f"find_references: {word!r} is not used in {where} (whole words)"
+                + self._defined_at(word)
+            )
         return out
 
     def outline(self, path: str) -> list[str]:
@@ -407,7 +410,10 @@ class CodeIndex:
                 if recursive:
                     todo.append((sym.name, path))
         if not found:
-            self.last_note = f"find_subclasses: no class in the codebase derives from {name!r}"
+            self.last_note = (
+                f"find_subclasses: no class in the codebase derives from {name!r}"
+                + self._defined_at(name)
+            )
         found.sort(key=lambda ps: (ps[0], ps[1].line))
         return [_format(path, sym) for path, sym in found]
 
@@ -424,6 +430,23 @@ class CodeIndex:
         return info is not None and any(
             imp == module or imp.endswith(("." + module, "/" + module)) for imp in info.imports
         )
+
+    def _defined_at(self, name: str, most: int = 3) -> str:
+        """For a query that found nothing about a name the codebase does define, where it is
+        defined (at most ``most`` places) and, for a class, that ``outline`` lists its
+        members: the empty result is about the name's users, not the name, and a question
+        about the name itself is answered where it is defined (the 1.5B ran
+        ``find_subclasses`` for a class's own methods, got ``[]`` and answered that;
+        issue 15, held-out codeintel-007). ``""`` when the name is defined nowhere."""
+        hits = self._definitions(name)
+        if not hits:
+            return ""
+        shown = ", ".join(f"{p}:{s.line} ({s.kind} {s.qualname})" for p, s in hits[:most])
+        more = f" and {len(hits) - most} more" if len(hits) > most else ""
+        note = f"; {name!r} itself is defined at {shown}{more}"
+        if hits[0][1].kind in ("class", "interface"):
+            note += f"; outline({hits[0][0]!r}) lists its methods"
+        return note
 
     def _similar(self, name: str) -> str:
         word = name.rpartition(".")[2]

@@ -75,8 +75,14 @@ class Budget:
             value = getattr(self, f.name)
             if value is not None and not value >= 0:  # NaN compares false: refused too
                 raise ValueError(f"budget {f.name} must be a number >= 0, got {value!r}")
+        for f in fields(self):  # counts: a 2.5 from a TOML file would compare but mean nothing
+            value = getattr(self, f.name)
+            if f.type.startswith("int") and isinstance(value, float) and value % 1 != 0:
+                raise ValueError(f"budget {f.name} must be a whole number, got {value!r}")
         if self.max_iterations < 1:
             raise ValueError("budget max_iterations must be >= 1")
+        if self.max_depth < 1:  # no loop would run; `rlmd run --max-depth 0` is refused too
+            raise ValueError("budget max_depth must be >= 1 (the root run is depth 0)")
         if self.cell_timeout_s == 0:  # every cell would be interrupted as it starts
             raise ValueError("budget cell_timeout_s must be > 0 (seconds per REPL cell)")
 

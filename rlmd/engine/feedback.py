@@ -132,9 +132,17 @@ def unverified(cfg: RunConfig, state: LoopState, answer: str) -> bool:
 
 
 def concern_about(
-    cfg: RunConfig, state: LoopState, context: Context, answer: str, *, literal: bool, stderr: str
+    cfg: RunConfig,
+    state: LoopState,
+    context: Context,
+    answer: str,
+    *,
+    literal: bool,
+    stderr: str,
+    question: str = "",
 ) -> verify.Concern | None:
-    """The verifier's concern about ``answer`` (``None`` when ``verify_answer`` is off)."""
+    """The verifier's concern about ``answer`` (``None`` when ``verify_answer`` is off);
+    ``question``: the run's question (the restated rule)."""
     if not cfg.verify_answer:
         return None
     return verify.check(
@@ -144,6 +152,7 @@ def concern_about(
         stderr=stderr,
         literal=literal,
         subcalls=state.subcalls,
+        question=question,
     )
 
 
@@ -217,6 +226,7 @@ def judge_final(
     last_turn: bool,
     budget_spent: BudgetExhausted | None,
     context: Context | None = None,
+    question: str = "",
 ) -> Verdict:
     """Judge the ``FINAL`` of cell ``code``. A FINAL given in the cell that ran out a budget
     still counts: the model's own answer beats an extraction over its work.
@@ -230,6 +240,7 @@ def judge_final(
         last_turn: this is the run's last iteration (never questioned there).
         budget_spent: the tree's exhausted budget, if any (then never questioned).
         context: the run's context (codebase paths check path answers).
+        question: the run's question (an answer that only restates it is questioned).
     """
     state.concern = None
     if result.final is None:
@@ -244,6 +255,7 @@ def judge_final(
         result.final,
         literal=parsing.final_is_literal(code),
         stderr=result.stderr,
+        question=question,
     )
     if (
         state.concern is not None
@@ -341,7 +353,8 @@ def next_turn_note(i: int, max_turns: int, *, folded: bool = False) -> str:
     # The 1.5B model found the file in turn 2 and re-ran the same grep until the turns
     # ran out (trajectory 6179e06561ff141c86a0).
     if i + 2 == max_turns:
-        return prompts.LAST_TURN.format(turn=i + 2, max_turns=max_turns)
+        last = prompts.LAST_TURN_FOLDED if folded else prompts.LAST_TURN
+        return last.format(turn=i + 2, max_turns=max_turns)
     note = prompts.NEXT_TURN_FOLDED if folded else prompts.NEXT_TURN
     return note.format(turn=i + 2, max_turns=max_turns)
 
@@ -365,7 +378,9 @@ def fold_lines(
         if result.error:
             out = prompts.printed(result)
             if out.strip():
-                capped = parsing.cap_output(out, output_cap)
+                # without its last newline: the notes are joined by a blank line, and a
+                # cell that printed only stderr left two (session 10, held-out 007)
+                capped = parsing.cap_output(out, output_cap).rstrip("\n")
                 lines.append(prompts.FOLDED_PRINTED.format(output=capped))
             lines.append(prompts.FOLDED_RAISED.format(error=exception_text(result.error)))
             if result.variables:

@@ -22,7 +22,7 @@ from rlmd.engine.metered import Meter
 from rlmd.engine.usage import Usage
 from rlmd.models.base import Message, Model, ModelError
 from rlmd.models.registry import PROVIDERS
-from rlmd.sandbox.base import CallError
+from rlmd.sandbox.base import CODEBASE_HELPERS, CallError
 
 FILE_LOADING_PROVIDERS = frozenset({"scripted", "local"})
 """Model providers whose ``provider:model`` shorthand names a file the host loads; code in
@@ -164,7 +164,14 @@ class HostCalls:
         instruction = args.get("instruction")
         if not isinstance(instruction, str) or not instruction.strip():
             raise Refused("llm_map(instruction, items): instruction must be a non-empty str")
-        helper = mapping.helper_in_instruction(instruction)
+        codebase = self.context is not None and self.context.is_codebase
+        helper = mapping.helper_in_instruction(instruction, codebase=codebase)
+        if helper is not None and not codebase and helper in CODEBASE_HELPERS:
+            raise Refused(
+                "llm_map's instruction is sent to a sub-model as text (use llm_map for a "
+                f"question in words about each item), which cannot run {helper}(); nor can "
+                f"this REPL: {helper}() is there only when the context is a codebase"
+            )
         if helper is not None:
             source = mapping.items_source(self.cell_code, instruction)
             raise Refused(
@@ -172,7 +179,7 @@ class HostCalls:
                 # it writes weigh most (it wrote llm_map again after "use llm_map for ...").
                 "llm_map's instruction is sent to a sub-model as text (use llm_map for a "
                 f"question in words about each item), which cannot run {helper}(); run it in "
-                f"your code instead: {mapping.helper_call_code(instruction, source)}"
+                f"your code instead: {mapping.helper_call_code(instruction, source, codebase=codebase)}"
             )
         items = [str(i) for i in _as_list(args.get("items"), "items")]
         try:

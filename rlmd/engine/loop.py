@@ -47,6 +47,10 @@ if TYPE_CHECKING:
 
 __all__ = ["RLMRun", "RunConfig", "RunResult", "Runtime", "prepare_sandbox", "run_child_here"]
 
+INLINE_METADATA_CHARS = 65_536
+"""A text context up to this long has its metadata computed on the event loop (a few ms at
+most); a longer one, a container or a codebase in a worker thread."""
+
 Outcome = tuple[str, str | None, str | None, str | None]
 """``(status, answer, answer_source, error)``."""
 
@@ -235,8 +239,13 @@ class RLMRun:
             )
         try:
             # Counting a big context's tokens is CPU work: in a thread, so the daemon's other
-            # clients are served meanwhile (the count is cached on the context).
-            meta = await asyncio.to_thread(self.context.metadata, self.model.count_tokens)
+            # clients are served meanwhile (the count is cached on the context). A short
+            # string is counted here: ~60 ns a character, less than the two thread hand-overs.
+            value = self.context.value
+            if isinstance(value, str) and len(value) <= INLINE_METADATA_CHARS:
+                meta = self.context.metadata(self.model.count_tokens)
+            else:
+                meta = await asyncio.to_thread(self.context.metadata, self.model.count_tokens)
             sub = self.rt.get_model(self.cfg.model_for_depth(self.depth + 1))  # KeyError
         except BaseException:
             await self._abandon_preparation()
@@ -460,6 +469,7 @@ class RLMRun:
                 last_turn=last_turn,
                 budget_spent=self.rt.ledger.exhausted,
                 context=self.context,
+                question=self.question,
             )
             if verdict is Verdict.ACCEPT:
                 source = "final_var" if "FINAL_VAR" in code else "final"
@@ -530,7 +540,13 @@ class RLMRun:
                     state.say(f"FINAL_VAR({value}) names no variable. Use SHOW_VARS() to see them.")
                     return None
             concern = feedback.concern_about(
-                cfg, state, self.context, value, literal=kind != "final_var", stderr=""
+                cfg,
+                state,
+                self.context,
+                value,
+                literal=kind != "final_var",
+                stderr="",
+                question=self.question,
             )
             if concern is not None and not state.questioned and not last_turn:
                 state.questioned = True

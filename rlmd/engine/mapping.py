@@ -18,9 +18,17 @@ ERROR_PREFIX = "Error: "
 _NUMBERED = re.compile(r"^\s*(?:item\s*)?\[?(\d+)\]?\s*[:.)\]-]\s*(.*?)\s*$", re.IGNORECASE)
 
 
-def helper_in_instruction(instruction: str) -> str | None:
+_NOT_CALLABLE = ("context", "history")
+"""Reserved names that are values, not helpers: an instruction naming one is no call."""
+
+
+def helper_in_instruction(instruction: str, *, codebase: bool = True) -> str | None:
     """The REPL helper that ``instruction`` names, when the whole instruction is one helper
     (``"outline"``) or one call of it (``"find_subclasses('Base')"``), else ``None``.
+    Without ``codebase`` (the run's context is no codebase, its REPL has no codebase
+    helpers) a codebase helper's bare name is words, not a helper: ``llm_map("outline",
+    chapters)`` over a text was refused with a line to run that raised ``NameError``; a
+    call of one (``"list_files()"``) is still named.
 
     The instruction reaches a sub-model as text, which cannot run REPL helpers: a small root
     model wrote ``llm_map("find_subclasses(X)", context)`` in three held-out runs (issue 15,
@@ -30,14 +38,19 @@ def helper_in_instruction(instruction: str) -> str | None:
         node = ast.parse(instruction.strip(), mode="eval").body
     except (SyntaxError, ValueError):
         return None
-    if isinstance(node, ast.Call):
+    called = isinstance(node, ast.Call)
+    if called:
         node = node.func
-    if isinstance(node, ast.Name) and node.id in (*CODEBASE_HELPERS, *RESERVED_NAMES):
+    if not isinstance(node, ast.Name) or node.id in _NOT_CALLABLE:
+        return None
+    if node.id in RESERVED_NAMES or (node.id in CODEBASE_HELPERS and (codebase or called)):
         return node.id
     return None
 
 
-def helper_call_code(instruction: str, items: str | None = None) -> str | None:
+def helper_call_code(
+    instruction: str, items: str | None = None, *, codebase: bool = True
+) -> str | None:
     """``instruction`` as a cell line to run, when it is a REPL helper or one call of it
     (:func:`helper_in_instruction`), else ``None``. Bare names among a call's arguments
     become strings, as the helpers take names as strings (``find_subclasses(Base)`` gives
@@ -45,14 +58,15 @@ def helper_call_code(instruction: str, items: str | None = None) -> str | None:
     bare helper is applied to each item: of ``items``, the source of the expression the
     cell passed as the items (:func:`items_source`), else of a name ``items``
     (``outline`` and ``find_subclasses('Vorim')`` give
-    ``print([outline(item) for item in find_subclasses('Vorim')])``).
+    ``print([outline(item) for item in find_subclasses('Vorim')])``). ``None`` too for a
+    codebase helper without ``codebase`` (the REPL has none to run).
 
     The refusal shows this line: told to "call find_subclasses(...) in your code", the 1.5B
     model re-sent the refused cell five times (issue 15, held-out codeintel-006/007).
     """
-    helper = helper_in_instruction(instruction)
-    if helper is None:
-        return None
+    helper = helper_in_instruction(instruction, codebase=codebase)
+    if helper is None or (helper in CODEBASE_HELPERS and not codebase):
+        return None  # no such helper in this REPL: no line to run
     try:
         node = ast.parse(instruction.strip(), mode="eval").body
     except (SyntaxError, ValueError):

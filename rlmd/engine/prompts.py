@@ -458,6 +458,14 @@ LAST_TURN = (
     "with your best answer from the outputs above."
 )
 
+LAST_TURN_FOLDED = (
+    "Turn {turn} of {max_turns} is your last. Reply with a ```repl block that calls FINAL(...) "
+    "with your best answer from the outputs so far."
+)
+"""The last turn's note after a folded turn: :data:`LAST_TURN` with "the outputs so far" for
+"the outputs above" (the folded cell's output is not above; only what the fold's note keeps),
+as :data:`NEXT_TURN_FOLDED` does for the other turns."""
+
 EXTRACTION_USER = (
     "Question: {question}\n\nWork so far: the conversation above. The task has stopped "
     "({reason}); no more code will run. From the outputs above, give the best answer you can "

@@ -1,8 +1,8 @@
 """The answer verifier: cheap checks of a ``FINAL`` answer against what the run has seen,
 before the run ends ``completed``.
 
-Each rule reads only the answer's form, the cell outputs and the context (never the question's
-wording), and returns a :class:`Concern` with the evidence to show the model:
+Each rule reads only the answer's form, the cell outputs and the context (and, for one rule,
+which words the question holds: never its wording), and returns a :class:`Concern` with the evidence to show the model:
 
 * **guess** (``verify_answer``'s original rule): a short literal answer that appears in no
   output so far;
@@ -11,6 +11,10 @@ wording), and returns a :class:`Concern` with the evidence to show the model:
 * **path**: a codebase answer naming a file that is not in the codebase;
 * **empty-count**: a number computed by a cell whose search found nothing, or a 0 printed
   next to an empty collection;
+* **restated**: an answer of several words that adds nothing to the question's own words
+  but function words ("the class names that are declared with extends X" for "Which classes
+  are declared with `extends X`? List the class names."): it describes the answer instead of
+  giving it. The question is read only for this comparison, never for its wording;
 * **failed-subcalls**: an answer computed from sub-call results that were mostly errors
   (``llm_map`` / ``llm_query_batched`` slots holding ``"Error: ..."``, a failed
   ``llm_query``; see :class:`SubcallTally`), or given after a cell whose output is mostly
@@ -51,6 +55,16 @@ _EMPTY_NOTES = re.compile(
     r"|derives from|no file '|is not in an indexed language|defines nothing"
 )
 """The notes the codebase helpers print (stderr) when they come back empty."""
+_WORD = re.compile(r"[^\W_]+", re.UNICODE)
+RESTATED_MIN_WORDS = 4
+"""An answer is read as a restated question only with at least this many words (a class
+name, a path or "None" is never one)."""
+_FUNCTION_WORDS = frozenset(
+    "a an the that this these those which who whom whose what is are was were be been being "
+    "of in on at to for with by from as and or it its they them their there here all any "
+    "each every".split()
+)
+"""Words an answer may add to the question's and still say nothing new."""
 _EMPTY_LITERAL = re.compile(r"(^|[\s=:(,])(\[\]|\{\}|set\(\)|Counter\(\)|\(\))\s*$", re.M)
 
 _PATH = re.compile(
@@ -74,8 +88,8 @@ its non-empty lines."""
 
 @dataclass(frozen=True)
 class Concern:
-    """Why an answer is doubted: ``rule`` (``"guess" | "empty" | "error" | "path" |
-    "empty-count" | "failed-subcalls"``) and ``evidence``, a sentence for the model and the
+    """Why an answer is doubted: ``rule`` (``"guess" | "empty" | "error" | "restated" |
+    "path" | "empty-count" | "failed-subcalls"``) and ``evidence``, a sentence for the model and the
     user."""
 
     rule: str
@@ -121,6 +135,7 @@ def check(
     stderr: str = "",
     literal: bool = True,
     subcalls: SubcallTally | None = None,
+    question: str = "",
 ) -> Concern | None:
     """The first concern about ``answer``, or ``None`` when no rule doubts it.
 
@@ -133,6 +148,7 @@ def check(
         literal: the answer was written as a literal in FINAL (the guess rule applies).
         subcalls: the sub-call results the answer most likely rests on (the answering
             cell's, else those of the last cell that made sub-calls), or ``None``.
+        question: the run's question (the restated rule; ``""``: not applied).
     """
     text = answer.strip().strip("`").strip()
     if not text:
@@ -147,6 +163,13 @@ def check(
             "it reads like an error message or an empty/failed search, not an answer; "
             "a search that found nothing means the search was wrong, not that the answer "
             "is 'not found'",
+        )
+    if short and restates(text, question):
+        return Concern(
+            "restated",
+            "it repeats the question's own words and adds nothing to them: it describes the "
+            "answer instead of giving it; answer with the thing itself (the names, path, "
+            "number or value) that an output shows",
         )
     if context.is_codebase:
         missing = _missing_paths(text if short else "", context)
@@ -204,6 +227,21 @@ def _failed_work(outputs: list[str], subcalls: SubcallTally | None) -> str | Non
     return None
 
 
+def restates(answer: str, question: str) -> bool:
+    """Whether ``answer`` (at least :data:`RESTATED_MIN_WORDS` words, two of them function
+    words: a sentence) holds no word that is not in ``question`` or a function word
+    (:data:`_FUNCTION_WORDS`): compared as lowercase words, punctuation and backticks
+    ignored."""
+    words = [w.lower() for w in _WORD.findall(answer)]
+    if len(words) < RESTATED_MIN_WORDS or not question:
+        return False
+    # a sentence, not a list of names picked from the question ("A, B, C and D")
+    if sum(w in _FUNCTION_WORDS for w in words) < 2:
+        return False
+    asked = {w.lower() for w in _WORD.findall(question)}
+    return all(w in asked or w in _FUNCTION_WORDS for w in words)
+
+
 def _is_zero(text: str) -> bool:
     try:
         return float(text.replace(",", "").replace("_", "")) == 0
@@ -223,7 +261,8 @@ def _missing_paths(text: str, context: Context) -> str | None:
             continue  # json.dumps, os.path, v1.2: not file names
         if cand.startswith(prefix):
             cand = cand[len(prefix) :]
-        cand = cand.lstrip("./") if cand.startswith("./") else cand
+        while cand.startswith("./"):  # not lstrip("./"): that also ate a dot folder's dot
+            cand = cand[2:]
         if cand in files or any(p.endswith("/" + cand) for p in files):
             continue
         missing.append(cand)

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import abc
 import re
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -42,6 +43,18 @@ def encodable(messages: list[Message]) -> list[Message]:
     if not any(bad(m) for m in messages):
         return messages
     return [{**m, "content": encodable_text(m["content"])} if bad(m) else m for m in messages]
+
+
+_COUNTER: Callable[[str], int] | None = None
+""":func:`rlmd.models.tokens.count_tokens`, once imported (on first use: not at start-up)."""
+
+
+def _token_counter() -> Callable[[str], int]:
+    global _COUNTER
+    from rlmd.models.tokens import count_tokens
+
+    _COUNTER = count_tokens
+    return count_tokens
 
 
 class ModelError(Exception):
@@ -309,9 +322,10 @@ class Model(abc.ABC):
     def count_tokens(self, text: str) -> int:
         """Tokens ``text`` takes in this model's prompt (exact where the tokenizer is local,
         else the estimate of :func:`rlmd.models.tokens.count_tokens`)."""
-        from rlmd.models.tokens import count_tokens
-
-        return count_tokens(text)
+        counter = _COUNTER
+        if counter is None:  # the import statement at every call was a fifth of its cost
+            counter = _token_counter()
+        return counter(text)
 
     def count_messages(self, messages: list[Message]) -> int:
         """Tokens a chat prompt takes: contents plus ~4 tokens of framing per message

@@ -79,6 +79,7 @@ class _Worker:
         self._jobs: queue.SimpleQueue[Callable[[], None] | None] = queue.SimpleQueue()
         self._running = False
         self._stopped = False
+        self._raised = False  # an interrupt was raised since the last submit
         self.thread = threading.Thread(target=self._serve, name="rlmd-inprocess-cell", daemon=True)
         self.thread.start()
 
@@ -95,8 +96,9 @@ class _Worker:
     def submit(self, job: Callable[[], None]) -> None:
         """Run ``job`` (one cell) in the thread; it may be interrupted until
         :meth:`finished`."""
-        if self.thread.ident is not None:  # clear a late interrupt still pending
+        if self._raised and self.thread.ident is not None:  # clear a late interrupt still pending
             ctypes.pythonapi.PyThreadState_SetAsyncExc(ctypes.c_ulong(self.thread.ident), None)
+        self._raised = False
         self._running = True
         self._jobs.put(job)
 
@@ -108,6 +110,7 @@ class _Worker:
         """Raise ``CellInterrupted`` in the running cell, if any; whether one was raised."""
         if not self._running or self.thread.ident is None:
             return False
+        self._raised = True
         _async_raise(self.thread.ident, CellInterrupted)
         return True
 

@@ -26,6 +26,7 @@ from rlmd.sandbox.base import SandboxError
 from rlmd.server.core import DaemonCore
 from rlmd.server.errors import (
     BUSY,
+    CHECKPOINT_FAILED,
     SANDBOX_FAILED,
     UNAVAILABLE,
     CommandError,
@@ -36,7 +37,7 @@ from rlmd.server.hub import DETAILS
 from rlmd.server.params import Params
 from rlmd.server.tasks import Task
 from rlmd.workspace import checkpoint as ckpt_mod
-from rlmd.workspace.manager import Workspace
+from rlmd.workspace.manager import CheckpointNotWritten, Workspace
 
 PROGRESS_MODES = ("all", "own", "none")
 MAX_QUESTION = 200_000
@@ -194,7 +195,8 @@ async def task_start(core: DaemonCore, p: Params, ctx: CallContext) -> Mapping[s
             "max_subcalls",
             "max_consecutive_errors",
         ):
-            budget[key] = budgets.integer(key, minimum=0, maximum=10**12)
+            least = 1 if key in ("max_iterations", "max_depth") else 0  # as the CLI's
+            budget[key] = budgets.integer(key, minimum=least, maximum=10**12)
         else:
             budget[key] = budgets.number(key, minimum=0, maximum=1e12)
     budgets.done()
@@ -394,7 +396,10 @@ async def workspace_close(core: DaemonCore, p: Params, ctx: CallContext) -> dict
     if ws is None:
         raise not_found(f"workspace {folder} is not open")
     cancelled = await _stop_tasks(core, ws, cancel)
-    await core.workspaces.close(ws, checkpoint=checkpoint)
+    try:
+        await core.workspaces.close(ws, checkpoint=checkpoint)
+    except CheckpointNotWritten as exc:
+        raise CommandError(CHECKPOINT_FAILED, str(exc)) from None
     return {
         "workspace": ws.folder,
         "state": "closed",

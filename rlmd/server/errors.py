@@ -26,6 +26,8 @@ SHUTTING_DOWN = -32005
 """The daemon is stopping and accepts no new work."""
 UNAUTHORIZED = -32006
 """A socket client sent a message without the daemon's token (or a wrong one)."""
+CHECKPOINT_FAILED = -32007
+"""A checkpoint the command needed could not be written (a full disk); nothing was lost."""
 
 
 class CommandError(Exception):

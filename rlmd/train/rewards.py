@@ -57,7 +57,8 @@ def correctness(task: TrainTask, answer: str | None) -> float:
     """The task's scorer on ``answer``, in ``[0, 1]``.
 
     Raises:
-        ValueError: an unknown scorer name, or a user scorer that returned no number.
+        ValueError: an unknown scorer name, or a user scorer that raised (its exception is
+            the cause) or returned no number; the message names the scorer and the task.
         ImportError / AttributeError: a ``module:fn`` scorer that cannot be imported.
     """
     if task.scorer in METRICS:
@@ -72,9 +73,15 @@ def correctness(task: TrainTask, answer: str | None) -> float:
         raise ValueError(f"unknown scorer {task.scorer!r}: use one of {METRICS} or 'module:fn'")
     module, _, name = task.scorer.partition(":")
     fn = getattr(importlib.import_module(module), name)
-    value = fn(answer, task.answer, task)
-    if isinstance(value, bool) or not isinstance(value, int | float):
-        raise ValueError(f"scorer {task.scorer} returned {value!r}, not a number")
+    try:
+        value = fn(answer, task.answer, task)
+    except Exception as exc:  # a user's function: any bug, said once with the task's id
+        raise ValueError(
+            f"scorer {task.scorer} raised {type(exc).__name__}: {exc} (task {task.id}); "
+            "its run is kept in the store, fix the scorer and run again to score it"
+        ) from exc
+    if isinstance(value, bool) or not isinstance(value, int | float) or value != value:
+        raise ValueError(f"scorer {task.scorer} returned {value!r}, not a number (task {task.id})")
     return min(1.0, max(0.0, float(value)))
 
 

@@ -89,6 +89,30 @@ def _sample_spec(registry: Registry, name: str, opts: RolloutOptions, k: int) ->
     return dataclasses.replace(base, name=f"{name}#s{k}", sampling=sampling)
 
 
+def _check_same_tasks(
+    store: Store, set_name: str, tasks: list[TrainTask], recorded: list[dict[str, Any]]
+) -> None:
+    """Raise ``ValueError`` when ``set_name`` already holds a rollout of a task id of
+    ``tasks`` whose run asked another question. A resumed set skips the (task id, sample)
+    pairs it holds; a user file's ids default to ``user-<line>``, so a second file rolled
+    out into the same set (its default name is the model's) was skipped as done, with
+    the first file's rewards shown for it."""
+    from rlmd.store.codec import text  # the question as the store keeps it (surrogates)
+
+    questions = {t.id: text(t.question) for t in tasks}
+    for row in recorded:
+        question = questions.get(row["task_id"])
+        if question is None:
+            continue
+        run = store.get_run(row["run_id"])
+        if run is not None and run.get("question") != question:
+            raise ValueError(
+                f"rollout set {set_name!r} already has task {row['task_id']!r} with another "
+                "question (another task file under the same ids?): pass --set NAME for a "
+                "new set, or give the tasks unique ids"
+            )
+
+
 async def run_rollouts(
     tasks: list[TrainTask],
     opts: RolloutOptions,
@@ -103,8 +127,9 @@ async def run_rollouts(
         The rollout rows recorded now (skipped ones are not returned).
 
     Raises:
-        ValueError: the teacher was asked to play a held-out task, or ``repair_share`` is
-            not within 0..1.
+        ValueError: the teacher was asked to play a held-out task, ``repair_share`` is
+            not within 0..1, or the set holds a rollout of a task with one of these ids
+            but another question (see :func:`_check_same_tasks`).
         ModelNotAvailable / KeyError: the model cannot be used (checked before any run).
     """
     from rlmd.config import Settings, build_run_config
@@ -113,7 +138,9 @@ async def run_rollouts(
         raise ValueError("the teacher never plays held-out tasks: pass the train split")
     if not 0.0 <= opts.repair_share <= 1.0:
         raise ValueError(f"repair_share must be within 0..1, not {opts.repair_share}")
-    done = {(r["task_id"], r["sample_index"]) for r in store.rollouts(opts.set_name)}
+    recorded = store.rollouts(opts.set_name)
+    done = {(r["task_id"], r["sample_index"]) for r in recorded}
+    _check_same_tasks(store, opts.set_name, tasks, recorded)
     todo = [(t, k) for t in tasks for k in range(opts.samples) if (t.id, k) not in done]
     total, counter = len(tasks) * opts.samples, len(done)
     sem = asyncio.Semaphore(max(1, opts.parallel))

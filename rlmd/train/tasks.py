@@ -89,26 +89,41 @@ class TaskFileError(ValueError):
 def load_tasks(path: str | Path) -> list[TrainTask]:
     """The tasks of a task-set folder or a user JSONL file (see the module docstring).
 
+    Every record is checked before any task runs (a bad line found after hours of rollouts
+    cost every run before it).
+
     Raises:
-        TaskFileError: missing file, a line that is not JSON, or a record without
-            ``question`` / ``context`` / ``answer``.
+        TaskFileError: missing or unreadable file, text that is not UTF-8, a line that is
+            not a JSON object, a record without ``question`` / ``context`` / ``answer``, or
+            one whose question is not a string, whose context is not a string, list or
+            object, whose scorer is neither a metric nor ``"module:fn"``, or whose
+            ``choices`` is not a list (the message names the file and line).
     """
     path = Path(path)
     if path.is_dir():
         return _load_folder(path)
     if not path.is_file():
         raise TaskFileError(f"{path}: no such task file or task-set folder")
+    try:
+        text = path.read_text(encoding="utf-8")
+    except (OSError, UnicodeDecodeError) as exc:
+        raise TaskFileError(f"{path}: cannot be read as UTF-8 text ({exc})") from None
     tasks = []
-    for n, line in enumerate(path.read_text(encoding="utf-8").splitlines(), 1):
+    for n, line in enumerate(text.splitlines(), 1):
         if not line.strip():
             continue
         try:
             rec = json.loads(line)
         except json.JSONDecodeError as exc:
             raise TaskFileError(f"{path}:{n}: not JSON ({exc})") from None
+        if not isinstance(rec, dict):
+            raise TaskFileError(
+                f"{path}:{n}: a task must be a JSON object, got {type(rec).__name__}"
+            )
         missing = [k for k in ("question", "context", "answer") if k not in rec]
-        if not isinstance(rec, dict) or missing:
-            raise TaskFileError(f"{path}:{n}: missing {missing or 'an object'}")
+        if missing:
+            raise TaskFileError(f"{path}:{n}: missing {missing}")
+        _check_record(rec, f"{path}:{n}")
         tasks.append(
             TrainTask(
                 id=str(rec.get("id", f"user-{n}")),
@@ -127,32 +142,65 @@ def load_tasks(path: str | Path) -> list[TrainTask]:
     return tasks
 
 
+def _check_record(rec: dict[str, Any], where: str) -> None:
+    """Raise :class:`TaskFileError` (naming ``where``) for a user task whose fields have the
+    wrong types (see :func:`load_tasks`)."""
+    from rlmd.train.scoring import METRICS
+
+    if not isinstance(rec["question"], str) or not rec["question"].strip():
+        raise TaskFileError(f"{where}: question must be a non-empty string")
+    if not isinstance(rec["context"], str | list | dict):
+        raise TaskFileError(
+            f"{where}: context must be a string or an object of {{path: text}}, "
+            f"got {type(rec['context']).__name__}"
+        )
+    scorer = rec.get("scorer", "exact")
+    module, _, fn = str(scorer).partition(":")
+    if not isinstance(scorer, str) or (scorer not in METRICS and not (module and fn)):
+        raise TaskFileError(
+            f"{where}: unknown scorer {scorer!r}: use one of {', '.join(METRICS)} or 'module:fn'"
+        )
+    if rec.get("choices") is not None and not isinstance(rec["choices"], list):
+        raise TaskFileError(f"{where}: choices must be a list")
+
+
 def _load_folder(root: Path) -> list[TrainTask]:
     try:
         manifest = json.loads((root / "manifest.json").read_text())
         lines = (root / "tasks.jsonl").read_text(encoding="utf-8").splitlines()
     except (OSError, ValueError) as exc:
         raise TaskFileError(f"{root}: not a task-set folder ({exc})") from None
+    if not isinstance(manifest, dict):
+        raise TaskFileError(f"{root}/manifest.json: not a JSON object")
     split = manifest.get("split", "user")
     tasks = []
-    for line in lines:
+    for n, line in enumerate(lines, 1):
         if not line.strip():
             continue
-        rec = json.loads(line)
-        tasks.append(
-            TrainTask(
-                id=rec["id"],
-                family=rec["family"],
-                question=rec["question"],
-                answer=rec["answer"],
-                scorer=rec["metric"],
-                context_path=str(root / rec["context_ref"]),
-                split=split,
-                choices=rec.get("choices"),
-                unique_basename=bool(rec.get("unique_basename")),
-                params=rec.get("params") or {},
+        where = f"{root}/tasks.jsonl:{n}"
+        try:
+            rec = json.loads(line)
+        except json.JSONDecodeError as exc:
+            raise TaskFileError(f"{where}: not JSON ({exc})") from None
+        if not isinstance(rec, dict):
+            raise TaskFileError(f"{where}: a task must be a JSON object")
+        try:
+            tasks.append(
+                TrainTask(
+                    id=rec["id"],
+                    family=rec["family"],
+                    question=rec["question"],
+                    answer=rec["answer"],
+                    scorer=rec["metric"],
+                    context_path=str(root / rec["context_ref"]),
+                    split=split,
+                    choices=rec.get("choices"),
+                    unique_basename=bool(rec.get("unique_basename")),
+                    params=rec.get("params") or {},
+                )
             )
-        )
+        except (KeyError, TypeError) as exc:
+            raise TaskFileError(f"{where}: missing or wrong field {exc}") from None
     return tasks
 
 

@@ -31,13 +31,14 @@ import asyncio
 import contextlib
 import enum
 import logging
+import threading
 import time
 from collections.abc import AsyncIterator, Callable
 from pathlib import Path
 from typing import Any, NotRequired, TypedDict
 
 from rlmd import isolation
-from rlmd.context import Context, load_codebase, refresh_codebase
+from rlmd.context import Context, LoadStopped, load_codebase, refresh_codebase
 from rlmd.sandbox import create_sandbox
 from rlmd.sandbox.base import CallError, CellResult, Sandbox, SandboxError, VarInfo
 from rlmd.workspace import checkpoint as ckpt_mod
@@ -131,7 +132,8 @@ class Workspace:
         folder: the project folder (absolute, resolved).
         settings: backend, timeouts.
         on_change: ``(workspace, kind, data)`` for ``"started"``, ``"checkpointed"``,
-            ``"stopped"``, ``"reset"``, ``"restored"``, ``"cell"``, ``"closed"``.
+            ``"stopped"``, ``"checkpoint_failed"``, ``"reset"``, ``"restored"``, ``"cell"``,
+            ``"closed"``.
     """
 
     def __init__(
@@ -153,6 +155,16 @@ class Workspace:
         self.last_restore: RestoreInfo | None = None
         self.kernel_restarts = 0
         self._restarts_seen = 0
+        self._loading: threading.Event | None = None  # set: the codebase load stops
+        self._stop_loads = False  # a close is coming: a load that starts now stops at once
+
+    def stop_loading(self) -> None:
+        """Stop the codebase load :meth:`ensure_started` is waiting for, if any (within one
+        file): its caller gets a ``SandboxError``. A close or the daemon's shutdown would
+        otherwise wait for a load of a huge folder (``/``, a home) to end."""
+        self._stop_loads = True
+        if self._loading is not None:
+            self._loading.set()
 
     # -- holding ------------------------------------------------------------------------------
 
@@ -222,7 +234,8 @@ class Workspace:
         running already).
 
         Raises:
-            SandboxError: the sandbox could not start (unknown backend included).
+            SandboxError: the sandbox could not start (unknown backend included), or the
+                codebase load was stopped (:meth:`stop_loading`).
             NotADirectoryError: the project folder is gone.
         """
         if self.sandbox is not None:
@@ -237,7 +250,7 @@ class Workspace:
                 log.warning("workspace %s: %s", self.folder, gap)
             sandbox.warm()
             try:
-                ctx = await asyncio.to_thread(load_codebase, Path(self.folder))
+                ctx = await self._load()
                 await sandbox.start(_no_calls)
                 await sandbox.load_context(ctx.value, codebase=True)
             except BaseException:
@@ -267,6 +280,29 @@ class Workspace:
         self.state = WorkspaceState.READY
         self._emit("started", **info)
         return info
+
+    async def _load(self) -> Context:
+        """The codebase of the folder, loaded in a worker thread that stops (within one file)
+        when the caller is cancelled or :meth:`stop_loading` is called.
+
+        Raises:
+            SandboxError: the load was stopped.
+            NotADirectoryError: the folder is gone.
+        """
+        stop = self._loading = threading.Event()
+        if self._stop_loads:
+            stop.set()
+        try:
+            return await asyncio.to_thread(load_codebase, Path(self.folder), stop=stop)
+        except asyncio.CancelledError:
+            stop.set()  # the thread would go on reading the folder after nobody waits
+            raise
+        except LoadStopped:
+            raise SandboxError(
+                f"the workspace {self.folder} was closed while its codebase was loading"
+            ) from None
+        finally:
+            self._loading = None
 
     async def ensure_current(self) -> StartInfo | None:
         """:meth:`ensure_started`, and for a workspace that was running already, bring its
@@ -328,17 +364,32 @@ class Workspace:
         self._emit("checkpointed", **self.last_checkpoint)
         return self.last_checkpoint
 
-    async def stop(self, *, checkpoint: bool, reason: str) -> None:
-        """Stop the sandbox (after a checkpoint if ``checkpoint``); a failed checkpoint is
-        logged and reported in the ``"stopped"`` change, and the sandbox is stopped anyway."""
+    async def stop(self, *, checkpoint: bool, reason: str, keep_unsaved: bool = False) -> None:
+        """Stop the sandbox (after a checkpoint if ``checkpoint``).
+
+        A checkpoint that fails is logged and reported in the ``"stopped"`` change, and the
+        sandbox is stopped anyway, except when ``keep_unsaved`` and the file could not be
+        written (a full disk): then the REPL keeps running with its variables and a
+        ``"checkpoint_failed"`` change says why.
+
+        Raises:
+            CheckpointNotWritten: only with ``keep_unsaved``; nothing was stopped.
+        """
         if self.sandbox is None:
             return
         problem = None
         if checkpoint:
             try:
                 await self.checkpoint()
+            except CheckpointNotWritten as exc:
+                if keep_unsaved:
+                    log.warning("workspace %s: %s; kept running", self.folder, exc)
+                    self._emit("checkpoint_failed", reason=reason, error=str(exc))
+                    raise
+                problem = f"checkpoint failed: {exc}"
             except (SandboxError, OSError, KeyError, ValueError, TypeError) as exc:
                 problem = f"checkpoint failed: {exc}"
+            if problem:
                 log.warning("workspace %s: %s", self.folder, problem)
         sandbox, self.sandbox, self.context = self.sandbox, None, None
         await asyncio.shield(sandbox.close())
@@ -547,9 +598,26 @@ class WorkspaceManager:
 
     async def close(self, ws: Workspace, *, checkpoint: bool = True) -> None:
         """Stop ``ws`` (checkpointing first if asked) and forget it. The caller makes sure
-        no task holds or waits for it."""
+        no task holds or waits for it.
+
+        A codebase load that is starting ``ws`` is stopped first (the open waiting for it
+        fails with ``SandboxError``).
+
+        Raises:
+            CheckpointNotWritten: ``checkpoint`` was asked and the file could not be written;
+                ``ws`` stays open and running with its variables (close with
+                ``checkpoint=False`` to discard them).
+        """
+        ws.stop_loading()
         async with ws.hold("close"):
-            await ws.stop(checkpoint=checkpoint, reason="closed")
+            try:
+                await ws.stop(checkpoint=checkpoint, reason="closed", keep_unsaved=True)
+            except CheckpointNotWritten as exc:
+                ws._stop_loads = False  # it stays open: it may be started again
+                raise CheckpointNotWritten(
+                    f"{exc}; the workspace stays open with its variables "
+                    "(close it with checkpoint false to discard them)"
+                ) from exc
         ws.state = WorkspaceState.CLOSED
         self.workspaces.pop(ws.folder, None)
         ws._emit("closed")
@@ -568,7 +636,11 @@ class WorkspaceManager:
             async with ws.hold("idle"):
                 if ws.sandbox is None or ws.waiting:
                     continue
-                await ws.stop(checkpoint=True, reason="idle")
+                try:
+                    await ws.stop(checkpoint=True, reason="idle", keep_unsaved=True)
+                except CheckpointNotWritten:  # kept with its variables; try again later
+                    ws.last_used = time.monotonic()
+                    continue
                 stopped.append(ws.folder)
         return stopped
 
@@ -585,6 +657,8 @@ class WorkspaceManager:
 
     async def shutdown(self) -> None:
         """Checkpoint and stop every workspace (tasks must be stopped first)."""
+        for ws in list(self.workspaces.values()):
+            ws.stop_loading()
         for ws in list(self.workspaces.values()):
             try:
                 await asyncio.wait_for(self.close(ws, checkpoint=True), 30)

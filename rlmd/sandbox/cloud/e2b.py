@@ -128,12 +128,15 @@ class E2BProvider(Provider):
         A pooled keep-alive connection that the server closes just as a write goes out is
         reset ("Connection reset by peer": seen once in CI against the local envd, while
         the kernel's files were uploaded in parallel). The write is idempotent (same path,
-        same bytes), so one more attempt is safe; a second failure is raised.
+        same bytes), so one more attempt is safe; a second failure, or any failure that is
+        not a dropped connection (a full disk, a refused path), is raised.
         """
         files = self._need_vm().files
         try:
             await files.write(path, data)
-        except Exception:  # noqa: BLE001 - the SDK's HTTP errors come in many classes
+        except Exception as exc:  # noqa: BLE001 - the SDK's HTTP errors come in many classes
+            if not _is_dropped_connection(exc):
+                raise
             await files.write(path, data)
 
     async def read_file(self, path: str) -> bytes:
@@ -221,3 +224,22 @@ class E2BTransport(CloudTransport):
         if not os.environ.get(API_KEY_ENV) and not _debug_mode():
             return f"no {API_KEY_ENV} set"
         return None
+
+
+def _is_dropped_connection(exc: BaseException) -> bool:
+    """Whether ``exc`` (or what it was raised from) is a connection the peer dropped: an
+    :class:`ConnectionError` or an httpx/httpcore transport error, matched by class name so
+    the check needs neither library imported (the SDK wraps them in its own classes)."""
+    if type(exc).__name__ == "SandboxNotRunningException":  # the SDK probed it: the VM is gone
+        return False
+    seen: BaseException | None = exc
+    for _ in range(8):  # a cause chain is short; the bound guards a cycle
+        if seen is None:
+            return False
+        if isinstance(seen, ConnectionError):
+            return True
+        names = {cls.__name__ for cls in type(seen).__mro__}
+        if names & {"TransportError", "NetworkError", "RemoteProtocolError"}:
+            return True
+        seen = seen.__cause__ or seen.__context__
+    return False
