@@ -83,14 +83,16 @@ def worker(args: argparse.Namespace) -> None:
     model, tok = load_base(args.base)
     load_s = time.monotonic() - t0
     times: list[float] = []
+    cpu: list[float] = []  # CPU seconds of all the process's threads: less load-dependent
     losses: list[float] = []
 
     class Timer(TrainerCallback):
         def on_step_begin(self, a, state, control, **kw):  # type: ignore[no-untyped-def]
-            self.t = time.monotonic()
+            self.t, self.c = time.monotonic(), time.process_time()
 
         def on_step_end(self, a, state, control, **kw):  # type: ignore[no-untyped-def]
             times.append(time.monotonic() - self.t)
+            cpu.append(time.process_time() - self.c)
 
         def on_log(self, a, state, control, logs=None, **kw):  # type: ignore[no-untyped-def]
             if logs and "loss" in logs:
@@ -110,6 +112,7 @@ def worker(args: argparse.Namespace) -> None:
                 "config": cfg,
                 "load_s": round(load_s, 1),
                 "step_s": [round(t, 2) for t in times],
+                "step_cpu_s": [round(t, 2) for t in cpu],
                 "loss": losses,
                 "tokens_in_dataset_order": fed,
                 "adapted_blocks": [int(b) for b in trainable],
@@ -176,19 +179,25 @@ def main() -> int:
     peer, cand = (runs[k] for k in list(configs)[:2])
     total = {k: sum(sum(r["step_s"]) for r in v) for k, v in runs.items()}
     ratio = total[list(configs)[1]] / total[list(configs)[0]]
-    print("\n| config | rounds | s/step (median) | s per round | peak RSS GB | step-1 loss |")
-    print("|---|---|---|---|---|---|")
+    print("\n| config | rounds | s/step (median) | CPU s/step (median) | s per round | peak RSS GB "
+          "| step-1 loss |")  # fmt: skip
+    print("|---|---|---|---|---|---|---|")
     for k, v in runs.items():
         steps = [s for r in v for s in r["step_s"]]
         per_round = ", ".join(f"{sum(r['step_s']):.0f}" for r in v)
         rss = max(r["max_rss_gb"] for r in v)
-        print(f"| {k} | {len(v)} | {statistics.median(steps):.1f} | {per_round} | {rss:.2f} | "
+        cpus = [s for r in v for s in r["step_cpu_s"]]
+        print(f"| {k} | {len(v)} | {statistics.median(steps):.1f} | {statistics.median(cpus):.1f} "
+              f"| {per_round} | {rss:.2f} | "
               f"{v[0]['loss'][0]:.4f} |")  # fmt: skip
     ok_loss = abs(peer[0]["loss"][0] - cand[0]["loss"][0]) <= 3e-2 * abs(peer[0]["loss"][0])
     blocks = len(peer[0]["adapted_blocks"])
     top = list(range(blocks - args.layers, blocks))
     ok_blocks = cand[0]["adapted_blocks"] == top
+    cpu = {k: sum(sum(r["step_cpu_s"]) for r in v) for k, v in runs.items()}
+    cpu_ratio = cpu[list(configs)[1]] / cpu[list(configs)[0]]
     print(f"\nratio candidate / peer (summed step seconds): {ratio:.3f} (target <= {TARGET_RATIO})")
+    print(f"ratio candidate / peer (summed step CPU seconds): {cpu_ratio:.3f}")
     print(f"step-1 loss equal: {ok_loss}; candidate adapts blocks {cand[0]['adapted_blocks']}")
     Path(ROOT / "bench/out").mkdir(exist_ok=True)
     (ROOT / "bench/out/train_step.json").write_text(
