@@ -73,9 +73,7 @@ async def test_ask_streams_progress_and_matches_the_store(daemon, tmp_path):
     cells = (
         "x = llm_query('hi')\nprint(x)",
         "y = rlm_query('sub question')\nprint(y)",
-        # 42 computed, not written: the scripted model's question holds its cells' text, and
-        # an answer made only of the question's words is questioned (verify: "restated")
-        "FINAL(f'helper returns {6 * 7}, see pkg/core.py:2 and the README.md:1 title')",
+        "FINAL('helper returns 42, see pkg/core.py:2 and the README.md:1 title')",
     )
     progress: list[tuple[float, str | None]] = []
 
