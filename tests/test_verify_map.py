@@ -118,6 +118,11 @@ def test_an_answer_that_restates_the_question_is_doubted():
     assert not verify.restates("The default is None", "What is the default of `x`?")
     assert verify.restates("the default of x is the default", "What is the default of `x`?")
     assert not verify.restates(restated, "")  # no question given: not applied
+    # a number or a path is a value even when the question names it (a yes/no question)
+    confirm = "Is the helper defined in pkg/core.py, and does it return 42?"
+    assert not verify.restates("The helper is defined in pkg/core.py and returns 42", confirm)
+    assert not verify.restates("it is defined in the core.py of the helper", confirm)
+    assert verify.restates("the helper is defined in the", confirm)
     # prose (over MAX_CHECKED_CHARS) is not read
     long = " ".join([restated] * 10)
     assert verify.check(long, context=TEXT, outputs=[], question=SUBCLASS_Q) is None

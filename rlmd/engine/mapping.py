@@ -35,12 +35,11 @@ def helper_in_instruction(instruction: str, *, codebase: bool = True) -> str | N
     bench/RESULTS.md), spending one sub-call per item on answers that could not be right.
     """
     try:
-        node = ast.parse(instruction.strip(), mode="eval").body
+        body = ast.parse(instruction.strip(), mode="eval").body
     except (SyntaxError, ValueError):
         return None
-    called = isinstance(node, ast.Call)
-    if called:
-        node = node.func
+    called = isinstance(body, ast.Call)
+    node = body.func if isinstance(body, ast.Call) else body
     if not isinstance(node, ast.Name) or node.id in _NOT_CALLABLE:
         return None
     if node.id in RESERVED_NAMES or (node.id in CODEBASE_HELPERS and (codebase or called)):

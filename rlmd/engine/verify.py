@@ -59,6 +59,8 @@ _WORD = re.compile(r"[^\W_]+", re.UNICODE)
 RESTATED_MIN_WORDS = 4
 """An answer is read as a restated question only with at least this many words (a class
 name, a path or "None" is never one)."""
+_VALUE = re.compile(r"\d|\w/\w|\w\.\w")
+"""A digit, a path separator or a dotted name (``core.py``) inside a word: a value."""
 _FUNCTION_WORDS = frozenset(
     "a an the that this these those which who whom whose what is are was were be been being "
     "of in on at to for with by from as and or it its they them their there here all any "
@@ -229,11 +231,17 @@ def _failed_work(outputs: list[str], subcalls: SubcallTally | None) -> str | Non
 
 def restates(answer: str, question: str) -> bool:
     """Whether ``answer`` (at least :data:`RESTATED_MIN_WORDS` words, two of them function
-    words: a sentence) holds no word that is not in ``question`` or a function word
+    words: a sentence, with no number or path in it) holds no word that is not in
+    ``question`` or a function word
     (:data:`_FUNCTION_WORDS`): compared as lowercase words, punctuation and backticks
     ignored."""
     words = [w.lower() for w in _WORD.findall(answer)]
     if len(words) < RESTATED_MIN_WORDS or not question:
+        return False
+    # a number or a path is a value given, even when the question names it ("Is the helper
+    # in pkg/core.py?" → "The helper is defined in pkg/core.py:5"): the clean-clone CI's
+    # scripted questions, which hold their answers, were questioned and lost them
+    if _VALUE.search(answer):
         return False
     # a sentence, not a list of names picked from the question ("A, B, C and D")
     if sum(w in _FUNCTION_WORDS for w in words) < 2:
