@@ -12,6 +12,7 @@ Run with PYTHONPATH at the checkout to time.
 
 import asyncio
 import os
+import resource
 import shutil
 import statistics
 import subprocess
@@ -23,6 +24,22 @@ from rlmd.sandbox.process import launch as L
 from rlmd.sandbox.process.transport import ProcessTransport  # noqa: F401  (import cost out)
 
 N = int(sys.argv[1]) if len(sys.argv) > 1 else 10
+CPU: dict[str, list[float]] = {}
+
+
+def kids_cpu() -> float:
+    r = resource.getrusage(resource.RUSAGE_CHILDREN)
+    return r.ru_utime + r.ru_stime
+
+
+def timed_run(key: str, argv: list[str], **kw) -> float:
+    """Wall seconds of ``argv``; its CPU (with its waited-for descendants) goes to CPU[key]."""
+    c0 = kids_cpu()
+    t0 = time.perf_counter()
+    subprocess.run(argv, check=True, **kw)
+    dt = time.perf_counter() - t0
+    CPU.setdefault(key, []).append(kids_cpu() - c0)
+    return dt
 
 
 async def _host(fn, args):
@@ -58,11 +75,9 @@ def wrapped(sp, cmd):
     return plan, folder, argv, t_plan
 
 
-def run_wrapped(sp, cmd):
+def run_wrapped(key, sp, cmd):
     plan, folder, argv, t_plan = wrapped(sp, cmd)
-    t0 = time.perf_counter()
-    subprocess.run(argv, pass_fds=plan.pass_fds, cwd=folder, check=True, env=sp.environ(folder))
-    dt = time.perf_counter() - t0
+    dt = timed_run(key, argv, pass_fds=plan.pass_fds, cwd=folder, env=sp.environ(folder))
     plan.close_fds()
     plan.remove_cgroups(defer=False)
     workdirs.remove(folder)
@@ -80,6 +95,11 @@ def hello(sp):
         body += os.read(out, n - len(body))
     dt = time.perf_counter() - t0
     assert b"hello" in body, body
+    ns = 0
+    for pid in (p.popen.pid, *L.children(p.popen.pid)):  # bwrap, and the kernel (setpriv + python)
+        with open(f"/proc/{pid}/schedstat") as f:
+            ns += int(f.read().split()[0])
+    CPU.setdefault("hello", []).append(ns / 1e9)
     p.discard()
     return dt
 
@@ -93,20 +113,21 @@ async def main():
     rows = {k: [] for k in ("floor", "bwrap_true", "bwrap_py", "plan", "hello", "cold")}
     true = shutil.which("true")
     for _ in range(N):
-        t0 = time.perf_counter()
-        subprocess.run([sys.executable, "-I", "-S", "-c", "pass"], check=True)
-        rows["floor"].append(time.perf_counter() - t0)
-        dt, tp = run_wrapped(sp, [true])
+        rows["floor"].append(timed_run("floor", [sys.executable, "-I", "-S", "-c", "pass"]))
+        dt, tp = run_wrapped("bwrap_true", sp, [true])
         rows["bwrap_true"].append(dt)
         rows["plan"].append(tp)
-        dt, _ = run_wrapped(sp, [sys.executable, "-I", "-S", "-c", "pass"])
+        dt, _ = run_wrapped("bwrap_py", sp, [sys.executable, "-I", "-S", "-c", "pass"])
         rows["bwrap_py"].append(dt)
         rows["hello"].append(hello(sp))
         rows["cold"].append(await cold())
         await asyncio.sleep(0.05)
     print(f"load {os.getloadavg()[0]:.2f}  n={N}")
     for k, v in rows.items():
-        print(f"{k:12s} median {statistics.median(v) * 1e3:7.1f} ms   min {min(v) * 1e3:7.1f} ms")
+        cpu = f"   CPU median {statistics.median(CPU[k]) * 1e3:6.1f} ms" if k in CPU else ""
+        print(
+            f"{k:12s} median {statistics.median(v) * 1e3:7.1f} ms   min {min(v) * 1e3:7.1f} ms{cpu}"
+        )
 
 
 asyncio.run(main())
