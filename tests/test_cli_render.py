@@ -128,3 +128,17 @@ def test_show_and_runs_on_a_store_whose_numbers_were_edited(tmp_path: Path) -> N
     listed = rlmd("runs", home=tmp_path)
     assert listed.returncode == 0, listed.stderr
     assert "?1000000000000000.0" in listed.stdout and "zebras" in listed.stdout
+
+
+def test_show_and_export_of_a_run_id_with_a_byte_that_is_not_utf8(tmp_path: Path) -> None:
+    """argv's undecodable bytes arrive as lone surrogates; `rlmd show` printed the codec's
+    message ("surrogates not allowed") instead of saying there is no such run."""
+    from helpers.cli import rlmd
+
+    with Store(tmp_path / "rlmd.db") as store:
+        record_three_depths(store)
+    for command in ("show", "export"):
+        done = rlmd(command, "ab\udcff", home=tmp_path)
+        assert done.returncode == 2
+        assert "no run 'ab\\udcff' (see rlmd runs)" in done.stderr
+        assert "codec" not in done.stderr
