@@ -146,9 +146,11 @@ def test_numbers_counted_over_nothing_are_doubted():
 
 
 def test_guess_rule_applies_to_short_literals_only():
-    assert check("42", outputs=["no number"], literal=True).rule == "guess"  # type: ignore[union-attr]
-    assert check("42", outputs=["n = 42"], literal=True) is None
-    assert check("42", outputs=["no number"], literal=False) is None
+    assert check("17", outputs=["no number"], literal=True).rule == "guess"  # type: ignore[union-attr]
+    assert check("17", outputs=["n = 17"], literal=True) is None
+    assert check("17", outputs=["no number"], literal=False) is None
+    # the prompts' own example number: a copy of the example
+    assert check("42", outputs=["no number"], literal=True).rule == "placeholder"  # type: ignore[union-attr]
     assert check("a longer prose answer", literal=True) is None
 
 
