@@ -291,7 +291,10 @@ async def test_a_copied_example_answer_is_questioned_with_the_files_the_outputs_
         return repl("FINAL([h.split()[-1].split('(')[0] for h in outline('lib/help.py')[1:]])")
 
     result = await go(
-        scripted_registry(root=root, sub=root), "Which methods does Vorim define?", tmp_path, config()
+        scripted_registry(root=root, sub=root),
+        "Which methods does Vorim define?",
+        tmp_path,
+        config(),
     )
     assert (result.answer, result.answer_source, result.iterations) == (
         "['dabok', 'zisob']",
@@ -569,7 +572,9 @@ async def test_a_refused_bare_helper_over_an_empty_result_points_at_the_notes_ne
     ) in shown
     assert "for item in" not in shown
     ran = last_user(seen[2])
-    assert "['   1| class Vorim:', '   2|     def dabok(self):', '   5|     def zisob(self):']" in ran
+    assert (
+        "['   1| class Vorim:', '   2|     def dabok(self):', '   5|     def zisob(self):']" in ran
+    )
     assert (
         "cannot run outline(); and its items are empty, so there is nothing to run it on. Find "
         "what the question asks another way first (not over an empty result)."
