@@ -13,7 +13,6 @@ import builtins
 import codecs
 import io
 import keyword
-import linecache
 import os
 import reprlib
 import sys
@@ -42,6 +41,65 @@ class CellInterrupted(BaseException):
 
     A ``BaseException`` so that ``except Exception`` in model code does not swallow it.
     """
+
+
+# --------------------------------------------------------------------------- cell sources
+
+_SOURCES: dict[str, tuple[int, None, list[str], str]] = {}
+"""Cells' sources for ``linecache`` while nothing has imported it: ``linecache`` imports
+``tokenize`` and ``re`` (with ``enum``), ~7 ms of every kernel start that a first cell
+rarely needs. :class:`_LinecacheFinder` hands them over when something imports it."""
+
+
+def remember_source(filename: str, code: str) -> None:
+    """Make ``code`` the lines ``linecache`` (tracebacks, ``inspect.getsource``, warnings)
+    gives for ``filename``: at once when ``linecache`` is imported, else when it is."""
+    entry = (len(code), None, code.splitlines(True), filename)
+    cache = getattr(sys.modules.get("linecache"), "cache", None)
+    if isinstance(cache, dict):
+        if _SOURCES:  # imported by a finder this one did not see (or reloaded)
+            cache.update(_SOURCES)
+            _SOURCES.clear()
+        cache[filename] = entry
+        return
+    _SOURCES[filename] = entry
+    if _LinecacheFinder not in sys.meta_path:
+        sys.meta_path.insert(0, _LinecacheFinder)
+
+
+class _LinecacheFinder:
+    """A ``sys.meta_path`` finder that finds nothing itself: when ``linecache`` is imported
+    it takes itself off the path and wraps the loader the other finders return, so that the
+    new module's cache holds the cells' sources before the import returns."""
+
+    @classmethod
+    def find_spec(cls, name: str, path: Any = None, target: Any = None) -> Any:
+        if name != "linecache":
+            return None
+        try:
+            sys.meta_path.remove(cls)
+        except ValueError:
+            pass
+        spec = None
+        for finder in sys.meta_path:
+            find = getattr(finder, "find_spec", None)
+            if find is not None:
+                spec = find(name, path, target)
+                if spec is not None:
+                    break
+        run = getattr(getattr(spec, "loader", None), "exec_module", None)
+        if spec is None or run is None:
+            return spec
+
+        def exec_module(module: types.ModuleType) -> None:
+            run(module)
+            cache = getattr(module, "cache", None)
+            if isinstance(cache, dict):
+                cache.update(_SOURCES)
+                _SOURCES.clear()
+
+        spec.loader.exec_module = exec_module
+        return spec
 
 
 # --------------------------------------------------------------------------- capture
@@ -646,7 +704,7 @@ class Kernel:
         self._older_threads = _thread_ids() - {threading.get_native_id()}
         self._cell_no += 1
         filename = f"<cell-{self._cell_no}>"
-        linecache.cache[filename] = (len(code), None, code.splitlines(True), filename)
+        remember_source(filename, code)
         out, err = Capture(max_output), Capture(max_output)
         self._final = None
         before = dict(self.ns)

@@ -1,0 +1,112 @@
+"""Where the hardened no-spare cold start goes (issue 16 item 4, session 12).
+
+Alternating, N rounds, each row timed once per round (medians printed):
+  floor     python -I -S -c pass
+  bwrap     the sandbox's real bwrap argv (mounts, namespaces, seccomp, setpriv) running `true`
+  bwrap_py  the same running python -I -S -c pass
+  plan      host side: working folder + cgroups + argv (Isolation.launch), then undone
+  hello     launch() -> the kernel's hello frame on its stdout
+  cold      create_sandbox(spare_kernel=False) + start + execute("x = 1") + (close not timed)
+Run with PYTHONPATH at the checkout to time.
+"""
+
+import asyncio
+import os
+import shutil
+import statistics
+import subprocess
+import sys
+import time
+
+from rlmd.sandbox import create_sandbox, workdirs
+from rlmd.sandbox.process import launch as L
+from rlmd.sandbox.process.transport import ProcessTransport  # noqa: F401  (import cost out)
+
+N = int(sys.argv[1]) if len(sys.argv) > 1 else 10
+
+
+async def _host(fn, args):
+    return "ok"
+
+
+async def cold():
+    t0 = time.perf_counter()
+    box = create_sandbox("subprocess", spare_kernel=False)
+    await box.start(_host)
+    r = await box.execute("x = 1")
+    dt = time.perf_counter() - t0
+    assert r.error is None, r.error
+    await box.close()
+    return dt
+
+
+def wrapped(sp, cmd):
+    iso = L.isolation_of(sp.isolation)
+    folder = workdirs.make("sandbox", sp.isolation.limits.disk_bytes)
+    if iso.sandbox_uid is not None:
+        os.chown(folder, iso.sandbox_uid, iso.sandbox_uid)
+        os.chmod(folder, 0o711)
+    t0 = time.perf_counter()
+    plan = iso.launch(list(cmd), folder)
+    t_plan = time.perf_counter() - t0
+    # strip the --cgroup-fd args for a non-kernel command
+    argv = plan.argv
+    if "--cgroup-fd" in argv:
+        i = argv.index("--cgroup-fd")
+        while i < len(argv) and argv[i] == "--cgroup-fd":
+            del argv[i : i + 2]
+    return plan, folder, argv, t_plan
+
+
+def run_wrapped(sp, cmd):
+    plan, folder, argv, t_plan = wrapped(sp, cmd)
+    t0 = time.perf_counter()
+    subprocess.run(argv, pass_fds=plan.pass_fds, cwd=folder, check=True, env=sp.environ(folder))
+    dt = time.perf_counter() - t0
+    plan.close_fds()
+    plan.remove_cgroups(defer=False)
+    workdirs.remove(folder)
+    return dt, t_plan
+
+
+def hello(sp):
+    t0 = time.perf_counter()
+    p = L.launch(sp)
+    out = p.popen.stdout.fileno()
+    head = os.read(out, 4)
+    n = int.from_bytes(head, "big")
+    body = b""
+    while len(body) < n:
+        body += os.read(out, n - len(body))
+    dt = time.perf_counter() - t0
+    assert b"hello" in body, body
+    p.discard()
+    return dt
+
+
+async def main():
+
+    box = create_sandbox("subprocess", spare_kernel=False)
+    await box.start(_host)
+    sp = box.transport.spec()
+    await box.close()
+    rows = {k: [] for k in ("floor", "bwrap_true", "bwrap_py", "plan", "hello", "cold")}
+    true = shutil.which("true")
+    for _ in range(N):
+        t0 = time.perf_counter()
+        subprocess.run([sys.executable, "-I", "-S", "-c", "pass"], check=True)
+        rows["floor"].append(time.perf_counter() - t0)
+        dt, tp = run_wrapped(sp, [true])
+        rows["bwrap_true"].append(dt)
+        rows["plan"].append(tp)
+        dt, _ = run_wrapped(sp, [sys.executable, "-I", "-S", "-c", "pass"])
+        rows["bwrap_py"].append(dt)
+        rows["hello"].append(hello(sp))
+        rows["cold"].append(await cold())
+        await asyncio.sleep(0.05)
+    print(f"load {os.getloadavg()[0]:.2f}  n={N}")
+    for k, v in rows.items():
+        print(f"{k:12s} median {statistics.median(v) * 1e3:7.1f} ms   min {min(v) * 1e3:7.1f} ms")
+
+
+asyncio.run(main())
