@@ -563,3 +563,22 @@ def test_every_documented_table_and_key_is_still_accepted(rlmd_home):
     assert run.budget.max_iterations == 3 and run.tools == {"limit": 3}
     assert run.models_by_depth == {1: "qwen2.5-coder-0.5b"} and not run.verify_answer
     assert config.require_isolation(settings, default=False)
+
+
+def test_a_whole_float_count_in_the_user_config_runs(rlmd_home: Path, tmp_path: Path) -> None:
+    """``max_iterations = 3.0`` passed the config check, then the run failed at its first
+    turn ("TypeError: 'float' object cannot be interpreted as an integer"): a whole float
+    count is the int it says."""
+    from rlmd.engine.budget import Budget
+
+    assert Budget(max_iterations=3.0, max_subcalls=2.0).to_dict()["max_iterations"] == 3
+    assert type(Budget(max_iterations=3.0).max_iterations) is int
+    write(rlmd_home / "config.toml", "[run]\nmax_iterations = 3.0\nmax_subcalls = 4.0\n")
+    script = write(tmp_path / "s.json", '["```repl\\nprint(6*7)\\n```", "FINAL(42)"]')
+    project = write_project(tmp_path, "")
+    done = rlmd(
+        "run", "what?", "--context", str(project), "--model", f"scripted:{script}",
+        "--quiet", home=rlmd_home,
+    )  # fmt: skip
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.strip() == "42"
