@@ -538,3 +538,32 @@ def test_answers_each_scorer_reads_are_accepted(tmp_path: Path) -> None:
         )
     )
     assert [(t.scorer, t.answer) for t in load_tasks(good)] == rows
+
+
+@pytest.mark.parametrize(
+    ("line", "why"),
+    [
+        # ran task 1, then stopped the rollout: "could not convert string to float: 'abc'"
+        ('{"id": "b", "family": "f", "question": "q", "answer": "abc", "metric": "numeric", '
+         '"context_ref": "c.txt"}', "answer must be a finite number for scorer 'numeric'"),
+        # accepted: two tasks under one id (rollouts and their resume are keyed on it)
+        ('{"id": "a", "family": "f", "question": "q", "answer": "1", "metric": "exact", '
+         '"context_ref": "c.txt"}', "task id 'a' is already used on line 1"),
+        # ran task 1, then "[Errno 2] No such file or directory" naming no task
+        ('{"id": "b", "family": "f", "question": "q", "answer": "1", "metric": "exact", '
+         '"context_ref": "gone.txt"}', "context_ref 'gone.txt' does not exist"),
+        ('{"id": ["b"], "family": "f", "question": "q", "answer": "1", "metric": "exact", '
+         '"context_ref": "c.txt"}', "id must be a string or an integer"),
+    ],
+)  # fmt: skip
+def test_a_bad_task_in_a_task_set_folder_is_refused_before_any_task_runs(
+    tmp_path: Path, line, why
+) -> None:
+    folder = tmp_path / "set"
+    folder.mkdir()
+    (folder / "manifest.json").write_text('{"split": "train"}')
+    (folder / "c.txt").write_text("ctx")
+    first = '{"id": "a", "family": "f", "question": "q", "answer": "1", "metric": "exact", '
+    (folder / "tasks.jsonl").write_text(first + '"context_ref": "c.txt"}\n' + line + "\n")
+    with pytest.raises(TaskFileError, match=re.escape(f"tasks.jsonl:2: {why}")):
+        load_tasks(folder)

@@ -131,13 +131,20 @@ class Capture(io.TextIOBase):
     encoding = "utf-8"
     errors = "strict"
 
-    def __init__(self, cap: int = protocol.DEFAULT_MAX_OUTPUT):
+    def __init__(
+        self,
+        cap: int = protocol.DEFAULT_MAX_OUTPUT,
+        *,
+        stray: tuple[set[int], Capture] | None = None,
+    ):
         self._parts: list[str] = []
         self._size = 0
         self._cap = max(0, int(cap))
         self._lock = threading.Lock()
         self._sink: _ByteSink | None = None
         self.dropped = 0
+        # (native ids of threads an earlier cell left running, where their writes go)
+        self._stray = stray
 
     @property
     def buffer(self) -> _ByteSink:
@@ -149,6 +156,8 @@ class Capture(io.TextIOBase):
     def write(self, s: str) -> int:
         if not isinstance(s, str):
             raise TypeError(f"write() argument must be str, not {type(s).__name__}")
+        if self._stray is not None and threading.get_native_id() in self._stray[0]:
+            return self._stray[1].write(s)
         n = len(s)
         with self._lock:
             room = self._cap - self._size
@@ -191,6 +200,17 @@ class Capture(io.TextIOBase):
                     f"(cap: {self._cap} characters per stream per cell)]\n"
                 )
         return text
+
+
+STRAY_LABEL = "[rlmd: written during this cell by a thread an earlier cell left running:]\n"
+
+
+def _labelled(before: str, label: str, text: str) -> str:
+    """``before``, then ``text`` after ``label`` on a line of its own (``before`` alone
+    when there is no ``text``)."""
+    if not text:
+        return before
+    return f"{before}{'' if not before or before.endswith(chr(10)) else chr(10)}{label}{text}"
 
 
 class _Router:
@@ -705,7 +725,11 @@ class Kernel:
         self._cell_no += 1
         filename = f"<cell-{self._cell_no}>"
         remember_source(filename, code)
-        out, err = Capture(max_output), Capture(max_output)
+        # What a thread an earlier cell left running writes is not this cell's output: it
+        # goes to the cell's stderr, after a label (it was mixed into stdout, session 12).
+        stray = Capture(max_output)
+        older = (self._older_threads, stray)
+        out, err = Capture(max_output, stray=older), Capture(max_output, stray=older)
         self._final = None
         before = dict(self.ns)
         error = None
@@ -731,7 +755,7 @@ class Kernel:
             on_ran()  # the previews may run model code: the host's wall clock stops here
         return {
             "stdout": out.getvalue(),
-            "stderr": err.getvalue(),
+            "stderr": _labelled(err.getvalue(), STRAY_LABEL, stray.getvalue()),
             "error": error,
             "final": self._final,
             "variables": bounded_var_infos(changed),

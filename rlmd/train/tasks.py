@@ -106,7 +106,8 @@ def load_tasks(path: str | Path) -> list[TrainTask]:
             earlier one, or whose answer a built-in scorer cannot read (``exact`` / ``path``:
             a non-empty string or a number; ``numeric``: a finite number or a string of
             one; ``contains``: a non-empty string or list; ``f1``: a list of strings;
-            ``pairs``: a list of ``[a, b]`` integers). The message names the file and line.
+            ``pairs``: a list of ``[a, b]`` integers); in a task-set folder also a
+            ``context_ref`` that does not exist. The message names the file and line.
     """
     path = Path(path)
     if path.is_dir():
@@ -231,6 +232,8 @@ def _answer_problem(answer: Any, metric: str) -> str | None:
 
 
 def _load_folder(root: Path) -> list[TrainTask]:
+    from rlmd.train.scoring import METRICS
+
     try:
         manifest = json.loads((root / "manifest.json").read_text())
         lines = (root / "tasks.jsonl").read_text(encoding="utf-8").splitlines()
@@ -239,7 +242,8 @@ def _load_folder(root: Path) -> list[TrainTask]:
     if not isinstance(manifest, dict):
         raise TaskFileError(f"{root}/manifest.json: not a JSON object")
     split = manifest.get("split", "user")
-    tasks = []
+    tasks: list[TrainTask] = []
+    lines_of: dict[Any, int] = {}
     for n, line in enumerate(lines, 1):
         if not line.strip():
             continue
@@ -267,6 +271,20 @@ def _load_folder(root: Path) -> list[TrainTask]:
             )
         except (KeyError, TypeError) as exc:
             raise TaskFileError(f"{where}: missing or wrong field {exc}") from None
+        # As for a user's file: found after the runs before it, or never (review12b).
+        task = tasks[-1]
+        if isinstance(task.id, bool) or not isinstance(task.id, str | int):
+            raise TaskFileError(f"{where}: id must be a string or an integer")
+        if task.id in lines_of:
+            raise TaskFileError(
+                f"{where}: task id {task.id!r} is already used on line {lines_of[task.id]}"
+            )
+        lines_of[task.id] = n
+        why = _answer_problem(task.answer, task.scorer) if task.scorer in METRICS else None
+        if why:
+            raise TaskFileError(f"{where}: answer {why} for scorer {task.scorer!r}")
+        if not Path(task.context_path or "").exists():
+            raise TaskFileError(f"{where}: context_ref {rec['context_ref']!r} does not exist")
     return tasks
 
 
