@@ -38,7 +38,7 @@ Config format::
     n_threads = 1                      # local models only
     timeout_s = 120                    # seconds per request
     max_retries = 3
-    [models.fast.sampling]             # passed to the provider as is
+    [models.fast.sampling]             # passed to the provider as is (known keys checked)
     temperature = 0
     [models.fast.options]              # provider extras (local: n_ctx)
     n_ctx = 8192
@@ -510,8 +510,8 @@ SECTION_KEYS: dict[str, dict[str, type | tuple[type, ...]]] = {
 """The keys of the small top-level tables, with their TOML types."""
 
 TABLES = ("models", "providers", "run", "workspace", "cluster", *SECTION_KEYS)
-"""The top-level tables a config file may have (``[cluster]`` is checked where it is used:
-:mod:`rlmd.cluster`)."""
+"""The top-level tables a config file may have (``[cluster]`` is checked by
+:class:`rlmd.cluster.settings.ClusterSettings`)."""
 
 _RUN_TYPES: dict[str, str] = {
     "model": "str",
@@ -534,6 +534,11 @@ def _check_sections(data: dict[str, Any], path: Path) -> None:
             raise ValueError(
                 f"{path}: unknown table [{table}]; allowed: {', '.join(sorted(TABLES))}"
             )
+        if table == "cluster":  # checked here too, not only when a run uses the cluster
+            from rlmd.cluster.settings import ClusterSettings
+
+            ClusterSettings.from_table(value, f"{path}: [cluster]")
+            continue
         keys = SECTION_KEYS.get(table)
         if keys is None:
             continue
@@ -627,11 +632,62 @@ def _check_fields(table: Any, where: str, allowed: set[str]) -> dict[str, Any]:
             raise ValueError(f"{where}.{key}: must be a finite number, got {value}")
         if key == "timeout_s" and number <= 0:
             raise ValueError(f"{where}.{key}: must be > 0, got {value}")
+    if "sampling" in table:
+        _check_sampling(table["sampling"], f"{where}.sampling")
     if "provider" in table and table["provider"] not in PROVIDERS:
         raise ValueError(
             f"{where}.provider: {table['provider']!r} is not one of {', '.join(PROVIDERS)}"
         )
     return dict(table)
+
+
+SAMPLING_NUMBERS: dict[str, tuple[float, float]] = {
+    "temperature": (0, math.inf),
+    "top_p": (0, 1),
+    "min_p": (0, 1),
+    "typical_p": (0, 1),
+    "top_k": (0, math.inf),
+    "seed": (-math.inf, math.inf),
+    "presence_penalty": (-math.inf, math.inf),
+    "frequency_penalty": (-math.inf, math.inf),
+    "repeat_penalty": (0, math.inf),
+}
+"""Sampling keys whose value must be a finite number in the given range (inclusive); any
+other ``sampling`` key is passed to the provider as is."""
+
+SAMPLING_WHOLE = ("top_k", "seed")
+"""Sampling keys that take a whole number."""
+
+
+def _check_sampling(sampling: Any, where: str) -> None:
+    """Refuse a known sampling key of the wrong type or out of range (``temperature =
+    "hot"`` reached the provider, or the local model's llama.cpp call, only at run time).
+
+    Raises:
+        ValueError: naming ``where`` (file and table), the key and what it must be.
+    """
+    if not isinstance(sampling, dict):
+        return  # the caller's type check names it
+    for key, value in sampling.items():
+        if key not in SAMPLING_NUMBERS:
+            continue
+        low, high = SAMPLING_NUMBERS[key]
+        whole = key in SAMPLING_WHOLE
+        kind = "a whole number" if whole else "a number"
+        if (
+            not _is_number(value)
+            or (whole and not isinstance(value, int))
+            or not math.isfinite(value)
+            or not low <= value <= high
+        ):
+            bounds = (
+                f" in [{low:g}, {high:g}]"
+                if math.isfinite(low) and math.isfinite(high)
+                else f" >= {low:g}"
+                if math.isfinite(low)
+                else ""
+            )
+            raise ValueError(f"{where}.{key}: must be {kind}{bounds}, got {value!r}")
 
 
 def _split_py_ref(model: str) -> tuple[str, str] | None:

@@ -10,11 +10,14 @@ from rich.console import Console
 from rlmd.cli.render import (
     fmt_cost,
     fmt_duration,
+    fmt_time,
     fmt_tokens,
+    run_duration,
     run_summary,
     run_tree,
     runs_table,
     short_ids,
+    short_time,
 )
 from rlmd.store import Store
 
@@ -85,3 +88,57 @@ def test_runs_table_tree_and_summary(tmp_path: Path) -> None:
             assert expected in summary, expected
         running = text_of(run_summary(runs[0]))
         assert "own calls so far" in running
+
+
+def test_formatters_show_a_stored_value_that_is_not_a_number() -> None:
+    assert fmt_tokens("many") == "?'many'" and fmt_cost("abc") == "?'abc'"
+    assert fmt_duration("slow") == "?'slow'" and fmt_duration(float("inf")) == "?inf"
+    assert fmt_time("x") == "?'x'" and fmt_time(1e15) == "?1000000000000000.0"
+    assert fmt_tokens("\x1b[2J" * 3).startswith("?'\\x1b[2J")  # escaped, not drawn
+    assert short_time(None) == "-" and short_time("x") == "?'x'"
+    assert run_duration({"started_at": "x", "finished_at": 5.0}) is None
+
+
+def test_show_and_runs_on_a_store_whose_numbers_were_edited(tmp_path: Path) -> None:
+    """Session 11 left `rlmd show` crashing (ValueError traceback) on a hand-edited
+    non-numeric ``latency_s``; text or out-of-range numbers in the other numeric columns
+    crashed `rlmd show` and `rlmd runs` too. Each still draws the run, the bad value as
+    ``?`` and the value."""
+    import sqlite3
+
+    from helpers.cli import rlmd
+
+    with Store(tmp_path / "rlmd.db") as store:
+        ids = record_three_depths(store)
+    db = sqlite3.connect(tmp_path / "rlmd.db")
+    with db:
+        db.execute("UPDATE nodes SET latency_s = 'slow', input_tokens = 'many', cost_usd = 1e999")
+        db.execute(
+            "UPDATE runs SET started_at = 1e15, cost_usd = 'abc', input_tokens = 'x' WHERE id = ?",
+            (ids["root"],),
+        )
+        db.execute("UPDATE runs SET started_at = 'x' WHERE id = ?", (ids["child"],))
+    db.close()
+    for run, bad in ((ids["root"], "?1000000000000000.0"), (ids["child"], "?'x'")):
+        shown = rlmd("show", run, home=tmp_path)
+        assert shown.returncode == 0, shown.stderr
+        assert "Traceback" not in shown.stderr
+        assert "?'slow'" in shown.stdout and "?'many'" in shown.stdout and "?inf" in shown.stdout
+        assert f"started {bad}" in shown.stdout and "answer: 42" in shown.stdout
+    listed = rlmd("runs", home=tmp_path)
+    assert listed.returncode == 0, listed.stderr
+    assert "?1000000000000000.0" in listed.stdout and "zebras" in listed.stdout
+
+
+def test_show_and_export_of_a_run_id_with_a_byte_that_is_not_utf8(tmp_path: Path) -> None:
+    """argv's undecodable bytes arrive as lone surrogates; `rlmd show` printed the codec's
+    message ("surrogates not allowed") instead of saying there is no such run."""
+    from helpers.cli import rlmd
+
+    with Store(tmp_path / "rlmd.db") as store:
+        record_three_depths(store)
+    for command in ("show", "export"):
+        done = rlmd(command, "ab\udcff", home=tmp_path)
+        assert done.returncode == 2
+        assert "no run 'ab\\udcff' (see rlmd runs)" in done.stderr
+        assert "codec" not in done.stderr

@@ -222,6 +222,7 @@ def test_an_empty_result_about_a_defined_name_says_where_it_is_defined():
         "find_subclasses: no class in the codebase derives from 'Tiny'; 'Tiny' itself is "
         "defined at pkg/util.py:4 (class Tiny); outline('pkg/util.py') lists its methods"
     )
+    assert ix.last_next == "outline('pkg/util.py')"  # the note's next step, for a refusal
     assert ix.find_subclasses("pkg.util.Tiny") == []  # a dotted name: its last part
     assert ix.last_note is not None and "'Tiny' itself is defined at pkg/util.py:4" in ix.last_note
     # a function has no members to outline; a name defined twice shows both places
@@ -230,6 +231,7 @@ def test_an_empty_result_about_a_defined_name_says_where_it_is_defined():
         "find_references: 'mount' is not used in all 10 files (whole words); 'mount' itself "
         "is defined at web/app.js:5 (function mount)"
     )
+    assert ix.last_next is None  # a function: no next step
     assert ix.find_subclasses("Square", recursive=False) != []
     assert ix.find_subclasses("area") == []
     assert ix.last_note == (
@@ -239,6 +241,7 @@ def test_an_empty_result_about_a_defined_name_says_where_it_is_defined():
     # a name defined nowhere: the note as before
     assert ix.find_subclasses("Nothing") == []
     assert ix.last_note == "find_subclasses: no class in the codebase derives from 'Nothing'"
+    assert ix.last_next is None
 
 
 def test_find_subclasses_does_not_cross_to_an_unrelated_class_of_the_same_name():
@@ -305,6 +308,7 @@ def test_answer_serves_the_helpers_and_rejects_unknown_ones(tmp_path):
     assert codeindex.answer(ctx, "find_definition", ["f"], {}) == {
         "results": ["m.py:1: function f: def f():"],
         "note": None,
+        "next": None,
     }
     with pytest.raises(ValueError, match="unknown"):
         codeindex.answer(ctx, "exec", [], {})

@@ -270,6 +270,29 @@ def test_project_config_cannot_steer_keys_or_load_code(
         ('[models.x]\nprovider = "gemini"\n', "'gemini' is not one of"),
         ('[models.x]\nmodel = "y"\n', "needs a 'provider' key"),
         ('[models.x]\nprovider = "openai"\nsampling = 1\n', "sampling: expected dict"),
+        (
+            '[models.x]\nprovider = "openai"\n[models.x.sampling]\ntemperature = "hot"\n',
+            "[models.x].sampling.temperature: must be a number >= 0, got 'hot'",
+        ),
+        (
+            '[models.x]\nprovider = "openai"\n[models.x.sampling]\ntop_p = 1.5\n',
+            "[models.x].sampling.top_p: must be a number in [0, 1], got 1.5",
+        ),
+        (
+            '[models.x]\nprovider = "openai"\n[models.x.sampling]\nseed = 1.5\n',
+            "[models.x].sampling.seed: must be a whole number, got 1.5",
+        ),
+        (
+            '[models.x]\nprovider = "openai"\n[models.x.sampling]\ntemperature = true\n',
+            "[models.x].sampling.temperature: must be a number >= 0, got True",
+        ),
+        (
+            "[providers.openai]\n[providers.openai.sampling]\ntemperature = nan\n",
+            "[providers.openai].sampling.temperature: must be a number >= 0, got nan",
+        ),
+        ("[cluster]\naddress = 5\n", "[cluster]: address must be a non-empty string"),
+        ("[cluster]\nadress = 'auto'\n", "[cluster]: unknown key(s) ['adress']"),
+        ("cluster = 1\n", "[cluster] must be a table"),
         ("[models\n", "invalid TOML"),
         ('models = "x"\n', "'models' must be a table"),
         ('[providers.openai]\nmodel = "x"\n', "[providers.openai]: unknown key 'model'"),
@@ -285,6 +308,26 @@ def test_bad_config_names_the_file_and_key(rlmd_home: Path, toml: str, needle: s
 
 
 # -- settings + overrides ---------------------------------------------------------------------
+
+
+def test_sampling_keys_rlmd_does_not_know_pass_as_is(rlmd_home: Path) -> None:
+    write(
+        rlmd_home / "config.toml",
+        '[models.x]\nprovider = "openai"\n[models.x.sampling]\n'
+        'temperature = 0.7\nseed = 3\ntop_k = 40\nlogit_bias = {"50256" = -100}\n',
+    )
+    sampling = config.load().models["x"]["sampling"]
+    assert sampling == {"temperature": 0.7, "seed": 3, "top_k": 40, "logit_bias": {"50256": -100}}
+
+
+def test_a_project_sampling_table_is_checked_too(rlmd_home: Path, tmp_path: Path) -> None:
+    project = write_project(
+        tmp_path, '[models."qwen2.5-coder-0.5b".sampling]\ntemperature = "hot"\n'
+    )
+    with pytest.raises(ValueError) as info:
+        config.load(project)
+    assert str(project / ".rlmd.toml") in str(info.value)
+    assert "sampling.temperature: must be a number >= 0, got 'hot'" in str(info.value)
 
 
 def test_run_config_is_the_run_table_under_the_overrides(rlmd_home: Path) -> None:
@@ -520,3 +563,22 @@ def test_every_documented_table_and_key_is_still_accepted(rlmd_home):
     assert run.budget.max_iterations == 3 and run.tools == {"limit": 3}
     assert run.models_by_depth == {1: "qwen2.5-coder-0.5b"} and not run.verify_answer
     assert config.require_isolation(settings, default=False)
+
+
+def test_a_whole_float_count_in_the_user_config_runs(rlmd_home: Path, tmp_path: Path) -> None:
+    """``max_iterations = 3.0`` passed the config check, then the run failed at its first
+    turn ("TypeError: 'float' object cannot be interpreted as an integer"): a whole float
+    count is the int it says."""
+    from rlmd.engine.budget import Budget
+
+    assert Budget(max_iterations=3.0, max_subcalls=2.0).to_dict()["max_iterations"] == 3
+    assert type(Budget(max_iterations=3.0).max_iterations) is int
+    write(rlmd_home / "config.toml", "[run]\nmax_iterations = 3.0\nmax_subcalls = 4.0\n")
+    script = write(tmp_path / "s.json", '["```repl\\nprint(6*7)\\n```", "FINAL(42)"]')
+    project = write_project(tmp_path, "")
+    done = rlmd(
+        "run", "what?", "--context", str(project), "--model", f"scripted:{script}",
+        "--quiet", home=rlmd_home,
+    )  # fmt: skip
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.strip() == "42"

@@ -99,6 +99,11 @@ async def test_malformed_messages_get_errors_and_the_connection_survives(daemon)
                 "workspace/executeCommand", {"command": "rlmd.health", "arguments": [5]}
             )
         assert "must be a JSON object" in err.value.message
+        for field in ("models", "budgets"):  # said "parameters must be ...": which one?
+            with pytest.raises(RpcError) as err:
+                await c.command("rlmd.task.start", {"workspace": "/", "question": "q", field: [1]})
+            assert err.value.code == -32602
+            assert err.value.message == f"{field} must be a JSON object, got array"
         c.notify("no/such/notification", {"x": 1})
         c.notify("$/cancelRequest", {"id": 12345})
         assert (await c.command("rlmd.health"))["ok"]

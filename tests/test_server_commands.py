@@ -484,5 +484,11 @@ async def test_lone_surrogates_in_a_task_are_stored_and_the_run_completes(daemon
         with pytest.raises(RpcError) as err:
             await c.command("rlmd.runs.list", {"workspace": str(project) + "\ud800"})
         assert err.value.code == -32602 and "no such folder" in err.value.message
+        # a run id holding one is no run (session 11: a raw codec message as INVALID_PARAMS)
+        for command in ("rlmd.task.status", "rlmd.runs.get", "rlmd.task.cancel"):
+            with pytest.raises(RpcError) as err:
+                await c.command(command, {"run_id": "\ud800"})
+            assert err.value.code == -32001, (command, err.value.message)
+            assert "'\\ud800'" in err.value.message and "codec" not in err.value.message
     finally:
         await c.close()

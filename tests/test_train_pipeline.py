@@ -482,3 +482,88 @@ def test_a_shared_model_is_created_once_per_sample_index_not_once_per_task(
         rows = rollout(tasks, Scripted(), store, samples=2)
     assert len(rows) == 6 and all(r["iterations"] == 2 for r in rows)
     assert sorted(made) == ["script#s0", "script#s1"]
+
+
+@pytest.mark.parametrize(
+    ("line", "why"),
+    [
+        # each of these ran its task, then stopped the whole rollout with a traceback
+        # (ValueError / ZeroDivisionError / TypeError) when the reward was computed
+        ('{"question": "q", "context": "c", "answer": "abc", "scorer": "numeric"}',
+         "answer must be a finite number for scorer 'numeric'"),
+        ('{"question": "q", "context": "c", "answer": null, "scorer": "numeric"}',
+         "answer must be a finite number for scorer 'numeric'"),
+        ('{"question": "q", "context": "c", "answer": NaN, "scorer": "numeric"}',
+         "answer must be a finite number for scorer 'numeric'"),
+        ('{"question": "q", "context": "c", "answer": [], "scorer": "contains"}',
+         "answer must be a non-empty string or a non-empty list of strings for scorer"),
+        ('{"question": "q", "context": "c", "answer": 5, "scorer": "f1"}',
+         "answer must be a list of strings for scorer 'f1'"),
+        ('{"question": "q", "context": "c", "answer": "x", "scorer": "pairs"}',
+         "answer must be a list of [a, b] integer pairs for scorer 'pairs'"),
+        ('{"question": "q", "context": "c", "answer": [[1, "b"]], "scorer": "pairs"}',
+         "answer must be a list of [a, b] integer pairs for scorer 'pairs'"),
+        # these scored 0 on every run, whatever the model answered
+        ('{"question": "q", "context": "c", "answer": null}',
+         "answer must be a non-empty string or a number for scorer 'exact'"),
+        ('{"question": "q", "context": "c", "answer": {"x": 1}, "scorer": "path"}',
+         "answer must be a non-empty string or a number for scorer 'path'"),
+        ('{"id": ["a"], "question": "q", "context": "c", "answer": 1}',
+         "id must be a string or an integer"),
+        # the error said "task ids are not unique", not which nor where
+        ('{"id": 7, "question": "q", "context": "c", "answer": 1}',
+         "task id '7' is already used on line 1"),
+    ],
+)  # fmt: skip
+def test_an_answer_its_scorer_cannot_read_is_refused_before_any_task_runs(
+    tmp_path: Path, line, why
+) -> None:
+    bad = tmp_path / "t.jsonl"
+    bad.write_text('{"id": "7", "question": "q", "context": "c", "answer": 1}\n' + line + "\n")
+    with pytest.raises(TaskFileError, match=re.escape(f"t.jsonl:2: {why}")):
+        load_tasks(bad)
+
+
+def test_answers_each_scorer_reads_are_accepted(tmp_path: Path) -> None:
+    rows = [
+        ("exact", "yes"), ("exact", 3), ("path", "a/b.py"), ("numeric", 2.5),
+        ("numeric", "17"), ("contains", "x"), ("contains", ["x", "y"]), ("f1", []),
+        ("f1", ["a", 2]), ("pairs", [[1, 2], ["3", 4]]), ("pairs", []), ("mod:fn", None),
+    ]  # fmt: skip
+    good = tmp_path / "t.jsonl"
+    good.write_text(
+        "".join(
+            json.dumps({"question": "q", "context": "c", "answer": a, "scorer": s}) + "\n"
+            for s, a in rows
+        )
+    )
+    assert [(t.scorer, t.answer) for t in load_tasks(good)] == rows
+
+
+@pytest.mark.parametrize(
+    ("line", "why"),
+    [
+        # ran task 1, then stopped the rollout: "could not convert string to float: 'abc'"
+        ('{"id": "b", "family": "f", "question": "q", "answer": "abc", "metric": "numeric", '
+         '"context_ref": "c.txt"}', "answer must be a finite number for scorer 'numeric'"),
+        # accepted: two tasks under one id (rollouts and their resume are keyed on it)
+        ('{"id": "a", "family": "f", "question": "q", "answer": "1", "metric": "exact", '
+         '"context_ref": "c.txt"}', "task id 'a' is already used on line 1"),
+        # ran task 1, then "[Errno 2] No such file or directory" naming no task
+        ('{"id": "b", "family": "f", "question": "q", "answer": "1", "metric": "exact", '
+         '"context_ref": "gone.txt"}', "context_ref 'gone.txt' does not exist"),
+        ('{"id": ["b"], "family": "f", "question": "q", "answer": "1", "metric": "exact", '
+         '"context_ref": "c.txt"}', "id must be a string or an integer"),
+    ],
+)  # fmt: skip
+def test_a_bad_task_in_a_task_set_folder_is_refused_before_any_task_runs(
+    tmp_path: Path, line, why
+) -> None:
+    folder = tmp_path / "set"
+    folder.mkdir()
+    (folder / "manifest.json").write_text('{"split": "train"}')
+    (folder / "c.txt").write_text("ctx")
+    first = '{"id": "a", "family": "f", "question": "q", "answer": "1", "metric": "exact", '
+    (folder / "tasks.jsonl").write_text(first + '"context_ref": "c.txt"}\n' + line + "\n")
+    with pytest.raises(TaskFileError, match=re.escape(f"tasks.jsonl:2: {why}")):
+        load_tasks(folder)

@@ -8,7 +8,7 @@ import pytest
 from helpers.scripted import last_user, repl, scripted_registry, turn_of
 
 from rlmd.context import Context, load_context
-from rlmd.engine import Budget, RunConfig, mapping, run_task, verify
+from rlmd.engine import Budget, RunConfig, mapping, prompts, run_task, verify
 from rlmd.engine.parsing import unfence
 from rlmd.kernel.codebase import Codebase
 from rlmd.sandbox.base import CODEBASE_HELPERS
@@ -77,6 +77,63 @@ def test_path_answers_must_name_a_file_of_the_codebase():
     assert check("the/path/you/found.py", TEXT) is None
 
 
+def test_a_copy_of_the_prompts_example_answer_is_doubted_with_the_files_outputs_named():
+    """The 1.5B answered FINAL("the/path/you/found.py"), the system prompt's example, after
+    an output had named the class's file (session 11, held-out codeintel-007)."""
+    note = (
+        "find_subclasses: no class in the codebase derives from 'Y'; 'Y' itself is defined "
+        "at pkg/sub/b.py:1 (class Y); outline('pkg/sub/b.py') lists its methods"
+    )
+    concern = check("the/path/you/found.py", CODEBASE, outputs=["[]\n" + note], literal=True)
+    assert concern == verify.Concern(
+        "placeholder",
+        "it is the example answer of my instructions (FINAL('the/path/you/found.py')), "
+        "copied: no output showed it, and the example only shows how to call FINAL; the "
+        "outputs so far name these files: pkg/sub/b.py:1",
+    )
+    # the prompts' other example literals, in any context; never a value an output showed,
+    # never a computed value (FINAL(count) that is 42), never another answer
+    assert prompts.example_answers() == {
+        "the/path/you/found.py",
+        "1932",
+        "the text you found",
+        "42",
+    }
+    assert check("1932", TEXT, outputs=["no year"], literal=True).rule == "placeholder"  # type: ignore[union-attr]
+    assert check("The text you found", TEXT, literal=True).rule == "placeholder"  # type: ignore[union-attr]
+    assert check("1932", TEXT, outputs=["born in 1932"], literal=True) is None
+    assert check("42", TEXT, outputs=["no number"], literal=False) is None
+    assert check("pkg/a.py", CODEBASE, literal=True, outputs=["pkg/a.py"]) is None
+    # not a literal: the path rule, with the same evidence
+    concern = check("the/path/you/found.py", CODEBASE, outputs=[note])
+    assert concern is not None and concern.rule == "path"
+    assert concern.evidence.endswith("; the outputs so far name these files: pkg/sub/b.py:1")
+
+
+def test_a_path_naming_no_file_is_questioned_with_the_files_the_outputs_named():
+    outputs = ["pkg/sub/b.py:1: y = 2\nsee pkg/a.py", "pkg/a.py:1: x = 1", "other/c.py:3"]
+    concern = check("pkg/b.py", CODEBASE, outputs=outputs)
+    assert concern == verify.Concern(
+        "path",
+        "no file 'pkg/b.py' exists in the codebase (2 files); files with a similar name: "
+        "pkg/sub/b.py; the outputs so far name these files: pkg/sub/b.py:1, pkg/a.py:1",
+    )
+    assert check("pkg/b.py", CODEBASE).evidence.endswith("similar name: pkg/sub/b.py")  # type: ignore[union-attr]
+
+
+def test_the_files_outputs_named_are_the_codebases_in_order_with_their_first_line():
+    files = {f"m{i}.py": "" for i in range(8)} | {"a/x.js": "", "b/x.js": "", "lib/u.ts": ""}
+    ctx = Context(value=files, kind="codebase")
+    outputs = [
+        "m3.py and ./m1.py:7, json.dumps, v1.2, gone.py:4",
+        "m3.py:12 then m1.py:9, x.js:2 (two files end so), u.ts:5",
+    ]
+    assert verify.printed_paths(outputs, ctx) == ["m3.py:12", "m1.py:7", "lib/u.ts:5"]
+    many = [" ".join(f"m{i}.py:{i}" for i in range(8))]
+    assert verify.printed_paths(many, ctx) == [f"m{i}.py:{i}" for i in range(5)]
+    assert verify.printed_paths(outputs, TEXT) == []
+
+
 def test_numbers_counted_over_nothing_are_doubted():
     note = "grep: no line matches 'zebra' in all 2 files"
     assert check("0", stderr=note).rule == "empty-count"  # type: ignore[union-attr]
@@ -89,9 +146,11 @@ def test_numbers_counted_over_nothing_are_doubted():
 
 
 def test_guess_rule_applies_to_short_literals_only():
-    assert check("42", outputs=["no number"], literal=True).rule == "guess"  # type: ignore[union-attr]
-    assert check("42", outputs=["n = 42"], literal=True) is None
-    assert check("42", outputs=["no number"], literal=False) is None
+    assert check("17", outputs=["no number"], literal=True).rule == "guess"  # type: ignore[union-attr]
+    assert check("17", outputs=["n = 17"], literal=True) is None
+    assert check("17", outputs=["no number"], literal=False) is None
+    # the prompts' own example number: a copy of the example
+    assert check("42", outputs=["no number"], literal=True).rule == "placeholder"  # type: ignore[union-attr]
     assert check("a longer prose answer", literal=True) is None
 
 
@@ -210,6 +269,44 @@ async def test_a_corrected_answer_after_the_question_is_accepted_as_final(tmp_pa
     assert (result.answer, result.answer_source, result.iterations) == ("pkg/proto.py", "final", 3)
     assert "no file 'protocol/proto.py' exists" in last_user(seen[2])
     assert "pkg/proto.py" in last_user(seen[2])  # the close match is named
+
+
+async def test_a_copied_example_answer_is_questioned_with_the_files_the_outputs_named(tmp_path):
+    """Session 11's codeintel-007 in small: find_subclasses came back empty with a note
+    naming the class's file, and the model answered the system prompt's example path. It
+    is questioned as a copy, with the file the note named; the next answer is taken."""
+    (tmp_path / "lib").mkdir()
+    (tmp_path / "lib" / "help.py").write_text(
+        "class Vorim:\n    def dabok(self):\n        pass\n\n    def zisob(self):\n        pass\n"
+    )
+    seen = []
+
+    def root(messages):
+        seen.append(messages)
+        t = turn_of(messages)
+        if t == 0:
+            return repl("print(find_subclasses('Vorim', recursive=True))")
+        if t == 1:
+            return repl('FINAL("the/path/you/found.py")')
+        return repl("FINAL([h.split()[-1].split('(')[0] for h in outline('lib/help.py')[1:]])")
+
+    result = await go(
+        scripted_registry(root=root, sub=root),
+        "Which methods does Vorim define?",
+        tmp_path,
+        config(),
+    )
+    assert (result.answer, result.answer_source, result.iterations) == (
+        "['dabok', 'zisob']",
+        "final",
+        3,
+    )
+    assert (
+        "Your answer 'the/path/you/found.py' was not accepted yet: it is the example answer "
+        "of my instructions (FINAL('the/path/you/found.py')), copied: no output showed it, and "
+        "the example only shows how to call FINAL; the outputs so far name these files: "
+        "lib/help.py:1. Check it with code"
+    ) in last_user(seen[2])
 
 
 async def test_a_count_over_an_empty_search_is_questioned(tmp_path):
@@ -402,6 +499,87 @@ async def test_the_line_a_refusal_suggests_for_a_bare_helper_runs_as_it_is_shown
     assert sorted(subs) == ["a", "b", "c"]  # the suggested line ran: one llm_query per line
     assert "['answer 1', 'answer 2', 'answer 3']" in last_user(seen[2])
     assert (result.answer, result.iterations) == ("3", 3)
+
+
+def test_a_bare_helper_over_no_items_gets_the_notes_next_step_not_a_line_over_nothing():
+    refused = (
+        "llm_map's instruction is sent to a sub-model as text (use llm_map for a question in "
+        "words about each item), which cannot run outline()"
+    )
+    source = "find_subclasses('Vorim', recursive=True)"
+    assert mapping.empty_items_refusal(refused, source, "outline('lib/help.js')") == (
+        f"{refused}; and its items, {source}, are empty, so there is nothing to run it on. "
+        "Run this instead: print(outline('lib/help.js'))"
+    )
+    assert mapping.empty_items_refusal(refused, None, None) == (
+        f"{refused}; and its items are empty, so there is nothing to run it on. Find what the "
+        "question asks another way first (not over an empty result)."
+    )
+    assert mapping.empty_items_refusal(refused, "[]", None) == mapping.empty_items_refusal(
+        refused, None, None
+    )
+    # too long with the items quoted: they go, the next step stays whole
+    step = "outline('" + "d/" * 60 + "m.py')"
+    text = mapping.empty_items_refusal(refused, source, step)
+    assert text == (
+        f"{refused}; and its items are empty, so there is nothing to run it on. "
+        f"Run this instead: print({step})"
+    )
+    assert len(text) <= mapping.MAX_REFUSAL
+    # a next step too long to fit at all: the pointer instead
+    step = "outline('" + "d/" * 150 + "m.py')"
+    assert "Find what the question asks" in mapping.empty_items_refusal(refused, source, step)
+    assert mapping.applies_to_items("outline") and mapping.applies_to_items(" llm_query ")
+    assert not mapping.applies_to_items("find_subclasses('X')")
+    assert not mapping.applies_to_items("what kind is this?")
+
+
+async def test_a_refused_bare_helper_over_an_empty_result_points_at_the_notes_next_step(tmp_path):
+    """Session 11's codeintel-007: ``llm_map("outline", find_subclasses('Vorim'))`` was
+    refused with ``print([outline(item) for item in find_subclasses('Vorim', ...)])``, which
+    the 1.5B ran as shown: it printed ``[]``. Over empty items the refusal now shows the next
+    step the helper's note named, and that line, run as shown, lists the class's methods. A
+    later cell's empty ``llm_map`` does not inherit that step."""
+    (tmp_path / "lib").mkdir()
+    (tmp_path / "lib" / "help.py").write_text(
+        "class Vorim:\n    def dabok(self):\n        pass\n\n    def zisob(self):\n        pass\n"
+    )
+    seen = []
+
+    def root(messages):
+        seen.append(messages)
+        t = turn_of(messages)
+        if t == 0:
+            return repl("llm_map('outline', find_subclasses('Vorim', recursive=True))")
+        if t == 1:
+            return repl(last_user(messages).split("Run this instead: ")[1].split("\n")[0])
+        if t == 2:
+            return repl("llm_map('outline', [])")
+        return repl("FINAL('dabok, zisob')")
+
+    result = await go(scripted_registry(root=root, sub=root), "q", tmp_path, config())
+    shown = last_user(seen[1])
+    assert (
+        "Your last cell printed this before it raised:\n[stderr]\nfind_subclasses: no class in "
+        "the codebase derives from 'Vorim'; 'Vorim' itself is defined at lib/help.py:1 (class "
+        "Vorim); outline('lib/help.py') lists its methods"
+    ) in shown
+    assert (
+        "It raised RuntimeError: llm_map's instruction is sent to a sub-model as text (use "
+        "llm_map for a question in words about each item), which cannot run outline(); and "
+        "its items, find_subclasses('Vorim', recursive=True), are empty, so there is nothing "
+        "to run it on. Run this instead: print(outline('lib/help.py'))"
+    ) in shown
+    assert "for item in" not in shown
+    ran = last_user(seen[2])
+    assert (
+        "['   1| class Vorim:', '   2|     def dabok(self):', '   5|     def zisob(self):']" in ran
+    )
+    assert (
+        "cannot run outline(); and its items are empty, so there is nothing to run it on. Find "
+        "what the question asks another way first (not over an empty result)."
+    ) in last_user(seen[3])
+    assert (result.answer, result.iterations) == ("dabok, zisob", 4)
 
 
 @pytest.mark.parametrize(

@@ -10,6 +10,7 @@ never parsed as markup, with its control characters made visible (:mod:`rlmd.cli
 
 from __future__ import annotations
 
+import math
 import time
 from collections.abc import Iterable
 from datetime import datetime
@@ -23,7 +24,7 @@ from rich.text import Text
 from rich.tree import Tree
 
 from rlmd.cli.outcome import answer_note, budget_note, refused_finals
-from rlmd.cli.term import visible_all
+from rlmd.cli.term import visible, visible_all
 
 STATUS_STYLES = {
     "running": "yellow",
@@ -45,9 +46,28 @@ def status_text(status: str | None) -> Text:
     return Text(status, style=STATUS_STYLES.get(status, "dark_orange"))
 
 
+def finite_number(value: Any) -> float | None:
+    """``value`` as a finite float, or ``None`` when it is not one (a store edited by hand
+    or damaged can hold text or infinity in a numeric column)."""
+    try:
+        number = float(value)
+    except (TypeError, ValueError, OverflowError):
+        return None
+    return number if math.isfinite(number) else None
+
+
+def _not_a_number(value: Any) -> str:
+    """How a stored value that should be a number but is not is shown: ``?`` and the value
+    (at most 20 characters, control characters escaped), so the rest of the run still shows."""
+    return "?" + visible(_one_line(repr(value), 20))
+
+
 def fmt_tokens(n: Any) -> str:
-    """``950``, ``12.3k``, ``4.1M``."""
-    n = int(n or 0)
+    """``950``, ``12.3k``, ``4.1M``; ``?`` and the value when it is not a number."""
+    number = finite_number(n or 0)
+    if number is None:
+        return _not_a_number(n)
+    n = int(number)
     if n < 1000:
         return str(n)
     if n < 1_000_000:
@@ -56,8 +76,12 @@ def fmt_tokens(n: Any) -> str:
 
 
 def fmt_cost(usd: Any) -> str:
-    """``$0`` or dollars with enough digits to be non-zero (``$0.00042``)."""
-    usd = float(usd or 0)
+    """``$0`` or dollars with enough digits to be non-zero (``$0.00042``); ``?`` and the
+    value when it is not a number."""
+    number = finite_number(usd or 0)
+    if number is None:
+        return _not_a_number(usd)
+    usd = number
     if usd == 0:
         return "$0"
     if usd >= 1:
@@ -66,10 +90,14 @@ def fmt_cost(usd: Any) -> str:
 
 
 def fmt_duration(seconds: Any) -> str:
-    """``0.4s``, ``12s``, ``3m05s``, ``1h02m``; ``-`` when unknown."""
+    """``0.4s``, ``12s``, ``3m05s``, ``1h02m``; ``-`` when unknown; ``?`` and the value when
+    it is not a number."""
     if seconds is None:
         return "-"
-    s = max(0.0, float(seconds))
+    number = finite_number(seconds)
+    if number is None:
+        return _not_a_number(seconds)
+    s = max(0.0, number)
     if s < 10:
         return f"{s:.1f}s"
     if s < 60:
@@ -89,15 +117,28 @@ def fmt_time(ts: Any) -> str:
     """Local ``YYYY-MM-DD HH:MM`` of an epoch timestamp."""
     if ts is None:
         return "-"
-    return datetime.fromtimestamp(float(ts)).strftime("%Y-%m-%d %H:%M")
+    number = finite_number(ts)
+    try:
+        if number is not None:
+            return datetime.fromtimestamp(number).strftime("%Y-%m-%d %H:%M")
+    except (ValueError, OverflowError, OSError):  # a year past 9999 or before 1
+        pass
+    return _not_a_number(ts)
+
+
+def short_time(ts: Any, long: bool = False) -> str:
+    """``MM-DD HH:MM`` of an epoch timestamp (``YYYY-MM-DD HH:MM`` when ``long``); ``-``
+    when unknown, ``?`` and the value when it is not a time."""
+    text = fmt_time(ts)
+    return text if long or ts is None or text.startswith("?") else text[5:]
 
 
 def run_duration(run: dict[str, Any]) -> float | None:
     """Seconds from start to finish (to now while running); ``None`` without a start."""
-    start = run.get("started_at")
+    start = finite_number(run.get("started_at"))
     if start is None:
         return None
-    end = run.get("finished_at")
+    end = finite_number(run.get("finished_at"))
     if end is None:
         end = time.time() if run.get("status") == "running" else None
     return None if end is None else end - start
@@ -156,7 +197,7 @@ def runs_table(runs: list[dict[str, Any]], *, title: str | None = None, width: i
             "tokens in/out": f"{fmt_tokens(get('input_tokens'))}/{fmt_tokens(get('output_tokens'))}",
             "cost": fmt_cost(get("cost_usd")),
             "duration": fmt_duration(run_duration(run)),
-            "started": fmt_time(run.get("started_at"))[0 if width >= 120 else 5 :],
+            "started": short_time(run.get("started_at"), width >= 120),
         }
         rows.append({k: v if isinstance(v, Text) else Text(v) for k, v in cells.items()})
     widths = {c: max([len(c)] + [r[c].cell_len for r in rows]) for c in RUN_COLUMNS}

@@ -105,11 +105,14 @@ class CodeIndex:
         files: path → its :class:`FileSymbols` (indexed languages only).
         texts: path → text of every file (references are searched in all of them).
         last_note: why the last query came back empty or cut short, else ``None``.
+        last_next: the helper call :attr:`last_note` names as the next step (``"outline(
+            'lib/help.js')"``), else ``None``.
     """
 
     files: dict[str, FileSymbols] = field(default_factory=dict)
     texts: dict[str, str] = field(default_factory=dict)
     last_note: str | None = None
+    last_next: str | None = None
     _by_name: dict[str, list[tuple[str, Symbol]]] | None = field(default=None, repr=False)
     _refcounts: Counter[str] | None = field(default=None, repr=False)
 
@@ -201,7 +204,7 @@ class CodeIndex:
     def find_definition(self, name: str) -> list[str]:
         """Where ``name`` is defined: a bare name (``"read"``), a qualified one
         (``"TextIOWrapper.read"``) or module-qualified (``"json.dumps"``)."""
-        self.last_note = None
+        self.last_note = self.last_next = None
         name = _check_name(name, "find_definition")
         hits = self._definitions(name)
         if not hits:
@@ -239,7 +242,7 @@ class CodeIndex:
             shown = "\n  ".join(owners[:5]) + ("\n  ..." if len(owners) > 5 else "")
             return f"It is a parameter of {len(owners)} function(s):\n  {shown}\n"
         uses = self.find_references(name, max_results=3)
-        self.last_note = None
+        self.last_note = self.last_next = None
         if not uses:
             return ""
         path, line = uses[0].split(":", 2)[:2]
@@ -277,7 +280,7 @@ class CodeIndex:
         left out: ``"path:line:text"``, at most ``max_results``."""
         from rlmd.kernel.codebase import path_matcher, split_lines
 
-        self.last_note = None
+        self.last_note = self.last_next = None
         name = _check_name(name, "find_references")
         word = name.rpartition(".")[2]
         rx = re.compile(r"(?<![\w$])" + re.escape(word) + r"(?![\w$])")
@@ -313,7 +316,7 @@ class CodeIndex:
 
     def outline(self, path: str) -> list[str]:
         """The definitions of one file in order, indented by nesting: ``"  12| def f(x):"``."""
-        self.last_note = None
+        self.last_note = self.last_next = None
         real = self._resolve(path)
         if real is None:
             return []
@@ -357,7 +360,7 @@ class CodeIndex:
         """Definitions whose name contains ``query`` (case-insensitive), exact names first,
         then prefixes, then by how many files mention them; optionally only one ``kind``
         (``"class"``, ``"function"``, ``"method"``, ``"constant"``, ...)."""
-        self.last_note = None
+        self.last_note = self.last_next = None
         query = _check_name(query, "search_symbols")
         q = query.lower()
         refs = self.reference_counts()
@@ -387,7 +390,7 @@ class CodeIndex:
         """Classes (and interfaces) deriving from ``name`` (its last dotted part), directly or,
         with ``recursive``, through other classes of the codebase. Matches base names, not
         resolved types: two unrelated classes with the same name are not told apart."""
-        self.last_note = None
+        self.last_note = self.last_next = None
         name = _check_name(name, "find_subclasses").rpartition(".")[2]
         children: dict[str, list[tuple[str, Symbol]]] = {}
         for path, info in self.files.items():
@@ -445,7 +448,8 @@ class CodeIndex:
         more = f" and {len(hits) - most} more" if len(hits) > most else ""
         note = f"; {name!r} itself is defined at {shown}{more}"
         if hits[0][1].kind in ("class", "interface"):
-            note += f"; outline({hits[0][0]!r}) lists its methods"
+            self.last_next = f"outline({hits[0][0]!r})"
+            note += f"; {self.last_next} lists its methods"
         return note
 
     def _similar(self, name: str) -> str:
@@ -602,7 +606,9 @@ QUERIES = ("find_definition", "find_references", "find_subclasses", "outline", "
 
 
 def answer(context: object, op: str, args: list, kwargs: dict) -> dict:
-    """Serve one REPL helper call: ``{"results": list[str], "note": str | None}``.
+    """Serve one REPL helper call: ``{"results": list[str], "note": str | None, "next": str |
+    None}`` (``next``: the helper call the note names as the next step, :attr:`CodeIndex.
+    last_next`; the host keeps it for a refusal and does not pass it to the REPL).
 
     Raises:
         ValueError: an unknown ``op``, or a context that is not a codebase.
@@ -618,4 +624,4 @@ def answer(context: object, op: str, args: list, kwargs: dict) -> dict:
             if str(exc).startswith(op):
                 raise
             raise TypeError(f"{op}(): {exc}") from None
-        return {"results": results, "note": index.last_note}
+        return {"results": results, "note": index.last_note, "next": index.last_next}

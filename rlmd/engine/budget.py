@@ -77,8 +77,11 @@ class Budget:
                 raise ValueError(f"budget {f.name} must be a number >= 0, got {value!r}")
         for f in fields(self):  # counts: a 2.5 from a TOML file would compare but mean nothing
             value = getattr(self, f.name)
-            if f.type.startswith("int") and isinstance(value, float) and value % 1 != 0:
-                raise ValueError(f"budget {f.name} must be a whole number, got {value!r}")
+            if f.type.startswith("int") and isinstance(value, float):
+                if value % 1 != 0:
+                    raise ValueError(f"budget {f.name} must be a whole number, got {value!r}")
+                # 3.0 from a TOML file or JSON: an int, or range() in the loop raises TypeError
+                setattr(self, f.name, int(value))
         if self.max_iterations < 1:
             raise ValueError("budget max_iterations must be >= 1")
         if self.max_depth < 1:  # no loop would run; `rlmd run --max-depth 0` is refused too

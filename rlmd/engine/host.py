@@ -98,6 +98,10 @@ class HostCalls:
         """The cell running now: sub-calls and child runs hang under it."""
         self.cell_code: str | None = None
         """The code of the cell running now (a refusal quotes what the cell passed)."""
+        self.cell_next: str | None = None
+        """The next step the last helper note of the cell running now named
+        (``"outline('lib/help.js')"``: :attr:`rlmd.codeintel.index.CodeIndex.last_next`),
+        for a refusal whose own line would build on an empty result."""
         self.tally = verify.SubcallTally()
         """The sub-call results of the cell running now (the loop starts a new one per
         cell), for the answer verifier."""
@@ -174,12 +178,19 @@ class HostCalls:
             )
         if helper is not None:
             source = mapping.items_source(self.cell_code, instruction)
+            refused = (
+                "llm_map's instruction is sent to a sub-model as text (use llm_map for a "
+                f"question in words about each item), which cannot run {helper}()"
+            )
+            if mapping.applies_to_items(instruction) and _is_empty(args.get("items")):
+                # Applying the helper to each of no items prints [] (the 1.5B ran that line
+                # and answered the prompt's placeholder: issue 15, held-out codeintel-007).
+                raise Refused(mapping.empty_items_refusal(refused, source, self.cell_next))
             raise Refused(
                 # The line to run comes last: the last words a small model reads before
                 # it writes weigh most (it wrote llm_map again after "use llm_map for ...").
-                "llm_map's instruction is sent to a sub-model as text (use llm_map for a "
-                f"question in words about each item), which cannot run {helper}(); run it in "
-                f"your code instead: {mapping.helper_call_code(instruction, source, codebase=codebase)}"
+                f"{refused}; run it in your code instead: "
+                f"{mapping.helper_call_code(instruction, source, codebase=codebase)}"
             )
         items = [str(i) for i in _as_list(args.get("items"), "items")]
         try:
@@ -204,7 +215,7 @@ class HostCalls:
             raise CallError("code-intelligence helpers need a codebase context")
         op = str(args.get("op"))
         try:
-            return await asyncio.to_thread(
+            reply = await asyncio.to_thread(
                 codeindex.answer,
                 self.context,
                 op,
@@ -213,6 +224,10 @@ class HostCalls:
             )
         except (TypeError, ValueError) as exc:
             raise CallError(str(exc)) from None
+        step = reply.pop("next", None)  # the host's: the REPL prints the note as before
+        if step:
+            self.cell_next = step
+        return reply
 
     # -- the model-name policy ------------------------------------------------------------
     def model_named_by_code(self, name: str) -> Model:
@@ -414,6 +429,11 @@ def _check_window(model: Model, messages: list[Message]) -> None:
             "the reply). Split the text into smaller chunks (for example llm_query_batched over "
             "slices), or use rlm_query, whose child keeps the text in its own REPL."
         )
+
+
+def _is_empty(items: Any) -> bool:
+    """Whether ``llm_map``'s items (a list, from the REPL) are an empty list."""
+    return isinstance(items, list) and not items
 
 
 def _as_list(value: Any, what: str) -> list[Any]:

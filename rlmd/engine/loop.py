@@ -631,7 +631,7 @@ class RLMRun:
         limit (its own time: time blocked on sub-calls is not counted), and within the
         wall-clock budget left (everything counted)."""
         node = new_id()
-        self.host.cell_node, self.host.cell_code = node, code
+        self.host.cell_node, self.host.cell_code, self.host.cell_next = node, code, None
         self.host.tally = verify.SubcallTally()
         self.meter.emit(CellStarted, node, it_node, index=index, code=code)
         timeout = self._cell_limit(sandbox)

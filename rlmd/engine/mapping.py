@@ -84,6 +84,54 @@ def helper_call_code(
     return f"print({ast.unparse(node)})"
 
 
+def applies_to_items(instruction: str) -> bool:
+    """Whether ``instruction`` is a bare helper (``"outline"``), which the refusal's line
+    applies to each item, rather than one call of it (``"find_subclasses('Base')"``), whose
+    line takes no items."""
+    try:
+        body = ast.parse(instruction.strip(), mode="eval").body
+    except (SyntaxError, ValueError):
+        return False
+    return isinstance(body, ast.Name)
+
+
+MAX_REFUSAL = 386
+"""Characters of a refusal message: with ``RuntimeError: `` before it, the 400 characters of
+an exception line a fold's note keeps (:func:`rlmd.engine.feedback.exception_text`)."""
+
+
+def empty_items_refusal(refused: str, source: str | None, next_step: str | None) -> str:
+    """The refusal of a bare helper over **no** items: ``refused`` (why the instruction
+    cannot run), then that the items (``source``, the expression the cell passed, quoted
+    when it fits) are empty, then the line to run: ``print(next_step)`` when a helper's note
+    in the same cell named a next step (``"outline('lib/help.js')"``), else a pointer to
+    search another way. Never a line over the empty items: ``[outline(item) for item in
+    find_subclasses('Vorim')]`` prints ``[]``, and the 1.5B, which runs a refusal's line as
+    shown, ran it, then answered the system prompt's placeholder path (issue 15, held-out
+    codeintel-007, session 11). At most :data:`MAX_REFUSAL` characters (the next step, the
+    part the model acts on, is never cut: a longer one is left out)."""
+    tails = [f" Run this instead: print({next_step})"] if next_step else []
+    tails.append(" Find what the question asks another way first (not over an empty result).")
+    heads = ["its items are"]
+    if source and not _is_literal(source):  # "its items, [], are empty" says nothing
+        heads.insert(0, f"its items, {source}, are")
+    text = refused
+    for tail in tails:
+        for items in heads:
+            text = f"{refused}; and {items} empty, so there is nothing to run it on.{tail}"
+            if len(text) <= MAX_REFUSAL:
+                return text
+    return text
+
+
+def _is_literal(source: str) -> bool:
+    try:
+        ast.literal_eval(source)
+    except (ValueError, SyntaxError, TypeError, MemoryError, RecursionError):
+        return False
+    return True
+
+
 MAX_ITEMS_SOURCE = 120
 """Characters of an items expression the refusal's line may quote (longer: ``items``): the
 whole refusal then stays within the 400 characters of an exception line a fold's note

@@ -466,6 +466,25 @@ LAST_TURN_FOLDED = (
 "the outputs above" (the folded cell's output is not above; only what the fold's note keeps),
 as :data:`NEXT_TURN_FOLDED` does for the other turns."""
 
+_EXAMPLE_FINAL = re.compile(r'FINAL\((?:"([^"]+)"|(\d+))\)')
+
+
+def example_answers() -> frozenset[str]:
+    """The literal answers the prompts' own examples put in ``FINAL(...)`` (lower case):
+    ``"the/path/you/found.py"``, ``"1932"``, ``"the text you found"``, ``"42"``. Read from the
+    prompt texts, so it follows their wording. A model that answers one of them copied
+    the example, not an output: the 1.5B answered ``FINAL("the/path/you/found.py")`` on
+    held-out codeintel-007 (session 11), as the 0.5B did in issue 13's runs; the verifier's
+    ``placeholder`` rule (:func:`rlmd.engine.verify.check`) questions it."""
+    texts = [SYSTEM_PROMPT, FINAL_NAME_ERROR, *MIDDLE.values()]
+    texts += [cell for cells in EXAMPLES.values() for cell in cells]
+    return frozenset(
+        (quoted or number).lower()
+        for text in texts
+        for quoted, number in _EXAMPLE_FINAL.findall(text)
+    )
+
+
 EXTRACTION_USER = (
     "Question: {question}\n\nWork so far: the conversation above. The task has stopped "
     "({reason}); no more code will run. From the outputs above, give the best answer you can "

@@ -8,6 +8,10 @@ which words the question holds: never its wording), and returns a :class:`Concer
   output so far;
 * **empty**: an empty answer;
 * **error**: an answer that reads like an error message, a "not found" or an empty result;
+* **placeholder**: a literal answer that is one of the prompts' own example answers
+  (``FINAL("the/path/you/found.py")``, :func:`rlmd.engine.prompts.example_answers`) and that
+  no output showed: the example was copied, not an answer found. Its evidence, like the
+  path rule's, names the codebase files the outputs did show (``lib/help.js:12``);
 * **path**: a codebase answer naming a file that is not in the codebase;
 * **empty-count**: a number computed by a cell whose search found nothing, or a 0 printed
   next to an empty collection;
@@ -32,7 +36,7 @@ import re
 from dataclasses import dataclass
 
 from rlmd.context import Context
-from rlmd.engine import parsing
+from rlmd.engine import parsing, prompts
 
 MAX_CHECKED_CHARS = 400
 """Longer answers are prose; only the empty and path rules apply to them."""
@@ -72,6 +76,11 @@ _EMPTY_LITERAL = re.compile(r"(^|[\s=:(,])(\[\]|\{\}|set\(\)|Counter\(\)|\(\))\s
 _PATH = re.compile(
     r"(?<![\w/.\-])((?:[\w.\-]+/)*[\w\-][\w.\-]*\.([A-Za-z][A-Za-z0-9]{0,7}))(?![\w/])"
 )
+_EXAMPLE_ANSWERS = prompts.example_answers()
+MAX_SHOWN_PATHS = 5
+"""Files of the codebase the outputs named, shown with a questioned path or placeholder."""
+_LINE_NO = re.compile(r":(\d+)")
+
 _CODE_EXTS = frozenset(
     "py pyi js mjs cjs jsx ts tsx go rs java c h cc cpp cxx hh hpp rb php cs kt swift scala "
     "sh md rst txt toml json yaml yml cfg ini html css sql xml lock".split()
@@ -90,9 +99,9 @@ its non-empty lines."""
 
 @dataclass(frozen=True)
 class Concern:
-    """Why an answer is doubted: ``rule`` (``"guess" | "empty" | "error" | "restated" |
-    "path" | "empty-count" | "failed-subcalls"``) and ``evidence``, a sentence for the model and the
-    user."""
+    """Why an answer is doubted: ``rule`` (``"guess" | "empty" | "error" | "placeholder" |
+    "restated" | "path" | "empty-count" | "failed-subcalls"``) and ``evidence``, a sentence
+    for the model and the user."""
 
     rule: str
     evidence: str
@@ -166,6 +175,17 @@ def check(
             "a search that found nothing means the search was wrong, not that the answer "
             "is 'not found'",
         )
+    if (
+        literal
+        and text.lower() in _EXAMPLE_ANSWERS
+        and not parsing.answer_in_outputs(text, outputs)
+    ):
+        return Concern(
+            "placeholder",
+            f"it is the example answer of my instructions (FINAL({text!r})), copied: no "
+            "output showed it, and the example only shows how to call FINAL"
+            + _printed_paths_note(outputs, context),
+        )
     if short and restates(text, question):
         return Concern(
             "restated",
@@ -176,7 +196,7 @@ def check(
     if context.is_codebase:
         missing = _missing_paths(text if short else "", context)
         if missing:
-            return Concern("path", missing)
+            return Concern("path", missing + _printed_paths_note(outputs, context))
     failed = _failed_work(outputs, subcalls)
     if failed:
         return Concern("failed-subcalls", failed)
@@ -255,6 +275,45 @@ def _is_zero(text: str) -> bool:
         return float(text.replace(",", "").replace("_", "")) == 0
     except ValueError:
         return False
+
+
+def printed_paths(outputs: list[str], context: Context, most: int = MAX_SHOWN_PATHS) -> list[str]:
+    """The files of a codebase ``context`` that ``outputs`` named, in the order first named,
+    each with the first line number an output gave it (``"lib/help.js:12"``), at most
+    ``most``; ``[]`` for other contexts. A path is a codebase file, or the unique file it is
+    the end of; other path-like words are left out."""
+    if not context.is_codebase:
+        return []
+    files: dict[str, str] = context.value
+    found: dict[str, str] = {}
+    for out in outputs:
+        for m in _PATH.finditer(out):
+            path = _file_of(m.group(1), files)
+            if path is None:
+                continue
+            line = _LINE_NO.match(out, m.end())
+            if path not in found or (line and found[path] == path):
+                if path not in found and len(found) >= most:
+                    continue
+                found[path] = f"{path}:{line.group(1)}" if line else path
+    return list(found.values())
+
+
+def _file_of(cand: str, files: dict[str, str]) -> str | None:
+    """The codebase file ``cand`` names (itself, or the one file it is the end of)."""
+    while cand.startswith("./"):
+        cand = cand[2:]
+    if cand in files:
+        return cand
+    ends = [p for p in files if p.endswith("/" + cand)]
+    return ends[0] if len(ends) == 1 else None
+
+
+def _printed_paths_note(outputs: list[str], context: Context) -> str:
+    """``"; the outputs so far name these files: a.py:3, b.py"``, or ``""``: the evidence
+    the run already has, shown when a path answer names no file or copies the example."""
+    paths = printed_paths(outputs, context)
+    return f"; the outputs so far name these files: {', '.join(paths)}" if paths else ""
 
 
 def _missing_paths(text: str, context: Context) -> str | None:

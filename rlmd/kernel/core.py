@@ -13,7 +13,6 @@ import builtins
 import codecs
 import io
 import keyword
-import linecache
 import os
 import reprlib
 import sys
@@ -42,6 +41,65 @@ class CellInterrupted(BaseException):
 
     A ``BaseException`` so that ``except Exception`` in model code does not swallow it.
     """
+
+
+# --------------------------------------------------------------------------- cell sources
+
+_SOURCES: dict[str, tuple[int, None, list[str], str]] = {}
+"""Cells' sources for ``linecache`` while nothing has imported it: ``linecache`` imports
+``tokenize`` and ``re`` (with ``enum``), ~7 ms of every kernel start that a first cell
+rarely needs. :class:`_LinecacheFinder` hands them over when something imports it."""
+
+
+def remember_source(filename: str, code: str) -> None:
+    """Make ``code`` the lines ``linecache`` (tracebacks, ``inspect.getsource``, warnings)
+    gives for ``filename``: at once when ``linecache`` is imported, else when it is."""
+    entry = (len(code), None, code.splitlines(True), filename)
+    cache = getattr(sys.modules.get("linecache"), "cache", None)
+    if isinstance(cache, dict):
+        if _SOURCES:  # imported by a finder this one did not see (or reloaded)
+            cache.update(_SOURCES)
+            _SOURCES.clear()
+        cache[filename] = entry
+        return
+    _SOURCES[filename] = entry
+    if _LinecacheFinder not in sys.meta_path:
+        sys.meta_path.insert(0, _LinecacheFinder)
+
+
+class _LinecacheFinder:
+    """A ``sys.meta_path`` finder that finds nothing itself: when ``linecache`` is imported
+    it takes itself off the path and wraps the loader the other finders return, so that the
+    new module's cache holds the cells' sources before the import returns."""
+
+    @classmethod
+    def find_spec(cls, name: str, path: Any = None, target: Any = None) -> Any:
+        if name != "linecache":
+            return None
+        try:
+            sys.meta_path.remove(cls)
+        except ValueError:
+            pass
+        spec = None
+        for finder in sys.meta_path:
+            find = getattr(finder, "find_spec", None)
+            if find is not None:
+                spec = find(name, path, target)
+                if spec is not None:
+                    break
+        run = getattr(getattr(spec, "loader", None), "exec_module", None)
+        if spec is None or run is None:
+            return spec
+
+        def exec_module(module: types.ModuleType) -> None:
+            run(module)
+            cache = getattr(module, "cache", None)
+            if isinstance(cache, dict):
+                cache.update(_SOURCES)
+                _SOURCES.clear()
+
+        spec.loader.exec_module = exec_module
+        return spec
 
 
 # --------------------------------------------------------------------------- capture
@@ -73,13 +131,20 @@ class Capture(io.TextIOBase):
     encoding = "utf-8"
     errors = "strict"
 
-    def __init__(self, cap: int = protocol.DEFAULT_MAX_OUTPUT):
+    def __init__(
+        self,
+        cap: int = protocol.DEFAULT_MAX_OUTPUT,
+        *,
+        stray: tuple[set[int], Capture] | None = None,
+    ):
         self._parts: list[str] = []
         self._size = 0
         self._cap = max(0, int(cap))
         self._lock = threading.Lock()
         self._sink: _ByteSink | None = None
         self.dropped = 0
+        # (native ids of threads an earlier cell left running, where their writes go)
+        self._stray = stray
 
     @property
     def buffer(self) -> _ByteSink:
@@ -91,6 +156,8 @@ class Capture(io.TextIOBase):
     def write(self, s: str) -> int:
         if not isinstance(s, str):
             raise TypeError(f"write() argument must be str, not {type(s).__name__}")
+        if self._stray is not None and threading.get_native_id() in self._stray[0]:
+            return self._stray[1].write(s)
         n = len(s)
         with self._lock:
             room = self._cap - self._size
@@ -133,6 +200,17 @@ class Capture(io.TextIOBase):
                     f"(cap: {self._cap} characters per stream per cell)]\n"
                 )
         return text
+
+
+STRAY_LABEL = "[rlmd: written during this cell by a thread an earlier cell left running:]\n"
+
+
+def _labelled(before: str, label: str, text: str) -> str:
+    """``before``, then ``text`` after ``label`` on a line of its own (``before`` alone
+    when there is no ``text``)."""
+    if not text:
+        return before
+    return f"{before}{'' if not before or before.endswith(chr(10)) else chr(10)}{label}{text}"
 
 
 class _Router:
@@ -646,8 +724,12 @@ class Kernel:
         self._older_threads = _thread_ids() - {threading.get_native_id()}
         self._cell_no += 1
         filename = f"<cell-{self._cell_no}>"
-        linecache.cache[filename] = (len(code), None, code.splitlines(True), filename)
-        out, err = Capture(max_output), Capture(max_output)
+        remember_source(filename, code)
+        # What a thread an earlier cell left running writes is not this cell's output: it
+        # goes to the cell's stderr, after a label (it was mixed into stdout, session 12).
+        stray = Capture(max_output)
+        older = (self._older_threads, stray)
+        out, err = Capture(max_output, stray=older), Capture(max_output, stray=older)
         self._final = None
         before = dict(self.ns)
         error = None
@@ -673,7 +755,7 @@ class Kernel:
             on_ran()  # the previews may run model code: the host's wall clock stops here
         return {
             "stdout": out.getvalue(),
-            "stderr": err.getvalue(),
+            "stderr": _labelled(err.getvalue(), STRAY_LABEL, stray.getvalue()),
             "error": error,
             "final": self._final,
             "variables": bounded_var_infos(changed),

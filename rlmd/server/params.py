@@ -52,7 +52,10 @@ class Params:
         if raw is None:
             raw = {}
         if not isinstance(raw, dict):
-            raise invalid(f"parameters must be a JSON object, got {_kind(raw)}", prefix or None)
+            # A nested object names itself: "models must be ...", not "parameters must be ..."
+            # (which read as if the whole message were wrong, review12b).
+            what = prefix or "parameters"
+            raise invalid(f"{what} must be a JSON object, got {_kind(raw)}", prefix or None)
         self.raw = raw
         self.prefix = prefix
         self._read: set[str] = set()

@@ -248,6 +248,10 @@ class Queries:
         key = str(run_id_or_prefix or "").strip()
         if not key:
             raise ValueError("empty run id")
+        try:
+            key.encode("utf-8")
+        except UnicodeEncodeError:  # a lone surrogate ("\ud800" in JSON, a bad byte in argv)
+            return None  # no run id holds one; SQLite would refuse the query with a codec error
         self.flush()
         with self._lock:
             rows = list(self.db.table("runs").rows_where("id = ?", [key]))

@@ -11,6 +11,9 @@ A task set is either
        "scorer": "exact" | "numeric" | "f1" | "path" | "contains" | "pairs" | "module:fn",
        "id": str (optional, default "user-<line>"), "family": str (optional, "user")}
 
+  The answer's type must suit the scorer (checked when the file is loaded, see
+  :func:`load_tasks`); a ``module:fn`` scorer gets whatever the line holds.
+
 The generated families come from the benchmark generators (``bench/quality``, so a source
 checkout is needed): ``sniah`` (needle in essays), ``oolong`` (label + aggregate over WordNet
 glosses), ``pairs`` (user pairs), ``codeqa`` (questions over a renamed stdlib package). The
@@ -21,7 +24,9 @@ partition 1, another seed stream and other packages.
 
 from __future__ import annotations
 
+import contextlib
 import json
+import math
 import sys
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -96,8 +101,13 @@ def load_tasks(path: str | Path) -> list[TrainTask]:
         TaskFileError: missing or unreadable file, text that is not UTF-8, a line that is
             not a JSON object, a record without ``question`` / ``context`` / ``answer``, or
             one whose question is not a string, whose context is not a string, list or
-            object, whose scorer is neither a metric nor ``"module:fn"``, or whose
-            ``choices`` is not a list (the message names the file and line).
+            object, whose scorer is neither a metric nor ``"module:fn"``, whose
+            ``choices`` is not a list, whose ``id`` is not a string or integer or repeats an
+            earlier one, or whose answer a built-in scorer cannot read (``exact`` / ``path``:
+            a non-empty string or a number; ``numeric``: a finite number or a string of
+            one; ``contains``: a non-empty string or list; ``f1``: a list of strings;
+            ``pairs``: a list of ``[a, b]`` integers); in a task-set folder also a
+            ``context_ref`` that does not exist. The message names the file and line.
     """
     path = Path(path)
     if path.is_dir():
@@ -108,7 +118,8 @@ def load_tasks(path: str | Path) -> list[TrainTask]:
         text = path.read_text(encoding="utf-8")
     except (OSError, UnicodeDecodeError) as exc:
         raise TaskFileError(f"{path}: cannot be read as UTF-8 text ({exc})") from None
-    tasks = []
+    tasks: list[TrainTask] = []
+    lines_of: dict[str, int] = {}
     for n, line in enumerate(text.splitlines(), 1):
         if not line.strip():
             continue
@@ -136,9 +147,12 @@ def load_tasks(path: str | Path) -> list[TrainTask]:
                 choices=rec.get("choices"),
             )
         )
-    ids = [t.id for t in tasks]
-    if len(set(ids)) != len(ids):
-        raise TaskFileError(f"{path}: task ids are not unique")
+        if tasks[-1].id in lines_of:  # ids 1 and "1" are the same id
+            raise TaskFileError(
+                f"{path}:{n}: task id {tasks[-1].id!r} is already used on line "
+                f"{lines_of[tasks[-1].id]}"
+            )
+        lines_of[tasks[-1].id] = n
     return tasks
 
 
@@ -162,9 +176,64 @@ def _check_record(rec: dict[str, Any], where: str) -> None:
         )
     if rec.get("choices") is not None and not isinstance(rec["choices"], list):
         raise TaskFileError(f"{where}: choices must be a list")
+    if "id" in rec and (isinstance(rec["id"], bool) or not isinstance(rec["id"], str | int)):
+        raise TaskFileError(f"{where}: id must be a string or an integer")
+    if scorer in METRICS:
+        why = _answer_problem(rec["answer"], scorer)
+        if why:
+            # Found only when the task's run had ended (a traceback, every task before it
+            # done and the rest never run): "abc" for numeric, [] for contains, 5 for f1.
+            raise TaskFileError(f"{where}: answer {why} for scorer {scorer!r}")
+
+
+def _is_number(value: Any) -> bool:
+    if isinstance(value, bool) or not isinstance(value, int | float):
+        return False
+    try:
+        return math.isfinite(value)
+    except OverflowError:  # an int past float's range: the numeric scorer could not use it
+        return False
+
+
+def _answer_problem(answer: Any, metric: str) -> str | None:
+    """Why ``answer`` cannot be scored by the built-in ``metric``, or ``None`` when it can
+    (see :func:`rlmd.train.scoring.score_answer` for the shapes each metric reads)."""
+    scalar = isinstance(answer, str) or _is_number(answer)
+    if metric in ("exact", "path"):
+        return None if scalar and str(answer).strip() else "must be a non-empty string or a number"
+    if metric == "numeric":
+        if _is_number(answer):
+            return None
+        if isinstance(answer, str):
+            with contextlib.suppress(ValueError):
+                if math.isfinite(float(answer)):
+                    return None
+        return "must be a finite number"
+    items_ok = isinstance(answer, list) and all(isinstance(a, str) or _is_number(a) for a in answer)
+    if metric == "contains":
+        if (isinstance(answer, str) and answer.strip()) or (items_ok and answer):
+            return None
+        return "must be a non-empty string or a non-empty list of strings"
+    if metric == "f1":
+        return None if items_ok else "must be a list of strings"
+
+    # pairs
+    def pair(p: Any) -> bool:
+        if not isinstance(p, list) or len(p) != 2:
+            return False
+        try:
+            return all(not isinstance(x, bool) and int(x) == float(x) for x in p)
+        except (TypeError, ValueError, OverflowError):
+            return False
+
+    if isinstance(answer, list) and all(pair(p) for p in answer):
+        return None
+    return "must be a list of [a, b] integer pairs"
 
 
 def _load_folder(root: Path) -> list[TrainTask]:
+    from rlmd.train.scoring import METRICS
+
     try:
         manifest = json.loads((root / "manifest.json").read_text())
         lines = (root / "tasks.jsonl").read_text(encoding="utf-8").splitlines()
@@ -173,7 +242,8 @@ def _load_folder(root: Path) -> list[TrainTask]:
     if not isinstance(manifest, dict):
         raise TaskFileError(f"{root}/manifest.json: not a JSON object")
     split = manifest.get("split", "user")
-    tasks = []
+    tasks: list[TrainTask] = []
+    lines_of: dict[Any, int] = {}
     for n, line in enumerate(lines, 1):
         if not line.strip():
             continue
@@ -201,6 +271,20 @@ def _load_folder(root: Path) -> list[TrainTask]:
             )
         except (KeyError, TypeError) as exc:
             raise TaskFileError(f"{where}: missing or wrong field {exc}") from None
+        # As for a user's file: found after the runs before it, or never (review12b).
+        task = tasks[-1]
+        if isinstance(task.id, bool) or not isinstance(task.id, str | int):
+            raise TaskFileError(f"{where}: id must be a string or an integer")
+        if task.id in lines_of:
+            raise TaskFileError(
+                f"{where}: task id {task.id!r} is already used on line {lines_of[task.id]}"
+            )
+        lines_of[task.id] = n
+        why = _answer_problem(task.answer, task.scorer) if task.scorer in METRICS else None
+        if why:
+            raise TaskFileError(f"{where}: answer {why} for scorer {task.scorer!r}")
+        if not Path(task.context_path or "").exists():
+            raise TaskFileError(f"{where}: context_ref {rec['context_ref']!r} does not exist")
     return tasks
 
 

@@ -43,7 +43,9 @@ class Daemon:
         self.proc: subprocess.Popen | None = None
         self.prelude, self.env = prelude, env or {}
 
-    def start(self, timeout: float = 20.0) -> Daemon:
+    def start(self, timeout: float = 120.0) -> Daemon:
+        # Generous: the wait ends as soon as the socket answers, and at load ~7 on two cores a
+        # daemon's start (imports, store) once took longer than 20 s (review12, session 12).
         env = {**os.environ, "RLMD_HOME": str(self.home), **self.env}
         log = open(self.home / "daemon-test.log", "ab")  # noqa: SIM115
         command = [sys.executable, "-m", "rlmd"]

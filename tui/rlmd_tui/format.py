@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import json
 import re
-from datetime import datetime
 from pathlib import Path
 from typing import Any
 
@@ -15,10 +14,12 @@ from rich.text import Text
 from rlmd.cli.outcome import answer_note, budget_note
 from rlmd.cli.render import (
     cell_name,
+    finite_number,
     fmt_cost,
     fmt_duration,
     fmt_tokens,
     run_duration,
+    short_time,
     status_text,
 )
 from rlmd.cli.term import visible
@@ -40,15 +41,15 @@ def one_line(text: Any, width: int) -> str:
 
 
 def when(ts: Any) -> str:
-    if ts is None:
-        return "-"
-    return datetime.fromtimestamp(float(ts)).strftime("%m-%d %H:%M")
+    return short_time(ts)
 
 
 def tokens_of(run: dict[str, Any]) -> int:
+    """Tokens in and out of a run's tree (a value that is not a number counts 0)."""
     tree = run.get("tree") or {}
-    return int(tree.get("input_tokens") or run.get("input_tokens") or 0) + int(
-        tree.get("output_tokens") or run.get("output_tokens") or 0
+    return sum(
+        int(finite_number(tree.get(key) or run.get(key) or 0) or 0)
+        for key in ("input_tokens", "output_tokens")
     )
 
 
