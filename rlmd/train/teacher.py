@@ -217,7 +217,9 @@ def _sniah(task: TrainTask, rng: random.Random) -> list[Turn]:
         f"import re\nkey = {key!r}\n"
         f"{var} = [m.start() for m in re.finditer(re.escape(key), context, re.IGNORECASE)]\n"
         f"print(len(context), {var})\n"
-        f"for i in {var}[:3]:\n    print(repr(context[max(0, i - 150): i + 150]))",
+        # one unindented line, not a loop: a cell that ends on a loop's body taught the 0.5B
+        # to write that body again and again (session 12, 19 of 195 targets)
+        f"print([context[max(0, i - 150): i + 150] for i in {var}[:3]])",
     )
     extract = (
         "The sentence gives the number after the key; I extract it with a regex and check it.",
