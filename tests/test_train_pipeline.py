@@ -567,3 +567,114 @@ def test_a_bad_task_in_a_task_set_folder_is_refused_before_any_task_runs(
     (folder / "tasks.jsonl").write_text(first + '"context_ref": "c.txt"}\n' + line + "\n")
     with pytest.raises(TaskFileError, match=re.escape(f"tasks.jsonl:2: {why}")):
         load_tasks(folder)
+
+
+# -- review13: hostile export-rollouts files, rollout options, terminal text ----------------
+
+
+@pytest.fixture(scope="module")
+def exported_set(tmp_path_factory: pytest.TempPathFactory) -> list[dict]:
+    """The records of a real ``export-rollouts`` file: one rollout, its run and nodes."""
+    folder = tmp_path_factory.mktemp("exported")
+    tasks = load_tasks(write_tasks(folder / "tasks.jsonl"))[:1]
+    with Store(folder / "a.db") as store:
+        opts = RolloutOptions(model="script", rollout_set="s1", sandbox="inprocess")
+        asyncio.run(run_rollouts(tasks, opts, registry=registry_with(Scripted()), store=store))
+        export_set(store, "s1", folder / "set.jsonl")
+    return [json.loads(x) for x in (folder / "set.jsonl").read_text().splitlines()]
+
+
+def _bad_imports(records: list[dict]) -> dict[str, tuple[list[Any], str]]:
+    rollout = next(r for r in records if r["type"] == "rollout")
+    run = next(r for r in records if r["type"] == "run")
+    rest = [r for r in records if r is not rollout]
+    others = [r for r in records if r is not run]
+    return {
+        "not an object": ([*records, [1, 2]], r":\d+: a record must be a JSON object, got list"),
+        "a string": ([*records, "x"], r"must be a JSON object, got str"),
+        "unknown type": ([*records, {"type": "spam"}], r"type must be one of"),
+        "unknown rollout field": (
+            [{**rollout, "bogus": 1}, *rest],
+            r":1: unknown field 'bogus' in a rollout",
+        ),
+        "a field that is SQL": (
+            [{**rollout, "x]) VALUES (1) --": 1}, *rest],
+            r"unknown field 'x\]\) VALUES \(1\) --'",
+        ),
+        "unknown run field": (
+            [rollout, {**run, "evil": 1}, *rest[1:]],
+            r":2: unknown field 'evil' in a run",
+        ),
+        "no rollout_set": (
+            [{k: v for k, v in rollout.items() if k != "rollout_set"}, *rest],
+            r":1: a rollout needs rollout_set",
+        ),
+        "details not an object": (
+            [{**rollout, "details": "oops"}, *rest],
+            r":1: rollout details must be an object",
+        ),
+        "reward not a number": (
+            [{**rollout, "reward": "x"}, *rest],
+            r":1: rollout reward must be a finite number, got 'x'",
+        ),
+        "sample_index negative": (
+            [{**rollout, "sample_index": -1}, *rest],
+            r"sample_index must be an integer >= 0",
+        ),
+        "the rollout's run is missing": (
+            [rollout, *[r for r in others if r["type"] != "node"]],
+            r":1: the run .* of this rollout is neither in the file nor in the store",
+        ),
+        "a node of no run": (
+            [*records, {**records[-1], "id": "n-x", "run_id": "nowhere"}],
+            r"node 'n-x' belongs to run 'nowhere', which is not in the file",
+        ),
+        "a run twice": ([*records, run], r"run id .* is already on line 2"),
+        "one run under two rollouts": (
+            [*records, {**rollout, "sample_index": 1}],
+            r"run .* already has a rollout \(line 1\)",
+        ),
+    }
+
+
+def test_a_bad_import_file_is_refused_naming_the_line_and_nothing_is_written(
+    tmp_path: Path, exported_set: list[dict]
+) -> None:
+    """Review13: an ``import-rollouts`` file with an unknown field was reported as a broken
+    store ("cannot be used ... Move it aside and rlmd starts a new one"), a non-object line
+    raised AttributeError, a rollout without its run was imported and then broke every
+    ``train export`` with a bare KeyError, a string ``details`` was kept as is; the file's
+    keys were pasted into the SQL as column names."""
+    for name, (records, why) in _bad_imports(exported_set).items():
+        path = tmp_path / "bad.jsonl"
+        path.write_text("".join(json.dumps(r) + "\n" for r in records))
+        with Store(tmp_path / f"{len(name)}-{abs(hash(name))}.db") as store:
+            with pytest.raises(ValueError, match=why) as info:
+                import_set(store, path)
+            assert str(path) in str(info.value), name
+            assert store.rollouts() == [] and store.list_runs() == [], name
+
+
+def test_an_import_file_holding_a_rollout_twice_imports_it_once(
+    tmp_path: Path, exported_set: list[dict]
+) -> None:
+    path = tmp_path / "twice.jsonl"
+    rollout = next(r for r in exported_set if r["type"] == "rollout")
+    path.write_text("".join(json.dumps(r) + "\n" for r in [*exported_set, rollout]))
+    with Store(tmp_path / "b.db") as store:
+        assert import_set(store, path) == 1
+        assert import_set(store, path) == 0
+        assert len(store.rollouts()) == 1 and sft_samples(store)[1].rollouts == 1
+
+
+def test_import_rollouts_cli_says_the_file_is_bad_not_the_store(
+    rlmd_home: Path, exported_set: list[dict]
+) -> None:
+    path = rlmd_home / "bad.jsonl"
+    rollout = next(r for r in exported_set if r["type"] == "rollout")
+    rest = [r for r in exported_set if r is not rollout]
+    path.write_text("".join(json.dumps(r) + "\n" for r in [{**rollout, "bogus": 1}, *rest]))
+    done = _rlmd_train(rlmd_home, "import-rollouts", str(path))
+    assert done.returncode == 2, done.stderr
+    assert "unknown field 'bogus'" in done.stderr
+    assert "Move it aside" not in done.stderr and "Traceback" not in done.stderr

@@ -316,12 +316,31 @@ def export_set(store: Store, rollout_set: str, path: str | Path) -> int:
 
 def import_set(store: Store, path: str | Path) -> int:
     """Read a file written by :func:`export_set` into ``store``; rollouts already there (same
-    set, task and sample) are skipped. Returns the number of rollouts added.
+    set, task and sample) are skipped, and so is a rollout the file holds twice. Every line
+    is checked before anything is written (:meth:`rlmd.store.Store.check_import`).
+    Returns the number of rollouts added.
 
     Raises:
-        ValueError: a line is not JSON.
+        ValueError: a line is not JSON, or a record cannot be imported (an unknown type or
+            field, a value of the wrong type, a rollout without its run...); the message
+            names the file and line.
+        OSError / UnicodeDecodeError: the file cannot be read.
     """
-    records = [json.loads(line) for line in Path(path).read_text("utf-8").splitlines() if line]
+    from rlmd.store.rollouts import ImportProblem
+
+    numbered: list[tuple[int, Any]] = []
+    for n, line in enumerate(Path(path).read_text("utf-8").splitlines(), 1):
+        if not line.strip():
+            continue
+        try:
+            numbered.append((n, json.loads(line)))
+        except json.JSONDecodeError as exc:
+            raise ValueError(f"{path}:{n}: not JSON ({exc})") from None
+    try:
+        store.check_import(numbered)
+    except ImportProblem as exc:
+        raise ValueError(f"{path}:{exc.line}: {exc.why}") from None
+    records = [rec for _, rec in numbered]
     store.import_records(records)
     have = {(r["rollout_set"], r["task_id"], r["sample_index"]) for r in store.rollouts()}
     added = 0
@@ -329,8 +348,10 @@ def import_set(store: Store, path: str | Path) -> int:
         if rec.get("type") != "rollout":
             continue
         row = {k: v for k, v in rec.items() if k != "type"}
-        if (row["rollout_set"], row["task_id"], row["sample_index"]) in have:
+        key = (row["rollout_set"], row["task_id"], row["sample_index"])
+        if key in have:
             continue
         store.record_rollout(row)
+        have.add(key)
         added += 1
     return added
