@@ -678,3 +678,43 @@ def test_import_rollouts_cli_says_the_file_is_bad_not_the_store(
     assert done.returncode == 2, done.stderr
     assert "unknown field 'bogus'" in done.stderr
     assert "Move it aside" not in done.stderr and "Traceback" not in done.stderr
+
+
+@pytest.mark.parametrize(
+    ("change", "why"),
+    [
+        ({"samples": 0}, r"samples must be an integer >= 1, not 0"),
+        ({"samples": -1}, r"samples must be an integer >= 1"),
+        ({"parallel": 0}, r"parallel must be an integer >= 1, not 0"),
+        ({"temperature": float("nan")}, r"temperature must be a finite number >= 0, not nan"),
+        ({"temperature": -1.0}, r"temperature must be a finite number >= 0"),
+        ({"terms": RewardTerms(error_penalty=float("nan"))}, r"error_penalty must be a finite"),
+        ({"terms": RewardTerms(error_penalty=float("inf"))}, r"error_penalty must be a finite"),
+        ({"terms": RewardTerms(error_penalty=-0.5)}, r"error_penalty must be a finite number >= 0"),
+        ({"terms": RewardTerms(min_iterations=-1)}, r"min_iterations must be an integer >= 0"),
+        ({"terms": RewardTerms(min_subcalls=-2)}, r"min_subcalls must be an integer >= 0"),
+    ],
+)
+def test_rollout_options_out_of_range_are_refused_before_any_run(
+    tmp_path: Path, change: dict, why: str
+) -> None:
+    """Review13: ``--samples 0`` printed "no rollouts" and exited 0; ``--error-penalty nan``
+    (or ``inf``) made every reward 0, runs without a failed cell too (``nan * 0``), and a
+    negative penalty raised the reward of runs whose cells raised; ``--temperature nan``
+    reached the sampler. Each is refused before any run."""
+    tasks = load_tasks(write_tasks(tmp_path / "tasks.jsonl"))
+    model = Scripted()
+    opts = RolloutOptions(model="script", rollout_set="s1", sandbox="inprocess", **change)
+    with Store(tmp_path / "a.db") as store:
+        with pytest.raises(ValueError, match=why):
+            asyncio.run(run_rollouts(tasks, opts, registry=registry_with(model), store=store))
+        assert model.seen == [] and store.rollouts() == []
+
+
+def test_rollout_cli_refuses_zero_samples(rlmd_home: Path, tmp_path: Path) -> None:
+    tasks = write_tasks(tmp_path / "tasks.jsonl")
+    done = _rlmd_train(
+        rlmd_home, "rollout", "--tasks", str(tasks), "--model", "x", "--samples", "0"
+    )
+    assert done.returncode == 2, done.stderr
+    assert "samples must be an integer >= 1" in done.stderr

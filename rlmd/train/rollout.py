@@ -15,6 +15,7 @@ from __future__ import annotations
 import asyncio
 import dataclasses
 import json
+import math
 import time
 from collections.abc import Callable
 from pathlib import Path
@@ -113,6 +114,33 @@ def _check_same_tasks(
             )
 
 
+def _count_problem(name: str, value: Any, least: int) -> str | None:
+    if isinstance(value, int) and not isinstance(value, bool) and value >= least:
+        return None
+    return f"{name} must be an integer >= {least}, not {value!r}"
+
+
+def _check_options(opts: RolloutOptions) -> None:
+    """Raise ``ValueError`` for rollout options out of range. Found by review13: samples 0
+    printed "no rollouts" and exited 0; an error penalty of NaN or infinity made every
+    reward 0 (``nan * 0`` for a run without a failed cell) and a negative one raised the
+    reward of runs whose cells raised; a NaN temperature reached the sampler."""
+    terms = opts.terms
+    problems = [
+        _count_problem("samples", opts.samples, 1),
+        _count_problem("parallel", opts.parallel, 1),
+        _count_problem("min_iterations", terms.min_iterations, 0),
+        _count_problem("min_subcalls", terms.min_subcalls, 0),
+    ]
+    for name, value in (("temperature", opts.temperature), ("error_penalty", terms.error_penalty)):
+        number = isinstance(value, int | float) and not isinstance(value, bool)
+        if not (number and math.isfinite(value) and value >= 0):
+            problems.append(f"{name} must be a finite number >= 0, not {value!r}")
+    problem = next((p for p in problems if p), None)
+    if problem:
+        raise ValueError(problem)
+
+
 async def run_rollouts(
     tasks: list[TrainTask],
     opts: RolloutOptions,
@@ -128,7 +156,8 @@ async def run_rollouts(
 
     Raises:
         ValueError: the teacher was asked to play a held-out task, ``repair_share`` is
-            not within 0..1, or the set holds a rollout of a task with one of these ids
+            not within 0..1, ``samples`` or ``parallel`` is below 1, ``temperature`` or the
+            error penalty is negative or not finite, a reward gate is negative, or the set holds a rollout of a task with one of these ids
             but another question (see :func:`_check_same_tasks`).
         ModelNotAvailable / KeyError: the model cannot be used (checked before any run).
     """
@@ -138,6 +167,7 @@ async def run_rollouts(
         raise ValueError("the teacher never plays held-out tasks: pass the train split")
     if not 0.0 <= opts.repair_share <= 1.0:
         raise ValueError(f"repair_share must be within 0..1, not {opts.repair_share}")
+    _check_options(opts)
     recorded = store.rollouts(opts.set_name)
     done = {(r["task_id"], r["sample_index"]) for r in recorded}
     _check_same_tasks(store, opts.set_name, tasks, recorded)
