@@ -718,3 +718,27 @@ def test_rollout_cli_refuses_zero_samples(rlmd_home: Path, tmp_path: Path) -> No
     )
     assert done.returncode == 2, done.stderr
     assert "samples must be an integer >= 1" in done.stderr
+
+
+def test_train_rollout_draws_task_ids_and_families_with_escapes(
+    rlmd_home: Path, tmp_path: Path
+) -> None:
+    """Review13: a task id or family holding ESC went raw to the terminal in the progress
+    lines and the summary table (``\\x1b[2J`` cleared the screen), and ``[red]`` in one was
+    taken as rich markup; README: whatever rlmd draws shows control characters as escapes."""
+    script = tmp_path / "s.json"
+    script.write_text(json.dumps({"default": "```repl\nFINAL('a')\n```"}))
+    tasks = tmp_path / "t.jsonl"
+    row = {"question": "q?", "context": "abc", "answer": "a", "id": "a\x1b[2Jb[red]x"}
+    tasks.write_text(json.dumps({**row, "family": "f\x1b]0;title\x07[bold]y"}) + "\n")
+    from helpers.cli import rlmd  # a wide terminal: the table's cells are not cut
+
+    args = ("--tasks", str(tasks), "--model", f"scripted:{script}", "--sandbox", "inprocess")
+    done = rlmd("train", "rollout", *args, home=rlmd_home)
+    assert done.returncode == 0, done.stderr
+    for text in (done.stdout, done.stderr):
+        assert "\x1b" not in text and "\x07" not in text
+    assert "a\\x1b[2Jb[red]x #0: reward 1.00" in done.stderr
+    assert "f\\x1b]0;title\\x07[bold]y" in done.stdout
+    again = rlmd("train", "summary", home=rlmd_home)
+    assert "\x1b" not in again.stdout and "f\\x1b]0;title\\x07[bold]y" in again.stdout
