@@ -742,3 +742,26 @@ def test_train_rollout_draws_task_ids_and_families_with_escapes(
     assert "f\\x1b]0;title\\x07[bold]y" in done.stdout
     again = rlmd("train", "summary", home=rlmd_home)
     assert "\x1b" not in again.stdout and "f\\x1b]0;title\\x07[bold]y" in again.stdout
+
+
+def test_the_teacher_refuses_a_task_without_its_generator_params_before_any_run(
+    tmp_path: Path,
+) -> None:
+    """Review13: a user's task claiming family ``oolong`` (or ``codeqa``) without the
+    generator's params stopped the teacher's rollout at that task, every task before it
+    done, with ``error: 'label'`` (a bare KeyError)."""
+    rows = [
+        {"question": "What is the magic number?", "context": "x", "answer": "5",
+         "family": "sniah", "scorer": "contains", "split": "train"},
+        {"question": "How many are animals?", "context": "x", "answer": "5",
+         "family": "oolong", "scorer": "numeric", "split": "train",
+         "id": "mine-2"},
+    ]  # fmt: skip
+    path = tmp_path / "t.jsonl"
+    path.write_text("".join(json.dumps(r) + "\n" for r in rows))
+    tasks = load_tasks(path)
+    with Store(tmp_path / "a.db") as store:
+        opts = RolloutOptions(model="teacher", rollout_set="s", sandbox="inprocess")
+        with pytest.raises(ValueError, match=r"task 'mine-2' \(family 'oolong'\).*'label'"):
+            asyncio.run(run_rollouts(tasks, opts, registry=Registry(), store=store))
+        assert store.rollouts() == []

@@ -141,6 +141,21 @@ def _check_options(opts: RolloutOptions) -> None:
         raise ValueError(problem)
 
 
+def _check_teacher_plays(todo: list[tuple[TrainTask, int]], repair_share: float) -> None:
+    """Raise ``ValueError`` naming the first task the teacher cannot play. Its plays come
+    from the generator's params: a user's task claiming family ``oolong`` without them
+    stopped the rollout at that task, the tasks before it done, with ``error: 'label'``."""
+    for task, k in todo:
+        try:
+            teacher.policy(task, k, repair_share)
+        except (KeyError, IndexError, TypeError, ValueError) as exc:
+            why = str(exc) if isinstance(exc, ValueError) else f"{type(exc).__name__}: {exc}"
+            raise ValueError(
+                f"the teacher cannot play task {task.id!r} (family {task.family!r}): {why}; "
+                "it plays the generated train split (rlmd train tasks --split train)"
+            ) from None
+
+
 async def run_rollouts(
     tasks: list[TrainTask],
     opts: RolloutOptions,
@@ -172,6 +187,8 @@ async def run_rollouts(
     done = {(r["task_id"], r["sample_index"]) for r in recorded}
     _check_same_tasks(store, opts.set_name, tasks, recorded)
     todo = [(t, k) for t in tasks for k in range(opts.samples) if (t.id, k) not in done]
+    if opts.model == TEACHER:
+        _check_teacher_plays(todo, opts.repair_share)
     total, counter = len(tasks) * opts.samples, len(done)
     sem = asyncio.Semaphore(max(1, opts.parallel))
     rows: list[dict[str, Any]] = []
