@@ -765,3 +765,28 @@ def test_the_teacher_refuses_a_task_without_its_generator_params_before_any_run(
         with pytest.raises(ValueError, match=r"task 'mine-2' \(family 'oolong'\).*'label'"):
             asyncio.run(run_rollouts(tasks, opts, registry=Registry(), store=store))
         assert store.rollouts() == []
+
+
+def test_export_of_a_rollout_without_root_turns_drops_it_and_bad_filters_are_refused(
+    tmp_path: Path, exported_set: list[dict]
+) -> None:
+    """Review13: ``rlmd train export --max-depth -1``, or a rollout whose run kept no root
+    turns (imported without its nodes), stopped the export with ``error: zip() argument 2
+    is longer than argument 1``."""
+    path = tmp_path / "bare.jsonl"
+    path.write_text(
+        "".join(json.dumps(r) + "\n" for r in exported_set if r["type"] in ("rollout", "run"))
+    )
+    with Store(tmp_path / "a.db") as store:
+        assert import_set(store, path) == 1
+        samples, report = sft_samples(store)
+        assert samples == [] and report.dropped == {"no_turns": 1}
+        for bad, why in (
+            ({"max_depth": -1}, "max_depth must be an integer >= 0"),
+            ({"min_iterations": -1}, "min_iterations must be an integer >= 0"),
+            ({"max_chars": 0}, "max_chars must be an integer >= 1"),
+        ):
+            with pytest.raises(ValueError, match=why):
+                sft_samples(store, ExportFilters(**bad))
+            with pytest.raises(ValueError, match=why):
+                grpo_groups(store, ExportFilters(**bad))
