@@ -655,6 +655,13 @@ def test_a_bad_import_file_is_refused_naming_the_line_and_nothing_is_written(
             assert store.rollouts() == [] and store.list_runs() == [], name
 
 
+def test_an_import_file_that_is_not_text_names_the_file(tmp_path: Path) -> None:
+    path = tmp_path / "binary.jsonl"
+    path.write_bytes(b'{"type": "run"}\n\xff\xfe\n')
+    with Store(tmp_path / "a.db") as store, pytest.raises(ValueError, match="not UTF-8 text"):
+        import_set(store, path)
+
+
 def test_an_import_file_holding_a_rollout_twice_imports_it_once(
     tmp_path: Path, exported_set: list[dict]
 ) -> None:

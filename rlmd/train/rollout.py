@@ -371,12 +371,16 @@ def import_set(store: Store, path: str | Path) -> int:
         ValueError: a line is not JSON, or a record cannot be imported (an unknown type or
             field, a value of the wrong type, a rollout without its run...); the message
             names the file and line.
-        OSError / UnicodeDecodeError: the file cannot be read.
+        OSError: the file cannot be read.
     """
     from rlmd.store.rollouts import ImportProblem
 
+    try:
+        text = Path(path).read_text("utf-8")
+    except UnicodeDecodeError as exc:
+        raise ValueError(f"{path}: not UTF-8 text ({exc.reason} at byte {exc.start})") from None
     numbered: list[tuple[int, Any]] = []
-    for n, line in enumerate(Path(path).read_text("utf-8").splitlines(), 1):
+    for n, line in enumerate(text.splitlines(), 1):
         if not line.strip():
             continue
         try:
