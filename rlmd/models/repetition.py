@@ -60,15 +60,18 @@ class GuardSettings:
     block_lines: int = 4
 
 
-def guard_settings(name: str, options: dict[str, Any]) -> GuardSettings | None:
+def guard_settings(
+    name: str, options: dict[str, Any], where: str | None = None
+) -> GuardSettings | None:
     """The guard settings of model ``name`` from its ``options`` (``None``: guard off).
 
     Raises:
         ValueError: ``options.repeat_guard`` is not a boolean or a table of the known keys
-            with integers in range; the message names the model and the key.
+            with integers in range; the message names the model (or ``where``, a config
+            file's table) and the key.
     """
     value = options.get(OPTION, True)
-    where = f"model {name}: options.{OPTION}"
+    where = f"{where or f'model {name}'}: options.{OPTION}"
     if value is True:
         return GuardSettings()
     if value is False:
