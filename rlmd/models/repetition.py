@@ -17,7 +17,7 @@ the provider reports ``finish_reason = "repetition"`` (:data:`FINISH_REASON`).
 Why these defaults (``copies=4``, ``min_chars=240``, ``block_lines=4``): the same statement
 written four times in a row has no legitimate use unless it is short and has a side effect
 (``print()``, ``next(f)``, ``)`` closing nested calls, rows of a zero matrix); the character
-floor lets those through (a 7-character ``print()`` needs 35 copies, a 26-character
+floor lets those through (a 7-character ``print()`` needs 35 copies, a 25-character
 ``[0, 0, 0, 0, 0, 0, 0, 0],`` row 10, more than an 8×8 board) while a line of 60 or more
 characters stops at its 4th copy and session 12's 47-character line at its 6th, ~100 tokens
 (~12 s at one thread) after the loop began. A block of up to 4 lines catches a cycle
