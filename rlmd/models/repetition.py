@@ -19,8 +19,8 @@ written four times in a row has no legitimate use unless it is short and has a s
 (``print()``, ``next(f)``, ``)`` closing nested calls, rows of a zero matrix); the character
 floor lets those through (a 7-character ``print()`` needs 35 copies, a 25-character
 ``[0, 0, 0, 0, 0, 0, 0, 0],`` row 10, more than an 8×8 board) while a line of 60 or more
-characters stops at its 4th copy and session 12's 47-character line at its 6th, ~100 tokens
-(~12 s at one thread) after the loop began. A block of up to 4 lines catches a cycle
+characters stops at its 4th copy and session 12's 46-character line at its 6th, ~75 tokens
+(~10 s at one thread) after the loop began. A block of up to 4 lines catches a cycle
 (session 12's ``import astor.formatters.yaml`` / ``.json`` / ``.toml``). A loop of very
 short lines (one ``)`` at a time) still ends, later: 240 characters is at most ~240 tokens.
 
