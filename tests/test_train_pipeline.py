@@ -797,3 +797,17 @@ def test_export_of_a_rollout_without_root_turns_drops_it_and_bad_filters_are_ref
                 sft_samples(store, ExportFilters(**bad))
             with pytest.raises(ValueError, match=why):
                 grpo_groups(store, ExportFilters(**bad))
+
+
+def test_a_task_file_with_a_bom_loads_and_a_huge_integer_names_the_line(tmp_path: Path) -> None:
+    """Review13: a task file saved with a UTF-8 byte-order mark (Windows editors) was refused
+    as 'not JSON (Unexpected UTF-8 BOM)'; an id of 5,000 digits stopped the load with
+    Python's 'Exceeds the limit (4300 digits)' naming no file or line."""
+    row = '{"question": "q?", "context": "c", "answer": "a"}'
+    bom = tmp_path / "bom.jsonl"
+    bom.write_bytes(b"\xef\xbb\xbf" + row.encode() + b"\n")
+    assert [t.question for t in load_tasks(bom)] == ["q?"]
+    huge = tmp_path / "huge.jsonl"
+    huge.write_text(row + "\n" + row[:-1] + ', "id": ' + "9" * 5000 + "}\n")
+    with pytest.raises(TaskFileError, match=r"huge.jsonl:2: not JSON"):
+        load_tasks(huge)

@@ -385,7 +385,7 @@ def import_set(store: Store, path: str | Path) -> int:
             continue
         try:
             numbered.append((n, json.loads(line)))
-        except json.JSONDecodeError as exc:
+        except ValueError as exc:  # also an integer of more than 4,300 digits
             raise ValueError(f"{path}:{n}: not JSON ({exc})") from None
     try:
         store.check_import(numbered)

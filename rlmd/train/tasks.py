@@ -115,7 +115,7 @@ def load_tasks(path: str | Path) -> list[TrainTask]:
     if not path.is_file():
         raise TaskFileError(f"{path}: no such task file or task-set folder")
     try:
-        text = path.read_text(encoding="utf-8")
+        text = path.read_text(encoding="utf-8-sig")  # a byte-order mark (Windows editors)
     except (OSError, UnicodeDecodeError) as exc:
         raise TaskFileError(f"{path}: cannot be read as UTF-8 text ({exc})") from None
     tasks: list[TrainTask] = []
@@ -125,7 +125,7 @@ def load_tasks(path: str | Path) -> list[TrainTask]:
             continue
         try:
             rec = json.loads(line)
-        except json.JSONDecodeError as exc:
+        except ValueError as exc:  # also an integer of more than 4,300 digits
             raise TaskFileError(f"{path}:{n}: not JSON ({exc})") from None
         if not isinstance(rec, dict):
             raise TaskFileError(
@@ -236,7 +236,7 @@ def _load_folder(root: Path) -> list[TrainTask]:
 
     try:
         manifest = json.loads((root / "manifest.json").read_text())
-        lines = (root / "tasks.jsonl").read_text(encoding="utf-8").splitlines()
+        lines = (root / "tasks.jsonl").read_text(encoding="utf-8-sig").splitlines()
     except (OSError, ValueError) as exc:
         raise TaskFileError(f"{root}: not a task-set folder ({exc})") from None
     if not isinstance(manifest, dict):
@@ -250,7 +250,7 @@ def _load_folder(root: Path) -> list[TrainTask]:
         where = f"{root}/tasks.jsonl:{n}"
         try:
             rec = json.loads(line)
-        except json.JSONDecodeError as exc:
+        except ValueError as exc:
             raise TaskFileError(f"{where}: not JSON ({exc})") from None
         if not isinstance(rec, dict):
             raise TaskFileError(f"{where}: a task must be a JSON object")
