@@ -61,15 +61,17 @@ def test_a_kernel_already_in_its_groups_does_not_join_again():
 
 
 def test_the_host_moves_the_pid_bwrap_reports(tmp_path):
-    """bwrap's info (its child's host pid) is read to its end and the pid written to each
-    group's ``cgroup.procs``; info without a valid pid writes nothing."""
+    """bwrap's info (its child's host pid) is read to the object's end and the pid written
+    to each group's ``cgroup.procs``; info without a valid pid writes nothing."""
     procs = [tmp_path / "memory.procs", tmp_path / "pids.procs"]
     for path in procs:
         path.write_text("")
     r, w = os.pipe()
     os.write(w, b'{\n    "child-pid": 4242\n}\n')
-    os.close(w)
+    # The write end stays open (a process forked meanwhile may hold a copy): the object's
+    # end is enough.
     isolate._move_sandboxed(r, [str(p) for p in procs])
+    os.close(w)
     assert [p.read_text() for p in procs] == ["4242", "4242"]
     for info in (b"", b"{", b'{"child-pid": "4242"}', b'{"child-pid": true}', b'{"child-pid": 1}'):
         for path in procs:

@@ -435,11 +435,12 @@ class Launch:
 
 
 def _move_sandboxed(info_fd: int, procs: list[str]) -> None:
-    """Read bwrap's info (to EOF: bwrap's parent closes it after writing, its child at
-    once) and write the child's pid to each ``cgroup.procs`` in ``procs``."""
+    """Read bwrap's info (one JSON object, written at once after the ``clone``; up to its
+    closing brace or EOF, when bwrap ends without writing it) and write the child's pid to
+    each ``cgroup.procs`` in ``procs``."""
     data = b""
     try:
-        while chunk := os.read(info_fd, 4096):
+        while b"}" not in data and (chunk := os.read(info_fd, 4096)):
             data += chunk
     except OSError as exc:
         log.debug("cannot read bwrap's info: %s", exc)
