@@ -15,8 +15,10 @@ Everything here is decided and set up by the host, before model code runs:
 * **rlimits** (address space, CPU, open files, file size, no core dumps) are passed to the
   kernel, which sets them on itself before it reads its first request.
 * **cgroup v1** memory and pids controllers (where this process may create groups, i.e. as
-  root on a cgroup-v1 host): one group per kernel process; the kernel joins it through a
-  descriptor the host opened, so model code never sees the cgroup file system writable.
+  root on a cgroup-v1 host): one group per kernel process. Under bwrap the host moves the
+  sandboxed process in right after bwrap's ``clone`` (:meth:`Launch.join_early`); the kernel
+  checks before its hello and joins any group it is not in through a descriptor the host
+  opened, so model code never sees the cgroup file system writable.
 * **seccomp** (x86-64 only): a small BPF filter, built here and loaded by ``bwrap``, makes
   ``ptrace``, ``mount``, ``unshare``, ``bpf``, ``keyctl``, module loading and similar calls,
   and ``clone`` asking for any new namespace, fail with ``EPERM``, and ``clone3`` with
