@@ -13,6 +13,14 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
+from rlmd.models.repetition import (
+    FINISH_REASON,
+    GuardSettings,
+    RepeatGuard,
+    guard_settings,
+    trim_repetition,
+)
+
 Message = dict[str, str]
 """One chat message: ``{"role": "system" | "user" | "assistant", "content": str}``."""
 
@@ -118,7 +126,10 @@ class ModelSpec:
             shared 2-core machine, two spinning ggml threads collapse to ~1.4 tok/s when a core is shared).
         timeout_s: per-request timeout in seconds.
         max_retries: retries on rate limits, server errors and timeouts.
-        options: provider-specific extras (for ``scripted``: ``callable``).
+        options: provider-specific extras (for ``scripted``: ``callable``; for ``local``:
+            ``n_ctx``, ``lora_path``); for every provider ``repeat_guard``
+            (:mod:`rlmd.models.repetition`: a reply that writes the same lines again and
+            again ends there, ``finish_reason = "repetition"``; ``false`` turns it off).
     """
 
     name: str
@@ -178,7 +189,9 @@ class Completion:
         input_tokens / output_tokens: as reported by the provider, else counted locally.
         latency_s: wall-clock seconds of the call, retries included.
         cost_usd: from the spec's price table.
-        finish_reason: the provider's reason (``"stop"``, ``"length"``), if any.
+        finish_reason: the provider's reason (``"stop"``, ``"length"``), if any, or
+            ``"repetition"`` when the repetition guard ended the reply
+            (:mod:`rlmd.models.repetition`).
         model: the registry name of the model that answered.
         stop_sequence: the stop string that ended the reply (it is not in ``text``), when
             the provider reports it or :meth:`Model.complete` cut the text there; ``None``
@@ -234,8 +247,21 @@ class Model(abc.ABC):
     """How many message contents :meth:`count_messages` remembers the count of."""
 
     def __init__(self, spec: ModelSpec) -> None:
+        """A model for ``spec``.
+
+        Raises:
+            ValueError: ``spec.options["repeat_guard"]`` is malformed (see
+                :func:`rlmd.models.repetition.guard_settings`).
+        """
         self.spec = spec
         self._message_tokens: dict[str, int] = {}
+        self.repeat_settings: GuardSettings | None = guard_settings(spec.name, spec.options)
+
+    def repeat_guard(self) -> RepeatGuard | None:
+        """A fresh :class:`~rlmd.models.repetition.RepeatGuard` for one streamed reply, or
+        ``None`` when the model's ``options.repeat_guard`` is ``false``."""
+        settings = self.repeat_settings
+        return None if settings is None else RepeatGuard(settings)
 
     @property
     def name(self) -> str:
@@ -261,6 +287,11 @@ class Model(abc.ABC):
                 (``temperature``, ``seed``; the engine's re-sample of a repeated turn).
                 Anthropic's Messages API takes neither; it ignores them.
 
+        A reply that ends in the same lines written again and again (the repetition guard,
+        :mod:`rlmd.models.repetition`) is ended after their first copy with
+        ``finish_reason = "repetition"``: while streaming by the providers that stream, and
+        here for a reply that reached ``max_tokens``.
+
         Returns:
             The :class:`Completion` with usage and cost.
 
@@ -280,6 +311,10 @@ class Model(abc.ABC):
             text, hit = cut_at_stop(c.text, stop)
             if hit is not None:
                 c.text, c.stop_sequence, c.finish_reason = text, hit, "stop"
+        if c.finish_reason == "length" and self.repeat_settings is not None:
+            kept = trim_repetition(c.text, self.repeat_settings)
+            if kept is not None:
+                c.text, c.finish_reason = kept, FINISH_REASON
         return c
 
     @abc.abstractmethod

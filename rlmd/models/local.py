@@ -20,6 +20,10 @@ call and kept until :meth:`LocalModel.aclose`.
 * Stop strings: the reply is streamed and matched here, so generation ends at the first
   stop string and :attr:`Completion.stop_sequence` says which one (llama.cpp's own ``stop``
   does not report it). Usage is then counted with the model's tokenizer.
+* Repetition: a streamed reply (one with stop strings: the engine's root turns) that writes
+  the same lines again and again ends after their first copy (:mod:`rlmd.models.repetition`,
+  ``options.repeat_guard``); a reply without stop strings is not streamed and is trimmed
+  only once it reaches ``max_tokens`` (:meth:`Model.complete`).
 """
 
 from __future__ import annotations
@@ -43,6 +47,7 @@ from rlmd.models.base import (
     encodable_text,
 )
 from rlmd.models.pull import KNOWN_LOCAL_MODELS, local_model_path
+from rlmd.models.repetition import FINISH_REASON, RepeatGuard
 
 DEFAULT_SEED = 1234
 MAX_DEFAULT_N_CTX = 8192
@@ -98,9 +103,13 @@ def _checked(llm: Any, current: Callable[[], _Abort | None]) -> None:
     ctx.decode = checked
 
 
-def _stream_until(chunks: Any, stop: list[str], abort: _Abort) -> dict:
-    """Read llama-cpp-python's streamed chat chunks until a stop string; returns a response
-    dict shaped like the non-streamed one (no ``usage``) plus ``stop_sequence``."""
+def _stream_until(
+    chunks: Any, stop: list[str], abort: _Abort, guard: RepeatGuard | None = None
+) -> dict:
+    """Read llama-cpp-python's streamed chat chunks until a stop string, or until ``guard``
+    sees the reply repeating itself (then its kept text, ``finish_reason`` ``"repetition"``);
+    returns a response dict shaped like the non-streamed one (no ``usage``) plus
+    ``stop_sequence``."""
     parts: list[str] = []
     finish, hit = None, None
     longest = max(len(s) for s in stop)
@@ -116,6 +125,10 @@ def _stream_until(chunks: Any, stop: list[str], abort: _Abort) -> dict:
                     text, hit = cut_at_stop("".join(parts), stop)
                     parts, finish = [text], "stop"
                     abort.cancelled.set()  # the remaining tokens are end-of-sequence
+                    break
+                if guard is not None and guard.feed(delta):
+                    parts, finish = [guard.kept or ""], FINISH_REASON
+                    abort.cancelled.set()
                     break
             if choice.get("finish_reason"):
                 finish = choice["finish_reason"]
@@ -236,6 +249,7 @@ class LocalModel(Model):
                         ),
                         stop,
                         abort,
+                        self.repeat_guard(),
                     )
                 return llm.create_chat_completion(
                     messages=messages, max_tokens=max_tokens, **kwargs

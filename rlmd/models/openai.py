@@ -18,6 +18,9 @@ One code path, the official ``openai`` SDK's ``AsyncOpenAI`` on ``/v1/chat/compl
   proxies do) is read as a non-streamed reply.
 * A reply with no text and no finish reason (an empty or non-JSON body, no choices, a
   stream with no events) raises :class:`~rlmd.models.base.EmptyReply`, naming the server.
+* Repetition: a streamed reply that writes the same lines again and again ends after their
+  first copy, and the stream is closed (:mod:`rlmd.models.repetition`,
+  ``options.repeat_guard``).
 * Stop strings are sent as ``stop`` (at most 4, the API's limit) and, when streaming, also
   matched on the streamed text, so :attr:`Completion.stop_sequence` is exact.
 
@@ -40,6 +43,7 @@ from rlmd.models.base import (
     ModelSpec,
     cut_at_stop,
 )
+from rlmd.models.repetition import FINISH_REASON, RepeatGuard
 from rlmd.models.retry import DEFAULT_BASE_DELAY_S, call_with_retries
 from rlmd.redact import remove_values
 
@@ -147,7 +151,7 @@ class OpenAIModel(Model):
                 if isinstance(response, openai.AsyncStream) and _is_json(response.response):
                     response = await _read_body(response)  # the server ignored "stream"
                 if isinstance(response, openai.AsyncStream):
-                    reply = await _consume(response, stop)
+                    reply = await _consume(response, stop, self.repeat_guard())
                 else:
                     reply = _read_completion(response)
             except json.JSONDecodeError:
@@ -216,11 +220,15 @@ def _read_completion(response: Any) -> tuple[str, str | None, Any, str | None]:
     return text, (choice.finish_reason if choice else None), usage, None
 
 
-async def _consume(stream: Any, stop: list[str] | None) -> tuple[str, str | None, Any, str | None]:
+async def _consume(
+    stream: Any, stop: list[str] | None, guard: RepeatGuard | None = None
+) -> tuple[str, str | None, Any, str | None]:
     """Read a streamed chat completion: ``(text, finish_reason, usage, stop string hit)``.
 
-    Stops reading at the first stop string (the text before it is returned) and always
-    closes the stream, also when cancelled, so the server sees the client go.
+    Stops reading at the first stop string (the text before it is returned), or when
+    ``guard`` sees the reply repeating itself (its kept text, ``finish_reason``
+    ``"repetition"``), and always closes the stream, also when cancelled, so the server sees
+    the client go (and stops generating).
     """
     parts: list[str] = []
     finish: str | None = None
@@ -242,6 +250,8 @@ async def _consume(stream: Any, stop: list[str] | None) -> tuple[str, str | None
                     if any(s in tail for s in stop):
                         text, hit = cut_at_stop("".join(parts), stop)
                         return text, "stop", usage, hit
+                if guard is not None and guard.feed(delta):
+                    return guard.kept or "", FINISH_REASON, usage, None
             if choice.finish_reason:
                 finish = choice.finish_reason
     finally:
