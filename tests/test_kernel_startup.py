@@ -1,7 +1,6 @@
-"""The kernel's start-up imports (issue 16 item 4): ``re``, ``enum``, ``linecache``,
-``tokenize``, ``threading``, ``functools`` and ``collections`` are not imported before a
-first cell that does not need them, and nothing a cell sees changes for it (``threading``
-imported by a cell knows the main thread): the leading word of a cell is read as the expression read it, and
+"""The kernel's start-up imports (issue 16 item 4): ``re``, ``enum``, ``linecache`` and
+``tokenize`` are not imported before a first cell that does not need them, and nothing a
+cell sees changes for it: the leading word of a cell is read as the expression read it, and
 the cells' sources reach ``linecache`` whenever it is imported (tracebacks,
 ``inspect.getsource``, warnings)."""
 
@@ -15,7 +14,7 @@ from helpers.sandbox_host import FakeHost, ok, run
 from rlmd.kernel import cells
 from rlmd.sandbox import create_sandbox, unavailable_reason
 
-HEAVY = ("re", "enum", "linecache", "tokenize", "threading", "functools", "collections")
+HEAVY = ("re", "enum", "linecache", "tokenize")
 
 WORDS = [
     "",
@@ -113,22 +112,6 @@ async def test_a_first_cell_imports_none_of_the_heavy_modules(variant):
             f"import sys\nloaded = [m for m in {HEAVY!r} if m in sys.modules]\nprint(sorted(loaded))",
         )
         assert r.stdout == f"{expected}\n"
-    finally:
-        await box.close()
-
-
-@pytest.mark.parametrize("variant", _variants())
-async def test_threading_imported_by_a_cell_knows_the_main_thread(variant):
-    box = await _started(variant)
-    try:
-        r = await ok(
-            box,
-            "import threading\n"
-            "t = threading.Thread(target=lambda: out.append(threading.current_thread().name))\n"
-            "out = []\nt.start(); t.join()\n"
-            "print(threading.current_thread() is threading.main_thread(), out == [t.name])",
-        )
-        assert r.stdout == "True True\n"
     finally:
         await box.close()
 

@@ -14,10 +14,11 @@ Glob rules (``list_files`` and ``grep(path_glob=...)``):
 
 from __future__ import annotations
 
+from collections.abc import Callable
+
 TYPE_CHECKING = False
 if TYPE_CHECKING:  # importing typing costs milliseconds at every kernel start
     import re
-    from collections.abc import Callable  # collections: a millisecond at every start
     from typing import Any
 
 MAX_GREP_LINE = 500

@@ -16,17 +16,16 @@ import keyword
 import os
 import reprlib
 import sys
+import threading
 import time
 import types
-from _thread import allocate_lock, get_ident, get_native_id
+from collections.abc import Callable
 
 from . import cells, protocol
 from .codebase import Codebase, helpers
 
 TYPE_CHECKING = False
 if TYPE_CHECKING:  # importing typing costs milliseconds at every kernel start
-    import threading
-    from collections.abc import Callable  # collections: a millisecond at every start
     from typing import Any
 
 KERNEL_DIR = os.path.dirname(os.path.abspath(__file__))
@@ -141,7 +140,7 @@ class Capture(io.TextIOBase):
         self._parts: list[str] = []
         self._size = 0
         self._cap = max(0, int(cap))
-        self._lock = allocate_lock()
+        self._lock = threading.Lock()
         self._sink: _ByteSink | None = None
         self.dropped = 0
         # (native ids of threads an earlier cell left running, where their writes go)
@@ -157,7 +156,7 @@ class Capture(io.TextIOBase):
     def write(self, s: str) -> int:
         if not isinstance(s, str):
             raise TypeError(f"write() argument must be str, not {type(s).__name__}")
-        if self._stray is not None and get_native_id() in self._stray[0]:
+        if self._stray is not None and threading.get_native_id() in self._stray[0]:
             return self._stray[1].write(s)
         n = len(s)
         with self._lock:
@@ -223,7 +222,7 @@ class _Router:
         self.routes: dict[int, Capture] = {}
 
     def _target(self) -> Any:
-        return self.routes.get(get_ident(), self.fallback)
+        return self.routes.get(threading.get_ident(), self.fallback)
 
     def write(self, s: str) -> int:
         return self._target().write(s)
@@ -238,7 +237,7 @@ class _Router:
         return getattr(self._target(), name)
 
 
-_router_lock = allocate_lock()
+_router_lock = threading.Lock()
 _hook_saved: list[Any] = []  # sys.displayhook while thread-captured cells run
 
 
@@ -270,7 +269,7 @@ class _ThreadCapture:
         self._installed: list[tuple[str, _Router]] = []
 
     def __enter__(self) -> None:
-        self._ident = ident = get_ident()
+        self._ident = ident = threading.get_ident()
         installed = self._installed
         with _router_lock:
             for name, cap in (("stdout", self._out), ("stderr", self._err)):
@@ -396,8 +395,6 @@ def bounded_var_infos(items: list[tuple[str, Any]]) -> list[dict[str, Any]]:
         except _PreviewCut:
             pass
 
-    import threading  # previews that may run model code only: not at every start
-
     helper = threading.Thread(target=work, name="rlmd-preview", daemon=True)
     try:
         helper.start()
@@ -427,8 +424,6 @@ def _thread_ids() -> set[int]:
     try:
         return {int(t) for t in os.listdir("/proc/self/task")}
     except (OSError, ValueError):
-        import threading
-
         return {t.native_id for t in threading.enumerate() if t.native_id is not None}
 
 
@@ -706,7 +701,7 @@ class Kernel:
         """``FINAL``/``FINAL_VAR``: the answer of the cell running now, unless the calling
         thread was already running when that cell started (a thread an earlier cell left
         behind must not answer for a later one)."""
-        if get_native_id() in self._older_threads:
+        if threading.get_native_id() in self._older_threads:
             raise RuntimeError(
                 "FINAL/FINAL_VAR called from a thread an earlier cell left running; only the "
                 "cell running now (or threads it started) can give the answer"
@@ -726,7 +721,7 @@ class Kernel:
         every changed variable :func:`is_plain`."""
         if not isinstance(code, str):
             raise TypeError("code must be a string")
-        self._older_threads = _thread_ids() - {get_native_id()}
+        self._older_threads = _thread_ids() - {threading.get_native_id()}
         self._cell_no += 1
         filename = f"<cell-{self._cell_no}>"
         remember_source(filename, code)

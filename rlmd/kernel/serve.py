@@ -21,18 +21,13 @@ provider APIs carry stdin/stdout as text; see ``protocol.py``); the default is `
 
 from __future__ import annotations
 
-import _thread
+import collections
+import functools
 import io
 import itertools
 import os
 import sys
-from _collections import deque
-from _functools import partial
-
-# ``threading`` is not imported at start: with ``functools`` and ``collections`` it costs
-# ~3-6 ms of CPU at every kernel start (about a tenth of it), and the kernel needs only locks
-# and two daemon threads (``_thread``); model code imports it when it wants it.
-_MAIN_IDENT = _thread.get_ident()  # imported by main.py on the main thread
+import threading
 
 TYPE_CHECKING = False
 if TYPE_CHECKING:  # importing typing costs milliseconds at every kernel start
@@ -95,28 +90,22 @@ def _join_cgroups(fds: list[str], name: str = "") -> Callable[[], None]:
                 pass
         return lambda: None
     failed: list[str] = []
-    done = _thread.allocate_lock()
-    done.acquire()
 
     def join() -> None:
-        try:
-            for text in fds:
-                fd = int(text)
-                try:
-                    os.write(fd, b"0")  # "0": this process, whichever thread writes it
-                except OSError as exc:
-                    failed.append(str(exc))
-                finally:
-                    os.close(fd)
-        except BaseException as exc:  # noqa: BLE001 - reported by wait(): no hello then
-            failed.append(repr(exc))
-        finally:
-            done.release()
+        for text in fds:
+            fd = int(text)
+            try:
+                os.write(fd, b"0")  # "0": this process, whichever thread writes it
+            except OSError as exc:
+                failed.append(str(exc))
+            finally:
+                os.close(fd)
 
-    _thread.start_new_thread(join, ())
+    thread = threading.Thread(target=join, name="rlmd-cgroup", daemon=True)
+    thread.start()
 
     def wait() -> None:
-        done.acquire()
+        thread.join()
         if failed:
             # The host records this limit as enforced: better no kernel than a false record.
             print(f"rlmd kernel: could not join its cgroup: {failed[0]}", file=sys.stderr)
@@ -284,14 +273,11 @@ class Channel:
         self._in = io.open(rfd, "rb", buffering=1 << 16)  # noqa: UP020 - fd, not a path
         self._wfd = wfd
         self._protocol = protocol
-        self._wlock = _thread.allocate_lock()
-        self._lock = _thread.allocate_lock()
-        # A threading.Condition over _lock, made when a second thread first has to wait for
-        # a frame (model code that calls the host from threads has imported threading).
-        self._cond: Any = None
+        self._wlock = threading.Lock()
+        self._cond = threading.Condition(threading.Lock())
         self._reading = False
         self._replies: dict[int, dict[str, Any]] = {}
-        self._requests: deque[dict[str, Any]] = deque()
+        self._requests: collections.deque[dict[str, Any]] = collections.deque()
         self._call_ids = itertools.count(1)
         self._owner = os.getpid()
         self.main_reading = False  # the main thread is inside a frame read or write
@@ -313,7 +299,7 @@ class Channel:
     def send(self, obj: dict[str, Any]) -> None:
         self._check_owner()
         data = self._protocol.encode_line(obj) if self._lines else self._protocol.encode(obj)
-        main = _thread.get_ident() == _MAIN_IDENT
+        main = threading.current_thread() is threading.main_thread()
         with self._wlock:
             # A frame half written would desynchronise the channel: hold SIGINT meanwhile.
             if main:
@@ -343,19 +329,15 @@ class Channel:
         os._exit(0)
 
     def _pump(self, ready: Any) -> None:
-        """Read frames until ``ready()`` holds (called with ``_lock`` held)."""
-        lock = self._lock
+        """Read frames until ``ready()`` holds (called with the condition held)."""
+        cond = self._cond
         while not ready():
             if self._reading:
-                if self._cond is None:
-                    import threading
-
-                    self._cond = threading.Condition(lock)
-                self._cond.wait()
+                cond.wait()
                 continue
             self._reading = True
-            main = _thread.get_ident() == _MAIN_IDENT
-            lock.release()
+            main = threading.current_thread() is threading.main_thread()
+            cond.release()
             try:
                 # A SIGINT that arrives now must not break a frame in half: the handler
                 # only flags it (see _install_sigint) and it is raised once the frame is in.
@@ -363,20 +345,19 @@ class Channel:
                 msg = self._read_frame()
             finally:
                 self.main_reading = False
-                lock.acquire()
+                cond.acquire()
                 self._reading = False
             if msg.get("op") == "reply":
                 self._replies[msg.get("call", -1)] = msg
             else:
                 self._requests.append(msg)
-            if self._cond is not None:
-                self._cond.notify_all()
+            cond.notify_all()
             if main and self.interrupt_pending and msg.get("op") == "reply":
                 self.interrupt_pending = False
                 raise KeyboardInterrupt
 
     def next_request(self) -> dict[str, Any]:
-        with self._lock:
+        with self._cond:
             self._pump(lambda: self._requests)
             return self._requests.popleft()
 
@@ -388,7 +369,7 @@ class Channel:
             self.send({"op": "call", "call": call_id, "fn": fn, "args": args})
         except (TypeError, ValueError) as exc:
             raise TypeError(f"{fn}: arguments must be JSON-serialisable ({exc})") from None
-        with self._lock:
+        with self._cond:
             self._pump(lambda: call_id in self._replies)
             msg = self._replies.pop(call_id)
         if msg.get("ok"):
@@ -429,7 +410,7 @@ def _watch_channel(fd: int) -> None:
             if any(ev & (select.POLLHUP | select.POLLERR | select.POLLNVAL) for _, ev in events):
                 os._exit(70)
 
-    _thread.start_new_thread(watch, ())
+    threading.Thread(target=watch, name="rlmd-channel-watch", daemon=True).start()
 
 
 def _install_sigint(kernel: Any, channel: Channel) -> None:
@@ -591,7 +572,7 @@ def main() -> None:
                 result = kernel.exec_cell(
                     code,
                     max_output=max_output,
-                    on_ran=partial(channel.send, {"op": "ran", "id": rid}),
+                    on_ran=functools.partial(channel.send, {"op": "ran", "id": rid}),
                 )
                 channel.interrupt_pending = False
                 if reap:
