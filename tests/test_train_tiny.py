@@ -35,7 +35,7 @@ from rlmd.train.gguf_lora import (  # noqa: E402
     quantize,
     register,
 )
-from rlmd.train.grpo import GRPOOptions, train_grpo  # noqa: E402
+from rlmd.train.grpo import GRPOOptions, sample_ids, train_grpo  # noqa: E402
 from rlmd.train.rollout import RolloutOptions, run_rollouts  # noqa: E402
 from rlmd.train.sft import (  # noqa: E402
     SFTOptions,
@@ -286,20 +286,99 @@ def test_sft_options_out_of_range_are_refused_before_loading(
         train_sft(str(tmp_path / "no-base"), data, tmp_path / "run", SFTOptions(**{field: value}))
 
 
-def test_grpo_step_changes_the_adapter(tiny: Path, tmp_path: Path) -> None:
-    group = {
-        "prompt": SAMPLE["prompt"],
-        "completions": [SAMPLE["completion"], [{"role": "assistant", "content": "FINAL(3)"}]],
-        "rewards": [1.0, 0.0],
-    }
+GROUP = {
+    "prompt": SAMPLE["prompt"],
+    "completions": [SAMPLE["completion"], [{"role": "assistant", "content": "FINAL(3)"}]],
+    "rewards": [1.0, 0.0],
+}
+
+
+def test_grpo_step_changes_the_adapter_and_continues(tiny: Path, tmp_path: Path) -> None:
+    """One real group-relative step on the tiny model, LoRA on the top block only (as
+    ``sft --lora-layers 1``); a second run with the same folder continues from the adapter
+    and AdamW's state; another adapter shape is refused."""
+    data = tmp_path / "grpo.jsonl"
+    data.write_text(json.dumps(GROUP) + "\n")
+    run = tmp_path / "g"
+    opts = GRPOOptions(steps=1, learning_rate=1e-2, lora_layers=1, threads=1, precision="fp32")
+    got = train_grpo(str(tiny), data, run, opts)
+    assert len(got["losses"]) == 1 and math.isfinite(got["losses"][0])
+    assert (got["groups"], got["completions_dropped_too_long"], got["resumed"]) == (1, 0, False)
+    lora_b = _lora_b(run)
+    assert any(float(v.abs().sum()) > 0 for v in lora_b.values())
+    assert {k.split(".layers.")[1].split(".")[0] for k in lora_b} == {"1"}  # top block only
+    assert json.loads((run / "adapter" / "adapter_config.json").read_text())["r"] == 16
+    assert (run / "optimizer.pt").exists()
+    assert json.loads((run / "train.json").read_text())["options"]["lora_layers"] == 1
+
+    again = train_grpo(str(tiny), data, run, opts)
+    assert again["resumed"] and [json.loads(x)["step"] for x in
+                                 (run / "log.jsonl").read_text().splitlines()] == [1, 2]  # fmt: skip
+    state = torch.load(run / "optimizer.pt")
+    assert all(int(s["step"]) == 2 for s in state["state"].values())  # Adam's state carried on
+    with pytest.raises(ValueError, match="layers_to_transform \\[1\\] there, None asked"):
+        train_grpo(str(tiny), data, run, GRPOOptions(**{**opts.__dict__, "lora_layers": 0}))
+
+    with pytest.raises(ValueError, match="no group whose rewards differ"):
+        data.write_text(json.dumps({**GROUP, "rewards": [1.0, 1.0]}) + "\n")
+        train_grpo(str(tiny), data, tmp_path / "h", GRPOOptions(steps=1))
+
+
+def test_grpo_max_length_drops_long_completions_never_cuts_them(tiny: Path, tmp_path: Path) -> None:
+    """``max_length`` was accepted and never applied: a completion over it is now dropped
+    (scoring a cut turn would score a reply the model never ended there), and a group left
+    with one reward with it; none left is refused, naming the length that keeps them."""
+    from transformers import AutoTokenizer
+
+    from rlmd.train.grpo import prepare_groups, sample_ids
+
+    tokenizer = AutoTokenizer.from_pretrained(str(tiny))
+    long = [{"role": "assistant", "content": "```repl\n" + "print(1)\n" * 80 + "```"}]
+    group = {**GROUP, "completions": [SAMPLE["completion"], long, GROUP["completions"][1]],
+             "rewards": [1.0, 0.0, 1.0]}  # fmt: skip
+    short = len(sample_ids(tokenizer, SAMPLE["prompt"], SAMPLE["completion"])[0])
+    longest = len(sample_ids(tokenizer, SAMPLE["prompt"], long)[0])
+    assert short < longest
+    kept, report = prepare_groups(tokenizer, [group], longest)
+    assert [g["rewards"] for g in kept] == [[1.0, 0.0, 1.0]]
+    kept, report = prepare_groups(tokenizer, [group], longest - 1)
+    assert kept == [] and report["completions_dropped_too_long"] == 1  # rewards 1, 1 left
+    assert report["longest"] == longest
     data = tmp_path / "grpo.jsonl"
     data.write_text(json.dumps(group) + "\n")
-    got = train_grpo(str(tiny), data, tmp_path / "g", GRPOOptions(steps=1, learning_rate=1e-2))
-    assert len(got["losses"]) == 1 and math.isfinite(got["losses"][0])
-    assert any(float(v.abs().sum()) > 0 for v in _lora_b(tmp_path / "g").values())
-    with pytest.raises(ValueError, match="no group whose rewards differ"):
-        data.write_text(json.dumps({**group, "rewards": [1.0, 1.0]}) + "\n")
-        train_grpo(str(tiny), data, tmp_path / "h", GRPOOptions(steps=1))
+    with pytest.raises(ValueError, match=f"within {longest - 1} tokens.*--max-length to {longest}"):
+        train_grpo(str(tiny), data, tmp_path / "g", GRPOOptions(max_length=longest - 1))
+
+
+@pytest.mark.parametrize(
+    ("field", "value", "message"),
+    [
+        ("lora_layers", -1, "lora_layers must be >= 0"),
+        ("threads", 0, "threads must be >= 1"),
+        ("max_length", 0, "max_length must be >= 1"),
+        ("groups_per_step", 0, "groups_per_step must be >= 1"),
+        ("precision", "fp16", "precision must be"),
+    ],  # fmt: skip
+)
+def test_grpo_options_out_of_range_are_refused_before_loading(
+    tmp_path: Path, field: str, value: object, message: str
+) -> None:
+    data = tmp_path / "grpo.jsonl"
+    data.write_text(json.dumps(GROUP) + "\n")
+    with pytest.raises(ValueError, match=message):  # the base does not exist: not loaded
+        train_grpo(str(tmp_path / "no-base"), data, tmp_path / "run", GRPOOptions(**{field: value}))
+
+
+def test_grpo_cli_passes_the_adapter_options(tiny: Path, tmp_path: Path, rlmd_home: Path) -> None:
+    data = tmp_path / "grpo.jsonl"
+    data.write_text(json.dumps(GROUP) + "\n")
+    args = ["train", "grpo", "--base", str(tiny), "--data", str(data), "--out", "g",
+            "--lora-layers", "1", "--threads", "1", "--precision", "fp32", "--max-length", "512",
+            "--groups-per-step", "1", "--save-steps", "1", "--no-convert"]  # fmt: skip
+    assert cli_main(args) == 0
+    options = json.loads((rlmd_home / "train" / "g" / "train.json").read_text())["options"]
+    assert {k: options[k] for k in ("lora_layers", "threads", "precision", "max_length")} == {
+        "lora_layers": 1, "threads": 1, "precision": "fp32", "max_length": 512}  # fmt: skip
 
 
 NEEDLE = "filler line\n" * 40 + "The secret number is 4417.\n" + "more filler\n" * 40
@@ -351,6 +430,9 @@ def test_training_text_is_the_inference_prompt_plus_target(
             target_ids = llm.tokenize(target.encode(), add_bos=False, special=True)
             assert row["input_ids"] == seen + target_ids
             assert row["labels"] == [-100] * len(seen) + target_ids
+            # GRPO scores the same text (rlmd train grpo)
+            got = sample_ids(tokenizer, sample["prompt"], sample["completion"])
+            assert got == (seen + target_ids, len(seen))
     finally:
         asyncio.run(local.aclose())
 

@@ -17,6 +17,8 @@
                    [--lora-layers N] [--gradient-checkpointing] [--threads N]
                    [--precision auto|fp32|bf16]
     rlmd train grpo --base MODEL --data F --out NAME [--steps N] [--lr X] [--no-convert]
+        [--max-length N] [--lora-layers N] [--threads N] [--precision auto|fp32|bf16]
+        [--groups-per-step N] [--save-steps N]
     rlmd train convert NAME --base MODEL [--merge [--quant q4_k_m|q5_k_m|q8_0|f16|f32]]
 
 Training output goes to ``<rlmd home>/train/NAME``; after ``sft``/``grpo`` the adapter is
@@ -122,27 +124,31 @@ def add_parser(sub: Any) -> None:
         f.add_argument("--device", choices=["cpu", "cuda", "mps"], default="cpu")
         f.add_argument("--save-steps", type=int, default=5)
         f.add_argument("--no-convert", action="store_true")
+        f.add_argument(
+            "--lora-layers",
+            type=int,
+            default=8,
+            help="LoRA on the top N transformer blocks only; the blocks below run without "
+            "a backward pass (default 8; 0 = every block)",
+        )
+        f.add_argument("--threads", type=int, help="torch CPU threads (default: all cores)")
+        f.add_argument(
+            "--precision",
+            choices=["auto", "fp32", "bf16"],
+            default="auto",
+            help="auto: bf16 autocast on cuda, fp32 elsewhere (bf16 on a CPU without bf16 "
+            "instructions is many times slower)",
+        )
         if name == "sft":
-            f.add_argument(
-                "--lora-layers",
-                type=int,
-                default=8,
-                help="LoRA on the top N transformer blocks only; the blocks below run without "
-                "a backward pass (default 8; 0 = every block)",
-            )
             f.add_argument(
                 "--gradient-checkpointing",
                 action="store_true",
                 help="recompute activations in the backward pass: less memory, slower "
                 "(default off)",
             )
-            f.add_argument("--threads", type=int, help="torch CPU threads (default: all cores)")
+        else:
             f.add_argument(
-                "--precision",
-                choices=["auto", "fp32", "bf16"],
-                default="auto",
-                help="auto: bf16 autocast on cuda, fp32 elsewhere (bf16 on a CPU without bf16 "
-                "instructions is many times slower)",
+                "--groups-per-step", type=int, default=1, help="groups per update (default 1)"
             )
     c = t.add_parser("convert", help="adapter → llama.cpp GGUF, registered as a model")
     c.add_argument("name")
@@ -368,6 +374,11 @@ def cmd_fit(args: argparse.Namespace) -> int:
                 alpha=args.alpha,
                 max_length=args.max_length,
                 device=args.device,
+                save_steps=args.save_steps,
+                groups_per_step=args.groups_per_step,
+                lora_layers=args.lora_layers,
+                threads=args.threads,
+                precision=args.precision,
             ),
         )
     err.print(json.dumps(record))

@@ -8,9 +8,22 @@ step on LoRA weights per ``groups_per_step`` groups. No KL term and no clipping:
 come from rollouts already recorded (an offline, single-update-per-sample variant), which is
 what a CPU can afford; TRL's ``GRPOTrainer`` is the online choice on a GPU.
 
+**The text scored** is the one :mod:`rlmd.train.sft` trains on (:func:`sample_ids`): the
+prompt as the base's chat template renders it with the generation prompt, which is token for
+token what llama.cpp evaluates at inference through the local provider (the GGUF's own
+template; ``tests/test_train_tiny.py`` checks both), then the completion and ``<|im_end|>``.
+A completion whose text is over ``max_length`` tokens is dropped, never cut (a cut turn
+would be scored as if the model had stopped there); a group left with one reward is dropped.
+
+**Adapter and cost**: as ``sft`` (:class:`GRPOOptions`): LoRA on the top ``lora_layers``
+blocks (:func:`rlmd.train.sft.lora_config`), ``threads``, ``precision``.
+
 The output folder has the layout of :mod:`rlmd.train.sft` (``adapter/``, ``base/``,
-``log.jsonl``, ``loss.png``), so :func:`rlmd.train.gguf_lora.convert_adapter` takes it; a
-second run with the same folder continues from its adapter.
+``log.jsonl``, ``loss.png``, ``train.json``), so :func:`rlmd.train.gguf_lora.convert_adapter`
+takes it. It also keeps ``optimizer.pt`` (AdamW's state): a second run with the same folder
+continues from the adapter and the optimizer state, at the next group; one with another
+adapter shape (rank, alpha, blocks) is refused. The adapter and optimizer state are saved
+every ``save_steps`` steps and at the end.
 """
 
 from __future__ import annotations
@@ -18,29 +31,65 @@ from __future__ import annotations
 import json
 import time
 from collections.abc import Mapping
-from dataclasses import dataclass
+from contextlib import nullcontext
+from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
 
-from rlmd.train.sft import load_base, plot_log, save_base_config
+from rlmd.train.sft import load_base, lora_config, plot_log, save_base_config, uses_bf16
 
 
 @dataclass
 class GRPOOptions:
+    """Knobs of :func:`train_grpo` (the adapter ones as :class:`rlmd.train.sft.SFTOptions`).
+
+    ``max_length``: the most tokens (prompt + completion) a scored completion may have.
+    ``groups_per_step``: groups per optimizer step. ``save_steps``: save the adapter and the
+    optimizer state every N steps. ``lora_layers``: LoRA on the top N blocks (``None``/0:
+    all). ``threads``: torch CPU threads (``None``: torch's default). ``precision``:
+    ``"fp32"``, ``"bf16"`` (autocast) or ``"auto"`` (bf16 on CUDA, fp32 elsewhere)."""
+
     steps: int = 1
     learning_rate: float = 1e-4
     rank: int = 16
     alpha: int = 32
     groups_per_step: int = 1
-    max_length: int = 1_024
+    max_length: int = 2_048
     device: str = "cpu"
     seed: int = 0
+    save_steps: int = 5
+    lora_layers: int | None = 8
+    threads: int | None = None
+    precision: str = "auto"
 
 
-def completion_logprob(model: Any, tokenizer: Any, prompt: list, completion: list) -> Any:
-    """Mean log-probability (a 0-d tensor with grad) of ``completion``'s tokens after
-    ``prompt``, both chat message lists, under the model's chat template."""
-    import torch
+def check_options(opts: GRPOOptions) -> None:
+    """Raise ``ValueError`` for options no run can use (before minutes of loading):
+    ``steps``, ``rank``, ``alpha``, ``groups_per_step``, ``max_length``, ``save_steps`` or
+    ``threads`` below 1, ``lora_layers`` below 0, a ``learning_rate`` not above 0, an unknown
+    ``precision``."""
+    for name in ("steps", "rank", "alpha", "groups_per_step", "max_length", "save_steps"):
+        if getattr(opts, name) < 1:
+            raise ValueError(f"{name} must be >= 1, got {getattr(opts, name)}")
+    if opts.threads is not None and opts.threads < 1:
+        raise ValueError(f"threads must be >= 1, got {opts.threads}")
+    if opts.lora_layers is not None and opts.lora_layers < 0:
+        raise ValueError(f"lora_layers must be >= 0 (0 = all blocks), got {opts.lora_layers}")
+    if not opts.learning_rate > 0:
+        raise ValueError(f"learning_rate must be > 0, got {opts.learning_rate}")
+    if opts.precision not in ("auto", "fp32", "bf16"):
+        raise ValueError(f"precision must be auto, fp32 or bf16, got {opts.precision!r}")
+
+
+def sample_ids(tokenizer: Any, prompt: list, completion: list) -> tuple[list[int], int]:
+    """``(token ids, prompt length)`` of ``prompt`` + ``completion`` (chat message lists) as
+    training sees them: the prompt rendered by the chat template with the generation prompt
+    (what llama.cpp evaluates), then the completion's tokens and ``<|im_end|>``, as TRL's
+    ``SFTTrainer`` tokenises a prompt-completion sample.
+
+    Raises:
+        ValueError: the template's rendering of prompt + completion does not begin with its
+            rendering of the prompt (the completion could not be scored on its own)."""
 
     def ids(messages: list, gen: bool) -> list[int]:
         out = tokenizer.apply_chat_template(messages, tokenize=True, add_generation_prompt=gen)
@@ -50,52 +99,126 @@ def completion_logprob(model: Any, tokenizer: Any, prompt: list, completion: lis
     full = ids(prompt + completion, False)
     if full[: len(head)] != head or len(full) <= len(head):
         raise ValueError("the chat template does not extend the prompt with the completion")
-    x = torch.tensor([full], device=model.device)
-    logits = model(input_ids=x).logits[0, :-1].float()
+    return full, len(head)
+
+
+def completion_logprob(model: Any, ids: list[int], prompt_len: int) -> Any:
+    """Mean log-probability (a 0-d tensor with grad) of the tokens of ``ids`` after the first
+    ``prompt_len`` (see :func:`sample_ids`)."""
+    import torch
+
+    x = torch.tensor([ids], device=model.device)
+    logits = model(input_ids=x).logits[0, prompt_len - 1 : -1].float()
     logp = torch.log_softmax(logits, dim=-1)
-    target = x[0, 1:]
-    token_logp = logp.gather(1, target.unsqueeze(1)).squeeze(1)
-    return token_logp[len(head) - 1 :].mean()
+    target = x[0, prompt_len:]
+    return logp.gather(1, target.unsqueeze(1)).squeeze(1).mean()
+
+
+def prepare_groups(tokenizer: Any, groups: list[dict], max_length: int) -> tuple[list[dict], dict]:
+    """The groups to learn from, each completion tokenised (:func:`sample_ids`): completions
+    over ``max_length`` tokens dropped, then groups whose rewards no longer differ.
+
+    Returns:
+        ``(groups, report)``: each group ``{"ids": [(ids, prompt_len)], "rewards": [...]}``;
+        report ``{"groups": kept, "groups_in": total, "completions_dropped_too_long": n,
+        "longest": tokens}``."""
+    kept, dropped, longest = [], 0, 0
+    for g in groups:
+        ids, rewards = [], []
+        for completion, reward in zip(g["completions"], g["rewards"], strict=True):
+            full, head = sample_ids(tokenizer, g["prompt"], completion)
+            longest = max(longest, len(full))
+            if len(full) > max_length:
+                dropped += 1
+                continue
+            ids.append((full, head))
+            rewards.append(float(reward))
+        if len(set(rewards)) > 1:
+            kept.append({"ids": ids, "rewards": rewards})
+    report = {"groups": len(kept), "groups_in": len(groups),
+              "completions_dropped_too_long": dropped, "longest": longest}  # fmt: skip
+    return kept, report
+
+
+def _check_adapter(adapter: Path, config: Any) -> None:
+    """Refuse to continue from ``adapter`` when its shape differs from ``config``."""
+    saved = json.loads((adapter / "adapter_config.json").read_text())
+    want = {"r": config.r, "lora_alpha": config.lora_alpha,
+            "layers_to_transform": config.layers_to_transform}  # fmt: skip
+    have = {k: saved.get(k) for k in want}
+    if want != have:
+        diff = ", ".join(
+            f"{k} {have[k]} there, {want[k]} asked" for k in want if want[k] != have[k]
+        )
+        raise ValueError(
+            f"{adapter} holds another adapter ({diff}): continue with the options it was "
+            f"trained with (--rank, --alpha, --lora-layers), or train into a new --out"
+        )
 
 
 def train_grpo(
     base: str, data: str | Path, out: str | Path, opts: GRPOOptions | None = None
 ) -> dict[str, Any]:
     """Run ``opts.steps`` group-relative updates of LoRA weights on ``base`` over the groups in
-    ``data`` (JSONL) into ``out``.
+    ``data`` (JSONL) into ``out`` (continuing from its adapter and optimizer state, if any).
 
     Returns:
-        ``{"steps", "losses", "groups", "seconds"}``.
+        The ``train.json`` record: ``{"base", "data", "steps", "losses", "groups",
+        "groups_in", "completions_dropped_too_long", "longest", "resumed", "seconds",
+        "options"}``.
 
     Raises:
-        ValueError: no group with two or more different rewards.
+        ValueError: an option out of range (:func:`check_options`); no group with two or
+            more different rewards (before or after the ``max_length`` cap; the message
+            names the longest completion); ``out`` holds an adapter of another shape.
+        FileNotFoundError: see :func:`rlmd.train.sft.resolve_base`.
     """
     import torch
-    from peft import LoraConfig, PeftModel, get_peft_model
+    from peft import PeftModel, get_peft_model
 
     opts = opts or GRPOOptions()
+    check_options(opts)
+    if opts.threads is not None:
+        torch.set_num_threads(opts.threads)
     out = Path(out)
+    groups_in = [json.loads(x) for x in Path(data).read_text("utf-8").splitlines() if x.strip()]
+    if not any(len(set(g["rewards"])) > 1 for g in groups_in):
+        raise ValueError(f"{data}: no group whose rewards differ (nothing to learn from)")
     out.mkdir(parents=True, exist_ok=True)
     torch.manual_seed(opts.seed)
-    groups = [json.loads(x) for x in Path(data).read_text("utf-8").splitlines() if x.strip()]
-    groups = [g for g in groups if len(set(g["rewards"])) > 1]
-    if not groups:
-        raise ValueError(f"{data}: no group whose rewards differ (nothing to learn from)")
     model, tokenizer = load_base(base, opts.device)
-    save_base_config(model, out / "base")
-    if (out / "adapter" / "adapter_config.json").exists():
-        model = PeftModel.from_pretrained(model, out / "adapter", is_trainable=True)
-    else:
-        lora = LoraConfig(
-            r=opts.rank, lora_alpha=opts.alpha, target_modules="all-linear", task_type="CAUSAL_LM"
+    groups, report = prepare_groups(tokenizer, groups_in, opts.max_length)
+    if not groups:
+        raise ValueError(
+            f"{data}: no group whose rewards differ within {opts.max_length} tokens; raise "
+            f"--max-length to {report['longest']} (the longest completion) to keep them all"
         )
-        model = get_peft_model(model, lora)
+    save_base_config(model, out / "base")
+    config = lora_config(model, opts)
+    adapter, optim_path = out / "adapter", out / "optimizer.pt"
+    resumed = (adapter / "adapter_config.json").exists()
+    if resumed:
+        _check_adapter(adapter, config)
+        model = PeftModel.from_pretrained(model, adapter, is_trainable=True)
+    else:
+        model = get_peft_model(model, config)
     model.train()
     params = [p for p in model.parameters() if p.requires_grad]
     optim = torch.optim.AdamW(params, lr=opts.learning_rate)
+    if resumed and optim_path.exists():
+        optim.load_state_dict(torch.load(optim_path, map_location=opts.device))
+        for group in optim.param_groups:
+            group["lr"] = opts.learning_rate
+    bf16 = uses_bf16(opts)
+    device_type = "cuda" if opts.device == "cuda" else "cpu"
     log_path = out / "log.jsonl"
     started = time.monotonic()
     done = sum(1 for _ in open(log_path)) if log_path.exists() else 0
+
+    def save() -> None:
+        model.save_pretrained(adapter)
+        torch.save(optim.state_dict(), optim_path)
+
     losses = []
     for step in range(opts.steps):
         batch = [
@@ -105,15 +228,16 @@ def train_grpo(
         optim.zero_grad()
         total = torch.zeros((), device=model.device)
         n = 0
-        for g in batch:
-            r = torch.tensor(g["rewards"], dtype=torch.float32)
-            adv = (r - r.mean()) / (r.std() + 1e-4)
-            for completion, a in zip(g["completions"], adv.tolist(), strict=True):
-                if a == 0:
-                    continue
-                lp = completion_logprob(model, tokenizer, g["prompt"], completion)
-                total = total - a * lp
-                n += 1
+        autocast = torch.autocast(device_type, dtype=torch.bfloat16) if bf16 else nullcontext()
+        with autocast:
+            for g in batch:
+                r = torch.tensor(g["rewards"], dtype=torch.float32)
+                adv = (r - r.mean()) / (r.std() + 1e-4)
+                for (ids, head), a in zip(g["ids"], adv.tolist(), strict=True):
+                    if a == 0:
+                        continue
+                    total = total - a * completion_logprob(model, ids, head)
+                    n += 1
         loss = total / max(n, 1)
         loss.backward()
         optim.step()
@@ -126,11 +250,19 @@ def train_grpo(
                 "seconds": round(time.monotonic() - started, 2),
             }
             f.write(json.dumps(rec) + "\n")
-    model.save_pretrained(out / "adapter")
+        if (step + 1) % opts.save_steps == 0:
+            save()
+    save()
     plot_log(log_path, out / "loss.png")
-    return {
+    record = {
+        "base": base,
+        "data": str(data),
         "steps": opts.steps,
         "losses": losses,
-        "groups": len(groups),
+        **report,
+        "resumed": resumed,
         "seconds": round(time.monotonic() - started, 1),
+        "options": asdict(opts),
     }
+    (out / "train.json").write_text(json.dumps(record, indent=2))
+    return record

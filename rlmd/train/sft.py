@@ -39,7 +39,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import asdict, dataclass
 from hashlib import sha256
 from pathlib import Path
-from typing import Any
+from typing import Any, Protocol
 
 from rlmd import paths
 
@@ -246,7 +246,18 @@ def lora_layer_ids(model: Any, lora_layers: int | None) -> list[int] | None:
     return list(range(total - lora_layers, total))
 
 
-def lora_config(model: Any, opts: SFTOptions) -> Any:
+class AdapterOptions(Protocol):
+    """What :func:`lora_config` and :func:`uses_bf16` read of a run's options
+    (:class:`SFTOptions`, :class:`rlmd.train.grpo.GRPOOptions`)."""
+
+    rank: int
+    alpha: int
+    lora_layers: int | None
+    precision: str
+    device: str
+
+
+def lora_config(model: Any, opts: AdapterOptions) -> Any:
     """The PEFT ``LoraConfig`` of a run: rank/alpha from ``opts``, all linear layers of the
     blocks :func:`lora_layer_ids` picks (the output head is never adapted)."""
     import torch
@@ -315,7 +326,7 @@ def check_options(opts: SFTOptions) -> None:
         raise ValueError(f"precision must be auto, fp32 or bf16, got {opts.precision!r}")
 
 
-def uses_bf16(opts: SFTOptions) -> bool:
+def uses_bf16(opts: AdapterOptions) -> bool:
     """Whether a run autocasts to bf16: ``precision`` ``"bf16"``, or ``"auto"`` on CUDA."""
     return opts.precision == "bf16" or (opts.precision == "auto" and opts.device == "cuda")
 
