@@ -83,6 +83,7 @@ from rlmd.engine.config import RunConfig
 from rlmd.models.base import ModelSpec
 from rlmd.models.pull import KNOWN_LOCAL_MODELS
 from rlmd.models.registry import PROVIDERS, Registry, builtin_entries, merge_entries
+from rlmd.models.repetition import guard_settings
 from rlmd.sandbox import DEFAULT_BACKEND
 from rlmd.sandbox.limits import Limits
 from rlmd.workspace.settings import WorkspaceSettings
@@ -634,6 +635,8 @@ def _check_fields(table: Any, where: str, allowed: set[str]) -> dict[str, Any]:
             raise ValueError(f"{where}.{key}: must be > 0, got {value}")
     if "sampling" in table:
         _check_sampling(table["sampling"], f"{where}.sampling")
+    if "options" in table:  # the one options key every provider reads
+        guard_settings("", table["options"], where)
     if "provider" in table and table["provider"] not in PROVIDERS:
         raise ValueError(
             f"{where}.provider: {table['provider']!r} is not one of {', '.join(PROVIDERS)}"

@@ -271,6 +271,14 @@ def test_project_config_cannot_steer_keys_or_load_code(
         ('[models.x]\nmodel = "y"\n', "needs a 'provider' key"),
         ('[models.x]\nprovider = "openai"\nsampling = 1\n', "sampling: expected dict"),
         (
+            '[models.x]\nprovider = "local"\noptions.repeat_guard = { copies = 1 }\n',
+            "[models.x]: options.repeat_guard.copies must be an integer ≥ 2, not 1",
+        ),
+        (
+            '[models.x]\nprovider = "local"\noptions.repeat_guard = "off"\n',
+            "[models.x]: options.repeat_guard must be true, false or a table",
+        ),
+        (
             '[models.x]\nprovider = "openai"\n[models.x.sampling]\ntemperature = "hot"\n',
             "[models.x].sampling.temperature: must be a number >= 0, got 'hot'",
         ),

@@ -206,8 +206,7 @@ async def test_a_looping_root_reply_through_the_engine_runs_its_cell(
     from rlmd.engine.events import CellFinished, ModelCallFinished
     from rlmd.models.registry import Registry
 
-    # the answer typed as a literal is questioned once (a guess?) and given again
-    replies = iter([LOOPING_REPLY] + ["```repl\nFINAL('4417')\n```\n"] * 6)
+    replies = iter([LOOPING_REPLY, "```repl\nFINAL('4417')\n```\n"])
 
     class Llama:  # the parts of llama_cpp.Llama that LocalModel uses
         def __init__(self, **kwargs: Any) -> None:
@@ -242,7 +241,7 @@ async def test_a_looping_root_reply_through_the_engine_runs_its_cell(
     registry.add(ModelSpec(name="loc", provider="local", model=str(gguf), options=options))
     events: list[Any] = []
     config = RunConfig(root_model="loc", sandbox="inprocess", budget=Budget(max_iterations=4))
-    context = "x" * 200 + "booted-solleret: 4417" + "y" * 200
+    context = "x" * 200 + "\nbooted-solleret: 4417\n" + "y" * 200
     try:
         result = await run_task(
             "q", context, config, get_model=registry.get, sinks=(events.append,)

@@ -247,3 +247,21 @@ async def test_a_slow_reader_that_keeps_draining_is_never_dropped(daemon, tmp_pa
     finally:
         slow.close()
         await c.close()
+
+
+async def test_a_file_uri_with_an_encoded_nul_is_invalid_params_not_internal(daemon):
+    """Review13: ``file:///x%00`` (the NUL arrives percent-encoded, past the plain-text check)
+    answered ``-32603 internal error ... ValueError: embedded null byte``."""
+    c = await daemon.client()
+    try:
+        for command in ("rlmd.task.start", "rlmd.workspace.open", "rlmd.workspace.variables"):
+            params = {"workspace": "file:///tmp%00x"}
+            if command == "rlmd.task.start":
+                params["question"] = "q"
+            with pytest.raises(RpcError) as err:
+                await c.command(command, params)
+            assert err.value.code == -32602, (command, err.value.message)
+            assert "NUL" in err.value.message
+        assert (await c.command("rlmd.health"))["ok"]
+    finally:
+        await c.close()

@@ -567,3 +567,233 @@ def test_a_bad_task_in_a_task_set_folder_is_refused_before_any_task_runs(
     (folder / "tasks.jsonl").write_text(first + '"context_ref": "c.txt"}\n' + line + "\n")
     with pytest.raises(TaskFileError, match=re.escape(f"tasks.jsonl:2: {why}")):
         load_tasks(folder)
+
+
+# -- review13: hostile export-rollouts files, rollout options, terminal text ----------------
+
+
+@pytest.fixture(scope="module")
+def exported_set(tmp_path_factory: pytest.TempPathFactory) -> list[dict]:
+    """The records of a real ``export-rollouts`` file: one rollout, its run and nodes."""
+    folder = tmp_path_factory.mktemp("exported")
+    tasks = load_tasks(write_tasks(folder / "tasks.jsonl"))[:1]
+    with Store(folder / "a.db") as store:
+        opts = RolloutOptions(model="script", rollout_set="s1", sandbox="inprocess")
+        asyncio.run(run_rollouts(tasks, opts, registry=registry_with(Scripted()), store=store))
+        export_set(store, "s1", folder / "set.jsonl")
+    return [json.loads(x) for x in (folder / "set.jsonl").read_text().splitlines()]
+
+
+def _bad_imports(records: list[dict]) -> dict[str, tuple[list[Any], str]]:
+    rollout = next(r for r in records if r["type"] == "rollout")
+    run = next(r for r in records if r["type"] == "run")
+    rest = [r for r in records if r is not rollout]
+    others = [r for r in records if r is not run]
+    return {
+        "not an object": ([*records, [1, 2]], r":\d+: a record must be a JSON object, got list"),
+        "a string": ([*records, "x"], r"must be a JSON object, got str"),
+        "unknown type": ([*records, {"type": "spam"}], r"type must be one of"),
+        "unknown rollout field": (
+            [{**rollout, "bogus": 1}, *rest],
+            r":1: unknown field 'bogus' in a rollout",
+        ),
+        "a field that is SQL": (
+            [{**rollout, "x]) VALUES (1) --": 1}, *rest],
+            r"unknown field 'x\]\) VALUES \(1\) --'",
+        ),
+        "unknown run field": (
+            [rollout, {**run, "evil": 1}, *rest[1:]],
+            r":2: unknown field 'evil' in a run",
+        ),
+        "no rollout_set": (
+            [{k: v for k, v in rollout.items() if k != "rollout_set"}, *rest],
+            r":1: a rollout needs rollout_set",
+        ),
+        "details not an object": (
+            [{**rollout, "details": "oops"}, *rest],
+            r":1: rollout details must be an object",
+        ),
+        "reward not a number": (
+            [{**rollout, "reward": "x"}, *rest],
+            r":1: rollout reward must be a finite number, got 'x'",
+        ),
+        "sample_index negative": (
+            [{**rollout, "sample_index": -1}, *rest],
+            r"sample_index must be an integer >= 0",
+        ),
+        "the rollout's run is missing": (
+            [rollout, *[r for r in others if r["type"] != "node"]],
+            r":1: the run .* of this rollout is neither in the file nor in the store",
+        ),
+        "a node of no run": (
+            [*records, {**records[-1], "id": "n-x", "run_id": "nowhere"}],
+            r"node 'n-x' belongs to run 'nowhere', which is not in the file",
+        ),
+        "a run twice": ([*records, run], r"run id .* is already on line 2"),
+        "one run under two rollouts": (
+            [*records, {**rollout, "sample_index": 1}],
+            r"run .* already has a rollout \(line 1\)",
+        ),
+    }
+
+
+def test_a_bad_import_file_is_refused_naming_the_line_and_nothing_is_written(
+    tmp_path: Path, exported_set: list[dict]
+) -> None:
+    """Review13: an ``import-rollouts`` file with an unknown field was reported as a broken
+    store ("cannot be used ... Move it aside and rlmd starts a new one"), a non-object line
+    raised AttributeError, a rollout without its run was imported and then broke every
+    ``train export`` with a bare KeyError, a string ``details`` was kept as is; the file's
+    keys were pasted into the SQL as column names."""
+    for name, (records, why) in _bad_imports(exported_set).items():
+        path = tmp_path / "bad.jsonl"
+        path.write_text("".join(json.dumps(r) + "\n" for r in records))
+        with Store(tmp_path / f"{len(name)}-{abs(hash(name))}.db") as store:
+            with pytest.raises(ValueError, match=why) as info:
+                import_set(store, path)
+            assert str(path) in str(info.value), name
+            assert store.rollouts() == [] and store.list_runs() == [], name
+
+
+def test_an_import_file_that_is_not_text_names_the_file(tmp_path: Path) -> None:
+    path = tmp_path / "binary.jsonl"
+    path.write_bytes(b'{"type": "run"}\n\xff\xfe\n')
+    with Store(tmp_path / "a.db") as store, pytest.raises(ValueError, match="not UTF-8 text"):
+        import_set(store, path)
+
+
+def test_an_import_file_holding_a_rollout_twice_imports_it_once(
+    tmp_path: Path, exported_set: list[dict]
+) -> None:
+    path = tmp_path / "twice.jsonl"
+    rollout = next(r for r in exported_set if r["type"] == "rollout")
+    path.write_text("".join(json.dumps(r) + "\n" for r in [*exported_set, rollout]))
+    with Store(tmp_path / "b.db") as store:
+        assert import_set(store, path) == 1
+        assert import_set(store, path) == 0
+        assert len(store.rollouts()) == 1 and sft_samples(store)[1].rollouts == 1
+
+
+def test_import_rollouts_cli_says_the_file_is_bad_not_the_store(
+    rlmd_home: Path, exported_set: list[dict]
+) -> None:
+    path = rlmd_home / "bad.jsonl"
+    rollout = next(r for r in exported_set if r["type"] == "rollout")
+    rest = [r for r in exported_set if r is not rollout]
+    path.write_text("".join(json.dumps(r) + "\n" for r in [{**rollout, "bogus": 1}, *rest]))
+    done = _rlmd_train(rlmd_home, "import-rollouts", str(path))
+    assert done.returncode == 2, done.stderr
+    assert "unknown field 'bogus'" in done.stderr
+    assert "Move it aside" not in done.stderr and "Traceback" not in done.stderr
+
+
+@pytest.mark.parametrize(
+    ("change", "why"),
+    [
+        ({"samples": 0}, r"samples must be an integer >= 1, not 0"),
+        ({"samples": -1}, r"samples must be an integer >= 1"),
+        ({"parallel": 0}, r"parallel must be an integer >= 1, not 0"),
+        ({"temperature": float("nan")}, r"temperature must be a finite number >= 0, not nan"),
+        ({"temperature": -1.0}, r"temperature must be a finite number >= 0"),
+        ({"terms": RewardTerms(error_penalty=float("nan"))}, r"error_penalty must be a finite"),
+        ({"terms": RewardTerms(error_penalty=float("inf"))}, r"error_penalty must be a finite"),
+        ({"terms": RewardTerms(error_penalty=-0.5)}, r"error_penalty must be a finite number >= 0"),
+        ({"terms": RewardTerms(min_iterations=-1)}, r"min_iterations must be an integer >= 0"),
+        ({"terms": RewardTerms(min_subcalls=-2)}, r"min_subcalls must be an integer >= 0"),
+    ],
+)
+def test_rollout_options_out_of_range_are_refused_before_any_run(
+    tmp_path: Path, change: dict, why: str
+) -> None:
+    """Review13: ``--samples 0`` printed "no rollouts" and exited 0; ``--error-penalty nan``
+    (or ``inf``) made every reward 0, runs without a failed cell too (``nan * 0``), and a
+    negative penalty raised the reward of runs whose cells raised; ``--temperature nan``
+    reached the sampler. Each is refused before any run."""
+    tasks = load_tasks(write_tasks(tmp_path / "tasks.jsonl"))
+    model = Scripted()
+    opts = RolloutOptions(model="script", rollout_set="s1", sandbox="inprocess", **change)
+    with Store(tmp_path / "a.db") as store:
+        with pytest.raises(ValueError, match=why):
+            asyncio.run(run_rollouts(tasks, opts, registry=registry_with(model), store=store))
+        assert model.seen == [] and store.rollouts() == []
+
+
+def test_rollout_cli_refuses_zero_samples(rlmd_home: Path, tmp_path: Path) -> None:
+    tasks = write_tasks(tmp_path / "tasks.jsonl")
+    done = _rlmd_train(
+        rlmd_home, "rollout", "--tasks", str(tasks), "--model", "x", "--samples", "0"
+    )
+    assert done.returncode == 2, done.stderr
+    assert "samples must be an integer >= 1" in done.stderr
+
+
+def test_train_rollout_draws_task_ids_and_families_with_escapes(
+    rlmd_home: Path, tmp_path: Path
+) -> None:
+    """Review13: a task id or family holding ESC went raw to the terminal in the progress
+    lines and the summary table (``\\x1b[2J`` cleared the screen), and ``[red]`` in one was
+    taken as rich markup; README: whatever rlmd draws shows control characters as escapes."""
+    script = tmp_path / "s.json"
+    script.write_text(json.dumps({"default": "```repl\nFINAL('a')\n```"}))
+    tasks = tmp_path / "t.jsonl"
+    row = {"question": "q?", "context": "abc", "answer": "a", "id": "a\x1b[2Jb[red]x"}
+    tasks.write_text(json.dumps({**row, "family": "f\x1b]0;title\x07[bold]y"}) + "\n")
+    from helpers.cli import rlmd  # a wide terminal: the table's cells are not cut
+
+    args = ("--tasks", str(tasks), "--model", f"scripted:{script}", "--sandbox", "inprocess")
+    done = rlmd("train", "rollout", *args, home=rlmd_home)
+    assert done.returncode == 0, done.stderr
+    for text in (done.stdout, done.stderr):
+        assert "\x1b" not in text and "\x07" not in text
+    assert "a\\x1b[2Jb[red]x #0: reward 1.00" in done.stderr
+    assert "f\\x1b]0;title\\x07[bold]y" in done.stdout
+    again = rlmd("train", "summary", home=rlmd_home)
+    assert "\x1b" not in again.stdout and "f\\x1b]0;title\\x07[bold]y" in again.stdout
+
+
+def test_the_teacher_refuses_a_task_without_its_generator_params_before_any_run(
+    tmp_path: Path,
+) -> None:
+    """Review13: a user's task claiming family ``oolong`` (or ``codeqa``) without the
+    generator's params stopped the teacher's rollout at that task, every task before it
+    done, with ``error: 'label'`` (a bare KeyError)."""
+    rows = [
+        {"question": "What is the magic number?", "context": "x", "answer": "5",
+         "family": "sniah", "scorer": "contains", "split": "train"},
+        {"question": "How many are animals?", "context": "x", "answer": "5",
+         "family": "oolong", "scorer": "numeric", "split": "train",
+         "id": "mine-2"},
+    ]  # fmt: skip
+    path = tmp_path / "t.jsonl"
+    path.write_text("".join(json.dumps(r) + "\n" for r in rows))
+    tasks = load_tasks(path)
+    with Store(tmp_path / "a.db") as store:
+        opts = RolloutOptions(model="teacher", rollout_set="s", sandbox="inprocess")
+        with pytest.raises(ValueError, match=r"task 'mine-2' \(family 'oolong'\).*'label'"):
+            asyncio.run(run_rollouts(tasks, opts, registry=Registry(), store=store))
+        assert store.rollouts() == []
+
+
+def test_export_of_a_rollout_without_root_turns_drops_it_and_bad_filters_are_refused(
+    tmp_path: Path, exported_set: list[dict]
+) -> None:
+    """Review13: ``rlmd train export --max-depth -1``, or a rollout whose run kept no root
+    turns (imported without its nodes), stopped the export with ``error: zip() argument 2
+    is longer than argument 1``."""
+    path = tmp_path / "bare.jsonl"
+    path.write_text(
+        "".join(json.dumps(r) + "\n" for r in exported_set if r["type"] in ("rollout", "run"))
+    )
+    with Store(tmp_path / "a.db") as store:
+        assert import_set(store, path) == 1
+        samples, report = sft_samples(store)
+        assert samples == [] and report.dropped == {"no_turns": 1}
+        for bad, why in (
+            ({"max_depth": -1}, "max_depth must be an integer >= 0"),
+            ({"min_iterations": -1}, "min_iterations must be an integer >= 0"),
+            ({"max_chars": 0}, "max_chars must be an integer >= 1"),
+        ):
+            with pytest.raises(ValueError, match=why):
+                sft_samples(store, ExportFilters(**bad))
+            with pytest.raises(ValueError, match=why):
+                grpo_groups(store, ExportFilters(**bad))

@@ -36,7 +36,7 @@ from pathlib import Path
 from typing import Any
 
 from rlmd import paths
-from rlmd.cli.term import LazyConsole
+from rlmd.cli.term import LazyConsole, markup
 
 err = LazyConsole(stderr=True, highlight=False, soft_wrap=True)
 out = LazyConsole(highlight=False, soft_wrap=True)
@@ -167,26 +167,24 @@ def train_dir(name: str) -> Path:
 
 def run(args: argparse.Namespace) -> int:
     """Run ``rlmd train ...``; returns the exit code."""
-    from rich.markup import escape
-
     try:
         return COMMANDS[args.train_command](args)
     except ImportError as exc:
         hint = "" if exc.name == "bench" else f"; training needs `{TRAIN_HINT}`"
-        err.print(f"[red]error:[/] {escape(str(exc))}{hint}")
+        err.print(f"[red]error:[/] {markup(exc)}{hint}")
         return 2
     except (ValueError, KeyError, FileNotFoundError) as exc:
-        err.print(f"[red]error:[/] {escape(str(exc))}")
+        err.print(f"[red]error:[/] {markup(exc)}")
         return 2
     except RuntimeError as exc:
         from rlmd.train.gguf_lora import ConverterError  # not imported on every rlmd start
 
         if not isinstance(exc, ConverterError):
             raise
-        err.print(f"[red]error:[/] {escape(str(exc))}")
+        err.print(f"[red]error:[/] {markup(exc)}")
         return 1
     except OSError as exc:  # a folder it cannot write, a full disk, a name too long
-        err.print(f"[red]error:[/] {escape(str(exc))}")
+        err.print(f"[red]error:[/] {markup(exc)}")
         return 1
 
 
@@ -197,7 +195,7 @@ def cmd_tasks(args: argparse.Namespace) -> int:
     fams: dict[str, int] = {}
     for task in tasks:
         fams[task.family] = fams.get(task.family, 0) + 1
-    err.print(f"{len(tasks)} {args.split} tasks in {args.out}: {fams}")
+    err.print(f"{len(tasks)} {args.split} tasks in {markup(args.out)}: {fams}")
     return 0
 
 
@@ -239,7 +237,7 @@ def cmd_rollout(args: argparse.Namespace) -> int:
 
     def progress(p: dict[str, Any]) -> None:
         err.print(
-            f"[{p['done']}/{p['total']}] {p['task_id']} #{p['sample_index']}: reward "
+            f"[{p['done']}/{p['total']}] {markup(p['task_id'])} #{p['sample_index']}: reward "
             f"{p['reward']:.2f}, {p['iterations']} turns, {p['subcalls']} sub-calls, "
             f"{p['seconds']:.1f} s"
         )
@@ -263,7 +261,7 @@ def _print_summary(rows: list[dict[str, Any]]) -> None:
 
     table = Table(*rows[0].keys())
     for r in rows:
-        table.add_row(*(str(v) for v in r.values()))
+        table.add_row(*(markup(v) for v in r.values()))  # a user's family: ESC, [red]
     out.print(table)
 
 
@@ -309,7 +307,7 @@ def cmd_export(args: argparse.Namespace) -> int:
         else:
             records = grpo_groups(store, filters, keep_zero_advantage=args.keep_zero_advantage)
     write_jsonl(records, args.out)
-    err.print(f"{len(records)} {args.format} records in {args.out}")
+    err.print(f"{len(records)} {args.format} records in {markup(args.out)}")
     return 0
 
 
@@ -319,7 +317,7 @@ def cmd_export_rollouts(args: argparse.Namespace) -> int:
 
     with Store(paths.store_path()) as store:
         n = export_set(store, args.rollout_set, args.out)
-    err.print(f"{n} rollouts of {args.rollout_set!r} in {args.out}")
+    err.print(f"{n} rollouts of {markup(repr(args.rollout_set))} in {markup(args.out)}")
     return 0
 
 
@@ -410,7 +408,7 @@ def cmd_convert(args: argparse.Namespace) -> int:
 
     run = train_dir(args.name)
     source = adapter_dir(run)
-    err.print(f"merging {source} into {args.base}, quantising to {args.quant}")
+    err.print(f"merging {source} into {markup(args.base)}, quantising to {args.quant}")
     gguf = merge_adapter(run, args.base, quant=args.quant)
     name = f"{args.name}-merged"
     entry = register(name, str(gguf.resolve()), None, merged_from=str(source))

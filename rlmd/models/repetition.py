@@ -17,10 +17,10 @@ the provider reports ``finish_reason = "repetition"`` (:data:`FINISH_REASON`).
 Why these defaults (``copies=4``, ``min_chars=240``, ``block_lines=4``): the same statement
 written four times in a row has no legitimate use unless it is short and has a side effect
 (``print()``, ``next(f)``, ``)`` closing nested calls, rows of a zero matrix); the character
-floor lets those through (a 7-character ``print()`` needs 35 copies, a 26-character
+floor lets those through (a 7-character ``print()`` needs 35 copies, a 25-character
 ``[0, 0, 0, 0, 0, 0, 0, 0],`` row 10, more than an 8×8 board) while a line of 60 or more
-characters stops at its 4th copy and session 12's 47-character line at its 6th, ~100 tokens
-(~12 s at one thread) after the loop began. A block of up to 4 lines catches a cycle
+characters stops at its 4th copy and session 12's 46-character line at its 6th, ~75 tokens
+(~10 s at one thread) after the loop began. A block of up to 4 lines catches a cycle
 (session 12's ``import astor.formatters.yaml`` / ``.json`` / ``.toml``). A loop of very
 short lines (one ``)`` at a time) still ends, later: 240 characters is at most ~240 tokens.
 
@@ -60,15 +60,18 @@ class GuardSettings:
     block_lines: int = 4
 
 
-def guard_settings(name: str, options: dict[str, Any]) -> GuardSettings | None:
+def guard_settings(
+    name: str, options: dict[str, Any], where: str | None = None
+) -> GuardSettings | None:
     """The guard settings of model ``name`` from its ``options`` (``None``: guard off).
 
     Raises:
         ValueError: ``options.repeat_guard`` is not a boolean or a table of the known keys
-            with integers in range; the message names the model and the key.
+            with integers in range; the message names the model (or ``where``, a config
+            file's table) and the key.
     """
     value = options.get(OPTION, True)
-    where = f"model {name}: options.{OPTION}"
+    where = f"{where or f'model {name}'}: options.{OPTION}"
     if value is True:
         return GuardSettings()
     if value is False:

@@ -87,6 +87,8 @@ def _folder(p: Params, key: str = "workspace") -> str:
     assert value is not None
     if value.startswith("file://"):
         value = unquote(urlparse(value).path)
+        if "\x00" in value:  # %00: past the check on the text as sent (review13)
+            raise invalid(f"{key} must not contain NUL characters", key)
     try:
         return str(Path(value).expanduser().resolve(strict=True))
     except (OSError, RuntimeError, UnicodeError):  # UnicodeError: no file has that name

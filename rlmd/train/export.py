@@ -73,6 +73,14 @@ class ExportFilters:
     rollout_sets: tuple[str, ...] = ()
     keep_mistakes: bool = False
 
+    def __post_init__(self) -> None:
+        """Raise ``ValueError`` for a count out of range (``max_depth`` -1 stopped the
+        export with a zip error; ``max_chars`` 0 dropped every turn as too long)."""
+        for name, least in (("max_depth", 0), ("min_iterations", 0), ("max_chars", 1)):
+            value = getattr(self, name)
+            if isinstance(value, bool) or not isinstance(value, int) or value < least:
+                raise ValueError(f"{name} must be an integer >= {least}, not {value!r}")
+
 
 @dataclass
 class ExportReport:
@@ -263,9 +271,12 @@ def sft_samples(
         if reason:
             report.dropped[reason] += 1
             continue
+        turns = root_turns(store, row["run_id"], f.max_depth)
+        if not turns:  # its run kept no root turns (imported without its nodes)
+            report.dropped["no_turns"] += 1
+            continue
         report.rollouts += 1
         earlier: dict[str, str] = {}
-        turns = root_turns(store, row["run_id"], f.max_depth)
         marked = set((row.get("details") or {}).get("mistake_turns") or [])
         mistakes = [
             t["raised"]

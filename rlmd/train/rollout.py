@@ -15,6 +15,7 @@ from __future__ import annotations
 import asyncio
 import dataclasses
 import json
+import math
 import time
 from collections.abc import Callable
 from pathlib import Path
@@ -113,6 +114,48 @@ def _check_same_tasks(
             )
 
 
+def _count_problem(name: str, value: Any, least: int) -> str | None:
+    if isinstance(value, int) and not isinstance(value, bool) and value >= least:
+        return None
+    return f"{name} must be an integer >= {least}, not {value!r}"
+
+
+def _check_options(opts: RolloutOptions) -> None:
+    """Raise ``ValueError`` for rollout options out of range. Found by review13: samples 0
+    printed "no rollouts" and exited 0; an error penalty of NaN or infinity made every
+    reward 0 (``nan * 0`` for a run without a failed cell) and a negative one raised the
+    reward of runs whose cells raised; a NaN temperature reached the sampler."""
+    terms = opts.terms
+    problems = [
+        _count_problem("samples", opts.samples, 1),
+        _count_problem("parallel", opts.parallel, 1),
+        _count_problem("min_iterations", terms.min_iterations, 0),
+        _count_problem("min_subcalls", terms.min_subcalls, 0),
+    ]
+    for name, value in (("temperature", opts.temperature), ("error_penalty", terms.error_penalty)):
+        number = isinstance(value, int | float) and not isinstance(value, bool)
+        if not (number and math.isfinite(value) and value >= 0):
+            problems.append(f"{name} must be a finite number >= 0, not {value!r}")
+    problem = next((p for p in problems if p), None)
+    if problem:
+        raise ValueError(problem)
+
+
+def _check_teacher_plays(todo: list[tuple[TrainTask, int]], repair_share: float) -> None:
+    """Raise ``ValueError`` naming the first task the teacher cannot play. Its plays come
+    from the generator's params: a user's task claiming family ``oolong`` without them
+    stopped the rollout at that task, the tasks before it done, with ``error: 'label'``."""
+    for task, k in todo:
+        try:
+            teacher.policy(task, k, repair_share)
+        except (KeyError, IndexError, TypeError, ValueError) as exc:
+            why = str(exc) if isinstance(exc, ValueError) else f"{type(exc).__name__}: {exc}"
+            raise ValueError(
+                f"the teacher cannot play task {task.id!r} (family {task.family!r}): {why}; "
+                "it plays the generated train split (rlmd train tasks --split train)"
+            ) from None
+
+
 async def run_rollouts(
     tasks: list[TrainTask],
     opts: RolloutOptions,
@@ -128,7 +171,8 @@ async def run_rollouts(
 
     Raises:
         ValueError: the teacher was asked to play a held-out task, ``repair_share`` is
-            not within 0..1, or the set holds a rollout of a task with one of these ids
+            not within 0..1, ``samples`` or ``parallel`` is below 1, ``temperature`` or the
+            error penalty is negative or not finite, a reward gate is negative, or the set holds a rollout of a task with one of these ids
             but another question (see :func:`_check_same_tasks`).
         ModelNotAvailable / KeyError: the model cannot be used (checked before any run).
     """
@@ -138,10 +182,13 @@ async def run_rollouts(
         raise ValueError("the teacher never plays held-out tasks: pass the train split")
     if not 0.0 <= opts.repair_share <= 1.0:
         raise ValueError(f"repair_share must be within 0..1, not {opts.repair_share}")
+    _check_options(opts)
     recorded = store.rollouts(opts.set_name)
     done = {(r["task_id"], r["sample_index"]) for r in recorded}
     _check_same_tasks(store, opts.set_name, tasks, recorded)
     todo = [(t, k) for t in tasks for k in range(opts.samples) if (t.id, k) not in done]
+    if opts.model == TEACHER:
+        _check_teacher_plays(todo, opts.repair_share)
     total, counter = len(tasks) * opts.samples, len(done)
     sem = asyncio.Semaphore(max(1, opts.parallel))
     rows: list[dict[str, Any]] = []
@@ -316,12 +363,35 @@ def export_set(store: Store, rollout_set: str, path: str | Path) -> int:
 
 def import_set(store: Store, path: str | Path) -> int:
     """Read a file written by :func:`export_set` into ``store``; rollouts already there (same
-    set, task and sample) are skipped. Returns the number of rollouts added.
+    set, task and sample) are skipped, and so is a rollout the file holds twice. Every line
+    is checked before anything is written (:meth:`rlmd.store.Store.check_import`).
+    Returns the number of rollouts added.
 
     Raises:
-        ValueError: a line is not JSON.
+        ValueError: a line is not JSON, or a record cannot be imported (an unknown type or
+            field, a value of the wrong type, a rollout without its run...); the message
+            names the file and line.
+        OSError: the file cannot be read.
     """
-    records = [json.loads(line) for line in Path(path).read_text("utf-8").splitlines() if line]
+    from rlmd.store.rollouts import ImportProblem
+
+    try:
+        text = Path(path).read_text("utf-8")
+    except UnicodeDecodeError as exc:
+        raise ValueError(f"{path}: not UTF-8 text ({exc.reason} at byte {exc.start})") from None
+    numbered: list[tuple[int, Any]] = []
+    for n, line in enumerate(text.splitlines(), 1):
+        if not line.strip():
+            continue
+        try:
+            numbered.append((n, json.loads(line)))
+        except json.JSONDecodeError as exc:
+            raise ValueError(f"{path}:{n}: not JSON ({exc})") from None
+    try:
+        store.check_import(numbered)
+    except ImportProblem as exc:
+        raise ValueError(f"{path}:{exc.line}: {exc.why}") from None
+    records = [rec for _, rec in numbered]
     store.import_records(records)
     have = {(r["rollout_set"], r["task_id"], r["sample_index"]) for r in store.rollouts()}
     added = 0
@@ -329,8 +399,10 @@ def import_set(store: Store, path: str | Path) -> int:
         if rec.get("type") != "rollout":
             continue
         row = {k: v for k, v in rec.items() if k != "type"}
-        if (row["rollout_set"], row["task_id"], row["sample_index"]) in have:
+        key = (row["rollout_set"], row["task_id"], row["sample_index"])
+        if key in have:
             continue
         store.record_rollout(row)
+        have.add(key)
         added += 1
     return added
