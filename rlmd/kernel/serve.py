@@ -37,22 +37,57 @@ if TYPE_CHECKING:  # importing typing costs milliseconds at every kernel start
 
 def _options(argv: list[str]) -> dict[str, list[str]]:
     """The isolation flags the host passed: ``--rlimit NAME=VALUE``, ``--cgroup-fd N`` (both
-    repeatable) and ``--reap 1``. Every flag takes one value (``_bootstrap`` reads pairs too)."""
-    out: dict[str, list[str]] = {"--rlimit": [], "--cgroup-fd": [], "--reap": []}
+    repeatable), ``--cgroup-name NAME`` and ``--reap 1``. Every flag takes one value
+    (``_bootstrap`` reads pairs too)."""
+    out: dict[str, list[str]] = {
+        "--rlimit": [],
+        "--cgroup-fd": [],
+        "--cgroup-name": [],
+        "--reap": [],
+    }
     for flag, value in zip(argv[::2], argv[1::2], strict=False):
         if flag in out:
             out[flag].append(value)
     return out
 
 
-def _join_cgroups(fds: list[str]) -> Callable[[], None]:
+def _in_groups(name: str, count: int) -> bool:
+    """Whether this process is in ``count`` cgroups (of any hierarchies) named ``name``:
+    the host moved it there (``Launch.join_early``) before the interpreter started. The
+    paths ``/proc/self/cgroup`` shows are relative to the cgroup namespace's root (made
+    before the move), so only the last component is compared; ``name`` is the host's random
+    group name."""
+    if not name or count <= 0:
+        return False
+    try:
+        fd = os.open("/proc/self/cgroup", os.O_RDONLY | os.O_CLOEXEC)
+        try:
+            text = os.read(fd, 65536)
+        finally:
+            os.close(fd)
+    except OSError:
+        return False
+    suffix = b"/" + name.encode("ascii", "replace")
+    return sum(line.endswith(suffix) for line in text.splitlines()) >= count
+
+
+def _join_cgroups(fds: list[str], name: str = "") -> Callable[[], None]:
     """Move this process into the cgroups whose ``cgroup.procs`` the host opened for it,
     then close the descriptors (model code never gets a writable cgroup file), from a
     thread; returns the function that waits for it and exits (71) if it failed. The first
     move waits for an RCU grace period of the host's kernel (6-20 ms on the dev machine,
     idle time), which the kernel's imports overlap; the caller waits before its hello, so
-    no request is read, and no model code runs, outside the groups."""
+    no request is read, and no model code runs, outside the groups. Where the host already
+    moved this process into all of them (``name``: their name), the descriptors are only
+    closed: no second move, no second grace period."""
     if not fds:
+        return lambda: None
+    if _in_groups(name, len(fds)):
+        for text in fds:
+            try:
+                os.close(int(text))
+            except (OSError, ValueError):
+                pass
         return lambda: None
     failed: list[str] = []
 
@@ -467,7 +502,7 @@ def _codebase_files(view: Any, index_at: Any = None) -> dict[str, str]:
 def main() -> None:
     _held.append(sys.modules.get("__main__"))  # main.py's module, replaced below
     options = _options(sys.argv[1:])
-    joined = _join_cgroups(options["--cgroup-fd"])
+    joined = _join_cgroups(options["--cgroup-fd"], "".join(options["--cgroup-name"][-1:]))
     _bootstrap(sys.argv[1:])
     from . import core, protocol
 

@@ -15,8 +15,10 @@ Everything here is decided and set up by the host, before model code runs:
 * **rlimits** (address space, CPU, open files, file size, no core dumps) are passed to the
   kernel, which sets them on itself before it reads its first request.
 * **cgroup v1** memory and pids controllers (where this process may create groups, i.e. as
-  root on a cgroup-v1 host): one group per kernel process; the kernel joins it through a
-  descriptor the host opened, so model code never sees the cgroup file system writable.
+  root on a cgroup-v1 host): one group per kernel process. Under bwrap the host moves the
+  sandboxed process in right after bwrap's ``clone`` (:meth:`Launch.join_early`); the kernel
+  checks before its hello and joins any group it is not in through a descriptor the host
+  opened, so model code never sees the cgroup file system writable.
 * **seccomp** (x86-64 only): a small BPF filter, built here and loaded by ``bwrap``, makes
   ``ptrace``, ``mount``, ``unshare``, ``bpf``, ``keyctl``, module loading and similar calls,
   and ``clone`` asking for any new namespace, fail with ``EPERM``, and ``clone3`` with
@@ -29,12 +31,14 @@ from __future__ import annotations
 
 import contextlib
 import functools
+import json
 import logging
 import os
 import shutil
 import struct
 import subprocess
 import sys
+import threading
 import time
 from dataclasses import dataclass, field
 from typing import Any
@@ -349,13 +353,44 @@ class Launch:
     pass_fds: list[int] = field(default_factory=list)
     cgroups: list[str] = field(default_factory=list)
     wrapper: str | None = None
+    info_fd: int | None = None
+    """The read end of ``bwrap --info-fd`` (the sandboxed process's host pid), kept by the
+    host for :meth:`join_early`; ``None`` without cgroups or bwrap."""
 
     def close_fds(self) -> None:
-        """Close the parent's copies of the inherited descriptors."""
+        """Close the parent's copies of the inherited descriptors (and, when the launch
+        failed, i.e. :meth:`join_early` will not run, the info descriptor)."""
         for fd in self.pass_fds:
             with contextlib.suppress(OSError):
                 os.close(fd)
         self.pass_fds = []
+
+    def close_info(self) -> None:
+        """Close the info descriptor without using it (a launch that failed)."""
+        fd, self.info_fd = self.info_fd, None
+        if fd is not None:
+            with contextlib.suppress(OSError):
+                os.close(fd)
+
+    def join_early(self) -> None:
+        """Once ``Popen`` has started bwrap: move the sandboxed process into this launch's
+        cgroups from the host, in a background thread (returns at once).
+
+        bwrap writes its child's host pid to the info descriptor right after the ``clone``,
+        before the child's mount set-up; the first move into a cgroup-v1 group waits for an
+        RCU grace period of the host's kernel (6-20 ms), which then passes while bwrap sets
+        up the sandbox and the interpreter starts, instead of after. The groups and the
+        guarantee are the kernel's as before: it reads which groups it is in before its
+        hello and joins any it is not in itself through the descriptors it was given (exit
+        71 if that fails; see :mod:`rlmd.kernel.serve`), so a move that fails or comes late
+        here is only logged (debug). Nothing without an info descriptor."""
+        fd, self.info_fd = self.info_fd, None
+        if fd is None:
+            return
+        procs = [os.path.join(path, "cgroup.procs") for path in self.cgroups]
+        threading.Thread(
+            target=_move_sandboxed, args=(fd, procs), name="rlmd-cgroup-move", daemon=True
+        ).start()
 
     def memory_oom_kills(self) -> int:
         """OOM kills counted by this launch's memory cgroup (0 without one)."""
@@ -399,6 +434,37 @@ class Launch:
             left = []
         self.cgroups = left
         return not left
+
+
+def _move_sandboxed(info_fd: int, procs: list[str]) -> None:
+    """Read bwrap's info (one JSON object, written at once after the ``clone``; up to its
+    closing brace or EOF, when bwrap ends without writing it) and write the child's pid to
+    each ``cgroup.procs`` in ``procs``."""
+    data = b""
+    try:
+        while b"}" not in data and (chunk := os.read(info_fd, 4096)):
+            data += chunk
+    except OSError as exc:
+        log.debug("cannot read bwrap's info: %s", exc)
+    finally:
+        os.close(info_fd)
+    try:
+        pid = json.loads(data)["child-pid"]
+        if not isinstance(pid, int) or isinstance(pid, bool) or pid <= 1:
+            raise ValueError(f"not a process id: {pid!r}")
+    except (ValueError, KeyError, TypeError) as exc:  # bwrap failed: the caller sees it
+        log.debug("no child pid in bwrap's info %r: %s", data[:200], exc)
+        return
+    for path in procs:
+        try:
+            fd = os.open(path, os.O_WRONLY | os.O_CLOEXEC)
+            try:
+                os.write(fd, str(pid).encode())
+            finally:
+                os.close(fd)
+        except OSError as exc:  # e.g. the kernel died already; it joins itself otherwise
+            log.debug("cannot move pid %d into %s: %s", pid, path, exc)
+            return
 
 
 _DEFERRED: set[str] = set()
@@ -555,6 +621,7 @@ class Isolation:
                 argv = [exe, *_unshare_args(network=self.config.limits.network), *argv]
         except BaseException:
             launch.close_fds()
+            launch.close_info()
             launch.remove_cgroups()
             raise
         launch.argv = argv
@@ -581,6 +648,8 @@ class Isolation:
             fd = os.open(os.path.join(path, "cgroup.procs"), os.O_WRONLY | os.O_CLOEXEC)
             launch.pass_fds.append(fd)
             args += ["--cgroup-fd", str(fd)]
+        if args:  # the kernel skips the join where the host moved it (Launch.join_early)
+            args += ["--cgroup-name", name]
         return args
 
     def _bwrap(self, argv: list[str], workdir: str, launch: Launch) -> list[str]:
@@ -625,6 +694,11 @@ class Isolation:
                 made.add(parent)
                 args += ["--perms", "0755", "--dir", parent]
         args += ["--bind", workdir, workdir, "--chdir", workdir]
+        if launch.cgroups:  # the child's host pid, for Launch.join_early
+            r, w = os.pipe()
+            launch.info_fd = r
+            launch.pass_fds.append(w)
+            args += ["--info-fd", str(w)]
         if self.seccomp:
             program = seccomp_program()
             assert program is not None

@@ -233,11 +233,13 @@ def launch(spec: LaunchSpec, workdir: str | None = None) -> KernelProcess:
     except (OSError, ValueError) as exc:
         if plan is not None:
             plan.close_fds()
+            plan.close_info()
             plan.remove_cgroups()
         if owned:
             workdirs.remove(folder)
         raise SandboxError(f"cannot start the kernel with {spec.argv[0]!r}: {exc}") from exc
     plan.close_fds()
+    plan.join_early()  # the cgroup move's wait overlaps the sandbox's set-up
     return KernelProcess(popen, folder, plan)
 
 
