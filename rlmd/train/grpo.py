@@ -36,7 +36,15 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
 
-from rlmd.train.sft import load_base, lora_config, plot_log, save_base_config, uses_bf16
+from rlmd.train.sft import (
+    check_adapter_options,
+    check_adapter_shape,
+    load_base,
+    lora_config,
+    plot_log,
+    save_base_config,
+    uses_bf16,
+)
 
 
 @dataclass
@@ -65,20 +73,11 @@ class GRPOOptions:
 
 def check_options(opts: GRPOOptions) -> None:
     """Raise ``ValueError`` for options no run can use (before minutes of loading):
-    ``steps``, ``rank``, ``alpha``, ``groups_per_step``, ``max_length``, ``save_steps`` or
-    ``threads`` below 1, ``lora_layers`` below 0, a ``learning_rate`` not above 0, an unknown
-    ``precision``."""
-    for name in ("steps", "rank", "alpha", "groups_per_step", "max_length", "save_steps"):
-        if getattr(opts, name) < 1:
-            raise ValueError(f"{name} must be >= 1, got {getattr(opts, name)}")
-    if opts.threads is not None and opts.threads < 1:
-        raise ValueError(f"threads must be >= 1, got {opts.threads}")
-    if opts.lora_layers is not None and opts.lora_layers < 0:
-        raise ValueError(f"lora_layers must be >= 0 (0 = all blocks), got {opts.lora_layers}")
-    if not opts.learning_rate > 0:
-        raise ValueError(f"learning_rate must be > 0, got {opts.learning_rate}")
-    if opts.precision not in ("auto", "fp32", "bf16"):
-        raise ValueError(f"precision must be auto, fp32 or bf16, got {opts.precision!r}")
+    ``steps``, ``rank``, ``alpha``, ``groups_per_step``, ``max_length`` or ``save_steps``
+    below 1, and as :func:`rlmd.train.sft.check_adapter_options`."""
+    check_adapter_options(
+        opts, ("steps", "rank", "alpha", "groups_per_step", "max_length", "save_steps")
+    )
 
 
 def sample_ids(tokenizer: Any, prompt: list, completion: list) -> tuple[list[int], int]:
@@ -140,22 +139,6 @@ def prepare_groups(tokenizer: Any, groups: list[dict], max_length: int) -> tuple
     return kept, report
 
 
-def _check_adapter(adapter: Path, config: Any) -> None:
-    """Refuse to continue from ``adapter`` when its shape differs from ``config``."""
-    saved = json.loads((adapter / "adapter_config.json").read_text())
-    want = {"r": config.r, "lora_alpha": config.lora_alpha,
-            "layers_to_transform": config.layers_to_transform}  # fmt: skip
-    have = {k: saved.get(k) for k in want}
-    if want != have:
-        diff = ", ".join(
-            f"{k} {have[k]} there, {want[k]} asked" for k in want if want[k] != have[k]
-        )
-        raise ValueError(
-            f"{adapter} holds another adapter ({diff}): continue with the options it was "
-            f"trained with (--rank, --alpha, --lora-layers), or train into a new --out"
-        )
-
-
 def train_grpo(
     base: str, data: str | Path, out: str | Path, opts: GRPOOptions | None = None
 ) -> dict[str, Any]:
@@ -198,7 +181,7 @@ def train_grpo(
     adapter, optim_path = out / "adapter", out / "optimizer.pt"
     resumed = (adapter / "adapter_config.json").exists()
     if resumed:
-        _check_adapter(adapter, config)
+        check_adapter_shape(adapter, config)
         model = PeftModel.from_pretrained(model, adapter, is_trainable=True)
     else:
         model = get_peft_model(model, config)

@@ -284,23 +284,29 @@ def check_resume(checkpoints: Path, config: Any) -> None:
     ``config`` (rank, alpha or adapted blocks): the optimizer state would not fit it.
 
     Raises:
-        ValueError: the newest checkpoint's ``adapter_config.json`` names other values; the
-            message says which and how to resume (the same options) or start over (a new
-            ``--out``)."""
+        ValueError: as :func:`check_adapter_shape`, for the newest checkpoint."""
     found = sorted(checkpoints.glob("checkpoint-*/adapter_config.json"), key=_step_of)
-    if not found:
-        return
-    saved = json.loads(found[-1].read_text())
+    if found:
+        check_adapter_shape(found[-1].parent, config, "resume")
+
+
+def check_adapter_shape(adapter: Path, config: Any, verb: str = "continue") -> None:
+    """Refuse to train on from the adapter folder ``adapter`` when its
+    ``adapter_config.json`` has another rank, alpha or adapted blocks than ``config``.
+
+    Raises:
+        ValueError: the values differ; the message says which and how to ``verb`` (the
+            same options) or start over (a new ``--out``)."""
+    saved = json.loads((adapter / "adapter_config.json").read_text())
     want = {"r": config.r, "lora_alpha": config.lora_alpha,
             "layers_to_transform": config.layers_to_transform}  # fmt: skip
-    have = {"r": saved.get("r"), "lora_alpha": saved.get("lora_alpha"),
-            "layers_to_transform": saved.get("layers_to_transform")}  # fmt: skip
+    have = {k: saved.get(k) for k in want}
     if want != have:
         diff = ", ".join(
             f"{k} {have[k]} there, {want[k]} asked" for k in want if want[k] != have[k]
         )
         raise ValueError(
-            f"{found[-1].parent} holds another adapter ({diff}): resume with the options "
+            f"{adapter} holds another adapter ({diff}): {verb} with the options "
             f"it was trained with (--rank, --alpha, --lora-layers), or train into a new --out"
         )
 
@@ -313,15 +319,25 @@ def _step_of(adapter_config: Path) -> int:
 def check_options(opts: SFTOptions) -> None:
     """Raise ``ValueError`` for options no run can use (before minutes of loading):
     ``steps``, ``rank``, ``alpha``, ``max_length``, ``batch_size``, ``grad_accum``,
-    ``save_steps`` or ``threads`` below 1, ``lora_layers`` below 0, an unknown
-    ``precision``."""
-    for name in ("steps", "rank", "alpha", "max_length", "batch_size", "grad_accum", "save_steps"):
+    ``save_steps`` or ``threads`` below 1, and as :func:`check_adapter_options`."""
+    check_adapter_options(
+        opts, ("steps", "rank", "alpha", "max_length", "batch_size", "grad_accum", "save_steps")
+    )
+
+
+def check_adapter_options(opts: Any, counts: tuple[str, ...]) -> None:
+    """Raise ``ValueError`` for a training run's options out of range: any of the fields
+    ``counts`` or ``threads`` below 1, ``lora_layers`` below 0, a ``learning_rate`` not above
+    0, a ``precision`` other than auto, fp32 or bf16 (shared by ``sft`` and ``grpo``)."""
+    for name in counts:
         if getattr(opts, name) < 1:
             raise ValueError(f"{name} must be >= 1, got {getattr(opts, name)}")
     if opts.threads is not None and opts.threads < 1:
         raise ValueError(f"threads must be >= 1, got {opts.threads}")
     if opts.lora_layers is not None and opts.lora_layers < 0:
         raise ValueError(f"lora_layers must be >= 0 (0 = all blocks), got {opts.lora_layers}")
+    if not opts.learning_rate > 0:
+        raise ValueError(f"learning_rate must be > 0, got {opts.learning_rate}")
     if opts.precision not in ("auto", "fp32", "bf16"):
         raise ValueError(f"precision must be auto, fp32 or bf16, got {opts.precision!r}")
 

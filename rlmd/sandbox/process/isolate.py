@@ -358,8 +358,8 @@ class Launch:
     host for :meth:`join_early`; ``None`` without cgroups or bwrap."""
 
     def close_fds(self) -> None:
-        """Close the parent's copies of the inherited descriptors (and, when the launch
-        failed, i.e. :meth:`join_early` will not run, the info descriptor)."""
+        """Close the parent's copies of the inherited descriptors (the info descriptor's
+        read end is :meth:`join_early`'s, or :meth:`close_info`'s when the launch failed)."""
         for fd in self.pass_fds:
             with contextlib.suppress(OSError):
                 os.close(fd)
