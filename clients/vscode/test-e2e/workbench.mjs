@@ -250,8 +250,13 @@ try {
     for (let i = 0; i < 240; i++) {
       const n = await page.locator("iframe.webview.ready").count();
       for (let k = 0; k < n; k++) {
-        const f = webview(k);
-        if ((await f.locator(selector, { hasText: text }).count()) > 0) return f;
+        if ((await webview(k).locator(selector, { hasText: text }).count()) === 0) continue;
+        // Pin the frame by the webview's id: a hidden panel without retainContextWhenHidden
+        // loses its iframe, and "nth=k" would then silently point at another panel.
+        const src = (await page.locator("iframe.webview.ready").nth(k).getAttribute("src")) || "";
+        const id = /[?&]id=([^&]+)/.exec(src);
+        if (!id) return webview(k);
+        return page.frameLocator(`iframe.webview.ready[src*="id=${id[1]}"]`).frameLocator("iframe#active-frame");
       }
       await page.waitForTimeout(250);
     }
@@ -305,7 +310,7 @@ try {
     await panel.locator("#note", { hasText: /the spend budget \(\$0\.0100\) ended the run; \$0\.\d+ spent, \$0\.\d+ \(\d+%\) over/ }).waitFor();
     await page.screenshot({ path: join(ARTIFACTS, "answer-budget.png") });
     await panel.locator("#traj").click();
-    const traj = await findWebview("#note", "spend budget");
+    const traj = await findWebview("#summary ~ #note", "spend budget"); // the trajectory's note, not the answer's
     await traj.locator(".timeline-row").first().waitFor();
     await page.waitForTimeout(300);
     await page.screenshot({ path: join(ARTIFACTS, "trajectory-budget.png") });
