@@ -346,14 +346,21 @@ class Store(Queries, Rollouts):
             self.flush()
         elif self._flush_loop is not loop:  # none scheduled, or on a loop that has ended
             self._flush_loop = loop
-            loop.call_later(FLUSH_DELAY_S, self.flush)
+            loop.call_later(FLUSH_DELAY_S, self._flush_due)
+
+    def _flush_due(self) -> None:
+        """:meth:`record_batched`'s timer: write what is kept. A step start's flush leaves
+        the timer running (it then writes what was kept since, sooner than its own
+        :data:`FLUSH_DELAY_S`): one timer per delay, not one per step (two per iteration,
+        most firing on nothing)."""
+        self._flush_loop = None
+        self.flush()
 
     def flush(self) -> None:
         """Write the events :meth:`record_batched` kept, in one transaction (an event that
         fails rolls the batch back; the events are then written one transaction each, so
         only the failing one is lost, as with :meth:`record`). Never raises."""
         with self._lock:
-            self._flush_loop = None
             pending, self._pending = self._pending, []
         if not pending:
             return
