@@ -18,7 +18,7 @@
                    [--precision auto|fp32|bf16]
     rlmd train grpo --base MODEL --data F --out NAME [--steps N] [--lr X] [--no-convert]
         [--max-length N] [--lora-layers N] [--threads N] [--precision auto|fp32|bf16]
-        [--groups-per-step N] [--save-steps N]
+        [--groups-per-step N] [--save-steps N] [--max-seconds S]
     rlmd train convert NAME --base MODEL [--merge [--quant q4_k_m|q5_k_m|q8_0|f16|f32]]
 
 Training output goes to ``<rlmd home>/train/NAME``; after ``sft``/``grpo`` the adapter is
@@ -154,6 +154,12 @@ def add_parser(sub: Any) -> None:
         else:
             f.add_argument(
                 "--groups-per-step", type=int, default=1, help="groups per update (default 1)"
+            )
+            f.add_argument(
+                "--max-seconds",
+                type=float,
+                help="stop before a step that would end past S seconds of training (judged by "
+                "the last step's length; at least one step runs)",
             )
     c = t.add_parser("convert", help="adapter → llama.cpp GGUF, registered as a model")
     c.add_argument("name")
@@ -428,12 +434,26 @@ def cmd_fit(args: argparse.Namespace) -> int:
                 lora_layers=args.lora_layers,
                 threads=args.threads,
                 precision=args.precision,
+                max_seconds=args.max_seconds,
             ),
+            progress=_grpo_progress,
         )
     err.print(json.dumps(record))
     if not args.no_convert:
         _convert(args.out, args.base)
     return 0
+
+
+def _grpo_progress(rec: dict[str, Any]) -> None:
+    """One stderr line per ``grpo`` step: loss, time, and each group's rewards."""
+    groups = "; ".join(
+        f"{markup(g['task_id'])} rewards {[round(r, 3) for r in g['rewards']]}"
+        for g in rec["groups"]
+    )
+    err.print(
+        f"step {rec['step']}: loss {rec['loss']:.4f}, {rec['step_seconds']:.1f} s "
+        f"({rec['seconds']:.0f} s in all); {groups}"
+    )
 
 
 def _convert(name: str, base: str) -> None:
