@@ -1083,11 +1083,15 @@ async def test_local_models_loading_at_once_keep_the_process_stdout_and_stderr(
 
     from llama_cpp._utils import suppress_stdout_stderr
 
-    inside, most = [0], [0]
+    inside, most, arrived = [0], [0], [0]
     count = threading.Lock()
 
     class Llama:
         def __init__(self, **kwargs: Any) -> None:
+            with count:
+                arrived[0] += 1
+                order = arrived[0]
+            time.sleep(0.05 * order)  # staggered: a later load saves an earlier one's /dev/null
             with suppress_stdout_stderr(disable=False):
                 with count:
                     inside[0] += 1
@@ -1130,5 +1134,5 @@ async def test_local_models_loading_at_once_keep_the_process_stdout_and_stderr(
         os.dup2(saved[1], 2)
         for fd in (*saved, target):
             os.close(fd)
-    assert most[0] == 1  # one load at a time
     assert after == before == [out.stat().st_ino] * 2
+    assert most[0] == 1  # one load at a time
