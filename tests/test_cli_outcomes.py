@@ -132,13 +132,16 @@ def test_runs_search_finds_prefixes_and_substrings(rlmd_home, tmp_path):
 @pytest.mark.parametrize(
     ("args", "needle"),
     [
-        (("runs", "--limit", "0"), "--limit must be >= 1"),
+        (("runs", "--limit", "0"), "--limit must be from 1 to"),
         (("serve", "--stdio", "--idle-timeout", "-1"), "--idle-timeout must be a number >= 0"),
         # review14: a misspelt level ran at INFO; an empty --model ("$MODEL" unset) ran the
         # default model instead
         (("serve", "--stdio", "--log-level", "verbose"), "invalid choice: 'VERBOSE'"),
         (("run", "q", "-c", "-", "-m", ""), "--model is empty; name a model"),
         (("run", "q", "-c", "-", "--sub-model", " "), "--sub-model is empty"),
+        (("runs", "--limit", str(2**63)), "--limit must be from 1 to 1,000,000,000"),
+        (("attach", "--stdio", "--timeout", "-1"), "--timeout must be a number of seconds > 0"),
+        (("attach", "--stdio", "--timeout", "nan"), "--timeout must be a number of seconds > 0"),
         (("run", "q", "-c", "-", "--template", "nosuch"), "no sandbox template 'nosuch'"),
         # a KeyError's message, not its repr in quotes
         (("run", "q", "-c", "-", "-m", "nosuch"), "error: unknown model 'nosuch'; known:"),

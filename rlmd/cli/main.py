@@ -212,10 +212,18 @@ def _main(argv: list[str] | None) -> int:
         return 1
 
 
+MAX_RUNS_LIMIT = 10**9
+"""The most runs ``rlmd runs --limit`` lists (SQLite takes no more than 2**63 - 1)."""
+
+
 def _check_args(args: argparse.Namespace) -> str | None:
     """A message for arguments that parse but make no sense, else ``None``."""
-    if args.command == "runs" and args.limit < 1:
-        return f"--limit must be >= 1, got {args.limit}"
+    if args.command == "runs" and not 1 <= args.limit <= MAX_RUNS_LIMIT:
+        # 2**63 reached SQLite and ended in an OverflowError traceback
+        return f"--limit must be from 1 to {MAX_RUNS_LIMIT:,}, got {args.limit}"
+    if args.command == "attach" and not (math.isfinite(args.timeout) and args.timeout > 0):
+        # -1 said "could not start the rlmd daemon ... see daemon.log", which had no error
+        return f"--timeout must be a number of seconds > 0, got {args.timeout}"
     if args.command == "serve":
         for name in ("idle_timeout", "client_stall", "max_message_bytes", "max_client_buffer"):
             value = getattr(args, name, None)
