@@ -134,6 +134,11 @@ def test_runs_search_finds_prefixes_and_substrings(rlmd_home, tmp_path):
     [
         (("runs", "--limit", "0"), "--limit must be >= 1"),
         (("serve", "--stdio", "--idle-timeout", "-1"), "--idle-timeout must be a number >= 0"),
+        # review14: a misspelt level ran at INFO; an empty --model ("$MODEL" unset) ran the
+        # default model instead
+        (("serve", "--stdio", "--log-level", "verbose"), "invalid choice: 'VERBOSE'"),
+        (("run", "q", "-c", "-", "-m", ""), "--model is empty; name a model"),
+        (("run", "q", "-c", "-", "--sub-model", " "), "--sub-model is empty"),
         (("run", "q", "-c", "-", "--template", "nosuch"), "no sandbox template 'nosuch'"),
         # a KeyError's message, not its repr in quotes
         (("run", "q", "-c", "-", "-m", "nosuch"), "error: unknown model 'nosuch'; known:"),

@@ -353,6 +353,9 @@ def _run_command(args: argparse.Namespace) -> int:
     try:
         if args.samples < 1:
             raise ValueError(f"--samples must be at least 1, not {args.samples}")
+        for flag, value in (("--model", args.model), ("--sub-model", args.sub_model)):
+            if value is not None and not value.strip():  # "$MODEL" unset: not the default
+                raise ValueError(f"{flag} is empty; name a model (rlmd models lists them)")
         context = _read_context(args.context)
         project = context if isinstance(context, Path) and context.is_dir() else Path.cwd()
         if isinstance(context, Path):  # read while the rest of rlmd starts up (imports too)
