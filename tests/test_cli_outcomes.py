@@ -172,3 +172,22 @@ def test_a_nan_budget_is_refused():
         Budget(max_usd=math.nan)
     with pytest.raises(ValueError, match="max_usd"):
         RLM(backend="scripted", backend_kwargs={"model_name": "x.json"}, max_budget=math.nan)
+
+
+@pytest.mark.parametrize("args", [("runs", "--json"), ("train", "summary", "--json")])
+def test_a_reader_that_goes_away_stops_the_command_quietly(rlmd_home, args):
+    """Review14: ``rlmd runs --json | head -c 10`` ended in a BrokenPipeError traceback, and
+    ``rlmd train summary --json | head`` printed "error: [Errno 32] Broken pipe"."""
+    import subprocess
+    import sys
+
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "rlmd", *args],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        env={**os.environ, "RLMD_HOME": str(rlmd_home)},
+    )
+    proc.stdout.close()  # before the command writes: its first write meets a closed pipe
+    stderr = proc.stderr.read().decode()
+    assert proc.wait(60) == 1, stderr
+    assert "Traceback" not in stderr and "Broken pipe" not in stderr, stderr

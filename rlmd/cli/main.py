@@ -156,6 +156,17 @@ def main(argv: list[str] | None = None) -> int:
         _pause_collector()
     try:
         return _main(argv)
+    except BrokenPipeError:
+        # Whoever read stdout went away (`rlmd runs --json | head -1`): stop quietly, as
+        # cat does, instead of a traceback; stdout goes to /dev/null so the interpreter's
+        # own flush at exit does not raise again.
+        import os
+
+        try:
+            os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+        except OSError:
+            pass
+        return 1
     finally:
         _start_up_done()
 
