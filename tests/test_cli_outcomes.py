@@ -191,3 +191,32 @@ def test_a_reader_that_goes_away_stops_the_command_quietly(rlmd_home, args):
     stderr = proc.stderr.read().decode()
     assert proc.wait(60) == 1, stderr
     assert "Traceback" not in stderr and "Broken pipe" not in stderr, stderr
+
+
+def test_stdin_past_the_context_limit_is_refused_not_read_to_the_end(monkeypatch):
+    """Review14: ``--context -`` read stdin whole, however much came: ``cat /dev/zero | rlmd
+    run ...`` grew rlmd until the machine ran out of memory, while a file over the 2 GiB
+    context limit is refused. Bytes that are not UTF-8 are replaced, as in a file."""
+    import importlib
+    import io
+
+    import rlmd.context
+
+    cli = importlib.import_module("rlmd.cli.main")  # rlmd.cli's "main" is the function
+
+    class Endless(io.RawIOBase):
+        def readable(self):
+            return True
+
+        def readinto(self, b):
+            b[:] = b"\0" * len(b)
+            return len(b)
+
+    monkeypatch.setattr(rlmd.context, "MAX_CONTEXT_FILE_BYTES", 3 * 2**20)
+    monkeypatch.setattr("sys.stdin", io.TextIOWrapper(io.BufferedReader(Endless())))
+    with pytest.raises(ValueError, match=r"stdin holds more than 3,145,728 bytes"):
+        cli._read_context("-")
+    data = b"caf\xc3\xa9 \xff" + b"x" * (3 * 2**20 - 7)
+    monkeypatch.setattr("sys.stdin", io.TextIOWrapper(io.BytesIO(data)))
+    text = cli._read_context("-")
+    assert text.startswith("café \ufffdx") and len(text) == 3 * 2**20 - 1

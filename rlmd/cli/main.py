@@ -315,11 +315,32 @@ def _read_context(arg: str | None):
     if arg is None:
         return None
     if arg == "-":
-        return sys.stdin.read()
+        return _read_stdin()
     path = Path(arg)
     if not path.exists():
         raise FileNotFoundError(f"--context: no such file or folder: {arg}")
     return path
+
+
+def _read_stdin() -> str:
+    """The whole of stdin as text (bytes that are not UTF-8 replaced, as for a file).
+
+    Raises:
+        ValueError: stdin holds more than a context file may (``cat /dev/zero | rlmd run``
+            grew rlmd until the machine ran out of memory).
+    """
+    from rlmd.context import MAX_CONTEXT_FILE_BYTES
+
+    chunks, size = [], 0
+    while chunk := sys.stdin.buffer.read(1 << 20):
+        chunks.append(chunk)
+        size += len(chunk)
+        if size > MAX_CONTEXT_FILE_BYTES:
+            raise ValueError(
+                f"--context -: stdin holds more than {MAX_CONTEXT_FILE_BYTES:,} bytes, the "
+                "limit for one context (split it, or load it yourself and pass the pieces)"
+            )
+    return b"".join(chunks).decode("utf-8", errors="replace")
 
 
 def _isolation_gap(run_config, required: bool) -> str | None:
