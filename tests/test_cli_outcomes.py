@@ -132,8 +132,16 @@ def test_runs_search_finds_prefixes_and_substrings(rlmd_home, tmp_path):
 @pytest.mark.parametrize(
     ("args", "needle"),
     [
-        (("runs", "--limit", "0"), "--limit must be >= 1"),
+        (("runs", "--limit", "0"), "--limit must be from 1 to"),
         (("serve", "--stdio", "--idle-timeout", "-1"), "--idle-timeout must be a number >= 0"),
+        # review14: a misspelt level ran at INFO; an empty --model ("$MODEL" unset) ran the
+        # default model instead
+        (("serve", "--stdio", "--log-level", "verbose"), "invalid choice: 'VERBOSE'"),
+        (("run", "q", "-c", "-", "-m", ""), "--model is empty; name a model"),
+        (("run", "q", "-c", "-", "--sub-model", " "), "--sub-model is empty"),
+        (("runs", "--limit", str(2**63)), "--limit must be from 1 to 1,000,000,000"),
+        (("attach", "--stdio", "--timeout", "-1"), "--timeout must be a number of seconds > 0"),
+        (("attach", "--stdio", "--timeout", "nan"), "--timeout must be a number of seconds > 0"),
         (("run", "q", "-c", "-", "--template", "nosuch"), "no sandbox template 'nosuch'"),
         # a KeyError's message, not its repr in quotes
         (("run", "q", "-c", "-", "-m", "nosuch"), "error: unknown model 'nosuch'; known:"),
@@ -164,3 +172,22 @@ def test_a_nan_budget_is_refused():
         Budget(max_usd=math.nan)
     with pytest.raises(ValueError, match="max_usd"):
         RLM(backend="scripted", backend_kwargs={"model_name": "x.json"}, max_budget=math.nan)
+
+
+@pytest.mark.parametrize("args", [("runs", "--json"), ("train", "summary", "--json")])
+def test_a_reader_that_goes_away_stops_the_command_quietly(rlmd_home, args):
+    """Review14: ``rlmd runs --json | head -c 10`` ended in a BrokenPipeError traceback, and
+    ``rlmd train summary --json | head`` printed "error: [Errno 32] Broken pipe"."""
+    import subprocess
+    import sys
+
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "rlmd", *args],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        env={**os.environ, "RLMD_HOME": str(rlmd_home)},
+    )
+    proc.stdout.close()  # before the command writes: its first write meets a closed pipe
+    stderr = proc.stderr.read().decode()
+    assert proc.wait(60) == 1, stderr
+    assert "Traceback" not in stderr and "Broken pipe" not in stderr, stderr

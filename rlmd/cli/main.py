@@ -156,6 +156,17 @@ def main(argv: list[str] | None = None) -> int:
         _pause_collector()
     try:
         return _main(argv)
+    except BrokenPipeError:
+        # Whoever read stdout went away (`rlmd runs --json | head -1`): stop quietly, as
+        # cat does, instead of a traceback; stdout goes to /dev/null so the interpreter's
+        # own flush at exit does not raise again.
+        import os
+
+        try:
+            os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+        except OSError:
+            pass
+        return 1
     finally:
         _start_up_done()
 
@@ -212,10 +223,18 @@ def _main(argv: list[str] | None) -> int:
         return 1
 
 
+MAX_RUNS_LIMIT = 10**9
+"""The most runs ``rlmd runs --limit`` lists (SQLite takes no more than 2**63 - 1)."""
+
+
 def _check_args(args: argparse.Namespace) -> str | None:
     """A message for arguments that parse but make no sense, else ``None``."""
-    if args.command == "runs" and args.limit < 1:
-        return f"--limit must be >= 1, got {args.limit}"
+    if args.command == "runs" and not 1 <= args.limit <= MAX_RUNS_LIMIT:
+        # 2**63 reached SQLite and ended in an OverflowError traceback
+        return f"--limit must be from 1 to {MAX_RUNS_LIMIT:,}, got {args.limit}"
+    if args.command == "attach" and not (math.isfinite(args.timeout) and args.timeout > 0):
+        # -1 said "could not start the rlmd daemon ... see daemon.log", which had no error
+        return f"--timeout must be a number of seconds > 0, got {args.timeout}"
     if args.command == "serve":
         for name in ("idle_timeout", "client_stall", "max_message_bytes", "max_client_buffer"):
             value = getattr(args, name, None)
@@ -353,6 +372,9 @@ def _run_command(args: argparse.Namespace) -> int:
     try:
         if args.samples < 1:
             raise ValueError(f"--samples must be at least 1, not {args.samples}")
+        for flag, value in (("--model", args.model), ("--sub-model", args.sub_model)):
+            if value is not None and not value.strip():  # "$MODEL" unset: not the default
+                raise ValueError(f"{flag} is empty; name a model (rlmd models lists them)")
         context = _read_context(args.context)
         project = context if isinstance(context, Path) and context.is_dir() else Path.cwd()
         if isinstance(context, Path):  # read while the rest of rlmd starts up (imports too)

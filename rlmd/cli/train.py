@@ -194,6 +194,8 @@ def run(args: argparse.Namespace) -> int:
             raise
         err.print(f"[red]error:[/] {markup(exc)}")
         return 1
+    except BrokenPipeError:
+        raise  # stdout's reader went away (`| head`): rlmd's main stops quietly
     except OSError as exc:  # a folder it cannot write, a full disk, a name too long
         err.print(f"[red]error:[/] {markup(exc)}")
         return 1
