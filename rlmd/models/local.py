@@ -14,7 +14,9 @@ call and kept until :meth:`LocalModel.aclose`.
 * LoRA: ``spec.options["lora_path"]``, a llama.cpp LoRA GGUF applied on top of the model
   (``Llama(lora_path=...)``; the models ``rlmd train`` fine-tunes, :mod:`rlmd.train.gguf_lora`).
 * Concurrency: one ``Llama`` is not thread-safe, so calls run one at a time in a worker
-  thread (``asyncio.to_thread``) under a lock; waiting calls hold no thread.
+  thread (``asyncio.to_thread``) under a lock; waiting calls hold no thread. Loads of
+  different models run one at a time in a process (``_LOAD_LOCK``: llama-cpp-python
+  redirects the process's stdout and stderr while it loads).
 * Cancellation and ``spec.timeout_s``: generation is stopped at the next token by forcing
   the end-of-sequence token; prompt processing itself cannot be interrupted.
 * Stop strings: the reply is streamed and matched here, so generation ends at the first
