@@ -648,3 +648,25 @@ def test_only_a_single_run_spools_the_codebase(rlmd_home, codebase, samples, tmp
     assert code == "0", proc.stderr[-2000:]
     assert json.loads(proc.stdout)["answer"] == "5"
     assert (int(kept) > 0) == (samples == "1")
+
+
+def test_sandbox_ls_shows_every_cell_whole_at_80_columns() -> None:
+    """Review14: on 80 columns ``rlmd sandbox ls`` cut the image tag to ``rlmd/sandbox-b…``
+    and the creation time to ``2026-12-02T23:…``."""
+    from rich.console import Console
+
+    from rlmd.cli.sandbox import templates_table
+    from rlmd.sandbox.docker.images import TemplateInfo
+
+    infos = [
+        TemplateInfo("base", "rlmd/sandbox-base:latest", "/t/base", "6132bf735b02", 253_000_000,
+                     "2026-12-02T23:38:07", stale=True),
+        TemplateInfo("data", "rlmd/sandbox-data:latest", "/t/data"),
+    ]  # fmt: skip
+    for width in (200, 80, 40):
+        console = Console(width=width, record=True, color_system=None)
+        console.print(templates_table(infos, width))
+        text = console.export_text()
+        assert "…" not in text and all(len(line) <= width for line in text.splitlines())
+        assert "2026-12-02 23:38" in text and "6132bf735b02" in text and "(stale)" in text
+        assert "rlmd/sandbox-base:latest" in text and "rlmd/sandbox-data:latest" in text
