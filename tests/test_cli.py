@@ -670,3 +670,26 @@ def test_sandbox_ls_shows_every_cell_whole_at_80_columns() -> None:
         assert "…" not in text and all(len(line) <= width for line in text.splitlines())
         assert "2026-12-02 23:38" in text and "6132bf735b02" in text and "(stale)" in text
         assert "rlmd/sandbox-base:latest" in text and "rlmd/sandbox-data:latest" in text
+
+
+def test_doctor_keeps_a_wrapped_fix_in_its_column() -> None:
+    """Review14: at 80 columns a fix wrapped back to the left edge, splitting its command
+    (``rlmd attach`` at the end of one line, ``--stdio`` at the start of the next)."""
+    from rich.console import Console
+
+    from rlmd.cli.doctor import checks_table
+    from rlmd.server.doctor import Check
+
+    checks = [
+        Check("daemon", "warn", "not running (no socket at /a/long/home/run/rlmd.sock)",
+              fix="start it with: rlmd serve  (editors start it via rlmd attach --stdio)"),
+        Check("python", "ok", "3.11.7"),
+    ]  # fmt: skip
+    console = Console(width=60, record=True, color_system=None)
+    console.print(checks_table(checks))
+    lines = console.export_text().splitlines()
+    assert lines[0].startswith("warn  daemon: not running")
+    fix = next(n for n, line in enumerate(lines) if "fix:" in line)
+    assert lines[fix].startswith("      fix: start it with")
+    assert lines[fix + 1].startswith(" " * 11) and "rlmd attach --stdio" in lines[fix + 1]
+    assert lines[-1].startswith("  ok  python: 3.11.7")
