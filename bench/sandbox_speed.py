@@ -9,8 +9,10 @@ Rows (bench/README.md, "Sandbox speed", says what each number means):
   rlimits, cgroups, seccomp), ``subprocess`` plain (``isolation="none"``, no limits) and
   ``container`` when :func:`rlmd.sandbox.unavailable_reason` says it can start; floors: a raw
   pipe round trip (a child echoing length-prefixed JSON, blocking reads; and the same child
-  read through asyncio, as rlmd's host reads) and ``docker exec`` into a running container
-  (when docker and an ``rlmd/sandbox-base`` image are there);
+  read through asyncio, as rlmd's host reads; and, for information, the raw pipe with both
+  processes pinned to one CPU and to two: 20 against 50-80 us on the dev VM, and the
+  unpinned floor is one or the other as the scheduler places them) and ``docker exec``
+  into a running container (when docker and an ``rlmd/sandbox-base`` image are there);
 * **cold start**: create + ``start`` + the first cell, per backend (subprocess with the spare
   kernel ready, as in a daemon that has started kernels before, and without one); floors: a
   fresh ``python -c pass`` (site on) and ``python -I -S -c pass``;
@@ -140,10 +142,32 @@ while True:
 """
 
 
-def pipe_floor(n: int, warm: int, child: str = FLOOR_CHILD) -> list[float]:
+def pipe_floor(
+    n: int, warm: int, child: str = FLOOR_CHILD, cpus: tuple[int, int] | None = None
+) -> list[float]:
     """Round trips of one JSON frame through a persistent echoing child (blocking I/O);
     with ``FLOOR_EXEC_CHILD``, a child that also compiles and runs the cell, capturing its
-    stdout (what any out-of-process REPL does at least)."""
+    stdout (what any out-of-process REPL does at least). ``cpus``: this process and the
+    child pinned to these CPUs meanwhile (the same one twice: every wake-up a switch on
+    one core; two: each wake-up crosses to the other core)."""
+    mask = os.sched_getaffinity(0) if cpus is not None else None
+    if cpus is not None:
+        os.sched_setaffinity(0, {cpus[0]})
+    try:
+        return _pipe_floor(n, warm, child, cpus)
+    finally:
+        if mask is not None:
+            os.sched_setaffinity(0, mask)
+
+
+def pinnable_cpus() -> list[int]:
+    """The CPUs this process may run on, when it can pin itself to one (Linux)."""
+    if not hasattr(os, "sched_getaffinity"):
+        return []
+    return sorted(os.sched_getaffinity(0))
+
+
+def _pipe_floor(n: int, warm: int, child: str, cpus: tuple[int, int] | None) -> list[float]:
     proc = subprocess.Popen(
         [sys.executable, "-I", "-S", "-c", child],
         stdin=subprocess.PIPE,
@@ -151,6 +175,8 @@ def pipe_floor(n: int, warm: int, child: str = FLOOR_CHILD) -> list[float]:
         bufsize=0,
     )
     assert proc.stdin is not None and proc.stdout is not None
+    if cpus is not None:
+        os.sched_setaffinity(proc.pid, {cpus[1]})
     w, r = proc.stdin.fileno(), proc.stdout.fileno()
 
     def read(k: int) -> bytes:
@@ -336,6 +362,13 @@ async def main_async(profile: dict[str, int]) -> dict[str, Any]:
     rt["pipe floor"] = pipe_floor(profile["rt_n"], profile["rt_warm"])
     rt["pipe floor (asyncio)"] = await asyncio_pipe_floor(profile["rt_n"], profile["rt_warm"])
     rt["pipe + exec floor"] = pipe_floor(profile["rt_n"], profile["rt_warm"], FLOOR_EXEC_CHILD)
+    cpus = pinnable_cpus()
+    if len(cpus) >= 2:  # where the scheduler puts the floor's two processes moves it 3-4x
+        pinned = {"same CPU": (cpus[0], cpus[0]), "two CPUs": (cpus[0], cpus[1])}
+        for label, pair in pinned.items():
+            rt[f"pipe floor, {label} (pinned)"] = pipe_floor(
+                profile["rt_n"], profile["rt_warm"], cpus=pair
+            )
     dex, why = docker_exec_floor(profile["floor_n"])
     if dex is not None:
         rt["docker exec (floor)"] = dex
@@ -392,6 +425,11 @@ def targets(res: dict[str, Any]) -> list[list[str]]:
             add(f"{name} vs asyncio pipe", v, "-", None, f"{v / afloor:.1f}x asyncio pipe")
             efloor = rt["pipe + exec floor"]["median"]
             add(f"{name} vs pipe + exec", v, "-", None, f"{v / efloor:.1f}x pipe + exec")
+            for label in ("same CPU", "two CPUs"):
+                pinned = rt.get(f"pipe floor, {label} (pinned)")
+                if pinned is not None:
+                    x = v / pinned["median"]
+                    add(f"{name} vs pipe, {label}", v, "-", None, f"{x:.1f}x pinned pipe")
     for name in ("subprocess hardened, spare ready", "subprocess hardened, no spare"):
         if name in cold:
             v = cold[name]["median"]

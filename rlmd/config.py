@@ -150,14 +150,16 @@ def load(project_dir: Path | None = None) -> Settings:
     """Built-ins, then the user config, then the project config of ``project_dir``.
 
     Raises:
-        ValueError: a config file is not valid TOML, has an unknown key or a value of the
-            wrong type, or (a project's file) sets what only the user may set; the message
-            names the file and the key.
+        ValueError: a config file is not UTF-8 or not valid TOML, has an unknown key or a
+            value of the wrong type, or (a project's file) sets what only the user may set;
+            the user config is not a regular file; the message names the file and the key.
     """
     settings = Settings()
     user = paths.user_config_path()
     if user.is_file():
         read_file(settings, user)
+    elif user.exists():  # a folder (or a FIFO, never opened) was passed over without a word
+        raise ValueError(f"{user}: not a regular file; the user config is a TOML file")
     if project_dir is not None:
         project = paths.project_config_path(Path(project_dir))
         if project is not None:
@@ -172,13 +174,17 @@ def read_file(settings: Settings, path: Path, *, trusted: bool = True) -> None:
         trusted: ``False`` for a project's own config file (see the module docstring).
 
     Raises:
-        ValueError: invalid TOML, unknown key or wrong type (naming ``path`` and the key),
-            or, for an untrusted file, a key only the user config may set.
+        ValueError: not UTF-8, invalid TOML, unknown key or wrong type (naming ``path`` and
+            the key), or, for an untrusted file, a key only the user config may set.
     """
     import tomllib  # here: most runs have no config file to read
 
+    try:  # utf-8-sig: a byte-order mark (Windows editors write one) is not a TOML error
+        text = path.read_bytes().decode("utf-8-sig")
+    except UnicodeDecodeError as exc:
+        raise ValueError(f"{path}: not UTF-8 text ({exc.reason} at byte {exc.start})") from None
     try:
-        data = tomllib.loads(path.read_text(encoding="utf-8"))
+        data = tomllib.loads(text)
     except tomllib.TOMLDecodeError as exc:
         raise ValueError(f"{path}: invalid TOML: {exc}") from None
     trusted_models = set(settings.models)  # built-ins and the user's, before this file
@@ -478,6 +484,8 @@ def user_model_names() -> set[str]:
     user = paths.user_config_path()
     if user.is_file():
         read_file(settings, user)
+    elif user.exists():  # a folder (or a FIFO, never opened) was passed over without a word
+        raise ValueError(f"{user}: not a regular file; the user config is a TOML file")
     return set(settings.models)
 
 

@@ -885,10 +885,12 @@ def _load_path(
             "(split it, or load it yourself and pass the pieces as a list)"
         )
     text = path.read_text(encoding="utf-8", errors="replace")
+    if path.suffix in (".json", ".jsonl"):
+        text = text.removeprefix("\ufeff")  # a byte-order mark (Windows editors), not JSON
     if path.suffix == ".json":
         try:
             value = json.loads(text)
-        except json.JSONDecodeError as exc:
+        except ValueError as exc:  # also an integer of more than 4,300 digits
             raise ValueError(f"{path}: not valid JSON: {exc}") from exc
         except RecursionError:
             raise ValueError(f"{path}: JSON nested too deeply to load") from None
@@ -901,7 +903,7 @@ def _load_path(
             if line.strip():
                 try:
                     items.append(json.loads(line))
-                except json.JSONDecodeError as exc:
+                except ValueError as exc:  # also an integer of more than 4,300 digits
                     raise ValueError(f"{path}:{n}: not valid JSON: {exc}") from exc
                 except RecursionError:
                     raise ValueError(f"{path}:{n}: JSON nested too deeply to load") from None

@@ -648,3 +648,48 @@ def test_only_a_single_run_spools_the_codebase(rlmd_home, codebase, samples, tmp
     assert code == "0", proc.stderr[-2000:]
     assert json.loads(proc.stdout)["answer"] == "5"
     assert (int(kept) > 0) == (samples == "1")
+
+
+def test_sandbox_ls_shows_every_cell_whole_at_80_columns() -> None:
+    """Review14: on 80 columns ``rlmd sandbox ls`` cut the image tag to ``rlmd/sandbox-b…``
+    and the creation time to ``2026-12-02T23:…``."""
+    from rich.console import Console
+
+    from rlmd.cli.sandbox import templates_table
+    from rlmd.sandbox.docker.images import TemplateInfo
+
+    infos = [
+        TemplateInfo("base", "rlmd/sandbox-base:latest", "/t/base", "6132bf735b02", 253_000_000,
+                     "2026-12-02T23:38:07", stale=True),
+        TemplateInfo("data", "rlmd/sandbox-data:latest", "/t/data"),
+    ]  # fmt: skip
+    for width in (200, 80, 40):
+        console = Console(width=width, record=True, color_system=None)
+        console.print(templates_table(infos, width))
+        text = console.export_text()
+        assert "…" not in text and all(len(line) <= width for line in text.splitlines())
+        assert "2026-12-02 23:38" in text and "6132bf735b02" in text and "(stale)" in text
+        assert "rlmd/sandbox-base:latest" in text and "rlmd/sandbox-data:latest" in text
+
+
+def test_doctor_keeps_a_wrapped_fix_in_its_column() -> None:
+    """Review14: at 80 columns a fix wrapped back to the left edge, splitting its command
+    (``rlmd attach`` at the end of one line, ``--stdio`` at the start of the next)."""
+    from rich.console import Console
+
+    from rlmd.cli.doctor import checks_table
+    from rlmd.server.doctor import Check
+
+    checks = [
+        Check("daemon", "warn", "not running (no socket at /a/long/home/run/rlmd.sock)",
+              fix="start it with: rlmd serve  (editors start it via rlmd attach --stdio)"),
+        Check("python", "ok", "3.11.7"),
+    ]  # fmt: skip
+    console = Console(width=60, record=True, color_system=None)
+    console.print(checks_table(checks))
+    lines = console.export_text().splitlines()
+    assert lines[0].startswith("warn  daemon: not running")
+    fix = next(n for n, line in enumerate(lines) if "fix:" in line)
+    assert lines[fix].startswith("      fix: start it with")
+    assert lines[fix + 1].startswith(" " * 11) and "rlmd attach --stdio" in lines[fix + 1]
+    assert lines[-1].startswith("  ok  python: 3.11.7")

@@ -132,8 +132,16 @@ def test_runs_search_finds_prefixes_and_substrings(rlmd_home, tmp_path):
 @pytest.mark.parametrize(
     ("args", "needle"),
     [
-        (("runs", "--limit", "0"), "--limit must be >= 1"),
+        (("runs", "--limit", "0"), "--limit must be from 1 to"),
         (("serve", "--stdio", "--idle-timeout", "-1"), "--idle-timeout must be a number >= 0"),
+        # review14: a misspelt level ran at INFO; an empty --model ("$MODEL" unset) ran the
+        # default model instead
+        (("serve", "--stdio", "--log-level", "verbose"), "invalid choice: 'VERBOSE'"),
+        (("run", "q", "-c", "-", "-m", ""), "--model is empty; name a model"),
+        (("run", "q", "-c", "-", "--sub-model", " "), "--sub-model is empty"),
+        (("runs", "--limit", str(2**63)), "--limit must be from 1 to 1,000,000,000"),
+        (("attach", "--stdio", "--timeout", "-1"), "--timeout must be a number of seconds > 0"),
+        (("attach", "--stdio", "--timeout", "nan"), "--timeout must be a number of seconds > 0"),
         (("run", "q", "-c", "-", "--template", "nosuch"), "no sandbox template 'nosuch'"),
         # a KeyError's message, not its repr in quotes
         (("run", "q", "-c", "-", "-m", "nosuch"), "error: unknown model 'nosuch'; known:"),
@@ -164,3 +172,51 @@ def test_a_nan_budget_is_refused():
         Budget(max_usd=math.nan)
     with pytest.raises(ValueError, match="max_usd"):
         RLM(backend="scripted", backend_kwargs={"model_name": "x.json"}, max_budget=math.nan)
+
+
+@pytest.mark.parametrize("args", [("runs", "--json"), ("train", "summary", "--json")])
+def test_a_reader_that_goes_away_stops_the_command_quietly(rlmd_home, args):
+    """Review14: ``rlmd runs --json | head -c 10`` ended in a BrokenPipeError traceback, and
+    ``rlmd train summary --json | head`` printed "error: [Errno 32] Broken pipe"."""
+    import subprocess
+    import sys
+
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "rlmd", *args],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        env={**os.environ, "RLMD_HOME": str(rlmd_home)},
+    )
+    proc.stdout.close()  # before the command writes: its first write meets a closed pipe
+    stderr = proc.stderr.read().decode()
+    assert proc.wait(60) == 1, stderr
+    assert "Traceback" not in stderr and "Broken pipe" not in stderr, stderr
+
+
+def test_stdin_past_the_context_limit_is_refused_not_read_to_the_end(monkeypatch):
+    """Review14: ``--context -`` read stdin whole, however much came: ``cat /dev/zero | rlmd
+    run ...`` grew rlmd until the machine ran out of memory, while a file over the 2 GiB
+    context limit is refused. Bytes that are not UTF-8 are replaced, as in a file."""
+    import importlib
+    import io
+
+    import rlmd.context
+
+    cli = importlib.import_module("rlmd.cli.main")  # rlmd.cli's "main" is the function
+
+    class Endless(io.RawIOBase):
+        def readable(self):
+            return True
+
+        def readinto(self, b):
+            b[:] = b"\0" * len(b)
+            return len(b)
+
+    monkeypatch.setattr(rlmd.context, "MAX_CONTEXT_FILE_BYTES", 3 * 2**20)
+    monkeypatch.setattr("sys.stdin", io.TextIOWrapper(io.BufferedReader(Endless())))
+    with pytest.raises(ValueError, match=r"stdin holds more than 3,145,728 bytes"):
+        cli._read_context("-")
+    data = b"caf\xc3\xa9 \xff" + b"x" * (3 * 2**20 - 7)
+    monkeypatch.setattr("sys.stdin", io.TextIOWrapper(io.BytesIO(data)))
+    text = cli._read_context("-")
+    assert text.startswith("café \ufffdx") and len(text) == 3 * 2**20 - 1

@@ -142,3 +142,35 @@ def test_show_and_export_of_a_run_id_with_a_byte_that_is_not_utf8(tmp_path: Path
         assert done.returncode == 2
         assert "no run 'ab\\udcff' (see rlmd runs)" in done.stderr
         assert "codec" not in done.stderr
+
+
+def test_a_huge_answer_is_shown_in_part_and_long_values_wrap_under_their_column() -> None:
+    """Review14: a 50 MB ``FINAL`` (model code can write one) took ``rlmd show`` 23 s and
+    1 GB to draw, all of it in the panel; and a long budget note wrapped back to the panel's
+    edge, so its second line began ``budget (10) ended the run`` as if it were a label."""
+    from rlmd.cli.render import MAX_SHOWN_ANSWER
+
+    run = {
+        "id": "r1",
+        "status": "max_iterations",
+        "question": "q",
+        "answer": "ab" * 60_000 + "/a/very/long/path/" + "x" * 300,
+        "answer_source": "extraction",
+        "error": "no final answer after 10 iterations",
+        "budget": {"max_iterations": 10},
+        "iterations": 10,
+    }
+    console = Console(record=True, width=80, color_system=None)
+    console.print(run_summary(run))
+    text = console.export_text()
+    assert f"{120_318 - MAX_SHOWN_ANSWER:,} more characters" in text
+    assert "rlmd export r1 has the whole answer" in text
+    assert len(text) < 2 * MAX_SHOWN_ANSWER and "…" in text
+    assert "ab" * 30 in text  # folded onto lines of its own, not cut
+    labels = [line[2:11].strip() for line in text.splitlines()[1:6]]
+    assert labels == ["status", "question", "answer", "", ""], labels
+    wrapped = [line for line in text.splitlines() if "budget" in line]
+    assert len(wrapped) == 2 and "budget (10) ended the run" in wrapped[1], wrapped
+    assert all(line[2:11].strip() in ("budget", "") for line in wrapped), wrapped
+    short = text_of(run_summary({**run, "answer": "42"}))
+    assert "answer   42  (extraction)" in short and "more characters" not in short

@@ -590,3 +590,35 @@ def test_a_whole_float_count_in_the_user_config_runs(rlmd_home: Path, tmp_path: 
     )  # fmt: skip
     assert done.returncode == 0, done.stderr
     assert done.stdout.strip() == "42"
+
+
+def test_a_config_file_that_is_not_utf8_names_the_file_and_a_bom_is_accepted(
+    rlmd_home: Path, tmp_path: Path
+) -> None:
+    """Review14: a user or project config with a byte that is not UTF-8 stopped rlmd with
+    ``'utf-8' codec can't decode byte 0xff in position 15`` (which file?), and one saved
+    with a byte-order mark (Windows Notepad) was 'invalid TOML (at line 1, column 1)'."""
+    user = rlmd_home / "config.toml"
+    user.write_bytes(b'[run]\nmodel = "\xff"\n')
+    with pytest.raises(ValueError, match=r"config\.toml: not UTF-8 text \(.* at byte 15\)"):
+        config.load()
+    user.write_bytes(b"\xef\xbb\xbf[run]\nmax_iterations = 3\n")
+    assert config.load().run["max_iterations"] == 3
+    project = tmp_path / "proj"
+    project.mkdir()
+    (project / ".rlmd.toml").write_bytes(b"\xff[run]\n")
+    with pytest.raises(ValueError, match=r"\.rlmd\.toml: not UTF-8 text"):
+        config.load(project)
+    (project / ".rlmd.toml").write_bytes(b"\xef\xbb\xbf[run]\nmax_iterations = 2\n")
+    assert config.load(project).run["max_iterations"] == 2
+
+
+def test_a_user_config_that_is_a_folder_is_refused_not_passed_over(rlmd_home: Path) -> None:
+    """Review14: ``config.toml`` made a folder (``mkdir -p`` of the wrong path) was passed
+    over without a word: every setting in it silently at its default."""
+    (rlmd_home / "config.toml").mkdir()
+    with pytest.raises(ValueError, match=r"config\.toml: not a regular file"):
+        config.load()
+    proc = rlmd("models", home=rlmd_home)
+    assert proc.returncode == 2 and "not a regular file" in proc.stderr
+    assert "Traceback" not in proc.stderr

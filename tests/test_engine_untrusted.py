@@ -3,6 +3,9 @@ not override."""
 
 from __future__ import annotations
 
+import asyncio
+
+import pytest
 from helpers.scripted import last_user, repl, scripted_registry, turn_of
 
 from rlmd.engine import Budget, RunConfig, run_task
@@ -111,3 +114,59 @@ async def test_repl_code_cannot_switch_to_a_hosted_shorthand_the_run_was_not_con
     assert "'openai:' shorthands reach a provider" in feedback and "GOT" not in feedback
     assert "CONFIGURED hosted answer" in feedback  # the user's configured name still works
     assert [r["body"]["model"] for r in server.requests] == ["m"]
+
+
+SPAWN = (
+    "import threading\n"
+    "out = []\n"
+    "def ask(i):\n"
+    "    try:\n"
+    "        out.append(FN(f'part {i}'))\n"
+    "    except Exception as e:\n"
+    "        out.append('ERR ' + str(e))\n"
+    "ts = [threading.Thread(target=ask, args=(i,)) for i in range(12)]\n"
+    "for t in ts: t.start()\n"
+    "for t in ts: t.join()\n"
+    "print(len(out), sorted(set(out)))\n"
+)
+
+
+@pytest.mark.parametrize("fn", ["rlm_query", "llm_query"])
+async def test_threads_of_a_cell_get_no_more_subcalls_at_once_than_a_batch(fn):
+    """Review14: twelve threads of one cell, each calling ``rlm_query``, had twelve child
+    runs going at once (each with a REPL of its own: a kernel process per child, outside
+    every limit of the cell's sandbox), and twelve ``llm_query`` threads twelve model calls;
+    ``max_concurrent_subcalls`` (4) bounded only a batch. It now bounds a run's sub-calls
+    and child runs however they are started; the rest wait their turn and all answer."""
+    live = {"now": 0, "max": 0}
+
+    async def sub(messages):
+        live["now"] += 1
+        live["max"] = max(live["max"], live["now"])
+        try:
+            await asyncio.sleep(0.2)
+        finally:
+            live["now"] -= 1
+        return repl("FINAL('child done')") if fn == "rlm_query" else "sub done"
+
+    seen = []
+
+    def root(messages):
+        seen.append(messages)
+        return repl(SPAWN.replace("FN", fn)) if turn_of(messages) == 0 else repl("FINAL('done')")
+
+    reg = scripted_registry(root=root, sub=sub)
+    cfg = RunConfig(
+        root_model="root",
+        sub_model="sub",
+        sandbox="inprocess",
+        budget=Budget(max_iterations=3, max_depth=2),
+    )
+    try:
+        result = await run_task("q", "ctx", cfg, get_model=reg.get)
+    finally:
+        await reg.aclose()
+    assert result.status == "completed", result.error
+    assert live["max"] == cfg.max_concurrent_subcalls == 4
+    want = "child done" if fn == "rlm_query" else "sub done"
+    assert f"12 ['{want}']" in last_user(seen[1])

@@ -37,6 +37,34 @@ CELLS = [
     "print(1); None",
     "[i for i in range(3)]",
     "x = 1; [i for i in range(x)]",
+    # a line whose parts before the last ";" assign to names: one compile in "single" mode
+    "x = 1; y = 2",
+    "x = 1; y = x * 2; y * 3",
+    "x = 1; x",
+    "x = 1; del x",
+    "x = 1; import os",
+    "x=1;x",
+    "x = 1;\tx",
+    "x = 1; ",
+    "x = 'a; y = 2'; x",
+    "x = 'a; y = 2'; y = 3",
+    "x = 1; y = 2  # ; z = 3",
+    "x = 1; y = 2  # ; 5",
+    "x = [1]; *x, 0",
+    "f = print; f(1); 2",
+    "x = 1; x == 1",
+    "x = y = 3; x + y",
+    "x = 1; x += 1; x",
+    "a = 1\nb = 2; a + b",
+    "def f():\n    return 5\nr = f(); r",
+    "_ = 7; _",
+    "type = 8; type",
+    "x = 1; y = 1/0; x",
+    "x = 1; 1/0",
+    "x = 1/0; x",
+    "x = 1; b c",
+    "x = 1; return 1",
+    "x; y = 1; z",
     # errors at run time: the traceback's line and column marks
     "1/0",
     "y = 1; 1/ 0",
@@ -104,7 +132,11 @@ def test_a_cell_split_into_parts_runs_as_its_ast_would(
 @pytest.mark.parametrize(
     ("code", "parts"),
     [
-        ("x = sum(range(100)); print(x)", 2),
+        ("x = sum(range(100)); print(x)", 1),
+        ("a = 1; b = 2; a + b", 1),
+        ("x = 1\ny = 2; y", 2),
+        ("b = [1]; 0, *b", 1),
+        ("print(1); 2", 2),
         ("x = 5\nx", 2),
         ("x = 5", 1),
         ("for i in range(3):\n    print(i)", 1),
@@ -120,7 +152,7 @@ def test_the_usual_shapes_are_split(code: str, parts: int) -> None:
 
 @pytest.mark.parametrize(
     "code",
-    ["import os; os.sep", "b = [1]; 0, *b", "x = 1\r\nx", "if a:\n    b\nelse:\n    c", "a; b = 1"],
+    ["import os; os.sep", "x = 1\r\nx", "if a:\n    b\nelse:\n    c", "a; b = 1"],
 )
 def test_shapes_it_cannot_prove_are_left_to_the_ast(code: str) -> None:
     assert cells.split(code, "<cell>") is None

@@ -1067,3 +1067,72 @@ async def test_a_lone_surrogate_model_code_printed_is_counted_by_a_local_models_
     assert (result.status, result.answer) == ("completed", "1")
     assert any("a\ufffd" in c for c in seen)
     assert not any(0xD800 <= ord(ch) <= 0xDFFF for c in seen for ch in c)
+
+
+async def test_local_models_loading_at_once_keep_the_process_stdout_and_stderr(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """llama-cpp-python silences a load by pointing fds 1 and 2 at /dev/null and back
+    (``suppress_stdout_stderr``, not thread-safe). Two local models loading at once (the
+    sample models of ``rlmd train rollout --parallel 2``) interleaved that, and the process's
+    stdout and stderr stayed /dev/null: session 14's rollout printed nothing after its first
+    line. The stand-in below loads as llama-cpp-python does (the library's own context
+    manager, a pause inside it); loads now run one at a time and both fds come back."""
+    llama_cpp = pytest.importorskip("llama_cpp")
+    import threading
+
+    from llama_cpp._utils import suppress_stdout_stderr
+
+    inside, most, arrived = [0], [0], [0]
+    count = threading.Lock()
+
+    class Llama:
+        def __init__(self, **kwargs: Any) -> None:
+            with count:
+                arrived[0] += 1
+                order = arrived[0]
+            time.sleep(0.05 * order)  # staggered: a later load saves an earlier one's /dev/null
+            with suppress_stdout_stderr(disable=False):
+                with count:
+                    inside[0] += 1
+                    most[0] = max(most[0], inside[0])
+                time.sleep(0.2)  # a load takes a while: let another thread try to start one
+                with count:
+                    inside[0] -= 1
+
+        def token_eos(self) -> int:
+            return 0
+
+        def tokenize(self, text: bytes, add_bos: bool = False, special: bool = False) -> list:
+            return list(text)
+
+        def create_chat_completion(self, messages: list, max_tokens: int, **kw: Any) -> dict:
+            return {"choices": [{"message": {"content": "ok"}, "finish_reason": "stop"}]}
+
+        def close(self) -> None:
+            pass
+
+    monkeypatch.setattr(llama_cpp, "Llama", Llama)
+    gguf = tmp_path / "m.gguf"
+    gguf.write_bytes(b"GGUF")
+    out = tmp_path / "out.txt"
+    saved = [os.dup(1), os.dup(2)]
+    target = os.open(out, os.O_WRONLY | os.O_CREAT)
+    try:
+        os.dup2(target, 1)  # fds 1 and 2 on a file of ours (pytest captures at the fd level)
+        os.dup2(target, 2)
+        before = [os.fstat(1).st_ino, os.fstat(2).st_ino]
+        models = [LocalModel(ModelSpec(f"m{i}", "local", str(gguf))) for i in range(3)]
+        try:
+            await asyncio.gather(*(m.complete(user("hi")) for m in models))
+        finally:
+            for m in models:
+                await m.aclose()
+        after = [os.fstat(1).st_ino, os.fstat(2).st_ino]
+    finally:
+        os.dup2(saved[0], 1)
+        os.dup2(saved[1], 2)
+        for fd in (*saved, target):
+            os.close(fd)
+    assert after == before == [out.stat().st_ino] * 2
+    assert most[0] == 1  # one load at a time

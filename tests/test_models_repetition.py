@@ -82,6 +82,62 @@ def test_legitimate_code_is_left_alone(code: str) -> None:
     assert trim_repetition(text, GuardSettings()) is None
 
 
+# Session 13's tuned 0.5B on held-out sniah-000 (bench/RESULTS.md, issue 13, session 14): a
+# regular expression whose unit repeats inside one line until the token cap.
+REGEX_HEAD = (
+    "```repl\nimport re\nkey = 'booted-solleret'\n"
+    "hits = [m.start() for m in re.finditer(re.escape(key) + r'\\D{0,40}?(\\D{0,40}){0,40}?"
+)
+REGEX_UNIT = r"(\d{0,40}){0,40}?"
+
+
+def test_a_unit_repeated_inside_one_line_ends_after_one_copy() -> None:
+    assert len(REGEX_UNIT) == 17
+    line = REGEX_HEAD + REGEX_UNIT * 75
+    guard = feed_all(line)
+    assert guard.kept is not None and guard.kept.endswith("\n```")
+    kept_line = guard.kept[: -len("\n```")]
+    # one copy kept: the periodic run starts inside the head (it ends in "{0,40}?" too),
+    # so the kept copy may end a few characters before the first whole unit does
+    assert line.startswith(kept_line)
+    assert len(REGEX_HEAD) <= len(kept_line) <= len(REGEX_HEAD) + len(REGEX_UNIT)
+    # the reply that reached the cap mid-line is cut the same way
+    assert trim_repetition(REGEX_HEAD + REGEX_UNIT * 75, GuardSettings()) == guard.kept
+    # it fired soon: 240 characters of copies, not the whole line, had been fed
+    consumed = 0
+    fresh = RepeatGuard(GuardSettings())
+    for piece in pieces(REGEX_HEAD + REGEX_UNIT * 75):
+        consumed += len(piece)
+        if fresh.feed(piece):
+            break
+    assert consumed <= len(REGEX_HEAD) + 240 + 17 + 7
+
+
+@pytest.mark.parametrize(
+    "line",
+    [
+        "zeros = [" + "0, " * 200 + "0]",  # a 3-character filler
+        "print('-' * 80); sep = '" + "-" * 400 + "'",  # one character
+        "dna = '" + "ACGTACGT" * 60 + "'",  # shortest period 4
+        "row = [" + ", ".join(f"value_{i:03d}" for i in range(80)) + "]",  # similar, not equal
+        "s = '" + "abcdefghij" * 3 + "'",  # a unit of 10 written 3 times only
+    ],
+)
+def test_legitimate_long_lines_are_left_alone(line: str) -> None:
+    for text in (line, "```repl\n" + line + "\n```\n"):
+        assert feed_all(text).kept is None
+        assert trim_repetition(text, GuardSettings()) is None
+
+
+def test_line_unit_zero_turns_the_in_line_check_off() -> None:
+    text = REGEX_HEAD + REGEX_UNIT * 75
+    assert feed_all(text, GuardSettings(line_unit=0)).kept is None
+    assert feed_all(text, GuardSettings(line_unit=18)).kept is None  # the unit is 17
+    assert guard_settings("m", {"repeat_guard": {"line_unit": 0}}) == GuardSettings(line_unit=0)
+    with pytest.raises(ValueError, match=r"repeat_guard.line_unit must be an integer ≥ 0"):
+        guard_settings("m", {"repeat_guard": {"line_unit": -1}})
+
+
 def test_settings_change_when_it_fires() -> None:
     text = "```repl\n" + "print()\n" * 5
     assert feed_all(text).kept is None

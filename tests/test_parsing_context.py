@@ -464,3 +464,23 @@ async def test_a_deeply_nested_json_context_runs_or_is_refused_naming_the_file(t
         nested = [nested]
     with pytest.raises(ValueError, match="context: lists/dicts nested more than"):
         load_context(nested)  # the Python API's value
+
+
+def test_a_json_context_with_a_bom_loads_and_a_huge_integer_names_the_file(tmp_path):
+    """Review14: ``rlmd run --context data.json`` of a file saved with a byte-order mark
+    was refused ('Unexpected UTF-8 BOM'), and an integer of 5,000 digits stopped the run
+    with Python's bare 'Exceeds the limit (4300 digits)', naming no file or line."""
+    bom = tmp_path / "bom.json"
+    bom.write_bytes(b'\xef\xbb\xbf{"a": [1, 2]}')
+    assert load_context(bom).value == {"a": [1, 2]}
+    lines = tmp_path / "bom.jsonl"
+    lines.write_bytes(b'\xef\xbb\xbf{"a": 1}\n{"b": 2}\n')
+    assert load_context(lines).value == [{"a": 1}, {"b": 2}]
+    huge = tmp_path / "huge.json"
+    huge.write_text('{"a": ' + "9" * 5000 + "}")
+    with pytest.raises(ValueError, match=r"huge.json: not valid JSON: Exceeds the limit"):
+        load_context(huge)
+    huge_lines = tmp_path / "huge.jsonl"
+    huge_lines.write_text('{"a": 1}\n[' + "9" * 5000 + "]\n")
+    with pytest.raises(ValueError, match=r"huge.jsonl:2: not valid JSON: Exceeds the limit"):
+        load_context(huge_lines)

@@ -799,6 +799,42 @@ async def test_a_forged_done_frame_with_wrong_field_types_restarts_the_kernel(sb
     await usable(sb)
 
 
+async def test_a_flood_of_forged_host_calls_restarts_the_kernel():
+    """Review14: each ``call`` frame became a task in rlmd itself, however many came;
+    model code forging a few bytes per frame could hold thousands of ``rlm_query`` calls
+    (each a child run with its own REPL) outside every limit of its sandbox. Past
+    ``MAX_CALLS_IN_FLIGHT`` waiting calls the channel is dropped as a protocol error."""
+    from rlmd.sandbox.channel import MAX_CALLS_IN_FLIGHT
+
+    reason = unavailable_reason("subprocess")
+    if reason is not None:
+        pytest.skip(f"subprocess cannot start here: {reason}")
+    box = make("subprocess")
+    host = FakeHost(delay=60)  # no call returns while the flood arrives
+    await box.start(host)
+    try:
+        n = MAX_CALLS_IN_FLIGHT + 50
+        forge = (
+            "import json, os\nframes = b''\n"
+            f"for i in range({n}):\n"
+            "    body = json.dumps({'op': 'call', 'call': 10**6 + i, 'fn': 'llm_query',\n"
+            "                       'args': {'prompt': 'x', 'model': None}}).encode()\n"
+            "    frames += len(body).to_bytes(4, 'big') + body\n"
+            "for fd in range(3, 1024):\n    try:\n        os.write(fd, frames)\n"
+            "    except OSError:\n        pass\n"
+            "print('forged')"
+        )
+        await box.execute("kept = 1")
+        r = await box.execute(forge)
+        assert r.error is not None and r.kernel_restarted, (r.stdout, r.error)
+        assert f"more than {MAX_CALLS_IN_FLIGHT:,} host calls waiting" in r.error
+        assert len(host.calls) <= MAX_CALLS_IN_FLIGHT
+        host.delay = 0
+        await usable(box)
+    finally:
+        await box.close()
+
+
 async def test_forged_huge_frame_length_is_refused_not_buffered(sb):
     """Found by the hostile fresh-user test: a 3 GiB length prefix followed by 1.5 GB of
     spaces grew rlmd itself to 1.6 GB. The host must drop the channel at the length."""

@@ -265,3 +265,53 @@ async def test_a_file_uri_with_an_encoded_nul_is_invalid_params_not_internal(dae
         assert (await c.command("rlmd.health"))["ok"]
     finally:
         await c.close()
+
+
+def _request(msg_id: int, method: str, **params: object) -> bytes:
+    msg: dict = {"jsonrpc": "2.0", "id": msg_id, "method": method}
+    if params:
+        msg["params"] = params.get("params", params)
+    return framed(json.dumps(msg).encode())
+
+
+async def test_a_request_without_params_or_with_bad_ones_says_what_is_wrong(daemon):
+    """Review14: a request to an unknown method without ``params`` (JSON-RPC lets it leave
+    them out) was answered ``-32603`` (a bug, says the protocol) with pygls' "missing 1
+    required positional argument: 'params'"; a bad ``initialize`` or ``executeCommand``
+    only said "While structuring InitializeRequest (1 sub-exception)"."""
+    c = await daemon.client()
+    try:
+        for n, method in enumerate(("no/such", "$/something"), 1):
+            r = await error_reply(c, _request(n, method))
+            assert r["id"] == n and r["error"]["code"] == -32601, r
+            assert r["error"]["message"] == f"Method Not Found: {method}"
+        r = await error_reply(c, _request(3, "workspace/executeCommand"))
+        assert r["id"] == 3 and r["error"]["code"] == -32602
+        assert "expected ExecuteCommandParams @ $.params" in r["error"]["message"]
+        r = await error_reply(c, _request(4, "initialize", capabilities=5))
+        assert r["id"] == 4 and r["error"]["code"] == -32602
+        assert "expected ClientCapabilities @ $.params.capabilities" in r["error"]["message"]
+        assert "While structuring" not in r["error"]["message"]
+        assert (await c.command("rlmd.health"))["ok"]
+    finally:
+        await c.close()
+
+
+async def test_a_request_after_shutdown_is_answered_not_dropped(daemon):
+    """Review14: after ``shutdown`` pygls dropped every request without a word, so a client
+    that sent one more waited for its answer forever. LSP: such requests get
+    ``InvalidRequest``; ``exit`` still closes the connection."""
+    c = await daemon.client()
+    try:
+        assert await c.request("shutdown", None) is None
+        r = await error_reply(c, _request(7, "workspace/executeCommand", command="rlmd.health"))
+        assert r["id"] == 7 and r["error"]["code"] == -32600
+        assert "shut down; only exit may follow" in r["error"]["message"]
+        c.notify("exit")
+        for _ in range(100):
+            if c.closed:
+                break
+            await asyncio.sleep(0.02)
+        assert c.closed and daemon.alive
+    finally:
+        await c.close()

@@ -492,3 +492,39 @@ async def test_lone_surrogates_in_a_task_are_stored_and_the_run_completes(daemon
             assert "'\\ud800'" in err.value.message and "codec" not in err.value.message
     finally:
         await c.close()
+
+
+async def test_a_workspace_whose_folder_was_deleted_can_still_be_closed(daemon, tmp_path):
+    """Review14: once an open workspace's folder was deleted, ``close``, ``reset`` and
+    ``variables`` all answered "no such folder", so its kernel ran on (listed ``ready``)
+    until the daemon stopped; ``runs.list`` / ``task.list`` could not filter by it either."""
+    import shutil
+
+    c = await daemon.client()
+    try:
+        gone, other = make_project(tmp_path, "gone"), make_project(tmp_path, "other")
+        for proj in (gone, other):
+            await c.command("rlmd.workspace.open", {"workspace": str(proj)})
+            await c.command("rlmd.workspace.exec", {"workspace": str(proj), "code": "x = 5"})
+        run = await run_to_end(c, start_params(gone, "FINAL('ok')"))
+        shutil.rmtree(gone)
+        shutil.rmtree(other)
+        with pytest.raises(RpcError, match="no such folder"):  # a task still needs it
+            await c.command("rlmd.workspace.exec", {"workspace": str(gone), "code": "x"})
+        got = await c.command("rlmd.workspace.variables", {"workspace": str(gone)})
+        assert got["source"] == "repl" and [v["name"] for v in got["variables"]] == ["x"]
+        runs = await c.command("rlmd.runs.list", {"workspace": str(gone)})
+        assert [r["id"] for r in runs["runs"]] == [run["run_id"]]
+        assert (await c.command("rlmd.task.list", {"workspace": str(gone)}))["tasks"] == []
+        closed = await c.command("rlmd.workspace.close", {"workspace": str(gone)})
+        assert closed["state"] == "closed"
+        reset = await c.command("rlmd.workspace.reset", {"workspace": str(other)})
+        assert reset["state"] == "stopped"
+        await c.command("rlmd.workspace.close", {"workspace": str(other), "checkpoint": False})
+        listed = {w["workspace"] for w in (await c.command("rlmd.workspace.list"))["workspaces"]}
+        assert str(gone) not in listed and str(other) not in listed
+        with pytest.raises(RpcError) as err:
+            await c.command("rlmd.workspace.close", {"workspace": str(gone)})
+        assert err.value.code == -32001 and "is not open" in err.value.message
+    finally:
+        await c.close()

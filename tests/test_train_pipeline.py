@@ -23,7 +23,14 @@ from rlmd.train import teacher
 from rlmd.train.export import ExportFilters, fix_final, grpo_groups, sft_samples, write_jsonl
 from rlmd.train.rewards import RewardTerms, RunFacts, correctness, reward
 from rlmd.train.rollout import RolloutOptions, export_set, import_set, run_rollouts, summary
-from rlmd.train.tasks import TaskFileError, TrainTask, load_tasks
+from rlmd.train.tasks import (
+    SEED_LIMIT,
+    SPLITS,
+    TaskFileError,
+    TrainTask,
+    generate_split,
+    load_tasks,
+)
 
 CONTEXT = "filler line\n" * 50 + "The secret number is 4417.\n" + "more filler\n" * 50
 
@@ -811,3 +818,114 @@ def test_a_task_file_with_a_bom_loads_and_a_huge_integer_names_the_line(tmp_path
     huge.write_text(row + "\n" + row[:-1] + ', "id": ' + "9" * 5000 + "}\n")
     with pytest.raises(TaskFileError, match=r"huge.jsonl:2: not JSON"):
         load_tasks(huge)
+
+
+# -- review14: a set that does not exist, seeds shared by the splits, the summary's width ----
+
+
+def _one_rollout_set(rlmd_home: Path, tmp_path: Path, family: str = "f") -> None:
+    """Record one rollout (set ``mine``, family ``family``) in ``rlmd_home``'s store."""
+    script = tmp_path / "s.json"
+    script.write_text(json.dumps({"default": "```repl\nFINAL('a')\n```"}))
+    tasks = tmp_path / "t.jsonl"
+    row = {"question": "q?", "context": "abc", "answer": "a", "id": "t1", "family": family}
+    tasks.write_text(json.dumps(row) + "\n")
+    args = ("--model", f"scripted:{script}", "--sandbox", "inprocess", "--set", "mine")
+    done = _rlmd_train(rlmd_home, "rollout", "--tasks", str(tasks), *args)
+    assert done.returncode == 0, done.stderr
+
+
+def test_a_rollout_set_that_does_not_exist_is_refused_and_no_file_is_written(
+    rlmd_home: Path, tmp_path: Path
+) -> None:
+    """Review13 left: ``export-rollouts --set NOSUCH`` wrote an empty file (over an existing
+    one too) and exited 0; ``export --set`` and ``summary --set`` of a misspelt set were as
+    quiet. Each now names the set, lists the sets there are and exits 2, writing nothing."""
+    with Store(rlmd_home / "x.db") as store:
+        with pytest.raises(ValueError, match=r"no rollout set 'NOSUCH'.*sets: none yet"):
+            export_set(store, "NOSUCH", tmp_path / "never.jsonl")
+    assert not (tmp_path / "never.jsonl").exists()
+    _one_rollout_set(rlmd_home, tmp_path)
+    kept = tmp_path / "kept.jsonl"
+    kept.write_text("earlier work\n")
+    fresh = tmp_path / "fresh.jsonl"
+    for args in (
+        ("export-rollouts", "--set", "NOSUCH", "--out", str(kept)),
+        ("export-rollouts", "--set", "NOSUCH", "--out", str(fresh)),
+        ("export", "--format", "sft", "--set", "mine", "--set", "NOSUCH", "--out", str(kept)),
+        ("export", "--format", "grpo", "--set", "NOSUCH", "--out", str(fresh)),
+        ("summary", "--set", "NOSUCH"),
+    ):
+        done = _rlmd_train(rlmd_home, *args)
+        assert done.returncode == 2, (args, done.stderr)
+        assert "no rollout set 'NOSUCH'" in done.stderr and "'mine' (1)" in done.stderr, args
+        assert "Traceback" not in done.stderr and done.stdout == "", args
+    assert kept.read_text() == "earlier work\n" and not fresh.exists()
+    done = _rlmd_train(rlmd_home, "export-rollouts", "--set", "mine", "--out", str(fresh))
+    assert done.returncode == 0 and '"type": "rollout"' in fresh.read_text()
+
+
+@pytest.mark.parametrize("seed", [SEED_LIMIT, SEED_LIMIT + 5, -1, -SEED_LIMIT])
+@pytest.mark.parametrize("split", ["train", "heldout"])
+def test_a_seed_the_other_split_could_use_is_refused(tmp_path: Path, split, seed) -> None:
+    """Review13 left: ``rlmd train tasks --split train --seed 1000003`` drew the held-out
+    split's seed 0 (held-out seeds are offset by 1,000,003), and ``--split heldout --seed
+    -1000003`` the train split's seed 0. Seeds are now 0 .. 1,000,002 for both splits."""
+    assert SPLITS["train"]["seed_offset"] == 0 and SPLITS["heldout"]["seed_offset"] == SEED_LIMIT
+    with pytest.raises(ValueError, match=rf"seed must be an integer from 0 to {SEED_LIMIT - 1}"):
+        generate_split(split, tmp_path / "out", seed=seed, size="tiny")
+    assert not (tmp_path / "out").exists()
+
+
+def test_train_tasks_cli_refuses_a_held_out_seed_for_the_train_split(rlmd_home: Path) -> None:
+    out = rlmd_home / "tasks"
+    done = _rlmd_train(
+        rlmd_home, "tasks", "--split", "train", "--seed", "1000003", "--out", str(out)
+    )
+    assert done.returncode == 2, done.stderr
+    assert "seed must be an integer from 0 to 1000002, not 1000003" in done.stderr
+    assert "Traceback" not in done.stderr and not out.exists()
+
+
+SUMMARY_ROWS = [
+    {"family": fam, "rollouts": 12, "reward": 0.417, "correctness": 0.5, "solved": 0.417,
+     "iterations": 3.25, "subcalls": 10.5, "uses_subcalls": 0.333, "cell_errors": 14}
+    for fam in ("sniah", "oolong", "pairs", "codeqa", "needle_in_a_long_haystack", "all")
+]  # fmt: skip
+
+
+@pytest.mark.parametrize("width", [200, 120, 80, 60, 40, 24])
+def test_the_rollout_summary_fits_a_narrow_terminal_without_cutting_a_word(width: int) -> None:
+    """Review13 left: on 80 columns the summary's headers were cut (``rollo…``, ``itera…``,
+    ``cell…``), and so were long families (``needl…``). Every header, family and number is
+    now shown whole within the width (a family may fold at the narrowest)."""
+    from rich.console import Console
+
+    from rlmd.cli.train import summary_table
+
+    console = Console(width=width, record=True, color_system=None)
+    console.print(summary_table(SUMMARY_ROWS, width))
+    text = console.export_text()
+    assert "…" not in text
+    assert all(len(line) <= width for line in text.splitlines())
+    words = set(text.split())
+    assert set(SUMMARY_ROWS[0]) - {"family"} <= words
+    assert {"0.417", "3.25", "10.5", "0.333", "14"} <= words
+    assert "needle_in_a_long_haystack" in "".join(text.split())
+    assert {"sniah", "oolong", "pairs", "codeqa", "all"} <= words
+
+
+def test_train_summary_on_80_columns_shows_whole_headers(rlmd_home: Path, tmp_path: Path) -> None:
+    _one_rollout_set(rlmd_home, tmp_path, family="needle_in_a_long_haystack")
+    done = subprocess.run(
+        [sys.executable, "-m", "rlmd", "train", "summary"],
+        capture_output=True,
+        text=True,
+        env={**os.environ, "RLMD_HOME": str(rlmd_home), "COLUMNS": "80"},
+    )
+    assert done.returncode == 0, done.stderr
+    assert "…" not in done.stdout and "needle_in_a_long_haystack" in done.stdout
+    assert {"rollouts", "correctness", "iterations", "uses_subcalls", "cell_errors"} <= set(
+        done.stdout.split()
+    )
+    assert all(len(line) <= 80 for line in done.stdout.splitlines())

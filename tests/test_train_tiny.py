@@ -350,12 +350,87 @@ def test_grpo_max_length_drops_long_completions_never_cuts_them(tiny: Path, tmp_
         train_grpo(str(tiny), data, tmp_path / "g", GRPOOptions(max_length=longest - 1))
 
 
+def test_grpo_loss_is_the_advantage_weighted_logprob_and_each_step_is_logged(
+    tiny: Path, tmp_path: Path
+) -> None:
+    """The first step's loss is ``-mean_i(A_i * mean log p(completion_i))`` over the
+    completions with a non-zero advantage, computed here with the base model (a fresh
+    LoRA's B is zero) and full logits: so the per-completion backward passes and the
+    completion-only vocabulary projection (``logits_to_keep``) score what they should.
+    Each step's log line and progress record name the group's task, rewards and
+    advantages."""
+    from rlmd.train.grpo import advantages, completion_logprob
+
+    third = [{"role": "assistant", "content": "```repl\nprint(context[:10])\n```"}]
+    group = {**GROUP, "task_id": "t-1", "completions": [*GROUP["completions"], third],
+             "rewards": [1.0, 0.0, 0.5]}  # fmt: skip
+    adv = advantages(group["rewards"])
+    assert adv[2] == 0 and adv[0] == pytest.approx(-adv[1]) and adv[0] == pytest.approx(1.0, 1e-3)
+    assert advantages([0.25, 0.25]) == [0.0, 0.0]
+
+    model, tokenizer = load_base(str(tiny))
+    expected = 0.0
+    with torch.no_grad():
+        for completion, a in zip(group["completions"], adv, strict=True):
+            ids, head = sample_ids(tokenizer, group["prompt"], completion)
+            x = torch.tensor([ids])
+            logp = torch.log_softmax(model(input_ids=x).logits[0].float(), dim=-1)
+            full = logp[head - 1 : -1].gather(1, x[0, head:].unsqueeze(1)).mean()
+            assert float(completion_logprob(model, ids, head)) == pytest.approx(float(full), 1e-5)
+            expected -= a * float(full) / 2  # two completions have a non-zero advantage
+    from peft import get_peft_model
+
+    from rlmd.train.sft import lora_config
+
+    peft = get_peft_model(model, lora_config(model, GRPOOptions(lora_layers=1)))
+    with torch.no_grad():  # the wrapped model passes logits_to_keep on: 3 positions projected
+        assert peft(input_ids=torch.tensor([ids]), logits_to_keep=3).logits.shape[1] == 3
+
+    data = tmp_path / "grpo.jsonl"
+    data.write_text(json.dumps(group) + "\n")
+    seen: list[dict] = []
+    opts = GRPOOptions(steps=1, learning_rate=1e-2, lora_layers=1, threads=1, precision="fp32")
+    got = train_grpo(str(tiny), data, tmp_path / "g", opts, progress=seen.append)
+    assert got["losses"][0] == pytest.approx(expected, rel=1e-4)
+    logged = [json.loads(x) for x in (tmp_path / "g" / "log.jsonl").read_text().splitlines()]
+    assert logged == seen and len(logged) == 1
+    (g,) = logged[0]["groups"]
+    assert g["task_id"] == "t-1" and g["rewards"] == [1.0, 0.0, 0.5]
+    assert g["advantages"] == [round(a, 4) for a in adv]
+    lengths = [sample_ids(tokenizer, group["prompt"], c) for c in group["completions"]]
+    assert g["prompt_tokens"] == lengths[0][1]
+    assert g["completion_tokens"] == [len(ids) - head for ids, head in lengths]
+    assert logged[0]["step_seconds"] > 0 and (got["steps_done"], got["stopped"]) == (1, "steps")
+
+
+def test_grpo_max_seconds_ends_the_run_after_a_step_and_saves(
+    tiny: Path, tmp_path: Path, rlmd_home: Path, capsys
+) -> None:
+    """``--max-seconds``: a budget smaller than one step stops the run after its first step
+    (never before it), with the adapter, ``train.json`` and the reason written; the CLI
+    prints one line per step."""
+    data = tmp_path / "grpo.jsonl"
+    data.write_text(json.dumps({**GROUP, "task_id": "t-1"}) + "\n")
+    args = ["train", "grpo", "--base", str(tiny), "--data", str(data), "--out", "g",
+            "--steps", "5", "--max-seconds", "1e-9", "--lora-layers", "1", "--threads", "1",
+            "--precision", "fp32", "--no-convert"]  # fmt: skip
+    assert cli_main(args) == 0
+    run = rlmd_home / "train" / "g"
+    record = json.loads((run / "train.json").read_text())
+    assert (record["steps"], record["steps_done"], record["stopped"]) == (5, 1, "max_seconds")
+    assert len((run / "log.jsonl").read_text().splitlines()) == 1
+    assert (run / "adapter" / "adapter_model.safetensors").exists()
+    assert "step 1: loss" in capsys.readouterr().err
+
+
 @pytest.mark.parametrize(
     ("field", "value", "message"),
     [
         ("lora_layers", -1, "lora_layers must be >= 0"),
         ("threads", 0, "threads must be >= 1"),
         ("max_length", 0, "max_length must be >= 1"),
+        ("max_seconds", 0, "max_seconds must be a finite number > 0"),
+        ("max_seconds", float("nan"), "max_seconds must be a finite number > 0"),
         ("groups_per_step", 0, "groups_per_step must be >= 1"),
         ("precision", "fp16", "precision must be"),
     ],  # fmt: skip

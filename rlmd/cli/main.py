@@ -156,6 +156,17 @@ def main(argv: list[str] | None = None) -> int:
         _pause_collector()
     try:
         return _main(argv)
+    except BrokenPipeError:
+        # Whoever read stdout went away (`rlmd runs --json | head -1`): stop quietly, as
+        # cat does, instead of a traceback; stdout goes to /dev/null so the interpreter's
+        # own flush at exit does not raise again.
+        import os
+
+        try:
+            os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+        except OSError:
+            pass
+        return 1
     finally:
         _start_up_done()
 
@@ -212,10 +223,18 @@ def _main(argv: list[str] | None) -> int:
         return 1
 
 
+MAX_RUNS_LIMIT = 10**9
+"""The most runs ``rlmd runs --limit`` lists (SQLite takes no more than 2**63 - 1)."""
+
+
 def _check_args(args: argparse.Namespace) -> str | None:
     """A message for arguments that parse but make no sense, else ``None``."""
-    if args.command == "runs" and args.limit < 1:
-        return f"--limit must be >= 1, got {args.limit}"
+    if args.command == "runs" and not 1 <= args.limit <= MAX_RUNS_LIMIT:
+        # 2**63 reached SQLite and ended in an OverflowError traceback
+        return f"--limit must be from 1 to {MAX_RUNS_LIMIT:,}, got {args.limit}"
+    if args.command == "attach" and not (math.isfinite(args.timeout) and args.timeout > 0):
+        # -1 said "could not start the rlmd daemon ... see daemon.log", which had no error
+        return f"--timeout must be a number of seconds > 0, got {args.timeout}"
     if args.command == "serve":
         for name in ("idle_timeout", "client_stall", "max_message_bytes", "max_client_buffer"):
             value = getattr(args, name, None)
@@ -296,11 +315,32 @@ def _read_context(arg: str | None):
     if arg is None:
         return None
     if arg == "-":
-        return sys.stdin.read()
+        return _read_stdin()
     path = Path(arg)
     if not path.exists():
         raise FileNotFoundError(f"--context: no such file or folder: {arg}")
     return path
+
+
+def _read_stdin() -> str:
+    """The whole of stdin as text (bytes that are not UTF-8 replaced, as for a file).
+
+    Raises:
+        ValueError: stdin holds more than a context file may (``cat /dev/zero | rlmd run``
+            grew rlmd until the machine ran out of memory).
+    """
+    from rlmd.context import MAX_CONTEXT_FILE_BYTES
+
+    chunks, size = [], 0
+    while chunk := sys.stdin.buffer.read(1 << 20):
+        chunks.append(chunk)
+        size += len(chunk)
+        if size > MAX_CONTEXT_FILE_BYTES:
+            raise ValueError(
+                f"--context -: stdin holds more than {MAX_CONTEXT_FILE_BYTES:,} bytes, the "
+                "limit for one context (split it, or load it yourself and pass the pieces)"
+            )
+    return b"".join(chunks).decode("utf-8", errors="replace")
 
 
 def _isolation_gap(run_config, required: bool) -> str | None:
@@ -353,6 +393,9 @@ def _run_command(args: argparse.Namespace) -> int:
     try:
         if args.samples < 1:
             raise ValueError(f"--samples must be at least 1, not {args.samples}")
+        for flag, value in (("--model", args.model), ("--sub-model", args.sub_model)):
+            if value is not None and not value.strip():  # "$MODEL" unset: not the default
+                raise ValueError(f"{flag} is empty; name a model (rlmd models lists them)")
         context = _read_context(args.context)
         project = context if isinstance(context, Path) and context.is_dir() else Path.cwd()
         if isinstance(context, Path):  # read while the rest of rlmd starts up (imports too)

@@ -364,33 +364,51 @@ def _usage_table(title: str, rows: dict[str, Any], key_name: str) -> Table:
     return table
 
 
+MAX_SHOWN_ANSWER = 20_000
+"""Characters of an answer :func:`run_summary` draws; the rest is counted (``rlmd export``
+has it all)."""
+
+
 def run_summary(run: dict[str, Any]) -> Panel:
     """A header for one run: status, question, answer (and its source), error, duration, and
     usage by model and by depth from the run's ``usage`` JSON (``{"total", "by_model",
     "by_depth", "wall_time_s"}``; missing while the run is still going)."""
-    run = visible_all(run)
-    lines = Text()
-    lines.append("status   ")
-    lines.append_text(status_text(run.get("status")))
-    lines.append(
-        f"   duration {fmt_duration(run_duration(run))}   started {fmt_time(run.get('started_at'))}\n"
-    )
-    lines.append("question ", style="bold")
-    lines.append(_one_line(run.get("question"), 400) + "\n")
-    lines.append("answer   ", style="bold")
     answer = run.get("answer")
-    lines.append(
-        str(answer) if answer is not None else "-", style="green" if answer is not None else "dim"
+    shown_answer = answer
+    if isinstance(answer, str) and len(answer) > MAX_SHOWN_ANSWER:
+        # A 50 MB FINAL (model code can write one) took `rlmd show` 23 s and 1 GB to draw.
+        shown_answer = answer[:MAX_SHOWN_ANSWER]
+    run = visible_all({**run, "answer": shown_answer})
+    # A grid, so a long value wraps under its own column, not under the labels.
+    lines = Table.grid(padding=(0, 1, 0, 0))
+    lines.add_column(style="bold", no_wrap=True)
+    lines.add_column()
+    head = status_text(run.get("status"))
+    head.append(
+        f"   duration {fmt_duration(run_duration(run))}   started {fmt_time(run.get('started_at'))}",
+        style="",
     )
+    lines.add_row(Text("status", style=""), head)
+    lines.add_row("question", _one_line(run.get("question"), 400))
+    shown = Text(
+        str(run["answer"]) if answer is not None else "-",
+        style="green" if answer is not None else "dim",
+        overflow="fold",  # a long path or URL folds onto the next line, never cut
+    )
+    if isinstance(answer, str) and shown_answer is not answer:
+        shown.append(
+            f"\n… {len(answer) - MAX_SHOWN_ANSWER:,} more characters "
+            f"(rlmd export {run.get('id')} has the whole answer)",
+            style="dim",
+        )
     if run.get("answer_source"):
-        lines.append(f"  ({run['answer_source']})", style="dim")
+        shown.append(f"  ({run['answer_source']})", style="dim")
+    lines.add_row("answer", shown)
     note = answer_note(run) or budget_note(run)
     if note:
-        lines.append("\nbudget   ", style="bold")
-        lines.append(note, style="dark_orange")
+        lines.add_row("budget", Text(note, style="dark_orange"))
     if run.get("error"):
-        lines.append("\nerror    ", style="bold")
-        lines.append(str(run["error"]), style="bold red")
+        lines.add_row("error", Text(str(run["error"]), style="bold red"))
     parts: list[RenderableType] = [lines]
     usage = run.get("usage") if isinstance(run.get("usage"), dict) else None
     if usage:

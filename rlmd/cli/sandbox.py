@@ -69,9 +69,50 @@ def _docker_host() -> tuple[Any, str | None]:
     return docker_host, (f"no docker engine: {reason}" if reason else None)
 
 
+def templates_table(infos: list[Any], width: int) -> Any:
+    """What ``rlmd sandbox ls`` prints for ``infos``
+    (:class:`rlmd.sandbox.docker.images.TemplateInfo`) on ``width`` columns: a table when it
+    fits whole, else a few lines per template (at 80 columns the table cut the image tag to
+    ``rlmd/sandbox-b…`` and the creation time to ``2026-12-02T23:…``)."""
+    from rich import box
+    from rich.console import Console, Group
+    from rich.table import Table
+    from rich.text import Text
+
+    rows = []
+    for i in infos:
+        built = "[green]yes[/]" + (" [yellow](stale)[/]" if i.stale else "")
+        rows.append(
+            {
+                "template": Text(i.name),
+                "image": Text(i.image),
+                "built": built if i.image_id else "[yellow]no[/]",
+                "image id": i.image_id or "-",
+                "size": _size(i.size_bytes),
+                "created": (i.created or "-")[:16].replace("T", " "),  # to the minute
+            }
+        )
+    table = Table(*(rows[0] if rows else ()), box=box.SIMPLE_HEAD)
+    for column in table.columns:
+        column.no_wrap = True
+    for row in rows:
+        table.add_row(*row.values())
+    if Console(width=100_000).measure(table).maximum <= width:
+        return table
+    blocks: list[Any] = []
+    for info, row in zip(infos, rows, strict=True):
+        grid = Table.grid(padding=(0, 1))
+        grid.add_column(style="bold", no_wrap=True)
+        grid.add_column(overflow="fold")
+        for key, value in row.items():
+            if key != "template":
+                grid.add_row(f"  {key}", value)
+        blocks += [Text(info.name, style="bold"), grid]
+    return Group(*blocks)
+
+
 def _run(args: argparse.Namespace) -> int:
     from rich.console import Console
-    from rich.table import Table
 
     from rlmd.cli.term import markup
     from rlmd.sandbox import SandboxError
@@ -91,18 +132,8 @@ def _run(args: argparse.Namespace) -> int:
         if not infos:
             err.print(f"no templates in {images.templates_dir()}")
             return 0
-        table = Table("template", "image", "built", "image id", "size", "created")
-        for i in infos:
-            built = "[green]yes[/]" + (" [yellow](stale)[/]" if i.stale else "")
-            table.add_row(
-                i.name,
-                i.image,
-                built if i.image_id else "[yellow]no[/]",
-                i.image_id or "-",
-                _size(i.size_bytes),
-                i.created or "-",
-            )
-        Console(highlight=False, soft_wrap=True).print(table)
+        out = Console(highlight=False)
+        out.print(templates_table(infos, out.width))
         return 0
     if reason:
         err.print(f"[red]error:[/] {markup(reason)}")

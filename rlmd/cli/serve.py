@@ -39,7 +39,12 @@ def add_server_commands(sub: argparse._SubParsersAction) -> None:
         "ADDRESS); needs the ray extra (docs/cluster.md)",
     )
     sv.add_argument("--log-file", help="log here instead of stderr")
-    sv.add_argument("--log-level", default="INFO")
+    sv.add_argument(  # a misspelt level was taken as INFO without a word
+        "--log-level",
+        default="INFO",
+        type=str.upper,
+        choices=["DEBUG", "INFO", "WARNING", "ERROR", "CRITICAL"],
+    )
     sv.add_argument(
         "--otlp-endpoint",
         default=os.environ.get("RLMD_OTLP_ENDPOINT") or None,

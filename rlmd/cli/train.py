@@ -18,7 +18,7 @@
                    [--precision auto|fp32|bf16]
     rlmd train grpo --base MODEL --data F --out NAME [--steps N] [--lr X] [--no-convert]
         [--max-length N] [--lora-layers N] [--threads N] [--precision auto|fp32|bf16]
-        [--groups-per-step N] [--save-steps N]
+        [--groups-per-step N] [--save-steps N] [--max-seconds S]
     rlmd train convert NAME --base MODEL [--merge [--quant q4_k_m|q5_k_m|q8_0|f16|f32]]
 
 Training output goes to ``<rlmd home>/train/NAME``; after ``sft``/``grpo`` the adapter is
@@ -51,7 +51,12 @@ def add_parser(sub: Any) -> None:
     g.add_argument("--split", choices=["train", "heldout"], required=True)
     g.add_argument("--out", required=True)
     g.add_argument("--size", choices=["tiny", "small", "medium"], default="small")
-    g.add_argument("--seed", type=int, default=0)
+    g.add_argument(
+        "--seed",
+        type=int,
+        default=0,
+        help="0 to 1000002 (the held-out split adds 1000003, so the splits never share one)",
+    )
     r = t.add_parser("rollout", help="run tasks through the engine and record rewarded runs")
     r.add_argument("--tasks", required=True, help="task-set folder or JSONL file")
     r.add_argument("--model", required=True, help="registry model name, or 'teacher'")
@@ -150,6 +155,12 @@ def add_parser(sub: Any) -> None:
             f.add_argument(
                 "--groups-per-step", type=int, default=1, help="groups per update (default 1)"
             )
+            f.add_argument(
+                "--max-seconds",
+                type=float,
+                help="stop before a step that would end past S seconds of training (judged by "
+                "the last step's length; at least one step runs)",
+            )
     c = t.add_parser("convert", help="adapter → llama.cpp GGUF, registered as a model")
     c.add_argument("name")
     c.add_argument("--base", required=True)
@@ -183,6 +194,8 @@ def run(args: argparse.Namespace) -> int:
             raise
         err.print(f"[red]error:[/] {markup(exc)}")
         return 1
+    except BrokenPipeError:
+        raise  # stdout's reader went away (`| head`): rlmd's main stops quietly
     except OSError as exc:  # a folder it cannot write, a full disk, a name too long
         err.print(f"[red]error:[/] {markup(exc)}")
         return 1
@@ -257,19 +270,63 @@ def _print_summary(rows: list[dict[str, Any]]) -> None:
     if not rows:
         err.print("no rollouts")
         return
-    from rich.table import Table
+    out.print(summary_table(rows, out.width))
 
-    table = Table(*rows[0].keys())
+
+def summary_table(rows: list[dict[str, Any]], width: int) -> Any:
+    """A rich table of :func:`rlmd.train.rollout.summary` rows that fits ``width`` terminal
+    columns without cutting a header, a family or a number: one row per family when that
+    fits, else one column per family (a row per measure), else a block of rows per family.
+    Families are shown with control characters escaped, never as markup."""
+    from rich import box
+    from rich.table import Table
+    from rich.text import Text
+
+    from rlmd.cli.term import visible
+
+    keys = list(rows[0])
+    measures = keys[1:]
+    wide = Table(box=box.SIMPLE_HEAD)
+    for key in keys:
+        wide.add_column(key, justify="left" if key == "family" else "right", no_wrap=True)
     for r in rows:
-        table.add_row(*(markup(v) for v in r.values()))  # a user's family: ESC, [red]
-    out.print(table)
+        wide.add_row(Text(visible(r["family"])), *(str(r[k]) for k in measures))
+    if _fits(wide, width):
+        return wide
+    tall = Table(box=box.SIMPLE_HEAD)
+    tall.add_column("", no_wrap=True)
+    for r in rows:
+        tall.add_column(Text(visible(r["family"])), justify="right", no_wrap=True)
+    for key in measures:
+        tall.add_row(key, *(str(r[key]) for r in rows))
+    if _fits(tall, width):
+        return tall
+    blocks = Table(box=None, show_header=False, pad_edge=False)  # a family per block: any width
+    blocks.add_column(overflow="fold")
+    blocks.add_column(justify="right", overflow="fold")
+    for n, r in enumerate(rows):
+        blocks.add_row(Text(visible(r["family"]), style="bold"), "")
+        for key in measures:
+            blocks.add_row(f"  {key}", str(r[key]))
+        if n < len(rows) - 1:
+            blocks.add_row("", "")
+    return blocks
+
+
+def _fits(table: Any, width: int) -> bool:
+    """Whether ``table`` draws within ``width`` columns without wrapping a cell."""
+    from rich.console import Console
+
+    return Console(width=100_000).measure(table).maximum <= width  # measured unclamped
 
 
 def cmd_summary(args: argparse.Namespace) -> int:
     from rlmd.store import Store
-    from rlmd.train.rollout import summary
+    from rlmd.train.rollout import check_sets, summary
 
     with Store(paths.store_path()) as store:
+        if args.rollout_set is not None:
+            check_sets(store, [args.rollout_set])
         rows = summary(store.rollouts(args.rollout_set))
     if args.json:
         print(json.dumps(rows))
@@ -281,6 +338,7 @@ def cmd_summary(args: argparse.Namespace) -> int:
 def cmd_export(args: argparse.Namespace) -> int:
     from rlmd.store import Store
     from rlmd.train.export import ExportFilters, grpo_groups, sft_samples, write_jsonl
+    from rlmd.train.rollout import check_sets
 
     # Refused rather than ignored: a GRPO export with --repeat-repair 3 wrote the groups
     # once, and --min-reward nan kept every rollout (no reward compares below NaN).
@@ -301,6 +359,7 @@ def cmd_export(args: argparse.Namespace) -> int:
         keep_mistakes=args.keep_mistakes,
     )
     with Store(paths.store_path()) as store:
+        check_sets(store, args.sets)  # before --out is written: a misspelt set wrote 0 records
         if args.format == "sft":
             records, report = sft_samples(store, filters, repeat_repair=args.repeat_repair)
             err.print(json.dumps(report.to_dict()))
@@ -377,12 +436,26 @@ def cmd_fit(args: argparse.Namespace) -> int:
                 lora_layers=args.lora_layers,
                 threads=args.threads,
                 precision=args.precision,
+                max_seconds=args.max_seconds,
             ),
+            progress=_grpo_progress,
         )
     err.print(json.dumps(record))
     if not args.no_convert:
         _convert(args.out, args.base)
     return 0
+
+
+def _grpo_progress(rec: dict[str, Any]) -> None:
+    """One stderr line per ``grpo`` step: loss, time, and each group's rewards."""
+    groups = "; ".join(
+        f"{markup(g['task_id'])} rewards {[round(r, 3) for r in g['rewards']]}"
+        for g in rec["groups"]
+    )
+    err.print(
+        f"step {rec['step']}: loss {rec['loss']:.4f}, {rec['step_seconds']:.1f} s "
+        f"({rec['seconds']:.0f} s in all); {groups}"
+    )
 
 
 def _convert(name: str, base: str) -> None:

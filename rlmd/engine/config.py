@@ -50,7 +50,9 @@ class RunConfig:
             ``EXTRACTION_MAX_TOKENS`` output tokens over a quarter of the window) for the best
             available answer. It is the one call allowed past a token or USD budget; set
             ``False`` for a hard cap (the run then ends with no answer).
-        max_concurrent_subcalls: parallel sub-calls / child runs per batched call.
+        max_concurrent_subcalls: sub-calls and child runs one run has in flight at once
+            (batches, ``llm_map`` and threads of a cell alike; the others wait their turn,
+            which is not counted as cell time).
         system_prompt: a custom system prompt template (see :mod:`rlmd.engine.prompts`).
         workspace: the project folder, recorded with the run.
         stop_after_code_block: end each root reply at the close of its first code block

@@ -105,6 +105,12 @@ class HostCalls:
         self.tally = verify.SubcallTally()
         """The sub-call results of the cell running now (the loop starts a new one per
         cell), for the answer verifier."""
+        self.gate = asyncio.Semaphore(max(1, self.cfg.max_concurrent_subcalls))
+        """Sub-model calls and child runs of this run in flight at once, however started:
+        a batch, ``llm_map``, or threads of the cell each calling ``llm_query`` /
+        ``rlm_query`` (sixteen threads started sixteen child runs, each with a REPL of its
+        own, outside every limit of this run's sandbox). A child run has a gate of its
+        own, so a parent waiting on its children never holds up theirs."""
 
     async def __call__(self, fn: str, args: dict[str, Any]) -> Any:
         if fn not in SUBCALL_FUNCTIONS:
@@ -278,7 +284,8 @@ class HostCalls:
         messages: list[Message] = [{"role": "user", "content": prompt}]
         _check_window(model, messages)
         try:
-            c = await self.meter.call(model, messages, parent_node, role="sub", depth=depth)
+            async with self.gate:
+                c = await self.meter.call(model, messages, parent_node, role="sub", depth=depth)
         except BudgetExhausted as exc:
             raise CallError(
                 f"budget exhausted: {exc}. The run is ending; no more sub-calls."
@@ -334,7 +341,8 @@ class HostCalls:
             tools=self.cfg.tools if self.cfg.sub_tools is None else self.cfg.sub_tools,
             model=self.model_named_by_code(model_name) if model_name else None,
         )
-        result = await self.rt.executor.start_child(self.rt, request)
+        async with self.gate:
+            result = await self.rt.executor.start_child(self.rt, request)
         if result.answer is not None and result.answer.strip():
             return result.answer
         if result.answer is not None:  # an empty answer is no answer (its run says how)

@@ -58,6 +58,17 @@ def _leading_word(text: str) -> str:
     return text[:end]
 
 
+def _assigns_a_name(statement: str) -> bool:
+    """Whether ``statement`` (after leading blanks) starts ``name =`` (not ``==``): what
+    starts so is an assignment, never an expression statement (or does not compile)."""
+    text = statement.lstrip(" \t")
+    word = _leading_word(text)
+    if not word or keyword.iskeyword(word):
+        return False
+    rest = text[len(word) :].lstrip(" \t")
+    return rest[:1] == "=" and rest[1:2] != "="
+
+
 def _has_for(expr: str) -> bool:
     """``for`` as a whole word in ``expr`` (``\\bfor\\b``)."""
     if "for" not in expr:
@@ -102,8 +113,20 @@ def split(code: str, filename: str) -> list[CodeType] | None:
         return None
     if ";" not in tail:  # one simple statement: echoed if it is an expression
         return _parts(prefix, filename, [(pad + tail, "single")])
-    # "a = f(x); g(a)": echo what follows the last ";" on a last line of its own.
-    if "\n" in tail.rstrip() or "#" in tail:
+    if "\n" in tail.rstrip():
+        return None
+    # "a = f(x); g(a)": when every part before the last ";" is an assignment to a name,
+    # the line in "single" mode is one compile that echoes the last part if it is an
+    # expression. Each real statement on the line starts where a part starts (a ";"
+    # inside a string or a comment only makes more parts), so every statement but the
+    # one that starts the last part is such an assignment: no echo of its own.
+    pieces = tail.split(";")
+    if all(_assigns_a_name(piece) for piece in pieces[:-1]):
+        whole = _parts(prefix, filename, [(pad + tail, "single")])
+        if whole is not None:
+            return whole
+    # Else echo what follows the last ";" on a last line of its own.
+    if "#" in tail:
         return None
     cut = tail.rfind(";")
     after = tail[cut + 1 :]

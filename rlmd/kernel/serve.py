@@ -391,7 +391,7 @@ def _pending_bytes(fd: int) -> int:
 _held: list[Any] = []
 
 
-def _watch_channel(fd: int) -> None:
+def _watch_channel(fd: int) -> threading.Thread:
     """Exit when the host goes away (its end of the channel closes: SIGKILL, crash) or the
     channel descriptor is closed under us: otherwise a kernel in the middle of a long cell
     would run on, orphaned, until the cell ends. A thread blocks in ``poll`` (no events
@@ -410,7 +410,9 @@ def _watch_channel(fd: int) -> None:
             if any(ev & (select.POLLHUP | select.POLLERR | select.POLLNVAL) for _, ev in events):
                 os._exit(70)
 
-    threading.Thread(target=watch, name="rlmd-channel-watch", daemon=True).start()
+    thread = threading.Thread(target=watch, name="rlmd-channel-watch", daemon=True)
+    thread.start()
+    return thread
 
 
 def _install_sigint(kernel: Any, channel: Channel) -> None:
@@ -519,11 +521,12 @@ def main() -> None:
     lines = any(a == "--framing" and b == "lines" for a, b in zip(argv, argv[1:], strict=False))
     _set_rlimits(options["--rlimit"])  # after the channel moved up: NOFILE may be low
     reap = bool(options["--reap"])
-    _watch_channel(chan_in)
+    watcher = _watch_channel(chan_in)
     channel = Channel(chan_in, chan_out, protocol, lines=lines)
     if hasattr(os, "register_at_fork"):
         os.register_at_fork(after_in_child=channel.forked)
     kernel = core.Kernel(channel.call, capture="global")
+    core.lasting_thread(watcher.native_id)  # it ends only with the process (os._exit)
     _install_sigint(kernel, channel)
     sys.modules["__main__"] = kernel.module  # pickle & co. find cell-defined objects
     sys.argv = [""]

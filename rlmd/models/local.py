@@ -14,7 +14,9 @@ call and kept until :meth:`LocalModel.aclose`.
 * LoRA: ``spec.options["lora_path"]``, a llama.cpp LoRA GGUF applied on top of the model
   (``Llama(lora_path=...)``; the models ``rlmd train`` fine-tunes, :mod:`rlmd.train.gguf_lora`).
 * Concurrency: one ``Llama`` is not thread-safe, so calls run one at a time in a worker
-  thread (``asyncio.to_thread``) under a lock; waiting calls hold no thread.
+  thread (``asyncio.to_thread``) under a lock; waiting calls hold no thread. Loads of
+  different models run one at a time in a process (``_LOAD_LOCK``: llama-cpp-python
+  redirects the process's stdout and stderr while it loads).
 * Cancellation and ``spec.timeout_s``: generation is stopped at the next token by forcing
   the end-of-sequence token; prompt processing itself cannot be interrupted.
 * Stop strings: the reply is streamed and matched here, so generation ends at the first
@@ -50,6 +52,15 @@ from rlmd.models.pull import KNOWN_LOCAL_MODELS, local_model_path
 from rlmd.models.repetition import FINISH_REASON, RepeatGuard
 
 DEFAULT_SEED = 1234
+
+_LOAD_LOCK = threading.Lock()
+"""Held while any :class:`LocalModel` constructs its ``Llama``: with ``verbose=False``
+llama-cpp-python silences a load by pointing the process's file descriptors 1 and 2 at
+``/dev/null`` and back (``suppress_stdout_stderr``, not thread-safe). Two loads at once (two
+sample models of ``rlmd train rollout --parallel 2``, session 14) interleaved the save and
+restore, and the process's stdout and stderr stayed ``/dev/null`` for good: every progress
+line, the summary table and any later error went nowhere. Output printed by another thread
+*during* a load is still lost (the redirect is process-wide)."""
 MAX_DEFAULT_N_CTX = 8192
 INSTALL_HINT = "pip install 'rlmd[local]'"
 
@@ -208,15 +219,16 @@ class LocalModel(Model):
                 ) from None
             path = self.model_path()
             try:
-                self._llm = llama_cpp.Llama(
-                    model_path=str(path),
-                    n_ctx=self.n_ctx,
-                    n_threads=self.spec.n_threads,
-                    n_threads_batch=self.spec.n_threads,
-                    seed=int(self.spec.sampling.get("seed", DEFAULT_SEED)),
-                    lora_path=self.spec.options.get("lora_path"),
-                    verbose=False,
-                )
+                with _LOAD_LOCK:  # see _LOAD_LOCK: one load at a time in this process
+                    self._llm = llama_cpp.Llama(
+                        model_path=str(path),
+                        n_ctx=self.n_ctx,
+                        n_threads=self.spec.n_threads,
+                        n_threads_batch=self.spec.n_threads,
+                        seed=int(self.spec.sampling.get("seed", DEFAULT_SEED)),
+                        lora_path=self.spec.options.get("lora_path"),
+                        verbose=False,
+                    )
             except Exception as exc:
                 raise ModelError(f"{self.name}: loading {path} failed: {exc}") from exc
             _checked(self._llm, lambda: self._abort)

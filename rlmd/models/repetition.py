@@ -1,4 +1,4 @@
-"""The repetition guard: end a streamed reply that writes the same lines again and again.
+r"""The repetition guard: end a streamed reply that writes the same lines again and again.
 
 A small model decoding greedily can fall into a loop: session 12's fine-tuned 0.5B wrote its
 search cell correctly and then the loop's body line
@@ -24,9 +24,20 @@ characters stops at its 4th copy and session 12's 46-character line at its 6th, 
 (session 12's ``import astor.formatters.yaml`` / ``.json`` / ``.toml``). A loop of very
 short lines (one ``)`` at a time) still ends, later: 240 characters is at most ~240 tokens.
 
+Repetition inside one line: session 13's tuned 0.5B began a regular expression and wrote
+the 17-character unit ``(\d{0,40}){0,40}?`` some 75 times on one line until the token cap,
+twice in one run (``bench/RESULTS.md``, issue 13, session 14); no line ever ended, so the
+line check above never ran. The guard therefore also watches the unfinished line: when its
+tail is one unit of ``line_unit`` to 120 characters written at least ``copies`` times in a
+row, holding at least ``min_chars`` characters, the reply ends after the unit's first copy
+(the cell then usually raises a ``SyntaxError``, which the model sees at once instead of
+after the cap). Units shorter than ``line_unit`` (default 8) are let through: they are the
+legitimate fillers (``0, 0, 0, …``, ``-----``, ``ACGTACGT``), and a tail whose shortest
+period is short is judged by that period.
+
 Configured per model with ``options.repeat_guard`` (:func:`guard_settings`): ``false`` turns
 it off; ``true`` or absent: the defaults; a table sets any of ``copies``, ``min_chars``,
-``block_lines``. Repetition inside one line (no newline) is not detected.
+``block_lines``, ``line_unit`` (0 turns the in-line check off).
 """
 
 from __future__ import annotations
@@ -53,11 +64,19 @@ class GuardSettings:
         min_chars: the least number of characters (each line stripped of surrounding
             whitespace) those copies hold together (≥ 0).
         block_lines: the longest block, in lines, that is looked for (≥ 1).
+        line_unit: the shortest unit, in characters, whose repeats inside one unfinished
+            line end the reply (≥ 0; 0: no in-line check; units longer than
+            :data:`MAX_LINE_UNIT` are not looked for).
     """
 
     copies: int = 4
     min_chars: int = 240
     block_lines: int = 4
+    line_unit: int = 8
+
+
+MAX_LINE_UNIT = 120
+"""The longest in-line unit, in characters, the guard looks for."""
 
 
 def guard_settings(
@@ -78,7 +97,7 @@ def guard_settings(
         return None
     if not isinstance(value, dict):
         raise ValueError(f"{where} must be true, false or a table, not {value!r}")
-    lowest = {"copies": 2, "min_chars": 0, "block_lines": 1}
+    lowest = {"copies": 2, "min_chars": 0, "block_lines": 1, "line_unit": 0}
     for key, number in value.items():
         if key not in lowest:
             raise ValueError(f"{where}: unknown key {key!r} (known: {', '.join(lowest)})")
@@ -108,12 +127,44 @@ class RepeatGuard:
             return True
         if "\n" not in delta:
             self.partial += delta
-            return False
+            return self._check_line()
         *done, self.partial = (self.partial + delta).split("\n")
         for line in done:
             self.lines.append(line)
             if self._check():
                 return True
+        return self._check_line()
+
+    def _check_line(self) -> bool:
+        """In-line repetition at the end of the unfinished line (see the module docstring)."""
+        s, text = self.settings, self.partial
+        if not s.line_unit or len(text) < s.min_chars:
+            return False
+        # candidate units, shortest first: where the line's last two characters occur before
+        # (rfind in C instead of a Python loop over every unit length)
+        n, last2, hi = len(text), text[-2:], len(text) - 1
+        while (pos := text.rfind(last2, max(0, n - 2 - MAX_LINE_UNIT), hi)) >= 0:
+            hi = pos + 1
+            unit = n - 2 - pos
+            span = max(s.copies * unit, s.min_chars)
+            if span > n:
+                return False
+            tail = text[-span:]
+            if tail[unit:] != tail[:-unit]:
+                continue
+            if unit < s.line_unit:
+                return False  # a short filler, judged by its shortest period
+            start = len(text) - span
+            while start > 0 and text[start - 1] == text[start - 1 + unit]:
+                start -= 1
+            kept_line = text[: start + unit]
+            self.kept = close_fence("\n".join([*self.lines, kept_line]) + "\n")
+            log.info(
+                "reply ended on repetition: a %d-character unit written %d times in one line",
+                unit,
+                (len(text) - start) // unit,
+            )
+            return True
         return False
 
     def _check(self) -> bool:

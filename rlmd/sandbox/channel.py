@@ -108,6 +108,14 @@ length prefix is forged or a runaway ``get_var``, and buffering it would let mod
 rlmd's own memory past every sandbox limit (the hostile fresh-user test reached 1.6 GB)."""
 
 
+MAX_CALLS_IN_FLIGHT = 1024
+"""Host calls (``llm_query``, ``rlm_query``, helpers, tools) one kernel may have waiting at
+once; one more drops the channel as a protocol error (the kernel restarts). Legitimate code
+makes one per thread, and its threads are bounded by the sandbox's process limit (256 by
+default); forged ``call`` frames cost model code a few bytes each, and every one held a task
+(and, for ``rlm_query``, a child run's REPL) in rlmd's own memory."""
+
+
 class KernelDied(Exception):
     """The kernel (or its channel: pipes, attach socket, provider stream) went away."""
 
@@ -298,6 +306,15 @@ class KernelChannel:
         elif op == "ran":
             self._ran(msg.get("id", -1))
         elif op == "call":
+            if self.dead:  # the rest of a chunk after a protocol error
+                return
+            if len(self.calls) >= MAX_CALLS_IN_FLIGHT:
+                self.protocol_error = (
+                    f"the kernel had more than {MAX_CALLS_IN_FLIGHT:,} host calls waiting "
+                    "at once (forged call frames?)"
+                )
+                self._on_malformed()
+                return
             task = self.loop.create_task(self._serve(msg))
             self.calls.add(task)
             task.add_done_callback(self.calls.discard)

@@ -81,8 +81,10 @@ async def execute(core: DaemonCore, name: str, raw: Any, ctx: CallContext) -> di
 # -- helpers ------------------------------------------------------------------------------
 
 
-def _folder(p: Params, key: str = "workspace") -> str:
-    """The project folder named by ``key`` (a path or a ``file://`` URI), resolved."""
+def _folder(p: Params, key: str = "workspace", *, exists: bool = True) -> str:
+    """The project folder named by ``key`` (a path or a ``file://`` URI), resolved. With
+    ``exists=False`` a folder that is gone is named as it was (its resolved parents), so an
+    open workspace whose folder was deleted can still be closed, reset or listed."""
     value = p.text(key, required=True, max_len=4096)
     assert value is not None
     if value.startswith("file://"):
@@ -92,6 +94,12 @@ def _folder(p: Params, key: str = "workspace") -> str:
     try:
         return str(Path(value).expanduser().resolve(strict=True))
     except (OSError, RuntimeError, UnicodeError):  # UnicodeError: no file has that name
+        if not exists and Path(value).expanduser().is_absolute():
+            try:
+                value.encode("utf-8")  # a lone surrogate names no folder, gone or not
+                return str(Path(value).expanduser().resolve())
+            except (OSError, RuntimeError, UnicodeError):
+                pass
         raise invalid(f"{key}: no such folder: {value}", key) from None
 
 
@@ -290,7 +298,7 @@ async def task_status(core: DaemonCore, p: Params, ctx: CallContext) -> Mapping[
 
 @command("rlmd.task.list")
 async def task_list(core: DaemonCore, p: Params, ctx: CallContext) -> dict[str, Any]:
-    folder = _folder(p) if p.raw.get("workspace") is not None else None
+    folder = _folder(p, exists=False) if p.raw.get("workspace") is not None else None
     p.text("workspace", max_len=4096)
     p.done()
     tasks = [core.tasks.status(t) for t in core.tasks.live()]
@@ -320,7 +328,7 @@ async def runs_list(core: DaemonCore, p: Params, ctx: CallContext) -> dict[str, 
     else:
         status = p.text("status", max_len=50)
     search = p.text("search", max_len=1000)
-    workspace = _folder(p) if p.raw.get("workspace") is not None else None
+    workspace = _folder(p, exists=False) if p.raw.get("workspace") is not None else None
     p.text("workspace", max_len=4096)
     root_only = p.boolean("root_only", default=True)
     p.done()
@@ -390,7 +398,7 @@ async def workspace_open(core: DaemonCore, p: Params, ctx: CallContext) -> dict[
 
 @command("rlmd.workspace.close")
 async def workspace_close(core: DaemonCore, p: Params, ctx: CallContext) -> dict[str, Any]:
-    folder = _folder(p)
+    folder = _folder(p, exists=False)
     checkpoint = p.boolean("checkpoint", default=True)
     cancel = p.boolean("cancel_tasks", default=False)
     p.done()
@@ -412,10 +420,12 @@ async def workspace_close(core: DaemonCore, p: Params, ctx: CallContext) -> dict
 
 @command("rlmd.workspace.reset")
 async def workspace_reset(core: DaemonCore, p: Params, ctx: CallContext) -> dict[str, Any]:
-    folder = _folder(p)
+    folder = _folder(p, exists=False)
     cancel = p.boolean("cancel_tasks", default=False)
     p.done()
-    ws = _workspace(core, folder)
+    ws = core.workspaces.find(folder)
+    if ws is None or Path(folder).is_dir():
+        ws = _workspace(core, folder)
     cancelled = await _stop_tasks(core, ws, cancel)
     async with ws.hold("reset"):
         await ws.reset()
@@ -430,7 +440,7 @@ async def workspace_list(core: DaemonCore, p: Params, ctx: CallContext) -> dict[
 
 @command("rlmd.workspace.variables")
 async def workspace_variables(core: DaemonCore, p: Params, ctx: CallContext) -> dict[str, Any]:
-    folder = _folder(p)
+    folder = _folder(p, exists=False)
     p.done()
     ws = core.workspaces.find(folder)
     if ws is not None and ws.sandbox is not None:

@@ -11,7 +11,11 @@ by a reader that
   ``INVALID_REQUEST`` error and is disconnected: the stream cannot be resynchronised);
 * answers JSON that does not parse with ``PARSE_ERROR`` (id ``null``) and goes on;
 * answers batches, wrong ``jsonrpc`` versions, bad ids and params pygls cannot structure
-  with an error carrying the request's id, instead of dropping them.
+  with an error carrying the request's id (and what is wrong where, ``@ $.params...``),
+  instead of dropping them;
+* answers a request after ``shutdown`` with ``INVALID_REQUEST`` (pygls drops it: the
+  client would wait forever), and a request to an unknown method that has no ``params``
+  with ``METHOD_NOT_FOUND`` (pygls could not build it: an internal error).
 
 Output goes straight to the transport without waiting. A client with more than
 ``max_client_buffer_bytes`` queued is watched, and dropped only when not one byte of its
@@ -82,6 +86,7 @@ class Connection:
         self.progress_mode = "all"
         self.progress_capable = False
         self.subscribed = False
+        self.shut_down = False  # the client sent ``shutdown``: only ``exit`` may follow
         self.dead = False
         self.drop_reason: str | None = None
         self.inflight = 0
@@ -341,7 +346,18 @@ class Connection:
             self.send_error(None, errors.INVALID_REQUEST, "neither a request nor a response")
             return
         is_request = has_id and isinstance(method, str)
+        if is_request and self.shut_down and method != "exit":
+            self.send_error(
+                reply_id,
+                errors.INVALID_REQUEST,
+                f"{method}: this connection was shut down; only exit may follow",
+            )
+            return
         if is_request:
+            if method == "shutdown":
+                self.shut_down = True
+            if "params" not in data:  # JSON-RPC allows it; pygls' request type needs the key
+                data = {**data, "params": None}
             params = data.get("params")
             if params is not None and not isinstance(params, dict | list):
                 self.send_error(
@@ -360,11 +376,10 @@ class Connection:
         except Exception as exc:
             if is_request:
                 code = getattr(exc, "code", errors.INVALID_PARAMS)
-                cause = exc.__cause__ or exc
                 self.send_error(
                     reply_id,
                     code if isinstance(code, int) else errors.INVALID_PARAMS,
-                    f"invalid params for {method}: {cause}"[:1000],
+                    f"invalid params for {method}: {_what_is_wrong(exc)}"[:1000],
                 )
             return
         try:
@@ -373,3 +388,19 @@ class Connection:
             log.exception("handling %s failed", method)
             if is_request:
                 self.send_error(reply_id, errors.INTERNAL_ERROR, f"internal error: {exc}"[:500])
+
+
+def _what_is_wrong(exc: BaseException) -> str:
+    """What a message pygls could not structure got wrong, and where: ``required field
+    missing @ $.params`` (cattrs' own words) instead of its bare ``While structuring
+    ExecuteCommandRequest (1 sub-exception)``."""
+    cause = exc.__cause__ or exc
+    try:
+        from cattrs import transform_error
+        from cattrs.errors import ClassValidationError, IterableValidationError
+
+        if isinstance(cause, ClassValidationError | IterableValidationError):
+            return "; ".join(transform_error(cause)) or str(cause)
+    except ImportError:  # pragma: no cover - cattrs comes with pygls
+        pass
+    return str(cause)

@@ -89,6 +89,15 @@ class Rollouts:
             )
             return [{**r, "details": json.loads(r["details"] or "{}")} for r in rows]
 
+    def rollout_sets(self) -> dict[str, int]:
+        """Every rollout set in the store and how many rollouts it holds, by name."""
+        with self._lock:
+            rows = self.db.execute(
+                "SELECT rollout_set, count(*) FROM rollouts GROUP BY rollout_set"
+                " ORDER BY rollout_set"
+            ).fetchall()
+        return {name: n for name, n in rows}
+
     def check_import(self, numbered: list[tuple[int, Any]]) -> None:
         """Check ``(line, record)`` pairs of an export-rollouts file before any is written.
 

@@ -4,7 +4,11 @@ Input: ``rlmd train export --format grpo`` groups (``{"prompt", "completions", "
 several samples of the same task's first root turn and their rollouts' rewards). Per group
 the advantage of sample ``i`` is ``(r_i - mean(r)) / (std(r) + 1e-4)``; the loss is
 ``-mean_i(A_i * mean log p(completion_i | prompt))`` over the completion's tokens, one AdamW
-step on LoRA weights per ``groups_per_step`` groups. No KL term and no clipping: the samples
+step on LoRA weights per ``groups_per_step`` groups. A completion with advantage 0 is not
+scored (it adds nothing to the gradient); each scored completion's backward pass runs before
+the next one's forward (gradients accumulate), so memory holds one completion's graph, and
+the vocabulary projection runs on the completion's positions only (``logits_to_keep``): the
+prompt's ~1,000 positions skip it. No KL term and no clipping: the samples
 come from rollouts already recorded (an offline, single-update-per-sample variant), which is
 what a CPU can afford; TRL's ``GRPOTrainer`` is the online choice on a GPU.
 
@@ -18,6 +22,13 @@ would be scored as if the model had stopped there); a group left with one reward
 **Adapter and cost**: as ``sft`` (:class:`GRPOOptions`): LoRA on the top ``lora_layers``
 blocks (:func:`rlmd.train.sft.lora_config`), ``threads``, ``precision``.
 
+**Per step** ``log.jsonl`` holds ``{"step", "loss", "learning_rate", "seconds" (since the
+run's start), "step_seconds", "groups": [{"task_id", "rewards", "advantages",
+"prompt_tokens", "completion_tokens"}]}``; ``progress`` (the CLI prints it) gets the same
+record. ``max_seconds`` ends the run early, after the step after which another step of the
+last one's length would pass it (at least one step runs); ``train.json`` says so
+(``"stopped": "max_seconds"``).
+
 The output folder has the layout of :mod:`rlmd.train.sft` (``adapter/``, ``base/``,
 ``log.jsonl``, ``loss.png``, ``train.json``), so :func:`rlmd.train.gguf_lora.convert_adapter`
 takes it. It also keeps ``optimizer.pt`` (AdamW's state): a second run with the same folder
@@ -29,8 +40,9 @@ every ``save_steps`` steps and at the end.
 from __future__ import annotations
 
 import json
+import math
 import time
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from contextlib import nullcontext
 from dataclasses import asdict, dataclass
 from pathlib import Path
@@ -55,7 +67,9 @@ class GRPOOptions:
     ``groups_per_step``: groups per optimizer step. ``save_steps``: save the adapter and the
     optimizer state every N steps. ``lora_layers``: LoRA on the top N blocks (``None``/0:
     all). ``threads``: torch CPU threads (``None``: torch's default). ``precision``:
-    ``"fp32"``, ``"bf16"`` (autocast) or ``"auto"`` (bf16 on CUDA, fp32 elsewhere)."""
+    ``"fp32"``, ``"bf16"`` (autocast) or ``"auto"`` (bf16 on CUDA, fp32 elsewhere).
+    ``max_seconds``: a wall-clock budget in seconds for the steps (``None``: none; see the
+    module docstring)."""
 
     steps: int = 1
     learning_rate: float = 1e-4
@@ -69,15 +83,22 @@ class GRPOOptions:
     lora_layers: int | None = 8
     threads: int | None = None
     precision: str = "auto"
+    max_seconds: float | None = None
 
 
 def check_options(opts: GRPOOptions) -> None:
     """Raise ``ValueError`` for options no run can use (before minutes of loading):
     ``steps``, ``rank``, ``alpha``, ``groups_per_step``, ``max_length`` or ``save_steps``
-    below 1, and as :func:`rlmd.train.sft.check_adapter_options`."""
+    below 1, ``max_seconds`` not a finite number above 0, and as
+    :func:`rlmd.train.sft.check_adapter_options`."""
     check_adapter_options(
         opts, ("steps", "rank", "alpha", "groups_per_step", "max_length", "save_steps")
     )
+    budget = opts.max_seconds
+    if budget is not None and not (
+        isinstance(budget, int | float) and math.isfinite(budget) and budget > 0
+    ):
+        raise ValueError(f"max_seconds must be a finite number > 0, got {budget!r}")
 
 
 def sample_ids(tokenizer: Any, prompt: list, completion: list) -> tuple[list[int], int]:
@@ -103,14 +124,25 @@ def sample_ids(tokenizer: Any, prompt: list, completion: list) -> tuple[list[int
 
 def completion_logprob(model: Any, ids: list[int], prompt_len: int) -> Any:
     """Mean log-probability (a 0-d tensor with grad) of the tokens of ``ids`` after the first
-    ``prompt_len`` (see :func:`sample_ids`)."""
+    ``prompt_len`` (see :func:`sample_ids`). Only the positions that predict those tokens go
+    through the vocabulary projection (``logits_to_keep``)."""
     import torch
 
     x = torch.tensor([ids], device=model.device)
-    logits = model(input_ids=x).logits[0, prompt_len - 1 : -1].float()
+    keep = len(ids) - prompt_len + 1  # the last prompt position predicts the first token
+    logits = model(input_ids=x, logits_to_keep=keep).logits[0, -keep:-1].float()
     logp = torch.log_softmax(logits, dim=-1)
     target = x[0, prompt_len:]
     return logp.gather(1, target.unsqueeze(1)).squeeze(1).mean()
+
+
+def advantages(rewards: list[float]) -> list[float]:
+    """Group-relative advantages: ``(r_i - mean) / (std + 1e-4)``, ``std`` the sample standard
+    deviation (n - 1), as ``torch.std``; all 0 when the rewards are all equal."""
+    n = len(rewards)
+    mean = sum(rewards) / n
+    std = math.sqrt(sum((r - mean) ** 2 for r in rewards) / (n - 1)) if n > 1 else 0.0
+    return [(r - mean) / (std + 1e-4) for r in rewards]
 
 
 def prepare_groups(tokenizer: Any, groups: list[dict], max_length: int) -> tuple[list[dict], dict]:
@@ -118,7 +150,8 @@ def prepare_groups(tokenizer: Any, groups: list[dict], max_length: int) -> tuple
     over ``max_length`` tokens dropped, then groups whose rewards no longer differ.
 
     Returns:
-        ``(groups, report)``: each group ``{"ids": [(ids, prompt_len)], "rewards": [...]}``;
+        ``(groups, report)``: each group ``{"task_id", "ids": [(ids, prompt_len)],
+        "rewards": [...]}``;
         report ``{"groups": kept, "groups_in": total, "completions_dropped_too_long": n,
         "longest": tokens}``."""
     kept, dropped, longest = [], 0, 0
@@ -133,22 +166,27 @@ def prepare_groups(tokenizer: Any, groups: list[dict], max_length: int) -> tuple
             ids.append((full, head))
             rewards.append(float(reward))
         if len(set(rewards)) > 1:
-            kept.append({"ids": ids, "rewards": rewards})
+            kept.append({"task_id": g.get("task_id"), "ids": ids, "rewards": rewards})
     report = {"groups": len(kept), "groups_in": len(groups),
               "completions_dropped_too_long": dropped, "longest": longest}  # fmt: skip
     return kept, report
 
 
 def train_grpo(
-    base: str, data: str | Path, out: str | Path, opts: GRPOOptions | None = None
+    base: str,
+    data: str | Path,
+    out: str | Path,
+    opts: GRPOOptions | None = None,
+    progress: Callable[[dict[str, Any]], None] | None = None,
 ) -> dict[str, Any]:
     """Run ``opts.steps`` group-relative updates of LoRA weights on ``base`` over the groups in
-    ``data`` (JSONL) into ``out`` (continuing from its adapter and optimizer state, if any).
+    ``data`` (JSONL) into ``out`` (continuing from its adapter and optimizer state, if any);
+    fewer when ``opts.max_seconds`` runs out. ``progress`` gets each step's log record.
 
     Returns:
-        The ``train.json`` record: ``{"base", "data", "steps", "losses", "groups",
-        "groups_in", "completions_dropped_too_long", "longest", "resumed", "seconds",
-        "options"}``.
+        The ``train.json`` record: ``{"base", "data", "steps" (asked), "steps_done",
+        "stopped" ("steps" or "max_seconds"), "losses", "groups", "groups_in",
+        "completions_dropped_too_long", "longest", "resumed", "seconds", "options"}``.
 
     Raises:
         ValueError: an option out of range (:func:`check_options`); no group with two or
@@ -202,37 +240,56 @@ def train_grpo(
         model.save_pretrained(adapter)
         torch.save(optim.state_dict(), optim_path)
 
-    losses = []
+    losses: list[float] = []
+    stopped = "steps"
+    last = 0.0
     for step in range(opts.steps):
+        if step and opts.max_seconds is not None:
+            if time.monotonic() - started + last > opts.max_seconds:
+                stopped = "max_seconds"
+                break
+        t0 = time.monotonic()
         batch = [
             groups[((done + step) * opts.groups_per_step + j) % len(groups)]
             for j in range(opts.groups_per_step)
         ]
         optim.zero_grad()
-        total = torch.zeros((), device=model.device)
-        n = 0
+        advs = [advantages(g["rewards"]) for g in batch]
+        scored = sum(1 for adv in advs for a in adv if a != 0)
+        loss_value = 0.0
         autocast = torch.autocast(device_type, dtype=torch.bfloat16) if bf16 else nullcontext()
-        with autocast:
-            for g in batch:
-                r = torch.tensor(g["rewards"], dtype=torch.float32)
-                adv = (r - r.mean()) / (r.std() + 1e-4)
-                for (ids, head), a in zip(g["ids"], adv.tolist(), strict=True):
-                    if a == 0:
-                        continue
-                    total = total - a * completion_logprob(model, ids, head)
-                    n += 1
-        loss = total / max(n, 1)
-        loss.backward()
+        for g, adv in zip(batch, advs, strict=True):
+            for (ids, head), a in zip(g["ids"], adv, strict=True):
+                if a == 0:
+                    continue
+                with autocast:
+                    term = -a * completion_logprob(model, ids, head) / scored
+                term.backward()  # frees this completion's graph before the next forward
+                loss_value += float(term.detach())
         optim.step()
-        losses.append(float(loss.detach()))
+        losses.append(loss_value)
+        last = time.monotonic() - t0
+        rec = {
+            "step": done + step + 1,
+            "loss": loss_value,
+            "learning_rate": opts.learning_rate,
+            "seconds": round(time.monotonic() - started, 2),
+            "step_seconds": round(last, 2),
+            "groups": [
+                {
+                    "task_id": g["task_id"],
+                    "rewards": g["rewards"],
+                    "advantages": [round(a, 4) for a in adv],
+                    "prompt_tokens": g["ids"][0][1],
+                    "completion_tokens": [len(ids) - head for ids, head in g["ids"]],
+                }
+                for g, adv in zip(batch, advs, strict=True)
+            ],
+        }
         with open(log_path, "a", encoding="utf-8") as f:
-            rec = {
-                "step": done + step + 1,
-                "loss": losses[-1],
-                "learning_rate": opts.learning_rate,
-                "seconds": round(time.monotonic() - started, 2),
-            }
             f.write(json.dumps(rec) + "\n")
+        if progress:
+            progress(rec)
         if (step + 1) % opts.save_steps == 0:
             save()
     save()
@@ -241,6 +298,8 @@ def train_grpo(
         "base": base,
         "data": str(data),
         "steps": opts.steps,
+        "steps_done": len(losses),
+        "stopped": stopped,
         "losses": losses,
         **report,
         "resumed": resumed,

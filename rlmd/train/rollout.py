@@ -348,10 +348,33 @@ def summary(rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
     return out
 
 
+def check_sets(store: Store, names: list[str] | tuple[str, ...]) -> None:
+    """Refuse rollout set names the store does not hold.
+
+    Raises:
+        ValueError: a name is not a rollout set here; the message lists the sets there are
+            (with their rollout counts) or says there are none.
+    """
+    sets = store.rollout_sets()
+    missing = [name for name in dict.fromkeys(names) if name not in sets]
+    if not missing:
+        return
+    there = ", ".join(f"{name!r} ({n})" for name, n in sets.items()) or "none yet"
+    which = ", ".join(repr(name) for name in missing)
+    raise ValueError(f"no rollout set {which} in this store; rollout sets: {there}")
+
+
 def export_set(store: Store, rollout_set: str, path: str | Path) -> int:
     """Write a rollout set to one JSONL file: per rollout a ``{"type": "rollout", ...}`` line
     followed by its trajectory's run and node lines (:func:`rlmd.store.export.flatten_tree`).
-    Returns the number of rollouts written."""
+    Returns the number of rollouts written.
+
+    Raises:
+        ValueError: the store holds no set ``rollout_set`` (:func:`check_sets`); ``path`` is
+            then not created or changed.
+        OSError: ``path`` cannot be written.
+    """
+    check_sets(store, [rollout_set])
     rows = store.rollouts(rollout_set)
     with open(path, "w", encoding="utf-8") as f:
         for row in rows:

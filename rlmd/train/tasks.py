@@ -19,7 +19,10 @@ checkout is needed): ``sniah`` (needle in essays), ``oolong`` (label + aggregate
 glosses), ``pairs`` (user pairs), ``codeqa`` (questions over a renamed stdlib package). The
 two splits never share a seed **or** a source text: the train split uses essays and WordNet
 glosses of hash partition 0 and the packages in :data:`SPLITS`; the held-out split uses
-partition 1, another seed stream and other packages.
+partition 1, another seed stream and other packages. A split's seed is the given one plus
+its ``seed_offset``, and the given one must be below :data:`SEED_LIMIT` (the held-out
+offset), so train seeds ``0 .. SEED_LIMIT - 1`` and held-out seeds ``SEED_LIMIT ..`` never
+meet.
 """
 
 from __future__ import annotations
@@ -37,6 +40,10 @@ SPLITS: dict[str, dict[str, Any]] = {
     "train": {"seed_offset": 0, "partition": [0, 2], "packages": ["wsgiref", "json"]},
     "heldout": {"seed_offset": 1_000_003, "partition": [1, 2], "packages": ["tomllib"]},
 }
+SEED_LIMIT: int = SPLITS["heldout"]["seed_offset"]
+"""``generate_split`` takes seeds ``0 <= seed < SEED_LIMIT``: with the held-out split's
+offset of the same size, a train seed can never be a held-out one (train ``--seed
+1000003`` was the held-out split's seed 0)."""
 
 SIZES: dict[str, dict[str, Any]] = {
     # Short contexts on purpose: root turns see metadata, not the context, so what matters
@@ -338,6 +345,7 @@ def generate_split(
 
     Raises:
         KeyError: unknown split or size.
+        ValueError: ``seed`` is not an integer in ``0 .. SEED_LIMIT - 1``.
         ImportError: the benchmark generators are not importable (run from a source checkout).
         bench.quality.sources.SourceUnavailable: a pinned source text could not be fetched.
     """
@@ -347,6 +355,12 @@ def generate_split(
     from bench.quality.tokenizer import estimate_tokenizer
 
     spec = split_spec(split, size)
+    if isinstance(seed, bool) or not isinstance(seed, int) or not 0 <= seed < SEED_LIMIT:
+        raise ValueError(
+            f"seed must be an integer from 0 to {SEED_LIMIT - 1}, not {seed!r}: the held-out "
+            f"split adds {SEED_LIMIT} to its seed, so outside that range a train and a "
+            "held-out split could share a seed"
+        )
     seed = seed + SPLITS[split]["seed_offset"]
     tok = estimate_tokenizer()
     out = Path(out)
