@@ -548,9 +548,10 @@ def test_background_checkpoints(tmp_path: Path, monkeypatch: pytest.MonkeyPatch)
 
     monkeypatch.setattr(store_db, "CHECKPOINT_EVERY", 5)
     store = Store(tmp_path / "rlmd.db")
+    assert store._checkpointer is None  # started when the first checkpoint is due
+    ids = record_three_depths(store)
     checkpointer = store._checkpointer
     assert checkpointer is not None and checkpointer._thread.is_alive()
-    ids = record_three_depths(store)
     deadline = time.monotonic() + 10
     while checkpointer.done == 0 and time.monotonic() < deadline:
         time.sleep(0.01)

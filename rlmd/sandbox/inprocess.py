@@ -1,14 +1,13 @@
 """The in-process backend: the same kernel (:mod:`rlmd.kernel.core`) in this process.
 
 Cells run in a persistent worker thread (:class:`_Worker`); host calls from that thread go
-back to the event loop with ``asyncio.run_coroutine_threadsafe``. Fast and convenient for
+back to the event loop, one task each (:class:`_HostCall`). Fast and convenient for
 tests and trusted code, but **not a sandbox**: see :class:`InProcessSandbox`.
 """
 
 from __future__ import annotations
 
 import asyncio
-import concurrent.futures
 import contextlib
 import ctypes
 import os
@@ -30,6 +29,114 @@ from rlmd.sandbox.messages import AFTER_RESTART, join_names, note_stop, with_not
 from rlmd.sandbox.session import UNSET, Bindings, SandboxState, resolve_limits
 
 _GIVEN_UP: Any = object()  # a cell's future resolved by the host: its thread was abandoned
+_CANCELLED: Any = object()  # a host call's outcome when it was cancelled
+
+
+class _Bell:
+    """Wakes a thread blocked in :meth:`wait` from another thread (:meth:`ring`), over a
+    pipe: the cell's thread and the event loop hand work to each other this way.
+
+    A pipe, not a lock or a queue: writing to a pipe wakes its reader with Linux's "sync"
+    hint (the writer is about to sleep), so the reader is run on the writer's CPU once the
+    writer blocks; a futex wake (``Lock.release``, ``SimpleQueue.put``) sends it to another
+    CPU, which on a busy machine it must first win, and there it then waits again for the
+    GIL the writer still holds. The event loop's own wake-up (``call_soon_threadsafe``) is
+    a socket write already. A host call's round trip between a thread and the loop, load
+    ~4 on 2 vCPUs: 40-45 µs over pipes against 62-211 µs with a lock. Without a descriptor
+    to spare, a semaphore does the same (without the hint).
+    """
+
+    __slots__ = ("_r", "_w", "_sem")
+
+    def __init__(self) -> None:
+        self._sem: threading.Semaphore | None = None
+        try:
+            self._r, self._w = os.pipe()
+        except OSError:  # out of descriptors (model code shares the process)
+            self._r = self._w = -1
+            self._sem = threading.Semaphore(0)
+
+    def ring(self) -> None:
+        """Wake the waiting thread (or the next :meth:`wait`); a no-op once closed."""
+        if self._sem is not None:
+            self._sem.release()
+        elif self._w >= 0:
+            with contextlib.suppress(OSError):
+                os.write(self._w, b"\0")
+
+    def wait(self) -> None:
+        """Block (the GIL released) until a :meth:`ring` not yet waited for, or the ringing
+        end is closed."""
+        if self._sem is not None:
+            self._sem.acquire()
+        elif self._r >= 0:
+            os.read(self._r, 1)
+
+    def close_ringer(self) -> None:
+        """Close the ringing end (after its last :meth:`ring`; a waiter then sees the end)."""
+        w, self._w = self._w, -1
+        if w >= 0:
+            with contextlib.suppress(OSError):
+                os.close(w)
+        if self._sem is not None:
+            self._sem.release()
+
+    def close_waiter(self) -> None:
+        """Close the waiting end (once nobody waits on it)."""
+        r, self._r = self._r, -1
+        if r >= 0:
+            with contextlib.suppress(OSError):
+                os.close(r)
+
+
+class _HostCall:
+    """One host call from a cell's thread, served on the event loop: the calling thread
+    waits (:meth:`wait`) until :meth:`settle` has put the outcome in :attr:`value` or
+    :attr:`error`.
+
+    Leaner than ``asyncio.run_coroutine_threadsafe``: the task serving the call wakes the
+    cell's thread itself as it ends, one pass of the event loop earlier than the chained
+    ``concurrent.futures.Future`` did, and over a :class:`_Bell` (a pipe) instead of that
+    future's ``Condition``. :meth:`settle` and :meth:`cancel` run on the event loop's thread
+    only, so the outcome is set once without a lock of its own.
+    """
+
+    __slots__ = ("bell", "task", "value", "error", "done")
+
+    def __init__(self) -> None:
+        self.bell = _Bell()
+        self.task: asyncio.Task[None] | None = None
+        self.value: Any = None
+        self.error: Any = None
+        self.done = False
+
+    def __del__(self) -> None:  # a call whose thread never waited (an interrupt came first)
+        self.bell.close_ringer()
+        self.bell.close_waiter()
+
+    def wait(self) -> None:
+        """Block the calling thread until the call is settled (its pipe is closed then)."""
+        try:
+            self.bell.wait()
+        finally:
+            self.bell.close_waiter()
+
+    def settle(self, value: Any = None, *, error: Any = None) -> None:
+        """Hand the outcome to the waiting thread (the first outcome wins)."""
+        if self.done:
+            return
+        self.done = True
+        self.value, self.error = value, error
+        self.bell.ring()
+        self.bell.close_ringer()
+
+    def cancel(self) -> None:
+        """Fail the call as cancelled now and stop its task (the cell timed out, was
+        interrupted, or the sandbox closed)."""
+        self.settle(error=_CANCELLED)
+        if self.task is not None:
+            self.task.cancel()
+
 
 UNCONTAINED = frozenset(
     {
@@ -77,6 +184,7 @@ class _Worker:
 
     def __init__(self) -> None:
         self._jobs: queue.SimpleQueue[Callable[[], None] | None] = queue.SimpleQueue()
+        self._bell = _Bell()  # rung once per job (see _Bell: a pipe wakes the thread sooner)
         self._running = False
         self._stopped = False
         self._raised = False  # an interrupt was raised since the last submit
@@ -84,23 +192,35 @@ class _Worker:
         self.thread.start()
 
     def _serve(self) -> None:
-        while not self._stopped:
-            try:
-                job = self._jobs.get()
-                if job is None:
-                    return
-                job()  # a job hands its result over itself
-            except CellInterrupted:
-                pass  # it came late: the cell it was meant for is over
+        try:
+            while not self._stopped:
+                try:
+                    try:
+                        job = self._jobs.get_nowait()
+                    except queue.Empty:
+                        # Taken from the queue, not from the bell: an interrupt landing
+                        # between the two cannot lose a job (an extra ring only loops once).
+                        self._bell.wait()
+                        continue
+                    if job is None:
+                        return
+                    job()  # a job hands its result over itself
+                except CellInterrupted:
+                    pass  # it came late: the cell it was meant for is over
+        finally:
+            self._bell.close_waiter()
 
     def submit(self, job: Callable[[], None]) -> None:
         """Run ``job`` (one cell) in the thread; it may be interrupted until
         :meth:`finished`."""
+        if self._stopped:
+            raise SandboxError("the cell thread was stopped")
         if self._raised and self.thread.ident is not None:  # clear a late interrupt still pending
             ctypes.pythonapi.PyThreadState_SetAsyncExc(ctypes.c_ulong(self.thread.ident), None)
         self._raised = False
         self._running = True
         self._jobs.put(job)
+        self._bell.ring()
 
     def finished(self) -> None:
         """The cell's result has arrived on the event loop: no interrupt after this."""
@@ -115,9 +235,13 @@ class _Worker:
         return True
 
     def stop(self) -> None:
-        """End the thread once its current cell (if any) is over."""
+        """End the thread once its current cell (if any) is over (safe twice)."""
+        if self._stopped:
+            return
         self._stopped = True
         self._jobs.put(None)
+        self._bell.ring()
+        self._bell.close_ringer()  # its last ring: nothing is submitted after a stop
 
 
 class InProcessSandbox(Sandbox):
@@ -175,7 +299,7 @@ class InProcessSandbox(Sandbox):
         self._loop: asyncio.AbstractEventLoop | None = None
         self._loop_thread: int | None = None
         self._kernel: Kernel | None = None
-        self._inflight: set[concurrent.futures.Future[Any]] = set()
+        self._inflight: set[_HostCall] = set()
         self._clock = CallClock()
         self._worker: _Worker | None = None
         self._lock = asyncio.Lock()
@@ -302,55 +426,65 @@ class InProcessSandbox(Sandbox):
     # -- the bridge for host calls ----------------------------------------------------------
 
     def _new_kernel(self) -> Kernel:
-        inflight: set[concurrent.futures.Future[Any]] = set()
+        inflight: set[_HostCall] = set()
         self._inflight = inflight
         loop = self._loop
         loop_thread = self._loop_thread
         assert loop is not None
 
-        async def serve(fn: str, args: dict[str, Any]) -> Any:
+        async def serve(pending: _HostCall, fn: str, args: dict[str, Any]) -> None:
             handler = self._handler
             assert handler is not None
             token = self._clock.started(fn, args)
             try:
-                value = await handler(fn, args)
+                try:
+                    value = await handler(fn, args)
+                finally:
+                    self._clock.ended(token)
             except CallError as exc:
-                raise RuntimeError(str(exc)) from None
+                pending.settle(error=RuntimeError(str(exc)))
+                return
             except asyncio.CancelledError:
+                pending.settle(error=_CANCELLED)
                 raise
             except Exception as exc:  # noqa: BLE001 - reported inside the cell
-                raise RuntimeError(f"{type(exc).__name__}: {exc}") from None
-            finally:
-                self._clock.ended(token)
+                pending.settle(error=RuntimeError(f"{type(exc).__name__}: {exc}"))
+                return
             try:
-                return json_copy(value, f"the host's answer to {fn}")
+                pending.settle(json_copy(value, f"the host's answer to {fn}"))
             except TypeError as exc:
-                raise RuntimeError(str(exc)) from None
+                pending.settle(error=RuntimeError(str(exc)))
+
+        def start(pending: _HostCall, fn: str, args: dict[str, Any]) -> None:
+            if not pending.done:  # not cancelled before the loop got to it
+                pending.task = loop.create_task(serve(pending, fn, args))
 
         def call(fn: str, args: dict[str, Any]) -> Any:
             if threading.get_ident() == loop_thread:
                 raise RuntimeError(f"{fn} cannot be called from the event loop's thread")
             args = json_copy(args, f"{fn} arguments")
+            pending = _HostCall()
+            inflight.add(pending)
             try:
-                cf = asyncio.run_coroutine_threadsafe(serve(fn, args), loop)
-            except RuntimeError:
-                raise RuntimeError(f"{fn}: the host is shutting down") from None
-            inflight.add(cf)
-            try:
-                return cf.result()
-            except concurrent.futures.CancelledError:
-                raise RuntimeError(
-                    f"{fn} was cancelled (the cell timed out or the sandbox closed)"
-                ) from None
+                try:
+                    loop.call_soon_threadsafe(start, pending, fn, args)
+                except RuntimeError:
+                    raise RuntimeError(f"{fn}: the host is shutting down") from None
+                pending.wait()  # settled on the loop's thread
             finally:
-                inflight.discard(cf)
+                inflight.discard(pending)
+            if pending.error is _CANCELLED:
+                raise RuntimeError(f"{fn} was cancelled (the cell timed out or the sandbox closed)")
+            if pending.error is not None:
+                raise pending.error
+            return pending.value
 
         return Kernel(call, capture="thread")
 
     @staticmethod
-    def _cancel_calls(inflight: set[concurrent.futures.Future[Any]]) -> None:
-        for cf in list(inflight):
-            cf.cancel()
+    def _cancel_calls(inflight: set[_HostCall]) -> None:
+        for pending in list(inflight):
+            pending.cancel()
 
     def _live(self) -> Kernel:
         if self._closed:

@@ -196,7 +196,11 @@ class Store(Queries, Rollouts):
         self._open_nodes: dict[str, dict[str, Any]] = {}
         # Run counter increments of the transaction in progress, written once before COMMIT.
         self._bumps: dict[str, dict[str, float]] = {}
+        # Started at the first checkpoint asked for (:meth:`_count`), not at the open:
+        # starting a thread costs ~0.7 ms of hand-overs, and a one-shot run of a few hundred
+        # events may never ask for one.
         self._checkpointer: _Checkpointer | None = None
+        self._wal = False
         self._events = 0
         self._pending: list[tuple[Event, dict[str, Any]]] = []  # see record_batched
         self._flush_loop: asyncio.AbstractEventLoop | None = None  # a flush is scheduled there
@@ -214,9 +218,10 @@ class Store(Queries, Rollouts):
             conn.execute("PRAGMA synchronous = NORMAL")
             if not (current and version == schema.SCHEMA_VERSION):
                 schema.migrate(self.db)
-            if _journal_mode(conn) == "wal":
+            # (a file in WAL mode at the open stays so: asking again costs a lock round trip)
+            if current or _journal_mode(conn) == "wal":
                 conn.execute(f"PRAGMA wal_autocheckpoint = {WAL_AUTOCHECKPOINT_PAGES:d}")
-                self._checkpointer = _Checkpointer(os.path.abspath(self.path))
+                self._wal = True  # background checkpoints, from the first one asked for
         except BaseException:
             conn.close()
             raise
@@ -273,6 +278,7 @@ class Store(Queries, Rollouts):
         and close the connection (the last one to close checkpoints the WAL). Safe twice."""
         self.flush()
         with self._lock:
+            self._wal = False  # no checkpointer starts after this
             if self._checkpointer is not None:
                 self._checkpointer.close()
                 self._checkpointer = None
@@ -346,14 +352,21 @@ class Store(Queries, Rollouts):
             self.flush()
         elif self._flush_loop is not loop:  # none scheduled, or on a loop that has ended
             self._flush_loop = loop
-            loop.call_later(FLUSH_DELAY_S, self.flush)
+            loop.call_later(FLUSH_DELAY_S, self._flush_due)
+
+    def _flush_due(self) -> None:
+        """:meth:`record_batched`'s timer: write what is kept. A step start's flush leaves
+        the timer running (it then writes what was kept since, sooner than its own
+        :data:`FLUSH_DELAY_S`): one timer per delay, not one per step (two per iteration,
+        most firing on nothing)."""
+        self._flush_loop = None
+        self.flush()
 
     def flush(self) -> None:
         """Write the events :meth:`record_batched` kept, in one transaction (an event that
         fails rolls the batch back; the events are then written one transaction each, so
         only the failing one is lost, as with :meth:`record`). Never raises."""
         with self._lock:
-            self._flush_loop = None
             pending, self._pending = self._pending, []
         if not pending:
             return
@@ -393,9 +406,9 @@ class Store(Queries, Rollouts):
 
     def _count(self, n: int) -> None:
         before, self._events = self._events, self._events + n
-        if self._checkpointer is not None and before // CHECKPOINT_EVERY != (
-            self._events // CHECKPOINT_EVERY
-        ):
+        if self._wal and before // CHECKPOINT_EVERY != self._events // CHECKPOINT_EVERY:
+            if self._checkpointer is None:
+                self._checkpointer = _Checkpointer(os.path.abspath(self.path))
             self._checkpointer.request()
 
     def _failed(self, event: Event, exc: Exception) -> None:
