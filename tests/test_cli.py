@@ -609,7 +609,10 @@ def test_samples_run_k_trajectories_and_print_the_vote(rlmd_home, tmp_path):
     assert out["answer"] == "3" and out["vote"]["tally"] == {"3": 2.0}
     assert len({s["run_id"] for s in out["vote"]["samples"]}) == 2
     bad = rlmd(*args, "--samples", "0", home=rlmd_home, input="abc")
-    assert bad.returncode == 2 and "--samples must be at least 1" in bad.stderr
+    assert bad.returncode == 2 and "--samples must be from 1 to 32, not 0" in bad.stderr
+    # review14: --samples 1000 started 1000 kernels at once (each sample has its own REPL)
+    bad = rlmd(*args, "--samples", "1000", home=rlmd_home, input="abc")
+    assert bad.returncode == 2 and "--samples must be from 1 to 32, not 1000" in bad.stderr
 
 
 SPOOL_KEPT = """

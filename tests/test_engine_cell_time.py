@@ -122,3 +122,36 @@ async def test_the_run_wall_clock_still_cuts_a_cell_waiting_on_sub_calls():
     cfg = config(budget={"cell_timeout_s": 1.0, "max_seconds": 2.0})
     result = await asyncio.wait_for(go(scripted_registry(root=root, sub=sub), cfg), 60)
     assert result.status != "completed" or result.answer != "never"
+
+
+async def test_a_cell_computing_while_a_thread_keeps_a_sub_call_in_flight_times_out():
+    """Review14: time with any sub-call in flight was not counted, so a thread calling
+    ``llm_query`` in a loop let the main thread compute 12 s past a 2 s cell limit (and
+    forever with ``while True``). CPU the kernel (subprocess sandbox) uses meanwhile now
+    counts; a cell that only waits on its sub-calls keeps them as before."""
+    spin = (
+        "import threading, time\n"
+        "def keep():\n"
+        "    while True:\n"
+        "        llm_query('tick')\n"
+        "threading.Thread(target=keep, daemon=True).start()\n"
+        "t0 = time.time()\n"
+        "while time.time() - t0 < 30:\n"
+        "    pass\n"
+        "print('ran on')"
+    )
+    seen = []
+
+    def root(messages):
+        seen.append(messages)
+        return repl(spin) if turn_of(messages) == 0 else repl("FINAL('stopped')")
+
+    async def sub(messages):
+        await asyncio.sleep(0.2)
+        return "tock"
+
+    cfg = config(sandbox="subprocess", budget={"cell_timeout_s": 2, "max_iterations": 3})
+    result = await go(scripted_registry(root=root, sub=sub), cfg)
+    assert result.answer == "stopped", result.error
+    feedback = last_user(seen[1])
+    assert "ran on" not in feedback and "KeyboardInterrupt" in feedback, feedback[-600:]

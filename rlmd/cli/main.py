@@ -94,7 +94,8 @@ def _parser(command: str | None = None) -> argparse.ArgumentParser:
         "--samples",
         type=int,
         default=1,
-        help="self-consistency: K root runs in parallel, answers voted (default 1)",
+        help=f"self-consistency: K root runs in parallel, answers voted (default 1, at most "
+        f"{MAX_SAMPLES})",
     )
     if command == "run":
         return p
@@ -222,6 +223,10 @@ def _main(argv: list[str] | None) -> int:
         err.print(f"[red]error:[/] {markup(str(exc))}")  # a store written by a newer rlmd
         return 1
 
+
+MAX_SAMPLES = 32
+"""The most ``rlmd run --samples``: each sample runs at once with a REPL (a kernel process) of
+its own."""
 
 MAX_RUNS_LIMIT = 10**9
 """The most runs ``rlmd runs --limit`` lists (SQLite takes no more than 2**63 - 1)."""
@@ -391,8 +396,9 @@ def cmd_run(args: argparse.Namespace) -> int:
 
 def _run_command(args: argparse.Namespace) -> int:
     try:
-        if args.samples < 1:
-            raise ValueError(f"--samples must be at least 1, not {args.samples}")
+        if not 1 <= args.samples <= MAX_SAMPLES:
+            # each sample runs with its own REPL at once: --samples 1000 started 1000 kernels
+            raise ValueError(f"--samples must be from 1 to {MAX_SAMPLES}, not {args.samples}")
         for flag, value in (("--model", args.model), ("--sub-model", args.sub_model)):
             if value is not None and not value.strip():  # "$MODEL" unset: not the default
                 raise ValueError(f"{flag} is empty; name a model (rlmd models lists them)")

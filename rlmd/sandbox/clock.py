@@ -5,6 +5,8 @@ the run's ``cell_timeout_s``) counts the time the cell's code runs and the time 
 the user's host tools, **not** the time it is blocked on sub-calls (``llm_query``, ``llm_map``,
 ``rlm_query`` and their batched forms): those are bounded by the models' own timeouts and
 the run's budget, and a cell that only waits on slow sub-calls must not lose their results.
+CPU time the kernel uses while a sub-call is in flight
+counts again where the backend can read it (``CallClock.cpu_s``: the subprocess backend).
 The run's wall-clock budget still bounds the whole cell, sub-calls included
 (``wall_limit_s``). The system prompt tells the model both limits.
 """
@@ -14,7 +16,7 @@ from __future__ import annotations
 import asyncio
 import itertools
 import time
-from collections.abc import Awaitable
+from collections.abc import Awaitable, Callable
 from typing import Any
 
 SUB_CALLS = frozenset(
@@ -25,14 +27,39 @@ SUB_CALLS = frozenset(
 
 class CallClock:
     """Host calls in flight for one kernel: seconds blocked on sub-calls, and the user tools
-    being waited on (named in a timeout message)."""
+    being waited on (named in a timeout message).
 
-    def __init__(self) -> None:
+    Args:
+        cpu_s: the kernel's CPU seconds so far (``None`` when unknown), where the backend can
+            read them. CPU the kernel uses while a sub-call is in flight is not "blocked":
+            a thread keeping one ``llm_query`` in flight let the main thread compute 12 s
+            past a 2 s cell limit (review14). A kernel that only waits uses next to none.
+    """
+
+    def __init__(self, cpu_s: Callable[[], float | None] | None = None) -> None:
         self._ids = itertools.count()
         self._subcalls = 0
         self._since = 0.0
         self._blocked = 0.0
         self._tools: dict[int, str] = {}
+        self.cpu_s = cpu_s
+        self._cpu_since: float | None = None
+
+    def _cpu(self) -> float | None:
+        if self.cpu_s is None:
+            return None
+        try:
+            return self.cpu_s()
+        except (OSError, ValueError):  # the kernel is gone, or /proc said something odd
+            return None
+
+    def _busy(self, wall_s: float) -> float:
+        """Kernel CPU seconds since the open blocked interval began, at most ``wall_s``
+        (threads spinning at once count as one)."""
+        now = self._cpu()
+        if now is None or self._cpu_since is None:
+            return 0.0
+        return min(max(0.0, now - self._cpu_since), wall_s)
 
     def started(self, fn: str, args: dict[str, Any]) -> int:
         """Note one host call starting; returns the token for :meth:`ended`."""
@@ -40,6 +67,7 @@ class CallClock:
         if fn in SUB_CALLS:
             if self._subcalls == 0:
                 self._since = time.monotonic()
+                self._cpu_since = self._cpu()
             self._subcalls += 1
         elif fn == "tool":
             self._tools[token] = str(args.get("name"))
@@ -50,14 +78,18 @@ class CallClock:
         if token < 0:
             self._subcalls -= 1
             if self._subcalls == 0:
-                self._blocked += time.monotonic() - self._since
+                wall = time.monotonic() - self._since
+                self._blocked += wall - self._busy(wall)
         else:
             self._tools.pop(token, None)
 
     def blocked_s(self) -> float:
-        """Seconds spent with at least one sub-call in flight, so far."""
-        open_s = time.monotonic() - self._since if self._subcalls else 0.0
-        return self._blocked + open_s
+        """Seconds spent with at least one sub-call in flight and the kernel not computing,
+        so far."""
+        if not self._subcalls:
+            return self._blocked
+        wall = time.monotonic() - self._since
+        return self._blocked + wall - self._busy(wall)
 
     def waiting_tools(self) -> list[str]:
         """Names of the user tools in flight (oldest first)."""

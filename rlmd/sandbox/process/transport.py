@@ -59,6 +59,8 @@ from rlmd.sandbox.process.launch import (
 from rlmd.sandbox.transport import Cleanup, Death, KernelHandle, Transport
 
 log = logging.getLogger(__name__)
+_CLOCK_TICKS = os.sysconf("SC_CLK_TCK")
+"""Clock ticks per second, the unit of the CPU times in ``/proc/<pid>/stat``."""
 
 
 def _signal_of(returncode: int | None, wrapped: bool) -> int | None:
@@ -133,6 +135,21 @@ class ProcessKernel(KernelHandle):
         self._finalizer: weakref.finalize | None = None
         self.launch = isolate.Launch(argv=[])
         self._host_pid: int | None = None
+        self.clock.cpu_s = self.cpu_s
+
+    def cpu_s(self) -> float | None:
+        """The kernel process's CPU seconds so far (its threads and the children it reaped),
+        from ``/proc``; ``None`` before it is known.
+
+        Raises:
+            OSError: the process is gone.
+        """
+        pid = self.kernel_pid()
+        if pid is None:
+            return None
+        with open(f"/proc/{pid}/stat", "rb") as fh:
+            fields = fh.read().rpartition(b")")[2].split()
+        return sum(int(f) for f in fields[11:15]) / _CLOCK_TICKS
 
     @property
     def label(self) -> str:  # type: ignore[override]
