@@ -389,7 +389,8 @@ def test_grpo_loss_is_the_advantage_weighted_logprob_and_each_step_is_logged(
     data = tmp_path / "grpo.jsonl"
     data.write_text(json.dumps(group) + "\n")
     seen: list[dict] = []
-    opts = GRPOOptions(steps=1, learning_rate=1e-2, lora_layers=1, threads=1, precision="fp32")
+    opts = GRPOOptions(steps=1, learning_rate=1e-2, lora_layers=1, threads=1, precision="fp32",
+                       clip=0)  # fmt: skip
     got = train_grpo(str(tiny), data, tmp_path / "g", opts, progress=seen.append)
     assert got["losses"][0] == pytest.approx(expected, rel=1e-4)
     logged = [json.loads(x) for x in (tmp_path / "g" / "log.jsonl").read_text().splitlines()]
@@ -400,7 +401,43 @@ def test_grpo_loss_is_the_advantage_weighted_logprob_and_each_step_is_logged(
     lengths = [sample_ids(tokenizer, group["prompt"], c) for c in group["completions"]]
     assert g["prompt_tokens"] == lengths[0][1]
     assert g["completion_tokens"] == [len(ids) - head for ids, head in lengths]
+    assert g["ratios"] == [None, None, None]  # no clip, no ratio
     assert logged[0]["step_seconds"] > 0 and (got["steps_done"], got["stopped"]) == (1, "steps")
+
+
+def test_the_clipped_surrogate_stops_pulling_a_token_past_the_clip() -> None:
+    """GRPO's clip: a token whose probability already rose more than ε over the run's
+    start gets no more push up from a positive advantage (nor one that fell, from a
+    negative one); inside the clip the gradient is the unclipped one."""
+    from rlmd.train.grpo import clipped_surrogate
+
+    old = torch.log(torch.tensor([0.5, 0.5, 0.5]))
+    now = torch.log(torch.tensor([0.5, 0.7, 0.3])).requires_grad_()  # ratios 1, 1.4, 0.6
+    clipped_surrogate(now, old, 1.0, 0.2).backward()
+    assert now.grad[0] > 0 and now.grad[1] == 0 and now.grad[2] > 0
+    now.grad = None
+    clipped_surrogate(now, old, -1.0, 0.2).backward()
+    assert now.grad[0] < 0 and now.grad[1] < 0 and now.grad[2] == 0
+
+
+def test_grpo_clips_against_the_policy_at_the_runs_start(tiny: Path, tmp_path: Path) -> None:
+    """By default (clip 0.2) each scored completion's ratio is logged: 1.0 at the first
+    step (the policy is still the run's start), then it moves; a zero advantage has none.
+    The first step's clipped loss is -mean(A) over the scored completions: 0."""
+    third = [{"role": "assistant", "content": "```repl\nprint(context[:10])\n```"}]
+    group = {**GROUP, "task_id": "t-1", "completions": [*GROUP["completions"], third],
+             "rewards": [1.0, 0.0, 0.5]}  # fmt: skip
+    data = tmp_path / "grpo.jsonl"
+    data.write_text(json.dumps(group) + "\n")
+    opts = GRPOOptions(steps=3, learning_rate=1e-3, lora_layers=1, threads=1, precision="fp32")
+    got = train_grpo(str(tiny), data, tmp_path / "g", opts)
+    logged = [json.loads(x) for x in (tmp_path / "g" / "log.jsonl").read_text().splitlines()]
+    ratios = [r["groups"][0]["ratios"] for r in logged]
+    assert ratios[0] == [1.0, 1.0, None] and got["losses"][0] == pytest.approx(0, abs=1e-6)
+    for later in ratios[1:]:  # the winner's tokens more likely, the loser's less
+        assert later[0] > 1.0 > later[1] and later[2] is None
+    assert ratios[2][0] > ratios[1][0] and ratios[2][1] < ratios[1][1]
+    assert got["options"]["clip"] == 0.2
 
 
 def test_grpo_max_seconds_ends_the_run_after_a_step_and_saves(
@@ -431,6 +468,8 @@ def test_grpo_max_seconds_ends_the_run_after_a_step_and_saves(
         ("max_length", 0, "max_length must be >= 1"),
         ("max_seconds", 0, "max_seconds must be a finite number > 0"),
         ("max_seconds", float("nan"), "max_seconds must be a finite number > 0"),
+        ("clip", 1.0, "clip must be a number in \\[0, 1\\)"),
+        ("clip", -0.1, "clip must be a number in \\[0, 1\\)"),
         ("groups_per_step", 0, "groups_per_step must be >= 1"),
         ("precision", "fp16", "precision must be"),
     ],  # fmt: skip

@@ -18,7 +18,7 @@
                    [--precision auto|fp32|bf16]
     rlmd train grpo --base MODEL --data F --out NAME [--steps N] [--lr X] [--no-convert]
         [--max-length N] [--lora-layers N] [--threads N] [--precision auto|fp32|bf16]
-        [--groups-per-step N] [--save-steps N] [--max-seconds S]
+        [--groups-per-step N] [--save-steps N] [--max-seconds S] [--clip E]
     rlmd train convert NAME --base MODEL [--merge [--quant q4_k_m|q5_k_m|q8_0|f16|f32]]
 
 Training output goes to ``<rlmd home>/train/NAME``; after ``sft``/``grpo`` the adapter is
@@ -154,6 +154,13 @@ def add_parser(sub: Any) -> None:
         else:
             f.add_argument(
                 "--groups-per-step", type=int, default=1, help="groups per update (default 1)"
+            )
+            f.add_argument(
+                "--clip",
+                type=float,
+                default=0.2,
+                help="the clipped surrogate's epsilon: a completion's tokens stop pulling once "
+                "their probability moved this far from the run's start (default 0.2; 0 = off)",
             )
             f.add_argument(
                 "--max-seconds",
@@ -437,6 +444,7 @@ def cmd_fit(args: argparse.Namespace) -> int:
                 threads=args.threads,
                 precision=args.precision,
                 max_seconds=args.max_seconds,
+                clip=args.clip,
             ),
             progress=_grpo_progress,
         )

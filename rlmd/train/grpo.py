@@ -4,7 +4,14 @@ Input: ``rlmd train export --format grpo`` groups (``{"prompt", "completions", "
 several samples of the same task's first root turn and their rollouts' rewards). Per group
 the advantage of sample ``i`` is ``(r_i - mean(r)) / (std(r) + 1e-4)``; the loss is
 ``-mean_i(A_i * mean log p(completion_i | prompt))`` over the completion's tokens, one AdamW
-step on LoRA weights per ``groups_per_step`` groups. A completion with advantage 0 is not
+step on LoRA weights per ``groups_per_step`` groups. **Clipped** (``clip`` ε, default 0.2,
+GRPO's and PPO's surrogate): per token, ``min(ρ·A, clip(ρ, 1-ε, 1+ε)·A)`` with ``ρ`` the
+token's probability now over its probability under the policy at the start of this run (the
+base on a fresh run; computed once per completion before the first step), so a completion
+stops pulling once its tokens moved ε away. Without it (``clip`` 0) the loss is the plain
+``-A·mean log p`` above, and repeated passes over a few groups push a winner's first turn
+without bound: session 14's 27 steps over 4 groups made the 0.5B answer every turn with
+``1332``, one winner's content-free first turn. A completion with advantage 0 is not
 scored (it adds nothing to the gradient); each scored completion's backward pass runs before
 the next one's forward (gradients accumulate), so memory holds one completion's graph, and
 the vocabulary projection runs on the completion's positions only (``logits_to_keep``): the
@@ -24,7 +31,8 @@ blocks (:func:`rlmd.train.sft.lora_config`), ``threads``, ``precision``.
 
 **Per step** ``log.jsonl`` holds ``{"step", "loss", "learning_rate", "seconds" (since the
 run's start), "step_seconds", "groups": [{"task_id", "rewards", "advantages",
-"prompt_tokens", "completion_tokens"}]}``; ``progress`` (the CLI prints it) gets the same
+"prompt_tokens", "completion_tokens", "ratios"}]}`` (``ratios``: each completion's mean
+``ρ`` before the step, 1.0 on the first; ``null`` for advantage 0 or without ``clip``); ``progress`` (the CLI prints it) gets the same
 record. ``max_seconds`` ends the run early, after the step after which another step of the
 last one's length would pass it (at least one step runs); ``train.json`` says so
 (``"stopped": "max_seconds"``).
@@ -69,7 +77,7 @@ class GRPOOptions:
     all). ``threads``: torch CPU threads (``None``: torch's default). ``precision``:
     ``"fp32"``, ``"bf16"`` (autocast) or ``"auto"`` (bf16 on CUDA, fp32 elsewhere).
     ``max_seconds``: a wall-clock budget in seconds for the steps (``None``: none; see the
-    module docstring)."""
+    module docstring). ``clip``: the surrogate's ε (0: the unclipped loss)."""
 
     steps: int = 1
     learning_rate: float = 1e-4
@@ -84,12 +92,13 @@ class GRPOOptions:
     threads: int | None = None
     precision: str = "auto"
     max_seconds: float | None = None
+    clip: float = 0.2
 
 
 def check_options(opts: GRPOOptions) -> None:
     """Raise ``ValueError`` for options no run can use (before minutes of loading):
     ``steps``, ``rank``, ``alpha``, ``groups_per_step``, ``max_length`` or ``save_steps``
-    below 1, ``max_seconds`` not a finite number above 0, and as
+    below 1, ``max_seconds`` not a finite number above 0, ``clip`` outside [0, 1), and as
     :func:`rlmd.train.sft.check_adapter_options`."""
     check_adapter_options(
         opts, ("steps", "rank", "alpha", "groups_per_step", "max_length", "save_steps")
@@ -99,6 +108,8 @@ def check_options(opts: GRPOOptions) -> None:
         isinstance(budget, int | float) and math.isfinite(budget) and budget > 0
     ):
         raise ValueError(f"max_seconds must be a finite number > 0, got {budget!r}")
+    if not (isinstance(opts.clip, int | float) and 0 <= opts.clip < 1):
+        raise ValueError(f"clip must be a number in [0, 1), got {opts.clip!r}")
 
 
 def sample_ids(tokenizer: Any, prompt: list, completion: list) -> tuple[list[int], int]:
@@ -122,8 +133,8 @@ def sample_ids(tokenizer: Any, prompt: list, completion: list) -> tuple[list[int
     return full, len(head)
 
 
-def completion_logprob(model: Any, ids: list[int], prompt_len: int) -> Any:
-    """Mean log-probability (a 0-d tensor with grad) of the tokens of ``ids`` after the first
+def token_logprobs(model: Any, ids: list[int], prompt_len: int) -> Any:
+    """Log-probabilities (a 1-d tensor with grad) of the tokens of ``ids`` after the first
     ``prompt_len`` (see :func:`sample_ids`). Only the positions that predict those tokens go
     through the vocabulary projection (``logits_to_keep``)."""
     import torch
@@ -133,7 +144,24 @@ def completion_logprob(model: Any, ids: list[int], prompt_len: int) -> Any:
     logits = model(input_ids=x, logits_to_keep=keep).logits[0, -keep:-1].float()
     logp = torch.log_softmax(logits, dim=-1)
     target = x[0, prompt_len:]
-    return logp.gather(1, target.unsqueeze(1)).squeeze(1).mean()
+    return logp.gather(1, target.unsqueeze(1)).squeeze(1)
+
+
+def completion_logprob(model: Any, ids: list[int], prompt_len: int) -> Any:
+    """Mean log-probability (a 0-d tensor with grad) of the completion's tokens
+    (:func:`token_logprobs`)."""
+    return token_logprobs(model, ids, prompt_len).mean()
+
+
+def clipped_surrogate(logp: Any, old: Any, advantage: float, clip: float) -> Any:
+    """GRPO's clipped objective for one completion (a 0-d tensor to maximise): the mean over
+    tokens of ``min(ρ·A, clip(ρ, 1-clip, 1+clip)·A)``, ``ρ = exp(logp - old)``; its gradient
+    is 0 for a token already moved past the clip in the advantage's direction."""
+    import torch
+
+    ratio = torch.exp(logp - old)
+    clipped = torch.clamp(ratio, 1 - clip, 1 + clip)
+    return torch.minimum(ratio * advantage, clipped * advantage).mean()
 
 
 def advantages(rewards: list[float]) -> list[float]:
@@ -240,6 +268,15 @@ def train_grpo(
         model.save_pretrained(adapter)
         torch.save(optim.state_dict(), optim_path)
 
+    old_logp: dict[tuple[int, int], Any] = {}
+    if opts.clip > 0:  # the policy at the start of this run, once per scored completion
+        with torch.no_grad():
+            for gi, g in enumerate(groups):
+                for ci, ((ids, head), a) in enumerate(
+                    zip(g["ids"], advantages(g["rewards"]), strict=True)
+                ):
+                    if a != 0:
+                        old_logp[gi, ci] = token_logprobs(model, ids, head).detach()
     losses: list[float] = []
     stopped = "steps"
     last = 0.0
@@ -249,21 +286,33 @@ def train_grpo(
                 stopped = "max_seconds"
                 break
         t0 = time.monotonic()
-        batch = [
-            groups[((done + step) * opts.groups_per_step + j) % len(groups)]
+        picked = [
+            ((done + step) * opts.groups_per_step + j) % len(groups)
             for j in range(opts.groups_per_step)
         ]
+        batch = [groups[gi] for gi in picked]
         optim.zero_grad()
         advs = [advantages(g["rewards"]) for g in batch]
         scored = sum(1 for adv in advs for a in adv if a != 0)
         loss_value = 0.0
+        ratios: list[list[float | None]] = []
         autocast = torch.autocast(device_type, dtype=torch.bfloat16) if bf16 else nullcontext()
-        for g, adv in zip(batch, advs, strict=True):
-            for (ids, head), a in zip(g["ids"], adv, strict=True):
+        for gi, g, adv in zip(picked, batch, advs, strict=True):
+            ratios.append([])
+            for ci, ((ids, head), a) in enumerate(zip(g["ids"], adv, strict=True)):
                 if a == 0:
+                    ratios[-1].append(None)
                     continue
                 with autocast:
-                    term = -a * completion_logprob(model, ids, head) / scored
+                    if opts.clip > 0:
+                        logp = token_logprobs(model, ids, head)
+                        old = old_logp[gi, ci]
+                        term = -clipped_surrogate(logp, old, a, opts.clip) / scored
+                        rho = float(torch.exp(logp.detach() - old).mean())
+                        ratios[-1].append(round(rho, 4))
+                    else:
+                        term = -a * completion_logprob(model, ids, head) / scored
+                        ratios[-1].append(None)
                 term.backward()  # frees this completion's graph before the next forward
                 loss_value += float(term.detach())
         optim.step()
@@ -282,8 +331,9 @@ def train_grpo(
                     "advantages": [round(a, 4) for a in adv],
                     "prompt_tokens": g["ids"][0][1],
                     "completion_tokens": [len(ids) - head for ids, head in g["ids"]],
+                    "ratios": rho,
                 }
-                for g, adv in zip(batch, advs, strict=True)
+                for g, adv, rho in zip(batch, advs, ratios, strict=True)
             ],
         }
         with open(log_path, "a", encoding="utf-8") as f:
