@@ -929,3 +929,45 @@ def test_train_summary_on_80_columns_shows_whole_headers(rlmd_home: Path, tmp_pa
         done.stdout.split()
     )
     assert all(len(line) <= 80 for line in done.stdout.splitlines())
+
+
+# -- review15: a GRPO export that keeps no group says why ----------------------------------
+
+
+def test_a_grpo_export_that_keeps_no_group_says_why_and_what_to_do(
+    rlmd_home: Path, tmp_path: Path
+) -> None:
+    """Review14 left: ``rlmd train export --format grpo`` printed ``0 grpo records`` and
+    nothing more when every group was dropped (one sample per task, or the same reward in
+    every sample). It now counts what it dropped and says what would keep a group."""
+    out = tmp_path / "g.jsonl"
+    grpo = ("export", "--format", "grpo", "--out", str(out))
+    done = _rlmd_train(rlmd_home, *grpo)
+    assert done.returncode == 0, done.stderr
+    assert "0 grpo records" in done.stderr and "no rollouts" in done.stderr
+    assert "rlmd train rollout" in done.stderr
+
+    _one_rollout_set(rlmd_home, tmp_path)  # one sample of task t1
+    done = _rlmd_train(rlmd_home, *grpo)
+    assert done.returncode == 0 and "Traceback" not in done.stderr, done.stderr
+    assert '"dropped": {"one_sample": 1}' in done.stderr
+    assert "1 task had one sample" in re.sub(r"\s+", " ", done.stderr)
+    assert "--samples" in done.stderr and out.read_text() == ""
+
+    script = tmp_path / "s.json"  # a second sample, the same answer: the same reward
+    tasks = tmp_path / "t.jsonl"
+    args = ("--model", f"scripted:{script}", "--sandbox", "inprocess", "--set", "mine")
+    done = _rlmd_train(rlmd_home, "rollout", "--tasks", str(tasks), "--samples", "2", *args)
+    assert done.returncode == 0, done.stderr
+    done = _rlmd_train(rlmd_home, *grpo)
+    flat = re.sub(r"\s+", " ", done.stderr)
+    assert '"dropped": {"zero_advantage": 1}' in flat
+    assert "1 task had the same reward in every sample" in flat
+    assert "--keep-zero-advantage" in flat
+    done = _rlmd_train(rlmd_home, *grpo, "--keep-zero-advantage")
+    assert done.returncode == 0 and "1 grpo records" in done.stderr
+    assert "warning" not in done.stderr
+    assert json.loads(out.read_text())["rewards"] == [1.0, 1.0]
+
+    done = _rlmd_train(rlmd_home, *grpo, "--family", "other")
+    assert "2 rollouts of another --family" in re.sub(r"\s+", " ", done.stderr)

@@ -32,6 +32,7 @@ from __future__ import annotations
 import argparse
 import json
 import math
+from collections import Counter
 from pathlib import Path
 from typing import Any
 
@@ -353,7 +354,13 @@ def cmd_summary(args: argparse.Namespace) -> int:
 
 def cmd_export(args: argparse.Namespace) -> int:
     from rlmd.store import Store
-    from rlmd.train.export import ExportFilters, grpo_groups, sft_samples, write_jsonl
+    from rlmd.train.export import (
+        ExportFilters,
+        grpo_groups,
+        sft_samples,
+        why_no_groups,
+        write_jsonl,
+    )
     from rlmd.train.rollout import check_sets
 
     # Refused rather than ignored: a GRPO export with --repeat-repair 3 wrote the groups
@@ -380,9 +387,15 @@ def cmd_export(args: argparse.Namespace) -> int:
             records, report = sft_samples(store, filters, repeat_repair=args.repeat_repair)
             err.print(json.dumps(report.to_dict()))
         else:
-            records = grpo_groups(store, filters, keep_zero_advantage=args.keep_zero_advantage)
+            dropped: Counter = Counter()
+            records = grpo_groups(
+                store, filters, keep_zero_advantage=args.keep_zero_advantage, dropped=dropped
+            )
+            err.print(json.dumps({"groups": len(records), "dropped": dict(dropped)}))
     write_jsonl(records, args.out)
     err.print(f"{len(records)} {args.format} records in {markup(args.out)}")
+    if not records and args.format == "grpo":  # it said "0 grpo records" and nothing more
+        err.print(f"[yellow]warning:[/] {markup(why_no_groups(dropped))}")
     return 0
 
 
