@@ -5,7 +5,7 @@
                        [--parallel N] [--max-iterations N] [--max-seconds S] [--max-depth N]
                        [--sub-model NAME] [--min-iterations N] [--min-subcalls N]
                        [--error-penalty X] [--overrun-zero] [--keep-fallback]
-                       [--repair-share X] [--no-fold]
+                       [--repair-share X] [--literal-share X] [--no-fold]
     rlmd train summary [--set NAME] [--json]
     rlmd train export --format sft|grpo --out F [--set NAME ...] [--min-reward X]
                       [--min-iterations N] [--max-depth N] [--model M ...] [--family F ...]
@@ -81,6 +81,13 @@ def add_parser(sub: Any) -> None:
         default=None,
         help="teacher only: share of rollouts that make a mistake and repair it "
         "(default 0.3; 0 for none)",
+    )
+    r.add_argument(
+        "--literal-share",
+        type=float,
+        default=None,
+        help="teacher only: share of rollouts that play a short literal program where the "
+        "task has one (find the key, print, read the answer; default 0.75; 0 for none)",
     )
     r.add_argument(
         "--no-fold",
@@ -231,6 +238,8 @@ def cmd_rollout(args: argparse.Namespace) -> int:
 
     tasks = load_tasks(args.tasks)
     extra = {} if args.repair_share is None else {"repair_share": args.repair_share}
+    if args.literal_share is not None:
+        extra["literal_share"] = args.literal_share
     opts = RolloutOptions(
         model=args.model,
         samples=args.samples,
