@@ -224,3 +224,26 @@ def test_a_line_that_is_not_a_message_is_answered_and_the_agent_goes_on(tmp_path
     assert len(lines) == len(BAD_LINES), err
     for line, (_, code, why) in zip(lines, BAD_LINES, strict=True):
         assert line.startswith("rlmd acp: " + why) and f"answered {code}" in line, line
+
+
+def test_a_session_folder_must_be_an_absolute_path(tmp_path):
+    """Review15: ``session/new`` with ``cwd: ""`` (or ``"."``) was accepted as the folder
+    ``rlmd acp`` was started in; ACP says the cwd is an absolute path."""
+    lines = [{"jsonrpc": "2.0", "id": 1, "method": "initialize", "params": {"protocolVersion": 1}}]
+    for i, cwd in enumerate(["", ".", "tests", str(tmp_path)], 2):
+        params = {"cwd": cwd, "mcpServers": []}
+        lines.append({"jsonrpc": "2.0", "id": i, "method": "session/new", "params": params})
+    done = subprocess.run(
+        [sys.executable, "-m", "rlmd", "acp", "--no-start"],
+        env={**os.environ, "RLMD_HOME": str(tmp_path), "PYTHONPATH": os.pathsep.join(sys.path)},
+        input="".join(json.dumps(x) + "\n" for x in lines),
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    replies = {r["id"]: r for r in map(json.loads, done.stdout.splitlines())}
+    for i, cwd in ((2, ""), (3, "."), (4, "tests")):
+        assert replies[i]["error"]["data"] == {
+            "cwd": f"must be an absolute path (ACP), not {cwd!r}"
+        }
+    assert replies[5]["result"]["sessionId"]

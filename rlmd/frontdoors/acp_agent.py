@@ -186,6 +186,10 @@ class RlmdAgent:
 
     async def new_session(self, cwd: str, **_: Any) -> NewSessionResponse:
         folder = Path(cwd).expanduser()
+        if not folder.is_absolute():  # "" was the folder rlmd acp started in
+            raise acp.RequestError.invalid_params(
+                {"cwd": f"must be an absolute path (ACP), not {cwd!r}"}
+            )
         if not folder.is_dir():
             raise acp.RequestError.invalid_params({"cwd": f"not a folder: {cwd}"})
         session_id = uuid.uuid4().hex
