@@ -1091,3 +1091,16 @@ def test_sft_and_grpo_check_their_data_before_loading_the_model(
     with pytest.raises(DataFileError, match="list.jsonl:1: each line must be a JSON object"):
         grpo.train_grpo("qwen2.5-coder-0.5b", listed, tmp_path / "out")
     assert not (tmp_path / "out").exists()
+
+
+@pytest.mark.parametrize("kind", ["empty", "file", "project"])
+def test_train_tasks_refuses_an_out_it_would_spill_into(tmp_path, monkeypatch, kind) -> None:
+    """Review15: ``rlmd train tasks --out ""`` wrote manifest.json, tasks.jsonl and contexts/
+    into the current folder; ``--out .`` in a project would overwrite its manifest.json."""
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "manifest.json").write_text('{"mine": true}')
+    out = {"empty": "", "file": "manifest.json", "project": "."}[kind]
+    with pytest.raises(ValueError, match="--out is empty|is a file|holds other files"):
+        generate_split("train", out, size="tiny")
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["manifest.json"]
+    assert (tmp_path / "manifest.json").read_text() == '{"mine": true}'

@@ -351,6 +351,23 @@ def bench_on_path() -> None:
         sys.path.append(str(checkout))
 
 
+def _check_out(out: str | Path) -> None:
+    """Refuse an ``out`` the task set would spill into: ``--out ""`` wrote ``manifest.json``,
+    ``tasks.jsonl`` and ``contexts/`` into the current folder, and ``--out .`` (a project)
+    over a ``manifest.json`` of its own. A new or empty folder, or an earlier task set, is
+    fine."""
+    if not str(out).strip():
+        raise ValueError("--out is empty: name a new folder for the task set")
+    out = Path(out)
+    if out.exists() and not out.is_dir():
+        raise ValueError(f"{out} is a file: name a new folder for the task set")
+    if out.is_dir() and any(out.iterdir()) and not (out / "tasks.jsonl").is_file():
+        raise ValueError(
+            f"{out} holds other files and is not a task set: name a new or empty folder "
+            "(the set writes manifest.json, tasks.jsonl and contexts/ there)"
+        )
+
+
 def generate_split(
     split: str,
     out: str | Path,
@@ -365,10 +382,13 @@ def generate_split(
 
     Raises:
         KeyError: unknown split or size.
-        ValueError: ``seed`` is not an integer in ``0 .. SEED_LIMIT - 1``.
+        ValueError: ``seed`` is not an integer in ``0 .. SEED_LIMIT - 1``; ``out`` is empty
+            text, a file, or a folder with files in it that is not a task set (see
+            :func:`_check_out`).
         ImportError: the benchmark generators are not importable (run from a source checkout).
         bench.quality.sources.SourceUnavailable: a pinned source text could not be fetched.
     """
+    _check_out(out)
     bench_on_path()
     from bench.quality import suites
     from bench.quality.tasks import TaskSet
