@@ -804,3 +804,75 @@ def test_a_key_after_an_undecodable_byte_is_still_redacted(tmp_path: Path) -> No
     s.close()
     blobs = b"".join(p.read_bytes() for p in tmp_path.iterdir() if p.is_file())
     assert key.encode() not in blobs and b"\\udcff[REDACTED]" in blobs
+
+
+# -- review15: a long FINAL is stored once ---------------------------------------------------
+
+
+def _node_payload_chars(path: Path) -> int:
+    with sqlite3.connect(path) as conn:
+        return int(conn.execute("SELECT COALESCE(SUM(length(data)), 0) FROM nodes").fetchone()[0])
+
+
+def test_a_long_final_is_stored_once_and_every_reader_still_sees_it(
+    rlmd_home: Path, tmp_path: Path
+) -> None:
+    """Review14 left: a 50 MB ``FINAL`` was stored twice (the cell's payload and the run's
+    answer: +100 MB of store). The answer is now the one copy; the cell keeps a mark and
+    every read (tree, nodes, export, ``rlmd show``) gets its ``final`` back."""
+    script = tmp_path / "s.json"
+    code = "```repl\nx = 'ab cd ' * 400000\nFINAL(x)\n```"
+    script.write_text(json.dumps({"default": code}))
+    done = rlmd(
+        "run", "q", "--context", str(script), "--model", f"scripted:{script}",
+        "--sandbox", "inprocess", "--quiet", home=rlmd_home,
+    )  # fmt: skip
+    assert done.returncode == 0, done.stderr
+    answer = "ab cd " * 400000
+    db = paths.store_path()
+    assert _node_payload_chars(db) < 100_000  # was 2.4 M: the answer again
+    with Store(db) as store:
+        (run,) = store.list_runs()
+        assert run["answer"] == answer and run["answer_source"] == "final"
+        tree = store.tree(run["id"])
+        cells = [n for n in walk(tree["nodes"][0]) if n["kind"] == "cell"]
+        assert [c["data"]["final"] == answer for c in cells] == [True]
+        assert "final_is_answer" not in cells[0]["data"]
+        (cell,) = [n for n in store.nodes(run["id"]) if n["kind"] == "cell"]
+        assert cell["data"]["final"] == answer and "final_is_answer" not in cell["data"]
+        lines = [json.loads(x) for x in export_run(store, run["id"], "jsonl").splitlines()]
+        assert [r["data"]["final"] for r in lines if r.get("kind") == "cell"] == [answer]
+    shown = rlmd("show", run["id"], home=rlmd_home)
+    assert shown.returncode == 0 and "FINAL: ab cd ab cd" in shown.stdout, shown.stderr
+
+
+def test_only_the_final_that_became_the_answer_loses_its_copy(store: Store) -> None:
+    """One transaction per event (:meth:`Store.record`): a refused long ``FINAL`` keeps its
+    value (it is not the answer), the accepted one is stored once; a short answer is left
+    in both places."""
+    refused, accepted = "no " * 3000, "yes " * 3000
+    e = Emitter(store.record)
+    e.start("question")
+    it = e.iteration(0)
+    cells = [new_id(), new_id()]
+    for cell, final in zip(cells, (refused, accepted), strict=True):
+        e.emit(CellStarted, cell, it, index=0, code="FINAL(x)")
+        e.emit(CellFinished, cell, it, stdout="", error=None, final=final, duration_s=0.1)
+    e.emit(RunFinished, status="completed", answer=accepted, answer_source="final")
+    short = Emitter(store.record)
+    short.start("another")
+    it2, cell2 = short.iteration(0), new_id()
+    short.emit(CellStarted, cell2, it2, index=0, code="FINAL('42')")
+    short.emit(CellFinished, cell2, it2, stdout="", error=None, final="42", duration_s=0.1)
+    short.emit(RunFinished, status="completed", answer="42", answer_source="final")
+    assert store.errors == [] and not store.anomalies
+    raw = {
+        r["id"]: json.loads(r["data"])
+        for r in store.db.query("SELECT id, data FROM nodes WHERE kind = 'cell'")
+    }
+    assert raw[cells[0]]["final"] == refused
+    assert raw[cells[1]]["final_is_answer"] is True and "final" not in raw[cells[1]]
+    assert raw[cell2]["final"] == "42"
+    got = {n["id"]: n["data"] for n in store.nodes(e.run_id)}
+    assert got[cells[0]]["final"] == refused and got[cells[1]]["final"] == accepted
+    assert [n["data"]["final"] for n in store.nodes(short.run_id) if n["kind"] == "cell"] == ["42"]

@@ -5,7 +5,7 @@
                        [--parallel N] [--max-iterations N] [--max-seconds S] [--max-depth N]
                        [--sub-model NAME] [--min-iterations N] [--min-subcalls N]
                        [--error-penalty X] [--overrun-zero] [--keep-fallback]
-                       [--repair-share X] [--no-fold]
+                       [--repair-share X] [--literal-share X] [--no-fold]
     rlmd train summary [--set NAME] [--json]
     rlmd train export --format sft|grpo --out F [--set NAME ...] [--min-reward X]
                       [--min-iterations N] [--max-depth N] [--model M ...] [--family F ...]
@@ -32,6 +32,7 @@ from __future__ import annotations
 import argparse
 import json
 import math
+from collections import Counter
 from pathlib import Path
 from typing import Any
 
@@ -80,6 +81,13 @@ def add_parser(sub: Any) -> None:
         default=None,
         help="teacher only: share of rollouts that make a mistake and repair it "
         "(default 0.3; 0 for none)",
+    )
+    r.add_argument(
+        "--literal-share",
+        type=float,
+        default=None,
+        help="teacher only: share of rollouts that play a short literal program where the "
+        "task has one (find the key, print, read the answer; default 0.75; 0 for none)",
     )
     r.add_argument(
         "--no-fold",
@@ -230,6 +238,8 @@ def cmd_rollout(args: argparse.Namespace) -> int:
 
     tasks = load_tasks(args.tasks)
     extra = {} if args.repair_share is None else {"repair_share": args.repair_share}
+    if args.literal_share is not None:
+        extra["literal_share"] = args.literal_share
     opts = RolloutOptions(
         model=args.model,
         samples=args.samples,
@@ -344,7 +354,13 @@ def cmd_summary(args: argparse.Namespace) -> int:
 
 def cmd_export(args: argparse.Namespace) -> int:
     from rlmd.store import Store
-    from rlmd.train.export import ExportFilters, grpo_groups, sft_samples, write_jsonl
+    from rlmd.train.export import (
+        ExportFilters,
+        grpo_groups,
+        sft_samples,
+        why_no_groups,
+        write_jsonl,
+    )
     from rlmd.train.rollout import check_sets
 
     # Refused rather than ignored: a GRPO export with --repeat-repair 3 wrote the groups
@@ -371,9 +387,15 @@ def cmd_export(args: argparse.Namespace) -> int:
             records, report = sft_samples(store, filters, repeat_repair=args.repeat_repair)
             err.print(json.dumps(report.to_dict()))
         else:
-            records = grpo_groups(store, filters, keep_zero_advantage=args.keep_zero_advantage)
+            dropped: Counter = Counter()
+            records = grpo_groups(
+                store, filters, keep_zero_advantage=args.keep_zero_advantage, dropped=dropped
+            )
+            err.print(json.dumps({"groups": len(records), "dropped": dict(dropped)}))
     write_jsonl(records, args.out)
     err.print(f"{len(records)} {args.format} records in {markup(args.out)}")
+    if not records and args.format == "grpo":  # it said "0 grpo records" and nothing more
+        err.print(f"[yellow]warning:[/] {markup(why_no_groups(dropped))}")
     return 0
 
 

@@ -24,6 +24,9 @@ NODE_TEXT_COLUMNS = ("code", "stdout", "stderr", "error")
 
 RUN_JSON_COLUMNS = ("context_meta", "models", "sandbox", "budget", "usage")
 """Run columns holding JSON text."""
+FINAL_IS_ANSWER = "final_is_answer"
+"""Stored in a cell's payload instead of its ``final`` when that is the run's (long) answer:
+the answer is stored once, in ``runs.answer``; :func:`put_answer_back` restores the payload."""
 
 
 def to_jsonable(obj: Any, on_text: Callable[[str], str] | None = None) -> Any:
@@ -155,4 +158,13 @@ def merge_text(rest: Any, columns: dict[str, Any]) -> dict[str, Any]:
         value = columns.get(name)
         if value is not None:
             data[name] = value
+    return data
+
+
+def put_answer_back(data: dict[str, Any], answer: str | None) -> dict[str, Any]:
+    """A node payload as recorded: a cell marked :data:`FINAL_IS_ANSWER` gets its
+    ``final`` back (the run's ``answer``) and loses the mark. Other payloads are returned
+    unchanged. Changes ``data`` in place and returns it."""
+    if data.pop(FINAL_IS_ANSWER, None) is not None:
+        data["final"] = answer
     return data

@@ -14,7 +14,9 @@ Event handling, by event class (see :mod:`rlmd.engine.events` for the contract):
 * :class:`Compaction` inserts a finished node.
 * :class:`SandboxStarted` merges into the run's ``sandbox`` JSON.
 * :class:`RunFinished` sets status, answer, usage, error, ``finished_at`` and closes the
-  run's nodes still running.
+  run's nodes still running. An answer of :data:`LONG_ANSWER_CHARS` or more is not also
+  kept in the payload of the cell whose ``FINAL`` proposed it (a mark instead; reads put
+  it back).
 
 Every event is one ``BEGIN IMMEDIATE`` transaction. :meth:`Store.record` never raises:
 events for unknown runs or nodes are stored anyway (a placeholder run row is created) and
@@ -83,7 +85,15 @@ from rlmd.engine.events import (
 )
 from rlmd.redact import text_redactor
 from rlmd.store import schema
-from rlmd.store.codec import NODE_TEXT_COLUMNS, dumps, loads, merge_text, split_text, to_jsonable
+from rlmd.store.codec import (
+    FINAL_IS_ANSWER,
+    NODE_TEXT_COLUMNS,
+    dumps,
+    loads,
+    merge_text,
+    split_text,
+    to_jsonable,
+)
 from rlmd.store.queries import Queries
 from rlmd.store.rollouts import Rollouts
 
@@ -128,6 +138,10 @@ _NO_USAGE = {"input_tokens": None, "output_tokens": None, "cost_usd": None}
 PLACEHOLDER_ERROR = "run.started was never recorded for this run"
 RUN_TEXT_COLUMNS = ("question", "answer")
 """Run columns covered by the full-text index (``runs_fts``)."""
+LONG_ANSWER_CHARS = 4096
+"""A run's answer at least this long (characters) is stored once: the cells whose
+``FINAL`` proposed it keep a mark instead of a copy (see :meth:`Store._answer_once`).
+Shorter answers are left in both places: looking for the cells costs a query per run."""
 
 
 def _journal_mode(conn: sqlite3.Connection) -> str:
@@ -561,9 +575,12 @@ class Store(Queries, Rollouts):
         self._ensure_run(event)
         existing = self._run_row(event.run_id)
         status = data.get("status") or "completed"
+        answer = _text(data.get("answer"))
+        if answer is not None and len(answer) >= LONG_ANSWER_CHARS:
+            self._answer_once(event.run_id, answer)  # first: its pages serve the answer
         updates: dict[str, Any] = {
             "status": str(status),
-            "answer": _text(data.get("answer")),
+            "answer": answer,
             "answer_source": data.get("answer_source"),
             "usage": _json_or_none(data.get("usage")),
             "error": _text(data.get("error")),
@@ -576,6 +593,24 @@ class Store(Queries, Rollouts):
         node_status = "timeout" if status == "max_time" else "error"
         self._close_running(event.run_id, event.ts, node_status)
         self._open_iterations.pop(event.run_id, None)
+
+    def _answer_once(self, run_id: str, answer: str) -> None:
+        """Drop ``answer`` from the payload of the run's cells whose ``FINAL`` proposed it,
+        marking them :data:`~rlmd.store.codec.FINAL_IS_ANSWER` instead: the run's ``answer``
+        column is then its one copy (reads put it back, :mod:`rlmd.store.queries`). A 50 MB
+        ``FINAL`` was stored twice. Only cells whose payload is at least as long as the
+        answer are read (a JSON string is never shorter than its text)."""
+        rows = self._exec(
+            "SELECT id, data FROM nodes WHERE run_id = ? AND kind = 'cell' AND length(data) >= ?",
+            [run_id, len(answer)],
+        ).fetchall()
+        for node_id, raw in rows:
+            rest = loads(raw)
+            if isinstance(rest, dict) and rest.get("final") == answer:
+                del rest["final"]
+                rest[FINAL_IS_ANSWER] = True
+                self._open_nodes.pop(node_id, None)
+                self._exec("UPDATE nodes SET data = ? WHERE id = ?", [dumps(rest), node_id])
 
     def _close_running(
         self, run_id: str, ts: float, status: str, iteration_status: str = "ok"

@@ -13,7 +13,9 @@ run dict
     ``sandbox``, ``budget`` and ``usage`` decoded from JSON.
 node dict
     the ``nodes`` columns with ``data`` decoded and the text columns (``code``, ``stdout``,
-    ``stderr``, ``error``) put back inside ``data`` (they are not top-level keys).
+    ``stderr``, ``error``) put back inside ``data`` (they are not top-level keys), and so is
+    a cell's long ``final`` that is stored once, as the run's answer
+    (:func:`rlmd.store.codec.put_answer_back`).
 tree (:meth:`Queries.tree`, :func:`build_tree`)
     a run dict plus ``"nodes"`` (its top-level nodes, in ``seq`` order) and ``"runs"`` (child
     runs not attached to one of its nodes); every node has ``"children"`` (nodes whose
@@ -27,7 +29,14 @@ import threading
 from collections.abc import Iterable
 from typing import TYPE_CHECKING, Any
 
-from rlmd.store.codec import NODE_TEXT_COLUMNS, RUN_JSON_COLUMNS, loads, merge_text
+from rlmd.store.codec import (
+    FINAL_IS_ANSWER,
+    NODE_TEXT_COLUMNS,
+    RUN_JSON_COLUMNS,
+    loads,
+    merge_text,
+    put_answer_back,
+)
 from rlmd.store.codec import text as stored
 
 if TYPE_CHECKING:
@@ -278,10 +287,16 @@ class Queries:
         """The nodes of run ``run_id`` (exact id), in ``seq`` order, as node dicts."""
         self.flush()
         with self._lock:
-            return [
+            nodes = [
                 decode_node(r)
                 for r in self.db.table("nodes").rows_where("run_id = ?", [run_id], order_by="seq")
             ]
+            marked = [n for n in nodes if FINAL_IS_ANSWER in n["data"]]
+            if marked:
+                row = self.db.execute("SELECT answer FROM runs WHERE id = ?", [run_id]).fetchone()
+                for node in marked:
+                    put_answer_back(node["data"], row[0] if row else None)
+            return nodes
 
     def child_runs(self, run_id: str) -> list[dict[str, Any]]:
         """Runs started directly by run ``run_id``, oldest first."""
@@ -322,6 +337,10 @@ class Queries:
                     [run["id"]],
                 )
             ]
+        answers = {r["id"]: r.get("answer") for r in runs}
+        for node in nodes:
+            if FINAL_IS_ANSWER in node["data"]:
+                put_answer_back(node["data"], answers.get(node["run_id"]))
         return build_tree(run["id"], runs, nodes)
 
     def search(self, text: str, limit: int = 50) -> list[dict[str, Any]]:

@@ -23,7 +23,8 @@ Tables (JSON columns hold compact JSON text, times are seconds since the epoch):
     ``latency_s``, ``input_tokens``, ``output_tokens``, ``cost_usd``, ``model``, ``role``,
     ``code`` / ``stdout`` / ``stderr`` / ``error`` (string fields of the payload, kept out of
     ``data`` so the full-text index covers them without a second copy), ``data`` (JSON:
-    the rest of the merged event payloads).
+    the rest of the merged event payloads; a cell whose long ``final`` became the run's
+    ``answer`` holds ``"final_is_answer": true`` instead of a second copy of it).
 ``rollouts`` (version 2)
     one row per training rollout (:mod:`rlmd.train.rollout`): ``run_id`` (pk, the root
     run), ``rollout_set``, ``task_id``, ``family``, ``split``, ``sample_index``, ``model``,

@@ -41,6 +41,7 @@ GRPO (``--format grpo``): per task of a rollout set with two or more samples, th
 root turn's prompt (the same for every sample), each sample's first root turn and the
 rollout's reward: ``{"prompt", "completions": [[message]], "rewards": [float], "task_id",
 "run_ids"}``; groups whose rewards are all equal (zero advantage) are dropped unless asked.
+:func:`why_no_groups` says in words why an export kept no group.
 """
 
 from __future__ import annotations
@@ -346,10 +347,28 @@ def _rollout_dropped(row: dict[str, Any], f: ExportFilters) -> str | None:
 
 
 def grpo_groups(
-    store: Store, filters: ExportFilters | None = None, *, keep_zero_advantage: bool = False
+    store: Store,
+    filters: ExportFilters | None = None,
+    *,
+    keep_zero_advantage: bool = False,
+    dropped: Counter | None = None,
 ) -> list[dict[str, Any]]:
     """GRPO groups (see the module docstring); ``filters.min_reward`` and
-    ``min_iterations`` are not applied (a group needs its failures)."""
+    ``min_iterations`` are not applied (a group needs its failures).
+
+    Args:
+        dropped: if given, counts what was left out, by reason: rollouts left out by a
+            filter (``rollout_set``, ``split``, ``model``, ``family``, as in
+            :class:`ExportReport`) and tasks whose group was dropped: ``one_sample`` (a
+            group needs two samples or more), ``no_turns`` (a sample's run kept no root
+            turn) and ``zero_advantage`` (all rewards equal, unless ``keep_zero_advantage``).
+
+    Raises:
+        ValueError: a filter count out of range (:class:`ExportFilters`), or a sample
+            recorded without its whole prompt (:func:`root_turns`).
+    """
+    if dropped is None:
+        dropped = Counter()
     f = filters or ExportFilters()
     loose = ExportFilters(
         min_reward=float("-inf"),
@@ -361,17 +380,23 @@ def grpo_groups(
     )
     groups: dict[tuple[str, str], list[dict[str, Any]]] = {}
     for row in store.rollouts():
-        if _rollout_dropped(row, loose) is None:
+        reason = _rollout_dropped(row, loose)
+        if reason is None:
             groups.setdefault((row["rollout_set"], row["task_id"]), []).append(row)
+        else:
+            dropped[reason] += 1
     out = []
     for (_, task_id), rows in sorted(groups.items()):
         if len(rows) < 2:
+            dropped["one_sample"] += 1
             continue
         firsts = [root_turns(store, r["run_id"], 0)[:1] for r in rows]
         if any(not t for t in firsts):
+            dropped["no_turns"] += 1
             continue
         rewards = [r["reward"] for r in rows]
         if not keep_zero_advantage and len(set(rewards)) == 1:
+            dropped["zero_advantage"] += 1
             continue
         out.append(
             {
@@ -385,6 +410,53 @@ def grpo_groups(
             }
         )
     return out
+
+
+_ROLLOUT_FILTERS = {
+    "rollout_set": "not in a --set asked for",
+    "split": "of the held-out split (never exported)",
+    "model": "of another --model",
+    "family": "of another --family",
+}
+
+
+def why_no_groups(dropped: Counter) -> str:
+    """Why a GRPO export kept no group, and what to do, in one paragraph.
+
+    Args:
+        dropped: the counts :func:`grpo_groups` filled for an export that kept no group
+            (every rollout it saw is counted there, so none counted means none seen).
+    """
+    if not dropped:
+        return "the store holds no rollouts: record some with `rlmd train rollout --samples 2`"
+    parts = []
+    for reason, why in _ROLLOUT_FILTERS.items():
+        if dropped.get(reason):
+            parts.append(f"{_count(dropped[reason], 'rollout')} {why}")
+    n = dropped.get("one_sample", 0)
+    if n:
+        parts.append(
+            f"{_count(n, 'task')} had one sample (a group compares two or more: "
+            "`rlmd train rollout --samples N` with N >= 2 adds samples to a set)"
+        )
+    n = dropped.get("zero_advantage", 0)
+    if n:
+        parts.append(
+            f"{_count(n, 'task')} had the same reward in every sample (no advantage to learn from; "
+            "--keep-zero-advantage keeps them, more samples or a higher --temperature "
+            "give them spread)"
+        )
+    n = dropped.get("no_turns", 0)
+    if n:
+        parts.append(
+            f"{_count(n, 'task')} had a sample whose run kept no root turn (imported without "
+            "its trajectory)"
+        )
+    return "no group left: " + "; ".join(parts) if parts else "no group left"
+
+
+def _count(n: int, noun: str) -> str:
+    return f"{n} {noun}" if n == 1 else f"{n} {noun}s"
 
 
 def write_jsonl(records: list[dict[str, Any]], path: str | Path) -> None:

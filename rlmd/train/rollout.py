@@ -56,6 +56,8 @@ class RolloutOptions:
         seed: base sampling seed.
         repair_share: the teacher's share of repair trajectories (0..1; see
             :mod:`rlmd.train.teacher`); ignored for other models.
+        literal_share: the teacher's share of literal plays where a task has one (0..1;
+            see :mod:`rlmd.train.teacher_literal`); ignored for other models.
         fold_failed_turns: fold failed turns out of the root model's view, as inference does
             by default (``[run] fold_failed_turns``); the recorded prompts, and so the SFT
             samples, are then what the model sees at inference. ``False`` (``--no-fold``)
@@ -75,6 +77,7 @@ class RolloutOptions:
     terms: RewardTerms = dataclasses.field(default_factory=RewardTerms)
     seed: int = 1234
     repair_share: float = teacher.REPAIR_SHARE
+    literal_share: float = teacher.LITERAL_SHARE
     fold_failed_turns: bool = True
 
     @property
@@ -141,13 +144,15 @@ def _check_options(opts: RolloutOptions) -> None:
         raise ValueError(problem)
 
 
-def _check_teacher_plays(todo: list[tuple[TrainTask, int]], repair_share: float) -> None:
+def _check_teacher_plays(
+    todo: list[tuple[TrainTask, int]], repair_share: float, literal_share: float
+) -> None:
     """Raise ``ValueError`` naming the first task the teacher cannot play. Its plays come
     from the generator's params: a user's task claiming family ``oolong`` without them
     stopped the rollout at that task, the tasks before it done, with ``error: 'label'``."""
     for task, k in todo:
         try:
-            teacher.policy(task, k, repair_share)
+            teacher.policy(task, k, repair_share, literal_share)
         except (KeyError, IndexError, TypeError, ValueError) as exc:
             why = str(exc) if isinstance(exc, ValueError) else f"{type(exc).__name__}: {exc}"
             raise ValueError(
@@ -170,8 +175,8 @@ async def run_rollouts(
         The rollout rows recorded now (skipped ones are not returned).
 
     Raises:
-        ValueError: the teacher was asked to play a held-out task, ``repair_share`` is
-            not within 0..1, ``samples`` or ``parallel`` is below 1, ``temperature`` or the
+        ValueError: the teacher was asked to play a held-out task, ``repair_share`` or
+            ``literal_share`` is not within 0..1, ``samples`` or ``parallel`` is below 1, ``temperature`` or the
             error penalty is negative or not finite, a reward gate is negative, or the set holds a rollout of a task with one of these ids
             but another question (see :func:`_check_same_tasks`).
         ModelNotAvailable / KeyError: the model cannot be used (checked before any run).
@@ -182,13 +187,15 @@ async def run_rollouts(
         raise ValueError("the teacher never plays held-out tasks: pass the train split")
     if not 0.0 <= opts.repair_share <= 1.0:
         raise ValueError(f"repair_share must be within 0..1, not {opts.repair_share}")
+    if not 0.0 <= opts.literal_share <= 1.0:
+        raise ValueError(f"literal_share must be within 0..1, not {opts.literal_share}")
     _check_options(opts)
     recorded = store.rollouts(opts.set_name)
     done = {(r["task_id"], r["sample_index"]) for r in recorded}
     _check_same_tasks(store, opts.set_name, tasks, recorded)
     todo = [(t, k) for t in tasks for k in range(opts.samples) if (t.id, k) not in done]
     if opts.model == TEACHER:
-        _check_teacher_plays(todo, opts.repair_share)
+        _check_teacher_plays(todo, opts.repair_share, opts.literal_share)
     total, counter = len(tasks) * opts.samples, len(done)
     sem = asyncio.Semaphore(max(1, opts.parallel))
     rows: list[dict[str, Any]] = []
@@ -210,7 +217,7 @@ async def run_rollouts(
             play: teacher.Play | None = None
             if opts.model == TEACHER:
                 root = f"teacher-{task.id}-{k}"
-                play = teacher.policy(task, k, opts.repair_share)
+                play = teacher.policy(task, k, opts.repair_share, opts.literal_share)
                 registry.add(ModelSpec(root, "scripted", root, options={"callable": play}))
                 sub = opts.sub_model or "teacher-oracle"
                 if sub == "teacher-oracle":
@@ -272,6 +279,7 @@ async def run_rollouts(
             if play is not None:  # the marker the SFT export reads (rlmd.train.export)
                 row["details"]["mistake"] = play.mistake
                 row["details"]["mistake_turns"] = list(play.mistake_turns)
+                row["details"]["strategy"] = play.strategy
             store.record_rollout(row)
             rows.append(row)
             counter += 1

@@ -15,6 +15,17 @@ choice of wording and of merging steps:
 * ``codeqa``: walk every file's ``ast`` (definitions, calls, bases, defaults, constants,
   imports), print what was found, then ``FINAL``.
 
+**Literal strategies** (:mod:`rlmd.train.teacher_literal`, session 15): for ``sniah`` and
+most ``codeqa`` templates a share of the rollouts (``literal_share``, default
+:data:`LITERAL_SHARE`, a seeded draw per ``(task, sample)``) play a short program that writes
+the question's key or name literally (``i = context.find(KEY)``, ``'def NAME(' in text``,
+``find_definition(NAME)``), prints what it found, and answers on the next turn with the value
+it *reads* in the printed output (``FINAL("1234567")``): a 0.5B student copies these far
+better than the regex and ``ast`` programs above (session 14). Literal plays make no
+mistakes. Each play's strategy is recorded (:attr:`Play.strategy`, the rollout's
+``details["strategy"]``): ``regex``, ``find``, ``find_lower``, ``ast``, ``grep``,
+``find_definition``, ``labels`` (oolong / pairs).
+
 Every cell imports the modules it uses (a cell copied without the turns before it still
 runs; the tuned 0.5B copied the teacher's ``re.finditer`` without the earlier ``import re``).
 
@@ -53,12 +64,17 @@ import random
 import re
 from typing import Any
 
+from rlmd.train import teacher_literal
 from rlmd.train.tasks import TrainTask
 
 FAMILIES = ("sniah", "oolong", "pairs", "codeqa")
 
 REPAIR_SHARE = 0.3
 """Default share of teacher rollouts that make a mistake and repair it."""
+
+LITERAL_SHARE = 0.75
+"""Default share of teacher rollouts that play a literal strategy where the task has one
+(``sniah``; ``codeqa`` but parameter defaults): the training mix leans on them."""
 
 MISTAKES: dict[str, tuple[str, ...]] = {
     "sniah": ("no_import", "narrow_search", "unchecked_final"),
@@ -70,6 +86,9 @@ MISTAKES: dict[str, tuple[str, ...]] = {
 
 Turn = tuple[str, str]
 """``(one line of reasoning, code)`` of one root turn."""
+
+AnyTurn = Turn | teacher_literal.Reader
+"""A planned turn, or a reader that decides it from the messages when it is played."""
 
 
 def reply(note: str, code: str) -> str:
@@ -83,17 +102,27 @@ class Play:
     by calls, not by the replies in its prompt: with ``fold_failed_turns`` a mistaken turn
     that raised leaves the prompt (a note stands for it), and the repair must still follow.
     The engine calls the root model once per turn for a reply with a code block, and every
-    teacher reply has one. One :class:`Play` plays one rollout.
+    teacher reply has one. A planned turn may be a reader (a callable): it is given the
+    messages of its call and returns the ``(note, code)`` turn, e.g. after reading the number
+    the last cell printed. One :class:`Play` plays one rollout.
 
     Attributes:
         turns: the planned ``(note, code)`` turns.
         mistake: the repair trajectory's mistake (a :data:`MISTAKES` name), or ``None``.
         planned_mistakes: indices of the turns that are the mistake.
         mistake_turns: those of them played so far (what a rollout records).
+        strategy: the strategy played (see the module docstring).
     """
 
-    def __init__(self, turns: list[Turn], mistake: str | None, mistakes: set[int]) -> None:
+    def __init__(
+        self,
+        turns: list[AnyTurn],
+        mistake: str | None,
+        mistakes: set[int],
+        strategy: str = "",
+    ) -> None:
         self.turns = turns
+        self.strategy = strategy
         self.mistake = mistake
         self.planned_mistakes = sorted(mistakes)
         self.mistake_turns: list[int] = []
@@ -104,17 +133,24 @@ class Play:
         self.calls += 1
         if i in self.planned_mistakes and i not in self.mistake_turns:
             self.mistake_turns.append(i)
-        note, code = self.turns[i]
+        turn = self.turns[i]
+        note, code = turn(messages) if callable(turn) else turn
         return reply(note, code)
 
 
-def policy(task: TrainTask, sample: int = 0, repair_share: float = REPAIR_SHARE) -> Play:
+def policy(
+    task: TrainTask,
+    sample: int = 0,
+    repair_share: float = REPAIR_SHARE,
+    literal_share: float = LITERAL_SHARE,
+) -> Play:
     """A scripted-model callable that plays the teacher on ``task``; with probability
-    ``repair_share`` (a seeded draw per ``(task.id, sample)``) a repair trajectory.
+    ``literal_share`` a literal strategy where the task has one, else with probability
+    ``repair_share`` a repair trajectory (seeded draws per ``(task.id, sample)``).
 
     Raises:
         ValueError: the family has no teacher, the task is from the held-out split, or
-            ``repair_share`` is not within 0..1.
+            ``repair_share`` or ``literal_share`` is not within 0..1.
     """
     if task.family not in FAMILIES:
         raise ValueError(f"the teacher knows {FAMILIES}, not {task.family!r}")
@@ -122,6 +158,11 @@ def policy(task: TrainTask, sample: int = 0, repair_share: float = REPAIR_SHARE)
         raise ValueError(f"the teacher never plays a held-out task ({task.id})")
     if not 0.0 <= repair_share <= 1.0:
         raise ValueError(f"repair_share must be within 0..1, not {repair_share}")
+    if not 0.0 <= literal_share <= 1.0:
+        raise ValueError(f"literal_share must be within 0..1, not {literal_share}")
+    literal = _literal(task, sample, literal_share)
+    if literal is not None:
+        return literal
     rng = random.Random(f"{task.id}:{sample}")
     turns = {"sniah": _sniah, "oolong": _oolong, "pairs": _pairs, "codeqa": _codeqa}[task.family](
         task, rng
@@ -130,11 +171,31 @@ def policy(task: TrainTask, sample: int = 0, repair_share: float = REPAIR_SHARE)
         note, code = turns[-2]
         turns = [*turns[:-2], (note, code + "\n" + turns[-1][1])]
     chooser = random.Random(f"repair:{task.id}:{sample}")  # apart from rng: others stay as-is
+    strategy = {"sniah": "regex", "codeqa": "ast"}.get(task.family, "labels")
     if chooser.random() >= repair_share:
-        return Play(turns, None, set())
+        return Play(list(turns), None, set(), strategy)
     mistake = chooser.choice(MISTAKES[task.family])
     turns, at = _with_mistake(task, turns, mistake)
-    return Play(turns, mistake, {at})
+    return Play(list(turns), mistake, {at}, strategy)
+
+
+def _literal(task: TrainTask, sample: int, share: float) -> Play | None:
+    """The literal play of ``task`` (:mod:`rlmd.train.teacher_literal`) when the seeded draw
+    falls within ``share`` and the task has one, else ``None``."""
+    draw = random.Random(f"literal:{task.id}:{sample}")
+    if draw.random() >= share:
+        return None
+    if task.family == "sniah":
+        strategy = draw.choice(["find", "find_lower"])
+        key = str(task.params.get("key", ""))
+        return Play(teacher_literal.sniah(key, strategy == "find_lower"), None, set(), strategy)
+    template = str(task.params.get("template"))
+    if task.family == "codeqa" and template in teacher_literal.CODEQA_LITERAL:
+        strategy = draw.choice(teacher_literal.CODEQA_LITERAL[template])
+        turns = teacher_literal.codeqa(template, task.params, strategy)
+        if turns:
+            return Play(turns, None, set(), strategy)
+    return None
 
 
 def _with_mistake(task: TrainTask, turns: list[Turn], mistake: str) -> tuple[list[Turn], int]:
@@ -279,24 +340,32 @@ def _aggregation_prelude(task: TrainTask, rng: random.Random) -> list[Turn]:
 
 def _oolong(task: TrainTask, rng: random.Random) -> list[Turn]:
     p, t = task.params, task.params.get("template")
+    # each final step's note names what the question asks (session 14: the student wrote
+    # `counts['unknown']` whatever was asked; the data had 6 final turns of one shape)
     if t == "most_common":
+        note = "The question asks for the most common category: the top of the counts."
         code = "answer = counts.most_common(1)[0][0]"
     elif t == "least_common":
+        note = "The question asks for the least common category (a category never seen counts 0)."
         code = "answer = min(categories, key=lambda c: counts[c])"
     elif t == "count_label":
+        note = f"The question asks how many instances are in the category {p['label']}."
         code = f"answer = counts[{p['label']!r}]"
     elif t == "compare":
         a, b = p["labels"]
+        note = f"The question compares the category {a} with the category {b}."
         code = (
             f"a, b = counts[{a!r}], counts[{b!r}]\n"
             "answer = 'more common' if a > b else 'less common' if a < b else 'same frequency'"
         )
     elif t == "user_count":
+        note = f"The question asks about user {p['user']} and the category {p['label']}."
         code = (
             f"answer = sum(1 for (_, user, _), label in zip(records, labels)\n"
             f"             if user == {str(p['user'])!r} and label == {p['label']!r})"
         )
     else:  # user_most
+        note = f"The question asks which user has the most instances in the category {p['label']}."
         code = (
             "from collections import Counter\n"
             f"per_user = Counter(user for (_, user, _), label in zip(records, labels)\n"
@@ -305,7 +374,7 @@ def _oolong(task: TrainTask, rng: random.Random) -> list[Turn]:
         )
     return [
         *_aggregation_prelude(task, rng),
-        ("Now I compute the answer from the labels in code.", code + "\nprint(answer)"),
+        (note + " I compute it from the labels in code.", code + "\nprint(answer)"),
         ("The printed value answers the question.", "FINAL(answer)"),
     ]
 
@@ -342,7 +411,8 @@ def _pairs(task: TrainTask, rng: random.Random) -> list[Turn]:
     return [
         *_aggregation_prelude(task, rng),
         (
-            "I group the labels by user and build every qualifying pair in code.",
+            f"The question is about the categories {a} and {b}: I group the labels by user "
+            "and build every qualifying pair in code.",
             head + body + "\nanswer = '\\n'.join(f'({x}, {y})' for x, y in pairs)\n"
             "print(len(pairs), pairs[:5])",
         ),
