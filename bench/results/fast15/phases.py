@@ -20,7 +20,7 @@ async def main(n, store):
         for k, t in seen:
             first.setdefault(k, t)
         its = [t for k, t in seen if k == "IterationStarted"]
-        marks["run.started"].append(first["RunStarted"] - t0)
+        marks["RunStarted"].append(first["RunStarted"] - t0)
         marks["first iteration"].append(its[0] - t0)
         marks["iter 2..20 each"].append((its[-1] - its[1]) / 18)
         marks["last cell end -> answer"].append(r.to_answer_s - ([t for k, t in seen if k == "CellFinished"][-1] - t0))
