@@ -696,3 +696,33 @@ def test_doctor_keeps_a_wrapped_fix_in_its_column() -> None:
     assert lines[fix].startswith("      fix: start it with")
     assert lines[fix + 1].startswith(" " * 11) and "rlmd attach --stdio" in lines[fix + 1]
     assert lines[-1].startswith("  ok  python: 3.11.7")
+
+
+def test_a_codebase_folder_whose_name_is_not_utf8_is_asked_about(rlmd_home, tmp_path):
+    """A new user's walk (review15): ``rlmd run --context`` on a folder named with a byte
+    that is not UTF-8 (``bad\\xff``: legal on Linux) stopped with "'utf-8' codec can't
+    encode character '\\udcff'" (the symbol index's disk cache keyed the folder by its
+    UTF-8 text); a daemon workspace of that folder failed to start the same way."""
+    folder = tmp_path / os.fsdecode(b"bad\xff")
+    folder.mkdir()
+    (folder / "a.py").write_text("def f():\n    return 1\n")
+    script = tmp_path / "s.json"
+    script.write_text(json.dumps({"default": "```repl\nFINAL('a.py')\n```"}))
+    for sandbox in ("inprocess", "subprocess"):
+        proc = rlmd(
+            "run", "where is f?", "--context", str(folder), "--model", f"scripted:{script}",
+            "--sandbox", sandbox, home=rlmd_home,
+        )  # fmt: skip
+        assert proc.returncode == 0 and proc.stdout == "a.py\n", proc.stderr
+    assert list((rlmd_home / "cache" / "codeintel").glob("*.json"))
+
+
+def test_a_workspace_key_is_the_folder_bytes_hash() -> None:
+    from rlmd.workspace.checkpoint import checkpoint_path, workspace_key
+
+    bad = os.fsdecode(b"/p/bad\xff")
+    assert workspace_key(bad) != workspace_key("/p/bad") and checkpoint_path(bad).name
+    # a UTF-8 name keeps the key it had (its checkpoint is still found)
+    import hashlib
+
+    assert workspace_key("/p/ünï") == hashlib.sha256("/p/ünï".encode()).hexdigest()[:16]

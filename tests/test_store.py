@@ -294,7 +294,7 @@ def test_a_version_2_database_is_migrated_and_its_index_kept(tmp_path: Path) -> 
     conn.close()
 
     with Store(path) as s:
-        assert s.db.execute("PRAGMA user_version").fetchone()[0] == SCHEMA_VERSION == 3
+        assert s.db.execute("PRAGMA user_version").fetchone()[0] == SCHEMA_VERSION == 4
         assert _pending(path) == 0
         assert [h["node_id"] for h in s.search("gazelle")] == ["c"]
         s.record(CellFinished(run_id="r", depth=0, node_id="c", stdout="ibex\n", code="x = 1"))
@@ -306,6 +306,94 @@ def test_a_version_2_database_is_migrated_and_its_index_kept(tmp_path: Path) -> 
         e.cell_start(e.iteration(0), 0, "print('springbok')")
         assert len(s.search("springbok")) == 1
         s.db.execute("INSERT INTO nodes_fts(nodes_fts) VALUES('integrity-check')")
+
+
+def _node_indexes(path: Path) -> set[str]:
+    conn = sqlite3.connect(path)
+    try:
+        return {
+            name
+            for (name,) in conn.execute(
+                "SELECT name FROM sqlite_master WHERE type = 'index' AND tbl_name = 'nodes'"
+            )
+        }
+    finally:
+        conn.close()
+
+
+def test_a_version_3_database_loses_the_unused_node_indexes_and_keeps_its_rows(
+    tmp_path: Path,
+) -> None:
+    from rlmd.store import schema
+    from rlmd.store.sqlite import sqlite_utils
+
+    path = tmp_path / "v3.db"
+    conn = sqlite3.connect(path)
+    db = sqlite_utils.Database(conn)
+    for number, migration in enumerate(schema.MIGRATIONS[:3], start=1):
+        migration(db)
+        db.execute(f"PRAGMA user_version = {number:d}")
+    conn.commit()
+    conn.close()
+    assert {"idx_nodes_status", "idx_nodes_parent_id"} <= _node_indexes(path)
+    with Store(path) as s:
+        ids = record_three_depths(s)
+    with Store(path) as s:
+        assert s.db.execute("PRAGMA user_version").fetchone()[0] == 4
+        assert s.get_run(ids["root"])["iterations"] == 2
+    assert not {"idx_nodes_status", "idx_nodes_parent_id"} & _node_indexes(path)
+    assert "idx_nodes_run_id_seq" in _node_indexes(path)
+    Store(tmp_path / "new.db").close()  # a new file: created by version 1, dropped by 4
+    assert not {"idx_nodes_status", "idx_nodes_parent_id"} & _node_indexes(tmp_path / "new.db")
+
+
+def _iteration_rows(s: Store, run_id: str) -> list[tuple[Any, ...]]:
+    return s.db.execute(
+        "SELECT started_at, status, finished_at, latency_s FROM nodes "
+        "WHERE run_id = ? AND kind = 'iteration' ORDER BY seq",
+        [run_id],
+    ).fetchall()
+
+
+def test_each_iteration_closes_the_one_before_also_across_stores(tmp_path: Path) -> None:
+    """An iteration ends where the next one starts, whether the store inserted the one before
+    (closed by id) or another store did (a second Store on the file mid-run: searched)."""
+    path = tmp_path / "it.db"
+    s = Store(path)
+    e = Emitter(s.record)
+    e.start("iterations")
+    e.iteration(0)
+    e.iteration(1)
+    s.close()
+    s = Store(path)  # knows no iteration of this run: the next one searches for it
+    e.sink = s.record
+    e.iteration(2)
+    e.iteration(3)
+    rows = _iteration_rows(s, e.run_id)
+    assert [r[1] for r in rows] == ["ok", "ok", "ok", "running"]
+    assert [r[2] for r in rows[:3]] == [r[0] for r in rows[1:]]  # the next one's start
+    assert all(r[3] == 1.0 for r in rows[:3]) and rows[3][2] is None
+    e.iteration(4)
+    e.finish(answer="done")
+    rows = _iteration_rows(s, e.run_id)
+    assert [r[1] for r in rows] == ["ok"] * 5
+    assert e.run_id not in s._open_iterations
+    s.close()
+
+
+def test_a_rolled_back_batch_forgets_the_iteration_it_opened(tmp_path: Path) -> None:
+    s = Store(tmp_path / "rb.db")
+    e = Emitter(s.record)
+    e.start("rollback")
+    e.iteration(0)
+    assert e.run_id in s._open_iterations
+    with pytest.raises(sqlite3.OperationalError), s._lock, s._write():
+        s._exec("INSERT INTO no_such_table VALUES (1)")
+    assert s._open_iterations == {}  # it may hold an iteration the rollback undid
+    e.iteration(1)
+    e.finish(answer="x")
+    assert [r[1] for r in _iteration_rows(s, e.run_id)] == ["ok", "ok"]
+    s.close()
 
 
 # -- growth, redaction -----------------------------------------------------------------------

@@ -971,3 +971,136 @@ def test_a_grpo_export_that_keeps_no_group_says_why_and_what_to_do(
 
     done = _rlmd_train(rlmd_home, *grpo, "--family", "other")
     assert "2 rollouts of another --family" in re.sub(r"\s+", " ", done.stderr)
+
+
+# -- review15: odd task and data files -----------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    "text, why",
+    [
+        ("", r"no tasks \(the file holds no line but blank ones\)"),
+        ("\n  \n\n", r"no tasks"),
+        ('{"question": "q", "context": "c", "answer": "a", "family": 3}\n', r":1: family must be a non-empty string, not 3"),
+        ('{"question": "q", "context": "c", "answer": "a", "family": " "}\n', r":1: family must be"),
+        ('{"question": "q", "context": "c", "answer": "a", "split": "dev"}\n', r":1: split must be one of user, train, heldout"),
+    ],
+)  # fmt: skip
+def test_an_empty_task_file_and_odd_family_or_split_are_refused(tmp_path, text, why) -> None:
+    """A new user's walk (review15): ``rlmd train rollout --tasks empty.jsonl`` printed
+    "no rollouts" and exited 0; ``"family": 3`` became family ``"3"``; ``"split": "dev"``
+    was recorded and then dropped by every export (which keeps train and user tasks)."""
+    path = tmp_path / "t.jsonl"
+    path.write_text(text)
+    with pytest.raises(TaskFileError, match=why):
+        load_tasks(path)
+
+
+def test_an_empty_task_file_is_a_usage_error_of_rollout(rlmd_home: Path, tmp_path: Path) -> None:
+    (tmp_path / "empty.jsonl").write_text("")
+    done = _rlmd_train(
+        rlmd_home, "rollout", "--tasks", str(tmp_path / "empty.jsonl"),
+        "--model", "scripted:x.json", "--sandbox", "inprocess",
+    )  # fmt: skip
+    assert done.returncode == 2 and "no tasks" in done.stderr, done.stderr
+
+
+MESSAGE = [{"role": "user", "content": "q"}]
+REPLY = [{"role": "assistant", "content": "```repl\nFINAL(1)\n```"}]
+SFT_OK = {"prompt": MESSAGE, "completion": REPLY, "turn": 0}
+GROUP_OK = {"prompt": MESSAGE, "completions": [REPLY, REPLY], "rewards": [1, 0.0]}
+
+
+@pytest.mark.parametrize(
+    "lines, why",
+    [
+        ([], r"no SFT sample in the file \(it is empty\)"),
+        (["not json"], r":1: not JSON"),
+        ([SFT_OK, [1, 2]], r":2: each line must be a JSON object \(one SFT sample\), got a list"),
+        ([{"prompt": MESSAGE}], r":1: completion must be a non-empty list of messages, got nothing"),
+        ([{**SFT_OK, "prompt": "hi"}], r":1: prompt must be a non-empty list of messages, got a string"),
+        ([{**SFT_OK, "completion": [{"role": "assistant"}]}], r":1: completion\[0\] must be a message"),
+        ([{**SFT_OK, "turn": "2"}], r":1: turn must be an integer, not '2'"),
+    ],
+)  # fmt: skip
+def test_a_bad_sft_file_is_refused_naming_the_line(tmp_path, lines, why) -> None:
+    from rlmd.train.datafile import DataFileError, check_sft
+
+    path = tmp_path / "sft.jsonl"
+    path.write_text("".join((x if isinstance(x, str) else json.dumps(x)) + "\n" for x in lines))
+    with pytest.raises(DataFileError, match=why):
+        check_sft(path)
+
+
+@pytest.mark.parametrize(
+    "lines, why",
+    [
+        ([], r"no GRPO group in the file"),
+        (["42"], r":1: each line must be a JSON object \(one GRPO group\), got int"),
+        ([{"prompt": MESSAGE}], r":1: completions must be a non-empty list"),
+        ([{**GROUP_OK, "rewards": 5}], r":1: rewards must be a list of finite numbers"),
+        ([{**GROUP_OK, "rewards": [1, "NaN"]}], r":1: rewards must be a list of finite numbers"),
+        ([{**GROUP_OK, "rewards": [1]}], r":1: 1 rewards for 2 completions"),
+        ([{**GROUP_OK, "completions": [REPLY, "x"]}], r":1: completions\[1\] must be a non-empty list"),
+    ],
+)  # fmt: skip
+def test_a_bad_grpo_file_is_refused_naming_the_line(tmp_path, lines, why) -> None:
+    from rlmd.train.datafile import DataFileError, read_groups
+
+    path = tmp_path / "g.jsonl"
+    path.write_text("".join((x if isinstance(x, str) else json.dumps(x)) + "\n" for x in lines))
+    with pytest.raises(DataFileError, match=why):
+        read_groups(path)
+    path.write_text(json.dumps(GROUP_OK) + "\n")
+    assert read_groups(path) == [GROUP_OK]
+
+
+def test_what_export_writes_passes_the_data_checks(tmp_path: Path) -> None:
+    from rlmd.train.datafile import check_sft, read_groups
+
+    tasks = load_tasks(write_tasks(tmp_path / "tasks.jsonl"))
+    with Store(tmp_path / "a.db") as store:
+        rollout(tasks, Scripted(), store, samples=2)
+        write_jsonl(sft_samples(store)[0], tmp_path / "sft.jsonl")
+        write_jsonl(grpo_groups(store, keep_zero_advantage=True), tmp_path / "g.jsonl")
+    assert check_sft(tmp_path / "sft.jsonl") == 4
+    assert len(read_groups(tmp_path / "g.jsonl")) == 3
+
+
+def test_sft_and_grpo_check_their_data_before_loading_the_model(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Review15: ``rlmd train sft`` loaded the base model (minutes on a CPU) before reading
+    ``--data``, so an empty file failed only then, with the datasets library's error;
+    ``grpo`` stopped on a line that is not an object with a bare ``TypeError``."""
+    pytest.importorskip("torch")
+    pytest.importorskip("datasets")
+    from rlmd.train import grpo, sft
+    from rlmd.train.datafile import DataFileError
+
+    def never(*_: Any, **__: Any) -> None:
+        raise AssertionError("the model was loaded before the data was checked")
+
+    monkeypatch.setattr(sft, "load_base", never)
+    monkeypatch.setattr(grpo, "load_base", never)
+    empty, listed = tmp_path / "empty.jsonl", tmp_path / "list.jsonl"
+    empty.write_text("")
+    listed.write_text("[1]\n")
+    with pytest.raises(DataFileError, match="empty.jsonl: no SFT sample"):
+        sft.train_sft("qwen2.5-coder-0.5b", empty, tmp_path / "out")
+    with pytest.raises(DataFileError, match="list.jsonl:1: each line must be a JSON object"):
+        grpo.train_grpo("qwen2.5-coder-0.5b", listed, tmp_path / "out")
+    assert not (tmp_path / "out").exists()
+
+
+@pytest.mark.parametrize("kind", ["empty", "file", "project"])
+def test_train_tasks_refuses_an_out_it_would_spill_into(tmp_path, monkeypatch, kind) -> None:
+    """Review15: ``rlmd train tasks --out ""`` wrote manifest.json, tasks.jsonl and contexts/
+    into the current folder; ``--out .`` in a project would overwrite its manifest.json."""
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "manifest.json").write_text('{"mine": true}')
+    out = {"empty": "", "file": "manifest.json", "project": "."}[kind]
+    with pytest.raises(ValueError, match="--out is empty|is a file|holds other files"):
+        generate_split("train", out, size="tiny")
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["manifest.json"]
+    assert (tmp_path / "manifest.json").read_text() == '{"mine": true}'

@@ -257,3 +257,39 @@ def test_a_folded_turn_is_labelled_as_a_fold_not_a_summary():
     assert "note" in fold_lines and "summary" not in fold_lines
     assert any("It raised X" in line for line in fold_lines)
     assert "summary" in window_lines and "note" not in window_lines
+
+
+async def test_a_missing_or_damaged_store_is_named_and_never_created(tmp_path: Path) -> None:
+    """A new user's walk (review15): ``rlmd tui --no-daemon --store typo.db`` created the
+    file (and its folders) and showed an empty table; a damaged file said only "file is not
+    a database". Each now names the file; a store that appears later is shown at the next
+    poll."""
+    from rlmd.engine.events import RunStarted
+    from rlmd.store import Store
+    from rlmd_tui.backend import StoreBackend, StoreUnreadable
+
+    missing = tmp_path / "not" / "there.db"
+    app = RlmdApp(StoreBackend(missing))
+    notes = record_notifications(app)
+    async with app.run_test(size=(80, 24)) as pilot:
+        await until(
+            pilot,
+            lambda: any("no trajectory store at" in str(n.message) for n in notes),
+            what="note",
+        )
+        assert not (tmp_path / "not").exists()
+        (tmp_path / "not").mkdir()
+        with Store(missing) as writer:
+            writer.record(RunStarted(run_id="rlater0000000001", depth=0, question="later"))
+        table = app.screen.query_one("#runs", DataTable)
+        await until(
+            pilot, lambda: [str(k.value) for k in table.rows] == ["rlater0000000001"], what="rows"
+        )
+
+    damaged = tmp_path / "damaged.db"
+    damaged.write_bytes(b"this is not sqlite" * 100)
+    backend = StoreBackend(damaged)
+    with pytest.raises(StoreUnreadable, match=r"damaged.db: file is not a database \(damaged"):
+        await backend.list_runs()
+    with pytest.raises(StoreUnreadable):
+        await backend.changed()

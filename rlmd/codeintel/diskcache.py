@@ -28,7 +28,9 @@ def cache_file(source: str) -> Path:
     """Where the index of the folder ``source`` is kept."""
     from rlmd import paths
 
-    key = hashlib.sha256(os.path.abspath(source).encode()).hexdigest()[:32]
+    # fsencode: a folder name that is not UTF-8 (b"bad\xff" decodes to "bad\udcff") stopped
+    # every run on it with "'utf-8' codec can't encode character '\udcff'"
+    key = hashlib.sha256(os.fsencode(os.path.abspath(source))).hexdigest()[:32]
     return paths.home() / "cache" / "codeintel" / f"{key}.json"
 
 

@@ -43,6 +43,7 @@ from rlmd.engine.events import (
     RunStarted,
     type_of,
 )
+from rlmd.frontdoors.acp_stdio import LINE_LIMIT_BYTES, CheckedStdio
 from rlmd.frontdoors.link import DaemonLink, LazyLink, ending
 from rlmd.server.client import RpcError
 
@@ -185,6 +186,10 @@ class RlmdAgent:
 
     async def new_session(self, cwd: str, **_: Any) -> NewSessionResponse:
         folder = Path(cwd).expanduser()
+        if not folder.is_absolute():  # "" was the folder rlmd acp started in
+            raise acp.RequestError.invalid_params(
+                {"cwd": f"must be an absolute path (ACP), not {cwd!r}"}
+            )
         if not folder.is_dir():
             raise acp.RequestError.invalid_params({"cwd": f"not a folder: {cwd}"})
         session_id = uuid.uuid4().hex
@@ -266,5 +271,13 @@ def main(defaults: Defaults, *, autostart: bool = True) -> int:
     # cast: the SDK routes only the methods an agent defines (the rest answer "method not
     # found"), so RlmdAgent implements the protocol's required part, not all of it
     agent = cast(acp.Agent, RlmdAgent(defaults, autostart=autostart))
-    asyncio.run(acp.run_agent(agent))
+    asyncio.run(_serve(agent))
     return 0
+
+
+async def _serve(agent: acp.Agent) -> None:
+    """:func:`acp.run_agent` over stdin/stdout through :class:`CheckedStdio`: a line that
+    is not a JSON-RPC message is answered and skipped (the SDK's reader logged a traceback,
+    and ``42`` or ``null`` stopped the agent)."""
+    reader, writer = await acp.stdio_streams(limit=LINE_LIMIT_BYTES)
+    await acp.run_agent(agent, CheckedStdio(reader, writer))

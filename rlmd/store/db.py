@@ -210,6 +210,10 @@ class Store(Queries, Rollouts):
         self._open_nodes: dict[str, dict[str, Any]] = {}
         # Run counter increments of the transaction in progress, written once before COMMIT.
         self._bumps: dict[str, dict[str, float]] = {}
+        # Run id -> the iteration node this store inserted last for it (the run's only one
+        # still running): the next iteration closes it by id instead of searching the run's
+        # nodes. Emptied when a transaction rolls back.
+        self._open_iterations: dict[str, str] = {}
         # Started at the first checkpoint asked for (:meth:`_count`), not at the open:
         # starting a thread costs ~0.7 ms of hand-overs, and a one-shot run of a few hundred
         # events may never ask for one.
@@ -322,6 +326,7 @@ class Store(Queries, Rollouts):
         except BaseException:
             self._bumps.clear()
             self._open_nodes.clear()  # may hold rows the rollback undoes
+            self._open_iterations.clear()
             if self._conn.in_transaction:
                 self._conn.execute("ROLLBACK")
             raise
@@ -587,6 +592,7 @@ class Store(Queries, Rollouts):
         self._update("runs", event.run_id, _changed_text(updates, existing, RUN_TEXT_COLUMNS))
         node_status = "timeout" if status == "max_time" else "error"
         self._close_running(event.run_id, event.ts, node_status)
+        self._open_iterations.pop(event.run_id, None)
 
     def _answer_once(self, run_id: str, answer: str) -> None:
         """Drop ``answer`` from the payload of the run's cells whose ``FINAL`` proposed it,
@@ -740,11 +746,30 @@ class Store(Queries, Rollouts):
                 self._node_finished(finish[0], finish[1], kind)
             return
         if kind == "iteration":  # the previous iteration ends where this one starts
+            self._close_iterations(event, node_id)
+
+    def _close_iterations(self, event: Event, node_id: str) -> None:
+        """Finish the run's running iterations other than ``node_id`` (just inserted): the
+        one this store inserted last for the run, by id, when it knows it (every iteration
+        it inserted since closed the one before, so no other is running); else all of them,
+        searched among the run's nodes."""
+        known = self._open_iterations
+        last = known.get(event.run_id)
+        if last is not None:
+            self._exec(
+                "UPDATE nodes SET status = 'ok', finished_at = ?, latency_s = ? - started_at "
+                "WHERE id = ? AND status = 'running'",
+                [event.ts, event.ts, last],
+            )
+        else:
             self._exec(
                 "UPDATE nodes SET status = 'ok', finished_at = ?, latency_s = ? - started_at "
                 "WHERE run_id = ? AND kind = 'iteration' AND status = 'running' AND id != ?",
                 [event.ts, event.ts, event.run_id, node_id],
             )
+            if len(known) >= MAX_KNOWN_RUNS:
+                known.clear()
+        known[event.run_id] = node_id
 
     def _node_finished(self, event: Event, data: dict[str, Any], kind: str) -> None:
         self._ensure_run(event)

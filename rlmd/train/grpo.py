@@ -56,6 +56,7 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
 
+from rlmd.train.datafile import read_groups
 from rlmd.train.sft import (
     check_adapter_options,
     check_adapter_shape,
@@ -217,6 +218,8 @@ def train_grpo(
         "completions_dropped_too_long", "longest", "resumed", "seconds", "options"}``.
 
     Raises:
+        DataFileError: ``data`` is empty or a line is not a group
+            (:func:`rlmd.train.datafile.read_groups`).
         ValueError: an option out of range (:func:`check_options`); no group with two or
             more different rewards (before or after the ``max_length`` cap; the message
             names the longest completion); ``out`` holds an adapter of another shape.
@@ -230,7 +233,7 @@ def train_grpo(
     if opts.threads is not None:
         torch.set_num_threads(opts.threads)
     out = Path(out)
-    groups_in = [json.loads(x) for x in Path(data).read_text("utf-8").splitlines() if x.strip()]
+    groups_in = read_groups(data)
     if not any(len(set(g["rewards"])) > 1 for g in groups_in):
         raise ValueError(f"{data}: no group whose rewards differ (nothing to learn from)")
     out.mkdir(parents=True, exist_ok=True)

@@ -42,6 +42,7 @@ from pathlib import Path
 from typing import Any, Protocol
 
 from rlmd import paths
+from rlmd.train.datafile import check_sft
 
 log = logging.getLogger(__name__)
 
@@ -404,6 +405,8 @@ def train_sft(
         "final_loss", "seconds", "options"}``.
 
     Raises:
+        DataFileError: ``data`` is empty or a line is not an SFT sample
+            (:func:`rlmd.train.datafile.check_sft`), found before the model loads.
         ValueError: an option out of range (:func:`check_options`); ``max_length`` keeps no
             sample, or drops every later turn or every answering turn
             (:func:`check_lengths`); ``out`` holds checkpoints of another adapter shape
@@ -416,6 +419,7 @@ def train_sft(
 
     opts = opts or SFTOptions()
     check_options(opts)
+    check_sft(data)  # before the model loads (minutes): a bad line failed only after it
     if opts.threads is not None:
         torch.set_num_threads(opts.threads)
     out = Path(out)

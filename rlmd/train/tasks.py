@@ -9,7 +9,9 @@ A task set is either
 
       {"question": str, "context": str | {"path": text, ...}, "answer": any,
        "scorer": "exact" | "numeric" | "f1" | "path" | "contains" | "pairs" | "module:fn",
-       "id": str (optional, default "user-<line>"), "family": str (optional, "user")}
+       "id": str (optional, default "user-<line>"), "family": str (optional, "user"),
+       "split": "user" | "train" | "heldout" (optional, "user"; held-out tasks are never
+       exported nor played by the teacher)}
 
   The answer's type must suit the scorer (checked when the file is loaded, see
   :func:`load_tasks`); a ``module:fn`` scorer gets whatever the line holds.
@@ -40,6 +42,9 @@ SPLITS: dict[str, dict[str, Any]] = {
     "train": {"seed_offset": 0, "partition": [0, 2], "packages": ["wsgiref", "json"]},
     "heldout": {"seed_offset": 1_000_003, "partition": [1, 2], "packages": ["tomllib"]},
 }
+USER_SPLITS = ("user", "train", "heldout")
+"""What a user task's ``split`` may be: ``user`` (the default) and ``train`` tasks are
+exported, ``heldout`` ones never (and the teacher never plays them)."""
 SEED_LIMIT: int = SPLITS["heldout"]["seed_offset"]
 """``generate_split`` takes seeds ``0 <= seed < SEED_LIMIT``: with the held-out split's
 offset of the same size, a train seed can never be a held-out one (train ``--seed
@@ -105,8 +110,10 @@ def load_tasks(path: str | Path) -> list[TrainTask]:
     cost every run before it).
 
     Raises:
-        TaskFileError: missing or unreadable file, text that is not UTF-8, a line that is
-            not a JSON object, a record without ``question`` / ``context`` / ``answer``, or
+        TaskFileError: missing or unreadable file, no task at all, text that is not
+            UTF-8, a line that is not a JSON object, a record without ``question`` /
+            ``context`` / ``answer``, a ``family`` that is not a non-empty string or a
+            ``split`` not in :data:`USER_SPLITS`, or
             one whose question is not a string, whose context is not a string, list or
             object, whose scorer is neither a metric nor ``"module:fn"``, whose
             ``choices`` is not a list, whose ``id`` is not a string or integer or repeats an
@@ -117,8 +124,13 @@ def load_tasks(path: str | Path) -> list[TrainTask]:
             ``context_ref`` that does not exist. The message names the file and line.
     """
     path = Path(path)
-    if path.is_dir():
-        return _load_folder(path)
+    tasks = _load_folder(path) if path.is_dir() else _load_file(path)
+    if not tasks:  # `rollout` ran nothing, said "no rollouts" and exited 0
+        raise TaskFileError(f"{path}: no tasks (the file holds no line but blank ones)")
+    return tasks
+
+
+def _load_file(path: Path) -> list[TrainTask]:
     if not path.is_file():
         raise TaskFileError(f"{path}: no such task file or task-set folder")
     try:
@@ -185,6 +197,14 @@ def _check_record(rec: dict[str, Any], where: str) -> None:
         raise TaskFileError(f"{where}: choices must be a list")
     if "id" in rec and (isinstance(rec["id"], bool) or not isinstance(rec["id"], str | int)):
         raise TaskFileError(f"{where}: id must be a string or an integer")
+    family = rec.get("family", "user")  # 3 became family "3", {} family "{}"
+    if not isinstance(family, str) or not family.strip():
+        raise TaskFileError(f"{where}: family must be a non-empty string, not {family!r}")
+    split = rec.get("split", "user")  # any other split was dropped by every export
+    if split not in USER_SPLITS:
+        raise TaskFileError(
+            f"{where}: split must be one of {', '.join(USER_SPLITS)} (or left out), not {split!r}"
+        )
     if scorer in METRICS:
         why = _answer_problem(rec["answer"], scorer)
         if why:
@@ -331,6 +351,23 @@ def bench_on_path() -> None:
         sys.path.append(str(checkout))
 
 
+def _check_out(out: str | Path) -> None:
+    """Refuse an ``out`` the task set would spill into: ``--out ""`` wrote ``manifest.json``,
+    ``tasks.jsonl`` and ``contexts/`` into the current folder, and ``--out .`` (a project)
+    over a ``manifest.json`` of its own. A new or empty folder, or an earlier task set, is
+    fine."""
+    if not str(out).strip():
+        raise ValueError("--out is empty: name a new folder for the task set")
+    out = Path(out)
+    if out.exists() and not out.is_dir():
+        raise ValueError(f"{out} is a file: name a new folder for the task set")
+    if out.is_dir() and any(out.iterdir()) and not (out / "tasks.jsonl").is_file():
+        raise ValueError(
+            f"{out} holds other files and is not a task set: name a new or empty folder "
+            "(the set writes manifest.json, tasks.jsonl and contexts/ there)"
+        )
+
+
 def generate_split(
     split: str,
     out: str | Path,
@@ -345,10 +382,13 @@ def generate_split(
 
     Raises:
         KeyError: unknown split or size.
-        ValueError: ``seed`` is not an integer in ``0 .. SEED_LIMIT - 1``.
+        ValueError: ``seed`` is not an integer in ``0 .. SEED_LIMIT - 1``; ``out`` is empty
+            text, a file, or a folder with files in it that is not a task set (see
+            :func:`_check_out`).
         ImportError: the benchmark generators are not importable (run from a source checkout).
         bench.quality.sources.SourceUnavailable: a pinned source text could not be fetched.
     """
+    _check_out(out)
     bench_on_path()
     from bench.quality import suites
     from bench.quality.tasks import TaskSet

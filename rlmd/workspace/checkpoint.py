@@ -90,8 +90,10 @@ class Checkpoint:
 
 
 def workspace_key(folder: str | Path) -> str:
-    """A short stable key for a project folder: 16 hex digits of SHA-256 of its path."""
-    return hashlib.sha256(str(folder).encode("utf-8")).hexdigest()[:16]
+    """A short stable key for a project folder: 16 hex digits of SHA-256 of its path (its
+    bytes on disk: a name that is not UTF-8 stopped the workspace's start with "'utf-8'
+    codec can't encode character '\\udcff'"; a UTF-8 name keeps its key)."""
+    return hashlib.sha256(os.fsencode(str(folder))).hexdigest()[:16]
 
 
 def checkpoint_path(folder: str | Path) -> Path:

@@ -9,6 +9,7 @@ one they talk to. ``on_note`` (set by the app) receives daemon notifications
 from __future__ import annotations
 
 import asyncio
+import contextlib
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -63,45 +64,84 @@ class Backend:
         return None
 
 
+class StoreUnreadable(RuntimeError):
+    """The store file is missing, damaged or not an rlmd store (the message names it)."""
+
+
 class StoreBackend(Backend):
-    """The trajectory store, read-only (no daemon): list, search and open runs."""
+    """The trajectory store, read-only (no daemon): list, search and open runs.
+
+    A store that does not exist is not created (``--store`` with a typo made an empty one,
+    folders and all, and showed no runs); it and a damaged file raise
+    :class:`StoreUnreadable` naming the file, and the app tries again at its next poll.
+    """
 
     label = "store (read-only)"
 
     def __init__(self, path: str | Path) -> None:
         self.path = Path(path)
         self._store = None
+        self._version: int | None = None
+        self._failed = False
 
     def _open(self):
         if self._store is None:
             from rlmd.store import Store
 
+            if not self.path.is_file():
+                raise StoreUnreadable(
+                    f"no trajectory store at {self.path} (nothing recorded there yet; "
+                    "rlmd run and the daemon record into the rlmd home's rlmd.db)"
+                )
             self._store = Store(self.path)
         return self._store
 
+    def _read(self, what):
+        import sqlite3
+
+        try:
+            return what(self._open())
+        except StoreUnreadable:
+            self._failed = True
+            raise
+        except sqlite3.DatabaseError as exc:  # damaged, foreign, or locked for too long
+            self._failed = True
+            if self._store is not None and "locked" not in str(exc):
+                store, self._store = self._store, None
+                with contextlib.suppress(Exception):
+                    store.close()
+            hint = "" if "locked" in str(exc) else " (damaged, or not an rlmd store)"
+            raise StoreUnreadable(f"the trajectory store {self.path}: {exc}{hint}") from exc
+
     async def list_runs(self, *, search=None, status=None, workspace=None, limit=200):
-        def go():
-            return self._open().list_runs(
+        def go(store):
+            return store.list_runs(
                 limit=limit, search=search or None, status=status or None, workspace=workspace
             )
 
-        return await asyncio.to_thread(go)
+        return await asyncio.to_thread(self._read, go)
 
     async def tree(self, run_id: str) -> dict[str, Any]:
-        return await asyncio.to_thread(lambda: self._open().tree(run_id))
+        return await asyncio.to_thread(self._read, lambda store: store.tree(run_id))
 
     async def changed(self) -> bool:
         """Whether another process wrote to the store since the last call (``PRAGMA
-        data_version``: cheap, so the app polls it to stay live without a daemon)."""
+        data_version``: cheap, so the app polls it to stay live without a daemon); also
+        ``True`` when the store can be read again after a read failed (it was created, or
+        unlocked).
 
-        def go() -> int:
-            store = self._open()
+        Raises:
+            StoreUnreadable: see the class docstring.
+        """
+
+        def go(store) -> int:
             with store._lock:
                 return store.db.execute("PRAGMA data_version").fetchone()[0]
 
-        version = await asyncio.to_thread(go)
-        seen, self._version = getattr(self, "_version", version), version
-        return version != seen
+        version = await asyncio.to_thread(self._read, go)
+        failed, self._failed = self._failed, False
+        seen, self._version = self._version, version
+        return failed or (seen is not None and version != seen)
 
     async def close(self) -> None:
         if self._store is not None:
