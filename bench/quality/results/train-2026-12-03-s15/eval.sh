@@ -8,6 +8,8 @@
 # repetition guard ended.
 # usage: sh eval.sh EVAL_DEADLINE_EPOCH     (e.g. $(date -d 'today 22:40' +%s))
 D=$(dirname "$(readlink -f "$0")")
+# the eval scripts are session 13's (this session's copies differed only in default paths: OUT, WT given here)
+S13=$D/../train-2026-12-02-s13
 T=/work/s15/t
 NAME=qwen0.5b-rlm-s15
 PY=/work/main/.venv/bin/python
@@ -26,14 +28,14 @@ exec 9> /work/s15/model.lock
 echo "eval.sh lock wait $(date -u +%H:%M:%S)" >> chain.log
 flock 9
 echo "lock taken $(date -u +%H:%M:%S); eval start $(uptime)" >> chain.log
-WT=$T/evalcode $PY "$D/eval_pair.py" qwen2.5-coder-0.5b $NAME base-s15 tuned-s15 "$1"
+OUT=$T WT=$T/evalcode $PY "$S13/eval_pair.py" qwen2.5-coder-0.5b $NAME base-s15 tuned-s15 "$1"
 echo "eval end rc=$? $(date -u +%H:%M:%S) $(uptime)" >> chain.log
 flock -u 9
 (cd $T/evalcode && $PY -m bench.quality.rollout_report --db $T/home/rlmd.db base-s15 tuned-s15) > $T/rows.txt 2>&1
-$PY "$D/guard.py" base-s15 tuned-s15 > $T/guard.txt 2>&1
+$PY "$S13/guard.py" base-s15 tuned-s15 > $T/guard.txt 2>&1
 for S in base-s15 tuned-s15; do
   for TID in $($PY -c 'import json,sys; [print(json.loads(l)["id"]) for l in open(sys.argv[1])]' $T/tasks/heldout/tasks.jsonl); do
-    echo "######## $S $TID"; $PY "$D/traj2.py" $S $TID
+    echo "######## $S $TID"; $PY "$S13/traj2.py" $S $TID
   done > $T/traj-$S.txt 2>&1
 done
 echo "report done $(date -u +%H:%M:%S)" >> chain.log
