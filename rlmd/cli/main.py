@@ -688,6 +688,9 @@ def _export_otlp(tree: dict, args: argparse.Namespace) -> int:
         return 2
     try:
         sent = export_tree(tree, args.endpoint, content=args.include_content)
+    except ValueError as exc:  # not a URL of a receiver: nothing was sent
+        err.print(f"[red]error:[/] {markup(str(exc))}")
+        return 2
     except ConnectionError as exc:
         err.print(f"[red]error:[/] {markup(str(exc))}")
         return 1
