@@ -35,7 +35,6 @@ import threading
 import time
 from collections.abc import Callable, Iterator
 from typing import Any
-from urllib.parse import urlsplit
 
 from opentelemetry.exporter.otlp.proto.http.trace_exporter import OTLPSpanExporter
 from opentelemetry.sdk.resources import Resource
@@ -45,6 +44,7 @@ from opentelemetry.sdk.util.instrumentation import InstrumentationScope
 from opentelemetry.trace import SpanContext, SpanKind, Status, StatusCode, TraceFlags
 
 import rlmd
+from rlmd.urls import http_url_problem, shown_url
 
 log = logging.getLogger("rlmd.otel")
 
@@ -215,37 +215,13 @@ def check_endpoint(url: str, name: str) -> str:
         ValueError: it cannot (``not a url``, ``ftp://...``, ``http://[::1``, port 99999, an
             empty string); the message names ``name`` and the URL, its password hidden.
     """
-    problem = None
-    try:
-        parts = urlsplit(url)
-        if parts.scheme not in ("http", "https"):
-            problem = "is not an http:// or https:// URL"
-        elif not parts.hostname:
-            problem = "names no host"
-        elif parts.port == 0:
-            problem = "names port 0"
-    except ValueError as exc:  # a port out of range or not a number, an unclosed [ of IPv6
-        problem = f"has a host or port that cannot be read ({exc})"
-    if problem is None and any(c.isspace() or not c.isprintable() for c in url):
-        problem = "holds a blank or a control character"
+    problem = http_url_problem(url)
     if problem:
         raise ValueError(
             f"{name}: {shown_url(url)!r} {problem}; give the traces URL of an OTLP/HTTP "
             f"receiver, such as {DEFAULT_ENDPOINT}"
         )
     return url
-
-
-def shown_url(url: str) -> str:
-    """``url`` with the password of ``user:password@`` replaced by ``***`` (for messages)."""
-    try:
-        parts = urlsplit(url)
-        if parts.password is None:
-            return url
-        host = parts.netloc.rpartition("@")[2]
-        return parts._replace(netloc=f"{parts.username}:***@{host}").geturl()
-    except ValueError:
-        return url
 
 
 def traces_endpoint(endpoint: str | None = None, name: str = "--endpoint") -> str:
