@@ -141,6 +141,11 @@ def test_a_value_that_starts_with_a_dash_says_to_use_equals(rlmd_home):
     # a forgotten value stays a plain error: --model is not a value for --context
     proc = rlmd("run", "q", "--context", "--model", "x", home=rlmd_home)
     assert proc.returncode == 2 and "reads as an option" not in proc.stderr, proc.stderr
+    # a positional value: "the following arguments are required: name" said no more
+    proc = rlmd("models", "pull", "-x", home=rlmd_home)
+    assert proc.returncode == 2
+    assert "'-x' reads as an option: a value that starts with '-' goes after --" in proc.stderr
+    assert "(rlmd models pull -- -x)" in proc.stderr
 
 
 def test_budget_exhaustion_exit_code_and_marked_answer(rlmd_home, tmp_path):

@@ -43,7 +43,8 @@ out = LazyConsole(highlight=False, soft_wrap=True)
 
 class _Parser(argparse.ArgumentParser):
     """argparse, saying how to pass a value that starts with ``-``: ``--workspace -dash``
-    read ``-dash`` as an option and said only "expected one argument". The value is not
+    read ``-dash`` as an option and said only "expected one argument" (``rlmd run '-x?'``:
+    "the following arguments are required: question"). The value is not
     taken as is: ``--workspace --model x`` (a forgotten value) must stay an error. Every
     subcommand's parser is one of these (argparse gives subparsers their parent's class)."""
 
@@ -65,6 +66,19 @@ class _Parser(argparse.ArgumentParser):
                         f" (or ./{value} for a path)"
                     )
                     break
+        elif message.startswith("the following arguments are required") and "--" not in self._words:
+            stray = [
+                w
+                for w in self._words
+                if w.startswith("-")
+                and w != "-"
+                and w.split("=")[0] not in self._option_string_actions
+            ]
+            if stray:  # rlmd run "-x is what?" / rlmd models pull -x
+                message += (
+                    f"; {stray[0]!r} reads as an option: a value that starts with '-' goes "
+                    f"after -- ({self.prog} -- {stray[0]})"
+                )
         super().error(message)
 
 
