@@ -749,3 +749,25 @@ def test_a_workspace_key_is_the_folder_bytes_hash() -> None:
     import hashlib
 
     assert workspace_key("/p/ünï") == hashlib.sha256("/p/ünï".encode()).hexdigest()[:16]
+
+
+@pytest.mark.parametrize(
+    "argv, flag",
+    [
+        (["run", "q", "--context", "", "--model", "scripted:x.json"], "--context"),
+        (["run", "q", "--context", "-", "--template", " "], "--template"),
+        (["runs", "--status", ""], "--status"),
+        (["runs", "--search", ""], "--search"),
+        (["export", "last", "--output", ""], "--output"),
+        (["serve", "--log-file", ""], "--log-file"),
+        (["mcp", "--workspace", "", "--no-start"], "--workspace"),
+        (["tui", "--no-daemon", "--store", ""], "--store"),
+    ],
+)
+def test_an_empty_path_or_filter_is_refused(rlmd_home, argv, flag):
+    """A new user's walk (review16): ``rlmd run q --context "$DIR"`` with ``DIR`` unset
+    loaded the current folder as the codebase; ``--output ""`` wrote to stdout;
+    ``--template ""`` was ignored; ``runs --status ""`` said "no runs recorded yet"."""
+    proc = rlmd(*argv, home=rlmd_home, input="x")
+    assert proc.returncode == 2, proc.stderr
+    assert f"{flag} is empty (an unset shell variable?)" in proc.stderr, proc.stderr
