@@ -86,6 +86,7 @@ from rlmd.models.registry import PROVIDERS, Registry, builtin_entries, merge_ent
 from rlmd.models.repetition import guard_settings
 from rlmd.sandbox import DEFAULT_BACKEND
 from rlmd.sandbox.limits import Limits
+from rlmd.urls import http_url_problem, shown_url
 from rlmd.workspace.settings import WorkspaceSettings
 
 DEFAULT_MODEL = "qwen2.5-coder-1.5b"
@@ -192,6 +193,11 @@ def read_file(settings: Settings, path: Path, *, trusted: bool = True) -> None:
     if not isinstance(models, dict):
         raise ValueError(f"{path}: 'models' must be a table of [models.NAME] tables")
     for name, table in models.items():
+        if not name.strip() or not name.isprintable():  # no --model could name it
+            raise ValueError(
+                f"{path}: [models.{name!r}]: a model's name must be printable text, not empty "
+                "or blank, without control characters"
+            )
         entry = _check_fields(table, f"{path}: [models.{name}]", set(FIELDS))
         base = settings.models.get(name, {})
         if not trusted:
@@ -641,6 +647,9 @@ def _check_fields(table: Any, where: str, allowed: set[str]) -> dict[str, Any]:
             raise ValueError(f"{where}.{key}: must be a finite number, got {value}")
         if key == "timeout_s" and number <= 0:
             raise ValueError(f"{where}.{key}: must be > 0, got {value}")
+        if key == "base_url" and (problem := http_url_problem(value)):
+            # it failed at the run's first model call, after the retries
+            raise ValueError(f"{where}.{key}: {shown_url(value)!r} {problem}")
     if "sampling" in table:
         _check_sampling(table["sampling"], f"{where}.sampling")
     if "options" in table:  # the one options key every provider reads

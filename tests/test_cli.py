@@ -125,6 +125,24 @@ def test_bad_inputs_give_clear_errors(rlmd_home, tmp_path):
     assert proc.returncode == 2 and "--max-iterations must be >= 1" in proc.stderr
 
 
+def test_a_value_that_starts_with_a_dash_says_to_use_equals(rlmd_home):
+    """Review15 left: ``rlmd mcp --workspace -dash`` said only "argument --workspace/-w:
+    expected one argument" (argparse reads ``-dash`` as an option); ``--workspace=-dash``
+    works, and the error now says so."""
+    for argv, option in [
+        (["mcp", "--no-start", "--workspace", "-dash"], "--workspace"),
+        (["mcp", "-w", "-dash"], "--workspace"),
+        (["run", "q", "--context", "-dash"], "--context"),
+        (["train", "rollout", "--tasks", "-dash"], "--tasks"),
+    ]:
+        proc = rlmd(*argv, home=rlmd_home)
+        assert proc.returncode == 2, proc.stderr
+        assert f"'-dash' reads as an option: write {option}=-dash" in proc.stderr, proc.stderr
+    # a forgotten value stays a plain error: --model is not a value for --context
+    proc = rlmd("run", "q", "--context", "--model", "x", home=rlmd_home)
+    assert proc.returncode == 2 and "reads as an option" not in proc.stderr, proc.stderr
+
+
 def test_budget_exhaustion_exit_code_and_marked_answer(rlmd_home, tmp_path):
     script = tmp_path / "s.json"
     script.write_text(

@@ -622,3 +622,40 @@ def test_a_user_config_that_is_a_folder_is_refused_not_passed_over(rlmd_home: Pa
     proc = rlmd("models", home=rlmd_home)
     assert proc.returncode == 2 and "not a regular file" in proc.stderr
     assert "Traceback" not in proc.stderr
+
+
+@pytest.mark.parametrize(
+    "base_url, why",
+    [
+        ("not a url", "is not an http:// or https:// URL"),
+        ("file:///etc/passwd", "is not an http:// or https:// URL"),
+        ("localhost:8000/v1", "is not an http:// or https:// URL"),
+        ("http://[::1/v1", "has a host or port that cannot be read (Invalid IPv6 URL)"),
+        ("http://localhost:99999/v1", "has a host or port that cannot be read (Port out of"),
+        ("http://localhost:8000/v1 ", "holds a blank or a control character"),
+    ],
+)
+def test_a_base_url_that_is_no_http_url_names_the_model(rlmd_home: Path, base_url, why) -> None:
+    """A new user's walk (review16): ``base_url = "http://[::1"`` was listed as usable by
+    ``rlmd models`` and a run with the model failed at its first call (``InvalidURL``);
+    ``file:///etc/passwd`` failed only after four attempts ("Connection error")."""
+    for table, keys in (
+        ("models.m", 'provider = "openai"\nmodel = "x"\n'),
+        ("providers.openai", ""),
+    ):
+        write(rlmd_home / "config.toml", f'[{table}]\n{keys}base_url = "{base_url}"\n')
+        with pytest.raises(ValueError) as info:
+            config.load()
+        assert f"config.toml: [{table}].base_url: {base_url!r} {why}" in str(info.value)
+    write(rlmd_home / "config.toml", '[models.m]\nprovider = "openai"\nmodel = "x"\n'
+          'base_url = "http://user:pw@127.0.0.1:8000/v1"\n')  # fmt: skip
+    assert config.load().models["m"]["base_url"] == "http://user:pw@127.0.0.1:8000/v1"
+
+
+@pytest.mark.parametrize("name", ["", " ", "line\\nbreak", "tab\\there"])
+def test_a_model_name_no_command_line_could_give_is_refused(rlmd_home: Path, name) -> None:
+    """``[models.""]`` was listed by ``rlmd models`` as a row with no name (and ``--model ""``
+    is refused); a name with a newline drew two rows."""
+    write(rlmd_home / "config.toml", f'[models."{name}"]\nprovider = "openai"\nmodel = "x"\n')
+    with pytest.raises(ValueError, match=r"a model's name must be printable text"):
+        config.load()

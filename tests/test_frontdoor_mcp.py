@@ -346,3 +346,47 @@ def test_a_bad_budget_stops_the_door_at_startup(tmp_path, args, message):
         timeout=60,
     )
     assert done.returncode == 2 and message in done.stderr, done.stderr
+
+
+INIT = {
+    "jsonrpc": "2.0",
+    "id": 7,
+    "method": "initialize",
+    "params": {
+        "protocolVersion": "2025-06-18",
+        "capabilities": {},
+        "clientInfo": {"name": "t", "version": "1"},
+    },
+}
+BAD_LINES = [
+    (b"not json", -32700, "line 1 of stdin is not JSON (Expecting value"),
+    (b"\xff\xfe{", -32700, "line 2 of stdin is not UTF-8 (byte 0xff at 0)"),
+    (b"42", -32600, "line 3 of stdin is JSON int, not a JSON-RPC message object"),
+    (b"null", -32600, "line 4 of stdin is JSON null"),
+    (b'{"foo": 1}', -32600, "line 5 of stdin is not a JSON-RPC message"),
+]
+
+
+def test_a_line_that_is_not_a_message_is_answered_and_the_server_goes_on(tmp_path):
+    """Review15 left: the mcp SDK's stdio transport dropped a line it could not read without
+    a word (no reply, nothing on stderr), so a client waited for an answer that never came.
+    Each is now answered with the JSON-RPC error (``id`` null), named in one stderr line,
+    and skipped, as ``rlmd acp`` does."""
+    stdin = b"".join(line + b"\n" for line, _, _ in BAD_LINES) + json.dumps(INIT).encode() + b"\n"
+    done = subprocess.run(
+        [sys.executable, "-m", "rlmd", "mcp", "--no-start", "--workspace", str(tmp_path)],
+        env={**os.environ, "RLMD_HOME": str(tmp_path), "PYTHONPATH": os.pathsep.join(sys.path)},
+        input=stdin,
+        capture_output=True,
+        timeout=60,
+    )
+    err = done.stderr.decode()
+    assert done.returncode == 0 and "Traceback" not in err, err
+    replies = [json.loads(x) for x in done.stdout.decode().splitlines()]
+    assert [r.get("error", {}).get("code") for r in replies[:-1]] == [c for _, c, _ in BAD_LINES]
+    assert all(r["id"] is None for r in replies[:-1])
+    assert replies[-1]["id"] == 7 and replies[-1]["result"]["serverInfo"]["name"] == "rlmd"
+    lines = err.strip().splitlines()
+    assert len(lines) == len(BAD_LINES), err
+    for line, (_, code, why) in zip(lines, BAD_LINES, strict=True):
+        assert line.startswith("rlmd mcp: " + why) and f"answered {code}" in line, line

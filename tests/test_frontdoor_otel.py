@@ -198,3 +198,89 @@ async def test_export_command_sends_the_stored_tree_and_content_only_on_opt_in(d
     with OtlpReceiver(status=400) as refusing:
         done = export(receiver=refusing)
         assert done.returncode == 1 and "did not accept" in done.stderr
+
+
+@pytest.mark.parametrize(
+    "url, why",
+    [
+        ("not a url", "is not an http:// or https:// URL"),
+        ("", "is not an http:// or https:// URL"),
+        ("localhost:4318", "is not an http:// or https:// URL"),
+        ("ftp://h/v1/traces", "is not an http:// or https:// URL"),
+        ("http:///v1/traces", "names no host"),
+        ("http://h:0/v1/traces", "names port 0"),
+        ("http://h:99999/v1/traces", "has a host or port that cannot be read (Port out of range"),
+        ("http://[::1/v1/traces", "has a host or port that cannot be read (Invalid IPv6 URL)"),
+        ("http://h/v1 traces", "holds a blank or a control character"),
+    ],
+)
+def test_an_endpoint_that_is_no_receiver_url_is_refused_before_sending(url, why, tmp_path):
+    """A new user's walk (review16): ``rlmd export --format otlp --endpoint 'not a url'``
+    (or ``ftp://``, port 99999, ``''``: the default endpoint) tried to send and said "the
+    OTLP receiver at not a url did not accept the spans" (exit 1); ``rlmd serve
+    --otlp-endpoint 'not a url'`` started and logged a failure at every task's end."""
+    from rlmd.frontdoors.otel import export_tree
+
+    with pytest.raises(ValueError) as info:
+        export_tree({}, url)  # nothing is built or sent
+    assert str(info.value).startswith(f"--endpoint: {url!r} {why}")
+    assert "such as http://localhost:4318/v1/traces" in str(info.value)
+    done = subprocess.run(
+        [sys.executable, "-m", "rlmd", "serve", "--otlp-endpoint", url, "--idle-timeout", "1"],
+        env={**os.environ, "RLMD_HOME": str(tmp_path)},
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert done.returncode == 2, done.stderr
+    assert f"rlmd serve: --otlp-endpoint (or $RLMD_OTLP_ENDPOINT): {url!r} {why}" in done.stderr
+
+
+def test_the_endpoint_from_the_environment_is_checked_and_named(monkeypatch):
+    from rlmd.frontdoors.otel import DEFAULT_ENDPOINT, export_tree, traces_endpoint
+
+    monkeypatch.delenv("OTEL_EXPORTER_OTLP_TRACES_ENDPOINT", raising=False)
+    monkeypatch.delenv("OTEL_EXPORTER_OTLP_ENDPOINT", raising=False)
+    assert traces_endpoint() == DEFAULT_ENDPOINT
+    monkeypatch.setenv("OTEL_EXPORTER_OTLP_ENDPOINT", "http://collector:4318/")
+    assert traces_endpoint() == "http://collector:4318/v1/traces"
+    monkeypatch.setenv("OTEL_EXPORTER_OTLP_ENDPOINT", "collector:4318")
+    with pytest.raises(ValueError, match=r"^\$OTEL_EXPORTER_OTLP_ENDPOINT: 'collector:4318'"):
+        export_tree({})
+    monkeypatch.setenv("OTEL_EXPORTER_OTLP_TRACES_ENDPOINT", "http://t:4318/v1/traces")
+    assert traces_endpoint() == "http://t:4318/v1/traces"
+
+
+def test_a_password_in_the_endpoint_is_not_printed():
+    from rlmd.frontdoors.otel import check_endpoint, shown_url
+
+    assert shown_url("http://u:s3cret@h:4318/v1/traces") == "http://u:***@h:4318/v1/traces"
+    with pytest.raises(ValueError) as info:
+        check_endpoint("http://u:s3cret@h:0/v1/traces", "--endpoint")
+    assert "s3cret" not in str(info.value)
+
+
+TREE = {"id": "r1", "root_run_id": "r1", "status": "completed", "question": "q"}
+TREE |= {"started_at": 1.0, "finished_at": 2.0, "nodes": [], "runs": []}
+
+
+def test_a_receiver_that_never_answers_does_not_hold_the_daemons_stop(caplog):
+    """A new user's walk (review16): with a receiver that accepts connections and never
+    answers, the daemon's stop waited for every queued export in turn (10 s each: five
+    tasks held SIGTERM for 44 s). Closing now waits a bounded time and says how many
+    traces were not sent; the export in flight runs on a daemon thread."""
+    import socket
+
+    from rlmd.frontdoors.otel import LiveExporter
+
+    hole = socket.create_server(("127.0.0.1", 0))  # accepts (the backlog), never answers
+    try:
+        url = f"http://127.0.0.1:{hole.getsockname()[1]}/v1/traces"
+        exporter = LiveExporter(lambda run_id: TREE, url, timeout_s=60)
+        for n in range(4):
+            exporter.deliver("rlmd/taskStatus", {"state": "finished", "run_id": f"r{n}"}, b"")
+        assert exporter._thread.daemon
+        assert exporter.close(timeout_s=0.2) == 4
+        assert "4 traces were not sent: the OTLP receiver at " + url in caplog.text
+    finally:
+        hole.close()

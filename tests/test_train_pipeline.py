@@ -244,9 +244,9 @@ def test_task_file_errors_name_the_line(tmp_path: Path) -> None:
     ("line", "why"),
     [
         # a JSON scalar crashed with "TypeError: argument of type 'int' is not iterable"
-        ("5", "a task must be a JSON object, got int"),
-        ("null", "a task must be a JSON object, got NoneType"),
-        ('"question context answer"', "a task must be a JSON object, got str"),
+        ("5", "not a JSON object (one task), got a number"),
+        ("null", "not a JSON object (one task), got null"),
+        ('"question context answer"', "not a JSON object (one task), got a string"),
         ('{"question": 5, "context": "c", "answer": 1}', "question must be a non-empty string"),
         # a context of 5 raised a TypeError traceback from load_context when its turn came
         ('{"question": "q", "context": 5, "answer": 1}', "context must be a string or an"),
@@ -266,7 +266,7 @@ def test_a_bad_task_line_is_refused_before_any_task_runs(tmp_path: Path, line, w
 def test_unreadable_task_files_and_folders_name_the_file(tmp_path: Path) -> None:
     bad = tmp_path / "t.jsonl"
     bad.write_bytes(b"\xff\xfe{}\n")  # was a bare "'utf-8' codec can't decode" with no file
-    with pytest.raises(TaskFileError, match="t.jsonl: cannot be read as UTF-8 text"):
+    with pytest.raises(TaskFileError, match=r"t.jsonl:1: not UTF-8 text \(byte 0xff at column 1\)"):
         load_tasks(bad)
     folder = tmp_path / "set"
     folder.mkdir()
@@ -597,8 +597,11 @@ def _bad_imports(records: list[dict]) -> dict[str, tuple[list[Any], str]]:
     rest = [r for r in records if r is not rollout]
     others = [r for r in records if r is not run]
     return {
-        "not an object": ([*records, [1, 2]], r":\d+: a record must be a JSON object, got list"),
-        "a string": ([*records, "x"], r"must be a JSON object, got str"),
+        "not an object": (
+            [*records, [1, 2]],
+            r":\d+: not a JSON object \(one exported record\), got a list",
+        ),
+        "a string": ([*records, "x"], r"not a JSON object \(one exported record\), got a string"),
         "unknown type": ([*records, {"type": "spam"}], r"type must be one of"),
         "unknown rollout field": (
             [{**rollout, "bogus": 1}, *rest],
@@ -979,8 +982,8 @@ def test_a_grpo_export_that_keeps_no_group_says_why_and_what_to_do(
 @pytest.mark.parametrize(
     "text, why",
     [
-        ("", r"no tasks \(the file holds no line but blank ones\)"),
-        ("\n  \n\n", r"no tasks"),
+        ("", r"t.jsonl: no task in the file \(it is empty\)"),
+        ("\n  \n\n", r"t.jsonl: no task in the file \(it holds only blank lines\)"),
         ('{"question": "q", "context": "c", "answer": "a", "family": 3}\n', r":1: family must be a non-empty string, not 3"),
         ('{"question": "q", "context": "c", "answer": "a", "family": " "}\n', r":1: family must be"),
         ('{"question": "q", "context": "c", "answer": "a", "split": "dev"}\n', r":1: split must be one of user, train, heldout"),
@@ -1002,7 +1005,9 @@ def test_an_empty_task_file_is_a_usage_error_of_rollout(rlmd_home: Path, tmp_pat
         rlmd_home, "rollout", "--tasks", str(tmp_path / "empty.jsonl"),
         "--model", "scripted:x.json", "--sandbox", "inprocess",
     )  # fmt: skip
-    assert done.returncode == 2 and "no tasks" in done.stderr, done.stderr
+    assert (
+        done.returncode == 2 and "empty.jsonl: no task in the file (it is empty)" in done.stderr
+    ), done.stderr
 
 
 MESSAGE = [{"role": "user", "content": "q"}]
@@ -1016,7 +1021,7 @@ GROUP_OK = {"prompt": MESSAGE, "completions": [REPLY, REPLY], "rewards": [1, 0.0
     [
         ([], r"no SFT sample in the file \(it is empty\)"),
         (["not json"], r":1: not JSON"),
-        ([SFT_OK, [1, 2]], r":2: each line must be a JSON object \(one SFT sample\), got a list"),
+        ([SFT_OK, [1, 2]], r":2: not a JSON object \(one SFT sample\), got a list"),
         ([{"prompt": MESSAGE}], r":1: completion must be a non-empty list of messages, got nothing"),
         ([{**SFT_OK, "prompt": "hi"}], r":1: prompt must be a non-empty list of messages, got a string"),
         ([{**SFT_OK, "completion": [{"role": "assistant"}]}], r":1: completion\[0\] must be a message"),
@@ -1036,7 +1041,7 @@ def test_a_bad_sft_file_is_refused_naming_the_line(tmp_path, lines, why) -> None
     "lines, why",
     [
         ([], r"no GRPO group in the file"),
-        (["42"], r":1: each line must be a JSON object \(one GRPO group\), got int"),
+        (["42"], r":1: not a JSON object \(one GRPO group\), got a number"),
         ([{"prompt": MESSAGE}], r":1: completions must be a non-empty list"),
         ([{**GROUP_OK, "rewards": 5}], r":1: rewards must be a list of finite numbers"),
         ([{**GROUP_OK, "rewards": [1, "NaN"]}], r":1: rewards must be a list of finite numbers"),
@@ -1088,7 +1093,7 @@ def test_sft_and_grpo_check_their_data_before_loading_the_model(
     listed.write_text("[1]\n")
     with pytest.raises(DataFileError, match="empty.jsonl: no SFT sample"):
         sft.train_sft("qwen2.5-coder-0.5b", empty, tmp_path / "out")
-    with pytest.raises(DataFileError, match="list.jsonl:1: each line must be a JSON object"):
+    with pytest.raises(DataFileError, match="list.jsonl:1: not a JSON object"):
         grpo.train_grpo("qwen2.5-coder-0.5b", listed, tmp_path / "out")
     assert not (tmp_path / "out").exists()
 
@@ -1104,3 +1109,64 @@ def test_train_tasks_refuses_an_out_it_would_spill_into(tmp_path, monkeypatch, k
         generate_split("train", out, size="tiny")
     assert sorted(p.name for p in tmp_path.iterdir()) == ["manifest.json"]
     assert (tmp_path / "manifest.json").read_text() == '{"mine": true}'
+
+
+# -- review16: one reader of numbered JSONL lines -------------------------------------------
+
+
+def _read_by_each(path: Path, tmp_path: Path) -> dict[str, str]:
+    """What each ``rlmd train`` reader of a JSONL file says of ``path``."""
+    from rlmd.train.datafile import check_sft, read_groups
+
+    said: dict[str, str] = {}
+    with Store(tmp_path / "import.db") as store:
+        readers = {
+            "tasks": lambda: load_tasks(path),
+            "sft": lambda: check_sft(path),
+            "grpo": lambda: read_groups(path),
+            "import": lambda: import_set(store, path),
+        }
+        for name, read in readers.items():
+            with pytest.raises(ValueError) as info:
+                read()
+            said[name] = str(info.value)
+    return said
+
+
+@pytest.mark.parametrize(
+    "data, said",
+    [
+        (b"\n\n", ": no {what} in the file (it holds only blank lines)"),
+        (b"{}\n[1]\n", ":2: not a JSON object (one {what}), got a list"),
+        (b"\xef\xbb\xbf{}\n{\n", ":2: not JSON (Expecting property name"),
+        (b"{}\n{}\n  \xff{}\n", ":3: not UTF-8 text (byte 0xff at column 3)"),
+    ],
+)
+def test_every_jsonl_reader_of_train_says_file_line_what(tmp_path: Path, data, said) -> None:
+    """Review15 left three readers of numbered JSONL lines (task files, SFT/GRPO data,
+    rollout imports), each with its own wording ("a task must be a JSON object, got int",
+    "each line must be a JSON object (one SFT sample)", "a record must be ..."); a file
+    that is not UTF-8 named no line, and an import file with a byte-order mark was not
+    JSON. One reader now: ``file:line: what is wrong``."""
+    path = tmp_path / "x.jsonl"
+    path.write_bytes(data)
+    what = {"tasks": "task", "sft": "SFT sample", "grpo": "GRPO group"}
+    what["import"] = "exported record"
+    for name, message in _read_by_each(path, tmp_path).items():
+        expected = str(path) + said.format(what=what[name])
+        assert message.startswith(expected), (name, message)
+
+
+def test_a_fifo_or_a_folder_is_refused_without_reading_it(tmp_path: Path) -> None:
+    """A FIFO given as ``--data`` or ``--tasks`` was "no such file"; given to
+    ``import-rollouts`` it blocked the read forever."""
+    fifo = tmp_path / "pipe.jsonl"
+    os.mkfifo(fifo)
+    for message in _read_by_each(fifo, tmp_path).values():
+        assert message.startswith(f"{fifo}: not a regular file"), message
+    folder = tmp_path / "data"
+    folder.mkdir()
+    from rlmd.train.datafile import DataFileError, check_sft
+
+    with pytest.raises(DataFileError, match=r"data: a folder, not a file of SFT samples"):
+        check_sft(folder)

@@ -134,7 +134,6 @@ def test_the_export_makes_the_repair_a_target_and_never_the_mistake(tmp_path: Pa
     later prompts."""
     k = _sample_with(SNIAH, "no_import")
     play = teacher.policy(SNIAH, k, 1.0)
-    replies = [teacher.reply(note, code) for note, code in play.turns]
     with Store(tmp_path / "t.db") as store:
         opts = RolloutOptions(
             model="teacher", samples=k + 1, repair_share=1.0, fold_failed_turns=False
@@ -148,6 +147,7 @@ def test_the_export_makes_the_repair_a_target_and_never_the_mistake(tmp_path: Pa
     out = tmp_path / "sft.jsonl"
     write_jsonl(mine, out)
     lines = [json.loads(x) for x in out.read_text("utf-8").splitlines()]
+    replies = _replies(play, [[], *(x["prompt"] for x in lines)])
 
     system, question = lines[0]["prompt"][:2]
     assert system["role"] == "system" and question["role"] == "user"
@@ -187,6 +187,15 @@ def test_the_export_makes_the_repair_a_target_and_never_the_mistake(tmp_path: Pa
     assert [s["turn"] for s in kept[0] if s["run_id"] == row["run_id"]] == list(range(turns))
 
 
+def _replies(play: teacher.Play, seen: list[list[dict[str, Any]]]) -> list[str]:
+    """The play's replies: a planned turn as planned, a reading turn as it reads the messages
+    of its turn (``seen[i]``, the prompt of turn ``i``'s sample)."""
+    return [
+        teacher.reply(*(turn(seen[i]) if callable(turn) else turn))
+        for i, turn in enumerate(play.turns)
+    ]
+
+
 def _folded_export(tmp_path: Path, task: TrainTask, mistake: str, repeat: int = 1):
     """One repair rollout of ``task`` recorded as by default (failed turns folded), its SFT
     samples (``repeat_repair=repeat``) and the report."""
@@ -206,12 +215,12 @@ def test_a_repair_sample_shows_the_mistake_as_inference_does_folded(tmp_path: Pa
     reply and its traceback are in no sample; the turns after the repair continue from the
     folded message. Exact file contents."""
     play, row, samples, report = _folded_export(tmp_path, SNIAH, "no_import")
-    replies = [teacher.reply(note, code) for note, code in play.turns]
     assert play.planned_mistakes == [0] and row["details"]["mistake_turns"] == [0]
     mine = [s for s in samples if s["run_id"] == row["run_id"]]
     out = tmp_path / "sft.jsonl"
     write_jsonl(mine, out)
     lines = [json.loads(x) for x in out.read_text("utf-8").splitlines()]
+    replies = _replies(play, [[], *(x["prompt"] for x in lines)])
     system, first = lines[0]["prompt"][:2]
     assert system["role"] == "system" and first["role"] == "user"
     question = first["content"].split("\n\n" + prompts.FOLDED_RAISED[:20])[0]
@@ -415,8 +424,10 @@ def test_every_teacher_cell_imports_what_it_uses(share: float) -> None:
     for task in _tasks():
         for k in range(6):
             play = teacher.policy(task, k, share, literal_share=0.0)
-            modules = set().union(*(_imports(code)[0] for _, code in play.turns))
-            for i, (_, code) in enumerate(play.turns):
+            # a reading turn writes a literal out (FINAL('...')): no module to import
+            planned = [(i, t[1]) for i, t in enumerate(play.turns) if not callable(t)]
+            modules = set().union(*(_imports(code)[0] for _, code in planned))
+            for i, code in planned:
                 bound, loaded = _imports(code)
                 missing = (loaded & modules) - bound
                 if play.mistake == "no_import" and i in play.planned_mistakes:

@@ -25,11 +25,13 @@ import argparse
 import gc
 import json
 import math
+import re
 import signal
 import sqlite3
 import sys
 import threading
 from pathlib import Path
+from typing import NoReturn
 
 from rlmd import isolation, paths
 from rlmd.cli.term import LazyConsole, markup, visible
@@ -39,12 +41,37 @@ err = LazyConsole(stderr=True, highlight=False, soft_wrap=True)
 out = LazyConsole(highlight=False, soft_wrap=True)
 
 
+class _Parser(argparse.ArgumentParser):
+    """argparse, saying how to pass a value that starts with ``-``: ``--workspace -dash``
+    read ``-dash`` as an option and said only "expected one argument". The value is not
+    taken as is: ``--workspace --model x`` (a forgotten value) must stay an error. Every
+    subcommand's parser is one of these (argparse gives subparsers their parent's class)."""
+
+    _words: list[str] = []
+
+    def parse_known_args(self, args=None, namespace=None):  # type: ignore[no-untyped-def]
+        self._words = list(sys.argv[1:] if args is None else args)
+        return super().parse_known_args(args, namespace)
+
+    def error(self, message: str) -> NoReturn:
+        needs = re.fullmatch(r"argument (\S+): expected one argument", message)
+        if needs:
+            names = needs.group(1).split("/")
+            for word, value in zip(self._words, self._words[1:], strict=False):
+                known = value.split("=")[0] in self._option_string_actions
+                if word in names and value.startswith("-") and value != "-" and not known:
+                    message += (
+                        f"; {value!r} reads as an option: write {names[0]}={value}"
+                        f" (or ./{value} for a path)"
+                    )
+                    break
+        super().error(message)
+
+
 def _parser(command: str | None = None) -> argparse.ArgumentParser:
     """The ``rlmd`` parser; with ``command="run"`` only ``run``'s subcommand is added (all
     the others cost ~20 ms of ``rlmd run``'s start-up, most of it in gettext look-ups)."""
-    p = argparse.ArgumentParser(
-        prog="rlmd", description="Recursive Language Models as a local tool."
-    )
+    p = _Parser(prog="rlmd", description="Recursive Language Models as a local tool.")
     sub = p.add_subparsers(dest="command", required=True)
 
     r = sub.add_parser("run", help="answer a question about a context (a folder, a file, or text)")
@@ -661,6 +688,9 @@ def _export_otlp(tree: dict, args: argparse.Namespace) -> int:
         return 2
     try:
         sent = export_tree(tree, args.endpoint, content=args.include_content)
+    except ValueError as exc:  # not a URL of a receiver: nothing was sent
+        err.print(f"[red]error:[/] {markup(str(exc))}")
+        return 2
     except ConnectionError as exc:
         err.print(f"[red]error:[/] {markup(str(exc))}")
         return 1

@@ -80,13 +80,21 @@ def run_server_command(args: argparse.Namespace) -> int:
     if args.command == "serve":
         from rlmd.server import daemon
 
-        if args.otlp_endpoint and not importlib.util.find_spec("opentelemetry.exporter"):
-            print(
-                "rlmd serve: --otlp-endpoint needs OpenTelemetry; install it with: "
-                "pip install 'rlmd[otel]'",
-                file=sys.stderr,
-            )
-            return 2
+        if args.otlp_endpoint is not None:
+            if not importlib.util.find_spec("opentelemetry.exporter"):
+                print(
+                    "rlmd serve: --otlp-endpoint needs OpenTelemetry; install it with: "
+                    "pip install 'rlmd[otel]'",
+                    file=sys.stderr,
+                )
+                return 2
+            from rlmd.frontdoors.otel import check_endpoint
+
+            try:  # a bad URL was logged at every task's end, and '' turned the export off
+                check_endpoint(args.otlp_endpoint, "--otlp-endpoint (or $RLMD_OTLP_ENDPOINT)")
+            except ValueError as exc:
+                print(f"rlmd serve: {exc}", file=sys.stderr)
+                return 2
 
         return daemon.main(
             stdio=args.stdio,

@@ -6,9 +6,10 @@ is JSON but not an object (``42``, ``[1]``) stopped its receive loop (``'int' ob
 attribute 'get'``): the agent answered nothing more. ``null`` read as the end of input, so
 the agent exited without a word. :class:`CheckedStdio` is an ``acp`` message transport
 (the SDK's ``Transport`` protocol: ``send``, ``receive``, ``close``) that reads the lines
-itself: each bad line gets the JSON-RPC error response with ``"id": null`` (``-32700
-Parse error`` or ``-32600 Invalid Request``), one line on stderr says what was wrong with
-which line, and the agent goes on with the next.
+itself and checks each with :mod:`rlmd.frontdoors.jsonrpc_lines` (as ``rlmd mcp`` does):
+each bad line gets the JSON-RPC error response with ``"id": null`` (``-32700 Parse error``
+or ``-32600 Invalid Request``), one line on stderr says what was wrong with which line, and
+the agent goes on with the next.
 """
 
 from __future__ import annotations
@@ -18,6 +19,8 @@ import json
 import sys
 from collections.abc import Callable
 from typing import Any
+
+from rlmd.frontdoors.jsonrpc_lines import BadLine, parse_line
 
 LINE_LIMIT_BYTES = 50 * 1024 * 1024
 """The stdin reader's buffer (the SDK's default): longer lines are read in pieces."""
@@ -67,34 +70,19 @@ class CheckedStdio:
             if not line:
                 return None
             self._lines += 1
-            line = line.strip()
-            if not line:
-                continue
-            try:
-                message = json.loads(line.decode("utf-8"))
-            except UnicodeDecodeError as exc:
-                byte = f"byte 0x{line[exc.start]:02x} at {exc.start}"
-                await self._refuse(-32700, "Parse error", f"is not UTF-8 ({byte})")
-                continue
-            except ValueError as exc:
-                await self._refuse(-32700, "Parse error", f"is not JSON ({exc})")
-                continue
-            if not isinstance(message, dict):
-                kind = "null" if message is None else type(message).__name__
-                await self._refuse(
-                    -32600, "Invalid Request", f"is JSON {kind}, not a JSON-RPC message object"
-                )
-                continue
-            return message
+            message = parse_line(line, self._lines)
+            if isinstance(message, BadLine):
+                await self._refuse(message)
+            elif message is not None:
+                return message
 
     async def close(self) -> None:
         """Nothing to release: stdin and stdout belong to the process."""
 
-    async def _refuse(self, code: int, message: str, why: str) -> None:
-        self._warn(f"line {self._lines} of stdin {why}; answered {code} {message} and skipped")
-        error = {"code": code, "message": message, "data": f"line {self._lines} {why}"}
+    async def _refuse(self, bad: BadLine) -> None:
+        self._warn(bad.warning())
         try:
-            await self.send({"jsonrpc": "2.0", "id": None, "error": error})
+            await self.send(bad.response())
         except (ConnectionError, RuntimeError):
             pass  # no one reads stdout any more: the next read ends it
 

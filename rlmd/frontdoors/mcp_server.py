@@ -32,6 +32,7 @@ from mcp.types import CallToolResult, TextContent, ToolAnnotations
 import rlmd
 from rlmd import config
 from rlmd.frontdoors.link import DaemonLink, LazyLink, TaskProgress, citations, ending
+from rlmd.frontdoors.mcp_stdio import checked_stdio_server
 from rlmd.server.client import RpcError
 
 INSTRUCTIONS = (
@@ -288,6 +289,16 @@ def _answer_result(status: dict[str, Any]) -> CallToolResult:
 
 
 def main(defaults: Defaults, *, allow_exec: bool = False, autostart: bool = True) -> int:
-    """Serve MCP on stdin/stdout until the client closes it; returns the exit code."""
-    build_server(defaults, allow_exec=allow_exec, autostart=autostart).run("stdio")
+    """Serve MCP on stdin/stdout until the client closes it; returns the exit code. A line
+    that is not a JSON-RPC message is answered and skipped (:mod:`.mcp_stdio`)."""
+    server = build_server(defaults, allow_exec=allow_exec, autostart=autostart)
+    anyio.run(_serve_stdio, server)
     return 0
+
+
+async def _serve_stdio(server: MCPServer) -> None:
+    """``MCPServer.run_stdio_async`` with :func:`.mcp_stdio.checked_stdio_server` for the SDK's
+    ``stdio_server`` (the SDK offers no other way to give its stdio transport a stdin)."""
+    lowlevel = server._lowlevel_server
+    async with checked_stdio_server() as (read_stream, write_stream):
+        await lowlevel.run(read_stream, write_stream, lowlevel.create_initialization_options())

@@ -25,11 +25,15 @@ run and node ids, so exporting a run twice sends the same ids.
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import json
 import logging
+import os
+import queue
+import threading
+import time
 from collections.abc import Callable, Iterator
-from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
 from opentelemetry.exporter.otlp.proto.http.trace_exporter import OTLPSpanExporter
@@ -40,6 +44,7 @@ from opentelemetry.sdk.util.instrumentation import InstrumentationScope
 from opentelemetry.trace import SpanContext, SpanKind, Status, StatusCode, TraceFlags
 
 import rlmd
+from rlmd.urls import http_url_problem, shown_url
 
 log = logging.getLogger("rlmd.otel")
 
@@ -199,6 +204,44 @@ def tree_spans(tree: dict[str, Any], *, content: bool = False) -> list[ReadableS
     return list(_Builder(tree, content, resource).run(tree, None))
 
 
+def check_endpoint(url: str, name: str) -> str:
+    """``url`` if it can be an OTLP/HTTP traces URL: ``http://`` or ``https://``, a host, a
+    port (if any) from 1 to 65535, no blanks or control characters.
+
+    Args:
+        name: where the URL came from, for the message (``"--endpoint"``).
+
+    Raises:
+        ValueError: it cannot (``not a url``, ``ftp://...``, ``http://[::1``, port 99999, an
+            empty string); the message names ``name`` and the URL, its password hidden.
+    """
+    problem = http_url_problem(url)
+    if problem:
+        raise ValueError(
+            f"{name}: {shown_url(url)!r} {problem}; give the traces URL of an OTLP/HTTP "
+            f"receiver, such as {DEFAULT_ENDPOINT}"
+        )
+    return url
+
+
+def traces_endpoint(endpoint: str | None = None, name: str = "--endpoint") -> str:
+    """The traces URL to send to, checked (:func:`check_endpoint`): ``endpoint``; ``None``:
+    ``$OTEL_EXPORTER_OTLP_TRACES_ENDPOINT``, else ``$OTEL_EXPORTER_OTLP_ENDPOINT`` +
+    ``/v1/traces``, else :data:`DEFAULT_ENDPOINT` (the OpenTelemetry SDK's rule).
+
+    Raises:
+        ValueError: the URL cannot be one, naming ``name`` or the environment variable.
+    """
+    if endpoint is not None:
+        return check_endpoint(endpoint, name)
+    if url := os.environ.get("OTEL_EXPORTER_OTLP_TRACES_ENDPOINT"):
+        return check_endpoint(url, "$OTEL_EXPORTER_OTLP_TRACES_ENDPOINT")
+    if url := os.environ.get("OTEL_EXPORTER_OTLP_ENDPOINT"):
+        check_endpoint(url, "$OTEL_EXPORTER_OTLP_ENDPOINT")
+        return f"{url.removesuffix('/')}/v1/traces"
+    return DEFAULT_ENDPOINT
+
+
 def export_tree(
     tree: dict[str, Any],
     endpoint: str | None = None,
@@ -211,18 +254,20 @@ def export_tree(
     Args:
         endpoint: the traces URL (``http://host:4318/v1/traces``); ``None``: the
             ``OTEL_EXPORTER_OTLP_TRACES_ENDPOINT`` / ``OTEL_EXPORTER_OTLP_ENDPOINT``
-            environment variables, else :data:`DEFAULT_ENDPOINT`.
+            environment variables, else :data:`DEFAULT_ENDPOINT` (:func:`traces_endpoint`).
 
     Raises:
+        ValueError: the endpoint is not an http(s) URL with a host (nothing was sent).
         ConnectionError: the receiver did not accept them (unreachable, or an error status).
     """
+    url = traces_endpoint(endpoint)
     spans = tree_spans(tree, content=content)
-    exporter = OTLPSpanExporter(endpoint=endpoint, timeout=timeout_s)
+    exporter = OTLPSpanExporter(endpoint=url, timeout=timeout_s)
     try:
         if exporter.export(spans) is not SpanExportResult.SUCCESS:
             raise ConnectionError(
-                f"the OTLP receiver at {endpoint or 'the configured endpoint'} did not accept "
-                f"the spans (see the log above)"
+                f"the OTLP receiver at {shown_url(url)} did not accept the spans (see the log "
+                "above)"
             )
     finally:
         exporter.shutdown()
@@ -232,19 +277,36 @@ def export_tree(
 class LiveExporter:
     """A daemon hub subscriber that sends each task's run tree as spans when the task ends
     (a run's spans are complete only then), from one background thread so the daemon never
-    waits on the receiver. Failures are logged, never raised."""
+    waits on the receiver. Failures are logged, never raised.
+
+    A receiver that does not answer costs each export its ``timeout_s``: at most
+    :attr:`QUEUE_LIMIT` traces wait (a newer one is dropped, with a log line), and
+    :meth:`close` waits for them at most ``close_timeout_s``. (The daemon's stop waited for
+    every queued export in turn: five tasks against a receiver that accepted connections
+    and never answered held ``SIGTERM`` for 44 s.)
+    """
 
     detail = "none"  # no run events: the finished task status is enough
+    QUEUE_LIMIT = 256
 
     def __init__(
-        self, tree_of: Callable[[str], dict[str, Any]], endpoint: str, *, content: bool = False
+        self,
+        tree_of: Callable[[str], dict[str, Any]],
+        endpoint: str,
+        *,
+        content: bool = False,
+        timeout_s: float = 10.0,
     ) -> None:
         self.tree_of = tree_of
         self.endpoint = endpoint
         self.content = content
-        self.exporter = OTLPSpanExporter(endpoint=endpoint, timeout=10)
-        self.pool = ThreadPoolExecutor(max_workers=1, thread_name_prefix="otlp")
+        self.exporter = OTLPSpanExporter(endpoint=endpoint, timeout=timeout_s)
         self.sent = 0
+        self.dropped = 0
+        self._queue: queue.Queue[list[ReadableSpan] | None] = queue.Queue(self.QUEUE_LIMIT)
+        # a daemon thread: an export in flight never holds the process's exit
+        self._thread = threading.Thread(target=self._work, name="otlp", daemon=True)
+        self._thread.start()
 
     def deliver(self, method: str, params: dict[str, Any], data: bytes) -> None:
         if method != "rlmd/taskStatus" or params.get("state") != "finished":
@@ -253,18 +315,63 @@ class LiveExporter:
             spans = tree_spans(self.tree_of(params["run_id"]), content=self.content)
         except (KeyError, ValueError):  # no run was recorded
             return
-        self.pool.submit(self._send, spans)
+        try:
+            self._queue.put_nowait(spans)
+        except queue.Full:
+            self.dropped += 1
+            log.warning(
+                "%d traces wait for the OTLP receiver at %s: the trace of run %s is dropped",
+                self.QUEUE_LIMIT,
+                shown_url(self.endpoint),
+                params["run_id"],
+            )
+
+    def _work(self) -> None:
+        while (spans := self._queue.get()) is not None:
+            try:
+                self._send(spans)
+            finally:
+                self._queue.task_done()  # until then the queue counts it as unfinished
+        self._queue.task_done()
 
     def _send(self, spans: list[ReadableSpan]) -> None:
         try:
             if self.exporter.export(spans) is SpanExportResult.SUCCESS:
                 self.sent += len(spans)
             else:
-                log.warning("the OTLP receiver at %s refused %d spans", self.endpoint, len(spans))
+                log.warning(
+                    "the OTLP receiver at %s refused %d spans", shown_url(self.endpoint), len(spans)
+                )
         except Exception:
-            log.exception("exporting spans to %s failed", self.endpoint)
+            log.exception("exporting spans to %s failed", shown_url(self.endpoint))
 
-    def close(self) -> None:
-        """Send what is queued, then stop."""
-        self.pool.shutdown(wait=True)
+    def close(self, timeout_s: float = 5.0) -> int:
+        """Send what is queued, waiting at most ``timeout_s`` seconds, then stop; returns how
+        many traces were not sent (queued, or in flight to a receiver that did not answer;
+        one log line says so)."""
+        deadline = time.monotonic() + timeout_s
+        while self._thread.is_alive() and self._queue.unfinished_tasks:
+            left = deadline - time.monotonic()
+            if left <= 0:
+                break
+            time.sleep(min(0.05, left))
+        unsent = 0
+        while True:
+            try:
+                if self._queue.get_nowait() is not None:
+                    unsent += 1
+                self._queue.task_done()
+            except queue.Empty:
+                break
+        unsent += self._queue.unfinished_tasks  # the export in flight, if any
+        if unsent:
+            log.warning(
+                "%d traces were not sent: the OTLP receiver at %s did not take them in %.0f s",
+                unsent,
+                shown_url(self.endpoint),
+                timeout_s,
+            )
+        with contextlib.suppress(queue.Full):  # the worker stops after the export in flight
+            self._queue.put_nowait(None)
         self.exporter.shutdown()
+        return unsent

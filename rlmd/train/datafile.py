@@ -6,7 +6,9 @@ it read its data, so an empty file, a line that is not JSON or a sample without
 ``completion`` failed only then, with the ``datasets`` library's error naming no line.
 ``grpo`` read its data first, but a line that was not an object, rewards that were not a
 list, or a missing field gave a bare ``TypeError`` traceback or ``error: 'rewards'``.
-Every line is checked here; the message names the file and line.
+Every line is checked here; the message names the file and line. :func:`read_records` is
+also how task files (:mod:`rlmd.train.tasks`) and rollout imports
+(:func:`rlmd.train.rollout.import_set`) are read.
 """
 
 from __future__ import annotations
@@ -21,39 +23,58 @@ class DataFileError(ValueError):
     """A training data file that cannot be used; the message names the file and line."""
 
 
-def read_records(path: str | Path, what: str) -> list[tuple[int, dict[str, Any]]]:
-    """The JSON objects of a JSONL file with their line numbers (blank lines skipped).
+def read_records(
+    path: str | Path, what: str, *, error: type[ValueError] = DataFileError
+) -> list[tuple[int, dict[str, Any]]]:
+    """The JSON objects of a JSONL file with their line numbers (blank lines skipped): the one
+    reader of numbered JSONL lines in ``rlmd train`` (task files, SFT and GRPO data, rollout
+    imports). Every message reads ``file:line: what is wrong`` (``file: ...`` for the file
+    as a whole). A UTF-8 byte-order mark (Windows editors) is skipped.
 
     Args:
         path: the file.
         what: what a line holds, for messages (``"SFT sample"``).
+        error: the exception raised (a :class:`ValueError`; :class:`DataFileError` by
+            default).
 
     Raises:
-        DataFileError: no such file, not UTF-8, a line that is not a JSON object, or no
-            record at all.
+        error: no such file, a folder or a FIFO or device rather than a file, a file that
+            cannot be read (permissions), text that is not UTF-8 (the line named), a line
+            that is not JSON or not a JSON object, or no record at all.
     """
     path = Path(path)
-    if not path.is_file():
-        raise DataFileError(f"{path}: no such file")
+    if not path.exists():
+        raise error(f"{path}: no such file")
+    if not path.is_file():  # a FIFO would block the read forever
+        kind = "a folder" if path.is_dir() else "not a regular file"
+        raise error(f"{path}: {kind}, not a file of {what}s")
     try:
-        text = path.read_text(encoding="utf-8-sig")
-    except (OSError, UnicodeDecodeError) as exc:
-        raise DataFileError(f"{path}: cannot be read as UTF-8 text ({exc})") from None
+        data = path.read_bytes()
+    except OSError as exc:
+        raise error(f"{path}: cannot be read ({exc.strerror or exc})") from None
+    data = data.removeprefix(b"\xef\xbb\xbf")
+    try:
+        text = data.decode("utf-8")
+    except UnicodeDecodeError as exc:
+        n = data.count(b"\n", 0, exc.start) + 1
+        column = exc.start - (data.rfind(b"\n", 0, exc.start) + 1) + 1
+        byte = f"byte 0x{data[exc.start]:02x} at column {column}"
+        raise error(f"{path}:{n}: not UTF-8 text ({byte})") from None
     records = []
     for n, line in enumerate(text.splitlines(), 1):
         if not line.strip():
             continue
         try:
             rec = json.loads(line)
-        except ValueError as exc:
-            raise DataFileError(f"{path}:{n}: not JSON ({exc})") from None
+        except ValueError as exc:  # also an integer of more than 4,300 digits
+            raise error(f"{path}:{n}: not JSON ({exc})") from None
         if not isinstance(rec, dict):
-            raise DataFileError(
-                f"{path}:{n}: each line must be a JSON object (one {what}), got {_kind(rec)}"
-            )
+            got = "null" if rec is None else _kind(rec)
+            raise error(f"{path}:{n}: not a JSON object (one {what}), got {got}")
         records.append((n, rec))
     if not records:
-        raise DataFileError(f"{path}: no {what} in the file (it is empty)")
+        how = "it is empty" if not data else "it holds only blank lines"
+        raise error(f"{path}: no {what} in the file ({how})")
     return records
 
 
@@ -126,5 +147,7 @@ def _finite(value: Any) -> bool:
 def _kind(value: Any) -> str:
     if value is None:
         return "nothing"
+    if isinstance(value, bool):
+        return "a boolean"
     names: dict[type, str] = {dict: "an object", list: "a list", str: "a string"}
-    return names.get(type(value), type(value).__name__)
+    return names.get(type(value), "a number" if isinstance(value, int | float) else "?")

@@ -399,25 +399,15 @@ def import_set(store: Store, path: str | Path) -> int:
     Returns the number of rollouts added.
 
     Raises:
-        ValueError: a line is not JSON, or a record cannot be imported (an unknown type or
-            field, a value of the wrong type, a rollout without its run...); the message
-            names the file and line.
-        OSError: the file cannot be read.
+        ValueError: the file cannot be read or holds no record, a line is not a JSON
+            object, or a record cannot be imported (an unknown type or field, a value of
+            the wrong type, a rollout without its run...); the message names the file and
+            line (:func:`rlmd.train.datafile.read_records`).
     """
     from rlmd.store.rollouts import ImportProblem
+    from rlmd.train.datafile import read_records
 
-    try:
-        text = Path(path).read_text("utf-8")
-    except UnicodeDecodeError as exc:
-        raise ValueError(f"{path}: not UTF-8 text ({exc.reason} at byte {exc.start})") from None
-    numbered: list[tuple[int, Any]] = []
-    for n, line in enumerate(text.splitlines(), 1):
-        if not line.strip():
-            continue
-        try:
-            numbered.append((n, json.loads(line)))
-        except ValueError as exc:  # also an integer of more than 4,300 digits
-            raise ValueError(f"{path}:{n}: not JSON ({exc})") from None
+    numbered = read_records(path, "exported record", error=ValueError)
     try:
         store.check_import(numbered)
     except ImportProblem as exc:

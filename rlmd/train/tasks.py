@@ -37,6 +37,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from rlmd.train.datafile import read_records
+
 SPLITS: dict[str, dict[str, Any]] = {
     # seed offset, source partition [k, n], stdlib packages for codeqa
     "train": {"seed_offset": 0, "partition": [0, 2], "packages": ["wsgiref", "json"]},
@@ -124,32 +126,16 @@ def load_tasks(path: str | Path) -> list[TrainTask]:
             ``context_ref`` that does not exist. The message names the file and line.
     """
     path = Path(path)
-    tasks = _load_folder(path) if path.is_dir() else _load_file(path)
-    if not tasks:  # `rollout` ran nothing, said "no rollouts" and exited 0
-        raise TaskFileError(f"{path}: no tasks (the file holds no line but blank ones)")
-    return tasks
+    # no task at all is an error (`rollout` ran nothing, said "no rollouts" and exited 0)
+    return _load_folder(path) if path.is_dir() else _load_file(path)
 
 
 def _load_file(path: Path) -> list[TrainTask]:
-    if not path.is_file():
+    if not path.exists():
         raise TaskFileError(f"{path}: no such task file or task-set folder")
-    try:
-        text = path.read_text(encoding="utf-8-sig")  # a byte-order mark (Windows editors)
-    except (OSError, UnicodeDecodeError) as exc:
-        raise TaskFileError(f"{path}: cannot be read as UTF-8 text ({exc})") from None
     tasks: list[TrainTask] = []
     lines_of: dict[str, int] = {}
-    for n, line in enumerate(text.splitlines(), 1):
-        if not line.strip():
-            continue
-        try:
-            rec = json.loads(line)
-        except ValueError as exc:  # also an integer of more than 4,300 digits
-            raise TaskFileError(f"{path}:{n}: not JSON ({exc})") from None
-        if not isinstance(rec, dict):
-            raise TaskFileError(
-                f"{path}:{n}: a task must be a JSON object, got {type(rec).__name__}"
-            )
+    for n, rec in read_records(path, "task", error=TaskFileError):
         missing = [k for k in ("question", "context", "answer") if k not in rec]
         if missing:
             raise TaskFileError(f"{path}:{n}: missing {missing}")
@@ -263,24 +249,17 @@ def _load_folder(root: Path) -> list[TrainTask]:
 
     try:
         manifest = json.loads((root / "manifest.json").read_text())
-        lines = (root / "tasks.jsonl").read_text(encoding="utf-8-sig").splitlines()
     except (OSError, ValueError) as exc:
         raise TaskFileError(f"{root}: not a task-set folder ({exc})") from None
     if not isinstance(manifest, dict):
         raise TaskFileError(f"{root}/manifest.json: not a JSON object")
+    if not (root / "tasks.jsonl").exists():
+        raise TaskFileError(f"{root}: not a task-set folder (no tasks.jsonl)")
     split = manifest.get("split", "user")
     tasks: list[TrainTask] = []
     lines_of: dict[Any, int] = {}
-    for n, line in enumerate(lines, 1):
-        if not line.strip():
-            continue
+    for n, rec in read_records(root / "tasks.jsonl", "task", error=TaskFileError):
         where = f"{root}/tasks.jsonl:{n}"
-        try:
-            rec = json.loads(line)
-        except ValueError as exc:
-            raise TaskFileError(f"{where}: not JSON ({exc})") from None
-        if not isinstance(rec, dict):
-            raise TaskFileError(f"{where}: a task must be a JSON object")
         try:
             tasks.append(
                 TrainTask(

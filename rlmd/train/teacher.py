@@ -4,16 +4,19 @@ rlmd root turns, recorded like any model's).
 
 It knows the task's family and parameters (never the context or the gold answer: its code
 must find the answer in the REPL) and plays these strategies, varied per sample by a seeded
-choice of wording and of merging steps:
+choice of wording. Every play's last cell prints the value and its last turn reads it and
+writes it out, ``FINAL('...')`` (:class:`rlmd.train.teacher_literal.ReadValue`; session 16:
+no target answers ``FINAL(variable)``, and each family's reading note opens with its own
+words):
 
 * ``sniah``: search the *whole* input for the key with a regex, print the neighbourhood of
-  every hit, pull out the number with a second regex and print it, then ``FINAL(number)``.
+  every hit, pull out the number with a second regex and print it, then read it back.
 * ``oolong`` / ``pairs``: look at the line format, split every line into date / user /
   instance, label every instance with one ``llm_query_batched`` map (the categories are not in
   the text: that is the judgement a sub-model gives), aggregate with ``Counter`` in code,
-  print the result, then ``FINAL``.
+  print the result, then read it back.
 * ``codeqa``: walk every file's ``ast`` (definitions, calls, bases, defaults, constants,
-  imports), print what was found, then ``FINAL``.
+  imports), print what was found, then read it back.
 
 **Literal strategies** (:mod:`rlmd.train.teacher_literal`, session 15): for ``sniah`` and
 most ``codeqa`` templates a share of the rollouts (``literal_share``, default
@@ -167,9 +170,8 @@ def policy(
     turns = {"sniah": _sniah, "oolong": _oolong, "pairs": _pairs, "codeqa": _codeqa}[task.family](
         task, rng
     )
-    if rng.random() < 0.5 and len(turns) > 2:  # variant: compute and answer in one turn
-        note, code = turns[-2]
-        turns = [*turns[:-2], (note, code + "\n" + turns[-1][1])]
+    # every play ends printing the value, then a turn that reads it and writes it out
+    # (session 16: the variant that answered FINAL(answer) in the computing cell is gone)
     chooser = random.Random(f"repair:{task.id}:{sample}")  # apart from rng: others stay as-is
     strategy = {"sniah": "regex", "codeqa": "ast"}.get(task.family, "labels")
     if chooser.random() >= repair_share:
@@ -198,12 +200,14 @@ def _literal(task: TrainTask, sample: int, share: float) -> Play | None:
     return None
 
 
-def _with_mistake(task: TrainTask, turns: list[Turn], mistake: str) -> tuple[list[Turn], int]:
+def _with_mistake(task: TrainTask, turns: list[AnyTurn], mistake: str) -> tuple[list[AnyTurn], int]:
     """``turns`` with the mistake's turn inserted before the step it gets wrong, and that
     step's note saying what it repairs; returns the turns and the mistake's index."""
     if mistake == "no_import":
-        at = next(i for i, (_, code) in enumerate(turns) if _IMPORT.search(code))
-        note, code = turns[at]
+        at = next(i for i, t in enumerate(turns) if not callable(t) and _IMPORT.search(t[1]))
+        planned = turns[at]
+        assert not callable(planned)
+        note, code = planned
         unimported = (note, _IMPORT.sub("", code).lstrip("\n"))
         name = _first_import(code)
         if name == "Counter":  # the labels are computed before Counter is used: keep them
@@ -229,7 +233,9 @@ def _with_mistake(task: TrainTask, turns: list[Turn], mistake: str) -> tuple[lis
             "the labels.",
             "lines = context.splitlines()\n" + plan,
         )
-        _, parse = turns[0]
+        first = turns[0]
+        assert not callable(first)
+        _, parse = first
         repair = (
             "ValueError: every line is still one string, not a (date, user, instance) record, "
             "so the unpacking failed before any sub-call. I parse the lines first.",
@@ -243,7 +249,9 @@ def _with_mistake(task: TrainTask, turns: list[Turn], mistake: str) -> tuple[lis
         "m = re.search(re.escape(key) + r'\\s*(\\d{5,})', context, re.IGNORECASE)\n"
         "number = m.group(1) if m else None\n"
     )
-    code = turns[1][1]
+    extract = turns[1]
+    assert not callable(extract)
+    code = extract[1]
     if mistake == "narrow_search":
         bad = (
             "The number should follow the key; I extract it with a regex.",
@@ -265,7 +273,7 @@ def _first_import(code: str) -> str:
     return (m.group(1) or m.group(2)) if m else "a module"
 
 
-def _sniah(task: TrainTask, rng: random.Random) -> list[Turn]:
+def _sniah(task: TrainTask, rng: random.Random) -> list[AnyTurn]:
     key = str(task.params.get("key", ""))
     var = rng.choice(["hits", "found", "matches"])
     look = (
@@ -288,7 +296,7 @@ def _sniah(task: TrainTask, rng: random.Random) -> list[Turn]:
         "m = re.search(re.escape(key) + r'\\D{0,40}?(\\d{5,})', context, re.IGNORECASE)\n"
         "number = m.group(1) if m else None\nprint(number)",
     )
-    return [look, extract, ("The output shows the number, so I answer with it.", "FINAL(number)")]
+    return [look, extract, teacher_literal.number_read(key)]
 
 
 _SPLIT_LINES = """\
@@ -338,19 +346,24 @@ def _aggregation_prelude(task: TrainTask, rng: random.Random) -> list[Turn]:
     ]
 
 
-def _oolong(task: TrainTask, rng: random.Random) -> list[Turn]:
+def _oolong(task: TrainTask, rng: random.Random) -> list[AnyTurn]:
     p, t = task.params, task.params.get("template")
     # each final step's note names what the question asks (session 14: the student wrote
     # `counts['unknown']` whatever was asked; the data had 6 final turns of one shape)
+    # the reading turn opens with "Category" or "User" (no other family's final turn does)
     if t == "most_common":
         note = "The question asks for the most common category: the top of the counts."
         code = "answer = counts.most_common(1)[0][0]"
+        say = "Category `{v}` is the most common one."
     elif t == "least_common":
         note = "The question asks for the least common category (a category never seen counts 0)."
         code = "answer = min(categories, key=lambda c: counts[c])"
+        say = "Category `{v}` is the least common one."
     elif t == "count_label":
-        note = f"The question asks how many instances are in the category {p['label']}."
-        code = f"answer = counts[{p['label']!r}]"
+        label = p["label"]
+        note = f"The question asks how many instances are in the category {label}."
+        code = f"answer = counts[{label!r}]"
+        say = f"Category `{label}` has {{v}} instances."
     elif t == "compare":
         a, b = p["labels"]
         note = f"The question compares the category {a} with the category {b}."
@@ -358,14 +371,19 @@ def _oolong(task: TrainTask, rng: random.Random) -> list[Turn]:
             f"a, b = counts[{a!r}], counts[{b!r}]\n"
             "answer = 'more common' if a > b else 'less common' if a < b else 'same frequency'"
         )
+        say = f"Category `{a}` against `{b}`: {{v}}."
     elif t == "user_count":
-        note = f"The question asks about user {p['user']} and the category {p['label']}."
+        user, label = p["user"], p["label"]
+        note = f"The question asks about user {user} and the category {label}."
+        say = f"User {user} has {{v}} instances in `{label}`."
         code = (
             f"answer = sum(1 for (_, user, _), label in zip(records, labels)\n"
             f"             if user == {str(p['user'])!r} and label == {p['label']!r})"
         )
     else:  # user_most
-        note = f"The question asks which user has the most instances in the category {p['label']}."
+        label = p["label"]
+        note = f"The question asks which user has the most instances in the category {label}."
+        say = f"User {{v}} has the most instances in `{label}`."
         code = (
             "from collections import Counter\n"
             f"per_user = Counter(user for (_, user, _), label in zip(records, labels)\n"
@@ -375,7 +393,7 @@ def _oolong(task: TrainTask, rng: random.Random) -> list[Turn]:
     return [
         *_aggregation_prelude(task, rng),
         (note + " I compute it from the labels in code.", code + "\nprint(answer)"),
-        ("The printed value answers the question.", "FINAL(answer)"),
+        teacher_literal.ReadValue("line", say, "answer"),
     ]
 
 
@@ -387,7 +405,7 @@ _PAIR_CONDITIONS = {
 }
 
 
-def _pairs(task: TrainTask, rng: random.Random) -> list[Turn]:
+def _pairs(task: TrainTask, rng: random.Random) -> list[AnyTurn]:
     a, b = task.params.get("labels", ["", ""])
     t = task.params.get("template")
     head = (
@@ -413,14 +431,15 @@ def _pairs(task: TrainTask, rng: random.Random) -> list[Turn]:
         (
             f"The question is about the categories {a} and {b}: I group the labels by user "
             "and build every qualifying pair in code.",
-            head + body + "\nanswer = '\\n'.join(f'({x}, {y})' for x, y in pairs)\n"
-            "print(len(pairs), pairs[:5])",
+            head + body + "\nanswer = pairs\nprint(len(answer))\nprint(answer)",
         ),
-        ("The pairs are computed from every line; I answer with them.", "FINAL(answer)"),
+        teacher_literal.ReadValue(
+            "list", "Pairs of users: {n} qualify, so I write them all out.", "answer"
+        ),
     ]
 
 
-def _codeqa(task: TrainTask, rng: random.Random) -> list[Turn]:
+def _codeqa(task: TrainTask, rng: random.Random) -> list[AnyTurn]:
     p, t = task.params, task.params.get("template")
     walk = (
         "import ast\ntrees = {path: ast.parse(text) for path, text in context.items() "
@@ -433,6 +452,7 @@ def _codeqa(task: TrainTask, rng: random.Random) -> list[Turn]:
             "         if isinstance(n, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef))"
             f" and n.name == {name!r}]\nprint(found)\nanswer = found[0] if found else None"
         )
+        read = teacher_literal.defined_in(name)
     elif t == "call_count":
         name = p["name"]
         code = (
@@ -443,6 +463,7 @@ def _codeqa(task: TrainTask, rng: random.Random) -> list[Turn]:
             f"             if isinstance(n, ast.Call) and called(n.func) == {name!r})\n"
             "print(answer)"
         )
+        read = teacher_literal.called(name)
     elif t == "subclasses":
         base = p["base"]
         code = (
@@ -453,6 +474,7 @@ def _codeqa(task: TrainTask, rng: random.Random) -> list[Turn]:
             f"                 if isinstance(n, ast.ClassDef) and {base!r} in "
             "[base_name(b) for b in n.bases]})\nprint(answer)"
         )
+        read = teacher_literal.subclasses_of(base)
     elif t == "param_default":
         fn, param = p["function"], p["param"]
         code = (
@@ -466,6 +488,7 @@ def _codeqa(task: TrainTask, rng: random.Random) -> list[Turn]:
             f"                if a.arg == {param!r}:\n"
             "                    answer = ast.unparse(d)\nprint(answer)"
         )
+        read = teacher_literal.defaults_to(fn, param)
     elif t == "module_constant":
         name = p["name"]
         code = (
@@ -475,6 +498,7 @@ def _codeqa(task: TrainTask, rng: random.Random) -> list[Turn]:
             f"t.id == {name!r} for t in n.targets):\n"
             "            answer = ast.unparse(n.value)\nprint(answer)"
         )
+        read = teacher_literal.set_to(name)
     else:  # importers
         mod = p["module"]
         code = (
@@ -490,6 +514,7 @@ def _codeqa(task: TrainTask, rng: random.Random) -> list[Turn]:
             f"answer = sorted(path for path, tree in trees.items() if imports(tree, {mod!r}))\n"
             "print(answer)"
         )
+        read = teacher_literal.imported_by(mod)
     look = (
         rng.choice(
             [
@@ -502,7 +527,7 @@ def _codeqa(task: TrainTask, rng: random.Random) -> list[Turn]:
     return [
         look,
         ("Exact answers come from the syntax tree of every file, not from a text search.", code),
-        ("The output is the answer.", "FINAL(answer)"),
+        read,
     ]
 
 

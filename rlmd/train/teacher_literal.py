@@ -19,8 +19,21 @@ output, as a model reads it, answering with the value written out (``FINAL("1234
 A reading turn parses the last REPL output in the messages the engine sent the teacher (the
 last user message: ``[cell N]``, the printed text, then the engine's notes); it never sees
 the gold answer. When the output holds nothing to read, the turn falls back to code (the
-regex of the ``regex`` strategy, or ``FINAL(found)``), so such a run still ends; if it is
-wrong, the export's reward filter drops it.
+regex of the ``regex`` strategy, or ``FINAL_VAR('found')``), so such a run still ends; if it
+is wrong, the export's reward filter drops it.
+
+**Every family ends with the same act** (session 16): the step before the last prints the
+value, and the last turn reads it and writes it out as a quoted literal, ``FINAL('...')``
+(a list as its printed text, ``FINAL("['a', 'b']")``). The aggregation families
+(:mod:`rlmd.train.teacher`'s ``oolong`` / ``pairs``) and the ``ast`` / ``regex`` strategies
+use the readers here too, so no final turn answers ``FINAL(variable)``.
+
+**Each family's reading turn opens with its own words** (session 15's student, seeing every
+final note start "The output ...", answered a needle with another family's ending): a
+needle's note starts with its key (```key` is followed by the number N.``), a codebase
+question's with its name (```NAME` is defined in P.``, ```NAME` is called N times.``), an
+aggregation question's with ``Category`` / ``User`` (oolong) or ``Pairs of users``
+(pairs). :func:`opening` gives a note's opening words.
 """
 
 from __future__ import annotations
@@ -28,6 +41,7 @@ from __future__ import annotations
 import ast
 import re
 from collections.abc import Callable
+from dataclasses import dataclass
 from typing import Any
 
 Turn = tuple[str, str]
@@ -50,7 +64,16 @@ def last_output(messages: list[dict[str, Any]]) -> str:
 
 
 def _final(value: Any) -> str:
-    return f"FINAL({value!r})"
+    """``FINAL('text')``: the value written out as a quoted string literal."""
+    return f"FINAL({str(value)!r})"
+
+
+def opening(note: str, words: int = 3) -> str:
+    """The first ``words`` words of a turn's note, each backticked name or number written as
+    ``<name>`` (``"`quiet-otter` is followed by ..."`` -> ``"<name> is followed"``): what a
+    family's final turns must not share with another family's."""
+    parts = note.split()[:words]
+    return " ".join("<name>" if re.fullmatch(r"`[^`]*`[.,:;]?|\d+[.,:;]?", w) else w for w in parts)
 
 
 def sniah(key: str, lower: bool) -> list[Turn | Reader]:
@@ -69,7 +92,7 @@ def sniah(key: str, lower: bool) -> list[Turn | Reader]:
         m = re.search(r"\D{0,40}?(\d{5,})", out[at + len(key) :]) if at >= 0 else None
         if m:
             number = m.group(1)
-            return (f"The output says the number for `{key}` is {number}.", _final(number))
+            return (f"`{key}` is followed by the number {number}.", _final(number))
         return (  # nothing to read: search with code instead
             "The number is not in the printed text; I search for it with a regex.",
             f"import re\nm = re.search({key!r} + r'\\D{{0,40}}?(\\d{{5,}})', context, "
@@ -79,36 +102,53 @@ def sniah(key: str, lower: bool) -> list[Turn | Reader]:
     return [look, read]
 
 
-def _read_value(kind: str) -> Reader:
-    """A turn that answers with the last printed line: ``list`` answers the printed list,
-    ``first`` its first item, ``number`` the number, ``rhs`` the text after ``' = '`` of
-    the first printed line that has one."""
+@dataclass(frozen=True)
+class ReadValue:
+    """A turn that reads the last printed value and answers with it written out (a reader:
+    called with the messages of its turn, it returns ``(note, code)``). ``kind``:
 
-    def read(messages: list[dict[str, Any]]) -> Turn:
+    * ``line`` — the last printed line as printed (a count, a category);
+    * ``number`` — the last line, when it is a whole number;
+    * ``list`` — the last line, when it is a list (written out as printed);
+    * ``first`` — the file of the first item of a printed list (``path`` or ``path:line``);
+    * ``rhs`` — the text after ``' = '`` of the first printed line that has one.
+
+    The note is ``say`` with ``{v}`` replaced by the value read and ``{n}`` by the number of
+    items of a printed list; it opens with the family's own words (module docstring). When
+    the output holds no such value the turn answers ``FINAL_VAR(fallback)`` (the variable
+    the code set), so the run still ends. Plain data, so two plays compare equal."""
+
+    kind: str
+    say: str
+    fallback: str = "found"
+
+    def __call__(self, messages: list[dict[str, Any]]) -> Turn:
         lines = [line for line in last_output(messages).splitlines() if line.strip()]
-        if kind == "rhs":  # the line as printed: its repr would double every backslash
-            rhs = next((ln.partition(" = ")[2].strip() for ln in lines if " = " in ln), "")
-            if rhs:
-                return (f"The line gives the value: {rhs}.", _final(rhs))
-            lines = []
-        value: Any = None
-        try:
-            value = ast.literal_eval(lines[-1].strip()) if lines else None
-        except (ValueError, SyntaxError):
-            value = None
-        if kind == "number" and isinstance(value, int):
-            return (f"The output shows {value}; that is the count.", _final(str(value)))
-        if kind == "list" and isinstance(value, list):
-            return ("The printed list is the answer.", _final(value))
-        if kind == "first" and isinstance(value, list) and value:
-            first = value[0]
-            if isinstance(first, str) and kind == "first":
-                path = first.split(":", 1)[0]
-                return (f"The output names the file: {path}.", _final(path))
-        return ("The output does not read as an answer; I answer with what the code found.",
-                "FINAL(found)")  # fmt: skip
-
-    return read
+        text, value = "", None
+        if self.kind == "rhs":  # the line as printed: its repr would double every backslash
+            text = next((ln.partition(" = ")[2].strip() for ln in lines if " = " in ln), "")
+        elif lines:
+            last = lines[-1].strip()
+            try:
+                value = ast.literal_eval(last)
+            except (ValueError, SyntaxError, MemoryError, RecursionError):
+                value = None
+            if self.kind == "line":
+                text = last
+            elif self.kind == "number" and type(value) is int:
+                text = str(value)
+            elif self.kind == "list" and isinstance(value, list):
+                text = last
+            elif self.kind == "first" and isinstance(value, list) and value:
+                text = str(value[0]).split(":", 1)[0]
+        if not text:
+            return (
+                f"Nothing printed reads as the answer, so I answer with the variable "
+                f"`{self.fallback}`.",
+                f"FINAL_VAR({self.fallback!r})",
+            )
+        n = str(len(value)) if isinstance(value, list) else ""
+        return (self.say.replace("{v}", text).replace("{n}", n), _final(text))
 
 
 def codeqa(template: str, params: dict[str, Any], strategy: str) -> list[Turn | Reader] | None:
@@ -121,7 +161,7 @@ def codeqa(template: str, params: dict[str, Any], strategy: str) -> list[Turn | 
                 f"I ask the symbol index where `{name}` is defined.",
                 f"found = find_definition({name!r})\nprint(found)",
             ),
-            _read_value("first"),
+            defined_in(name),
         ]
     if strategy != "grep":
         return None
@@ -132,7 +172,7 @@ def codeqa(template: str, params: dict[str, Any], strategy: str) -> list[Turn | 
             f"         if {'def ' + name + '('!r} in text or {'class ' + name!r} in text]\n"
             "print(found)"
         )
-        return [(f"I look for the file whose text defines `{name}`.", code), _read_value("first")]
+        return [(f"I look for the file whose text defines `{name}`.", code), defined_in(name)]
     if template == "call_count":
         name = params["name"]
         code = (
@@ -142,7 +182,7 @@ def codeqa(template: str, params: dict[str, Any], strategy: str) -> list[Turn | 
         )
         return [
             (f"I count `{name}(` in every file, less its definitions.", code),
-            _read_value("number"),
+            called(name),
         ]
     if template == "subclasses":
         base = params["base"]
@@ -154,7 +194,7 @@ def codeqa(template: str, params: dict[str, Any], strategy: str) -> list[Turn | 
         )
         return [
             (f"I look at every class line that names `{base}` among its bases.", code),
-            _read_value("list"),
+            subclasses_of(base),
         ]
     if template == "importers":
         mod = params["module"]
@@ -163,7 +203,7 @@ def codeqa(template: str, params: dict[str, Any], strategy: str) -> list[Turn | 
             f"               if {'import ' + mod!r} in text or {'from ' + mod!r} in text)\n"
             "print(found)"
         )
-        return [(f"I look for files that import `{mod}`.", code), _read_value("list")]
+        return [(f"I look for files that import `{mod}`.", code), imported_by(mod)]
     if template == "module_constant":
         name = params["name"]
         code = (
@@ -171,8 +211,45 @@ def codeqa(template: str, params: dict[str, Any], strategy: str) -> list[Turn | 
             f"         if line.startswith({name + ' = '!r})]\n"
             "print('\\n'.join(found))"
         )
-        return [(f"I look for the line that sets `{name}`.", code), _read_value("rhs")]
+        return [(f"I look for the line that sets `{name}`.", code), set_to(name, "rhs")]
     return None
+
+
+def defined_in(name: str) -> ReadValue:
+    """Reads the file of the first printed definition: "`NAME` is defined in P."."""
+    return ReadValue("first", f"`{name}` is defined in {{v}}.")
+
+
+def called(name: str) -> ReadValue:
+    """Reads the printed count: "`NAME` is called N times."."""
+    return ReadValue("number", f"`{name}` is called {{v}} times.")
+
+
+def subclasses_of(base: str) -> ReadValue:
+    """Reads the printed list: "`BASE` has these subclasses: [...]."."""
+    return ReadValue("list", f"`{base}` has these subclasses: {{v}}.")
+
+
+def imported_by(module: str) -> ReadValue:
+    """Reads the printed list: "`MOD` is imported by [...]."."""
+    return ReadValue("list", f"`{module}` is imported by {{v}}.")
+
+
+def set_to(name: str, kind: str = "line") -> ReadValue:
+    """Reads the printed value (``rhs``: of a printed ``NAME = value`` line): "`NAME` is set
+    to V."."""
+    return ReadValue(kind, f"`{name}` is set to {{v}}.")
+
+
+def defaults_to(function: str, param: str) -> ReadValue:
+    """Reads the printed default: "`PARAM` of `FUNCTION` defaults to V."."""
+    return ReadValue("line", f"`{param}` of `{function}` defaults to {{v}}.", "answer")
+
+
+def number_read(key: str) -> ReadValue:
+    """Reads a needle's printed number (the ``regex`` strategy's last step): "`KEY` is
+    followed by the number N."."""
+    return ReadValue("number", f"`{key}` is followed by the number {{v}}.", "number")
 
 
 CODEQA_LITERAL: dict[str, tuple[str, ...]] = {

@@ -1,0 +1,58 @@
+"""One line of a newline-delimited JSON-RPC stdin, checked the same way for ``rlmd acp`` and
+``rlmd mcp``: a line that is not a message gets the JSON-RPC error response with ``"id":
+null`` (``-32700 Parse error`` or ``-32600 Invalid Request``) and one stderr line, and the
+front door goes on with the next. Standard library only: neither protocol's SDK is needed.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass
+from typing import Any
+
+PARSE_ERROR = -32700
+INVALID_REQUEST = -32600
+
+
+@dataclass(frozen=True)
+class BadLine:
+    """Why line ``number`` of stdin is not a message: the JSON-RPC ``code`` and ``message``
+    to answer with and ``why`` in words ("is not JSON (...)")."""
+
+    number: int
+    code: int
+    message: str
+    why: str
+
+    def warning(self) -> str:
+        """The stderr line (without the program's name)."""
+        return f"line {self.number} of stdin {self.why}; answered {self.code} {self.message} and skipped"
+
+    def response(self) -> dict[str, Any]:
+        """The JSON-RPC error response (``id`` null: the line names no request)."""
+        error = {
+            "code": self.code,
+            "message": self.message,
+            "data": f"line {self.number} {self.why}",
+        }
+        return {"jsonrpc": "2.0", "id": None, "error": error}
+
+
+def parse_line(line: bytes, number: int) -> dict[str, Any] | BadLine | None:
+    """Line ``number`` (1-based) of stdin as a JSON object, ``None`` for a blank line, or a
+    :class:`BadLine` for text that is not UTF-8, not JSON, or JSON but not an object."""
+    line = line.strip()
+    if not line:
+        return None
+    try:
+        message = json.loads(line.decode("utf-8"))
+    except UnicodeDecodeError as exc:
+        byte = f"byte 0x{line[exc.start]:02x} at {exc.start}"
+        return BadLine(number, PARSE_ERROR, "Parse error", f"is not UTF-8 ({byte})")
+    except ValueError as exc:
+        return BadLine(number, PARSE_ERROR, "Parse error", f"is not JSON ({exc})")
+    if not isinstance(message, dict):
+        kind = "null" if message is None else type(message).__name__
+        why = f"is JSON {kind}, not a JSON-RPC message object"
+        return BadLine(number, INVALID_REQUEST, "Invalid Request", why)
+    return message
