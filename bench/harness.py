@@ -51,6 +51,7 @@ from rlmd.context import load_context
 from rlmd.engine import Budget, RunConfig, run_task
 from rlmd.engine.budget import Ledger
 from rlmd.engine.events import CellFinished, EventBus
+from rlmd.engine.executor import StarterExecutor
 from rlmd.engine.loop import RLMRun, Runtime, prepare_sandbox
 from rlmd.models.base import ModelSpec
 from rlmd.models.scripted import ScriptedModel
@@ -580,7 +581,7 @@ async def bench_llm_query(p: dict[str, Any]) -> dict[str, Any]:
             lambda: create_sandbox("subprocess"),
             EventBus(),
             Ledger(config.budget),
-            start_child=_no_child_runs,
+            StarterExecutor(_no_child_runs),
         )
         runs.append(RLMRun(rt, QUESTION, load_context(SMALL_CONTEXT)))
     sub_model = models.models["sub"]
