@@ -771,3 +771,26 @@ def test_an_empty_path_or_filter_is_refused(rlmd_home, argv, flag):
     proc = rlmd(*argv, home=rlmd_home, input="x")
     assert proc.returncode == 2, proc.stderr
     assert f"{flag} is empty (an unset shell variable?)" in proc.stderr, proc.stderr
+
+
+def test_a_folder_with_no_text_file_is_named_in_a_warning(rlmd_home, tmp_path):
+    """A new user's walk (review16): ``rlmd run --context`` a folder of binary files (or an
+    empty one) ran the model on an empty codebase with nothing on the terminal but
+    "0 files"; each model call read nothing."""
+    folder = tmp_path / "blobs"
+    folder.mkdir()
+    (folder / "a.bin").write_bytes(bytes(range(256)) * 8)
+    (folder / "b.py").write_bytes(b"\x00\x01\x02")
+    script = tmp_path / "s.json"
+    script.write_text(json.dumps({"default": "```repl\nFINAL('none')\n```"}))
+    proc = rlmd("run", "q", "--context", str(folder), "--model", f"scripted:{script}",
+                "--max-iterations", "1", home=rlmd_home)  # fmt: skip
+    assert f"warning: no file of {folder} was loaded as text (2 binary)" in proc.stderr
+    assert "the model sees an empty codebase" in proc.stderr
+    (tmp_path / "empty").mkdir()
+    proc = rlmd("run", "q", "--context", str(tmp_path / "empty"), "--model",
+                f"scripted:{script}", "--max-iterations", "1", home=rlmd_home)  # fmt: skip
+    assert "was loaded as text (it holds no file)" in proc.stderr, proc.stderr
+    proc = rlmd("run", "q", "--context", str(tmp_path / "blobs"), "--model",
+                f"scripted:{script}", "--max-iterations", "1", "--quiet", home=rlmd_home)  # fmt: skip
+    assert "warning" not in proc.stderr
