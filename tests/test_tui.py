@@ -294,6 +294,7 @@ def test_rlmd_tui_command_opens_the_app_of_the_rlmd_tui_package(tmp_path, monkey
 
     opened: list[RlmdApp] = []
     monkeypatch.setattr(RlmdApp, "run", lambda self, *a, **k: opened.append(self))
+    monkeypatch.setattr("rlmd_tui.app.on_a_terminal", lambda: True)
     store = tmp_path / "runs.db"
     assert main(["tui", "--no-daemon", "--store", str(store)]) == 0
     (app,) = opened
@@ -324,3 +325,23 @@ async def test_terminal_escape_injection_in_shown_text_is_made_visible():
     assert shown[0].startswith("out \\x1b[2J\\x1b]52;c;cHduZWQ="), shown
     assert not any(ch in line for line in shown for ch in "\x1b\x9b")
     assert "\x1b" not in one_line(attack, 80) and "\x9b" not in one_line(attack, 80)
+
+
+def test_rlmd_tui_without_a_terminal_says_so_and_exits(tmp_path):
+    """A new user's walk (review16): ``rlmd tui`` with stdout not a terminal (a pipe, a
+    file, a script) wrote the app's escape sequences into it and kept a core busy until it
+    was killed."""
+    import os
+    import subprocess
+    import sys
+
+    done = subprocess.run(
+        [sys.executable, "-m", "rlmd", "tui", "--no-daemon"],
+        env={**os.environ, "RLMD_HOME": str(tmp_path), "PYTHONPATH": os.pathsep.join(sys.path)},
+        stdin=subprocess.DEVNULL,
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert done.returncode == 2 and done.stdout == "", done.stderr
+    assert "rlmd tui: needs a terminal" in done.stderr

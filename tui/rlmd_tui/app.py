@@ -6,6 +6,7 @@ import argparse
 import os
 import shlex
 import subprocess
+import sys
 from pathlib import Path
 from typing import Any
 
@@ -285,7 +286,24 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--no-daemon", action="store_true", help="browse the store read-only")
 
 
+def on_a_terminal() -> bool:
+    """Whether stdin and stdout are both a terminal, which the app draws on and reads keys
+    from."""
+    return sys.stdin.isatty() and sys.stdout.isatty()
+
+
 def run(args: argparse.Namespace) -> int:
+    """Open the app; returns the exit code (2: no terminal to draw on).
+
+    Without a terminal (``rlmd tui > out.txt``, from a script or a pipe) the app wrote its
+    escape sequences into the file and kept one core busy until it was killed."""
+    if not on_a_terminal():
+        print(
+            "rlmd tui: needs a terminal: stdin and stdout are not both one (rlmd runs and "
+            "rlmd show print the same runs as text)",
+            file=sys.stderr,
+        )
+        return 2
     backend = None
     if getattr(args, "no_daemon", False):
         from rlmd import paths
