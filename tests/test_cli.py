@@ -141,6 +141,11 @@ def test_a_value_that_starts_with_a_dash_says_to_use_equals(rlmd_home):
     # a forgotten value stays a plain error: --model is not a value for --context
     proc = rlmd("run", "q", "--context", "--model", "x", home=rlmd_home)
     assert proc.returncode == 2 and "reads as an option" not in proc.stderr, proc.stderr
+    # a positional value: "the following arguments are required: name" said no more
+    proc = rlmd("models", "pull", "-x", home=rlmd_home)
+    assert proc.returncode == 2
+    assert "'-x' reads as an option: a value that starts with '-' goes after --" in proc.stderr
+    assert "(rlmd models pull -- -x)" in proc.stderr
 
 
 def test_budget_exhaustion_exit_code_and_marked_answer(rlmd_home, tmp_path):
@@ -744,3 +749,48 @@ def test_a_workspace_key_is_the_folder_bytes_hash() -> None:
     import hashlib
 
     assert workspace_key("/p/ünï") == hashlib.sha256("/p/ünï".encode()).hexdigest()[:16]
+
+
+@pytest.mark.parametrize(
+    "argv, flag",
+    [
+        (["run", "q", "--context", "", "--model", "scripted:x.json"], "--context"),
+        (["run", "q", "--context", "-", "--template", " "], "--template"),
+        (["runs", "--status", ""], "--status"),
+        (["runs", "--search", ""], "--search"),
+        (["export", "last", "--output", ""], "--output"),
+        (["serve", "--log-file", ""], "--log-file"),
+        (["mcp", "--workspace", "", "--no-start"], "--workspace"),
+        (["tui", "--no-daemon", "--store", ""], "--store"),
+    ],
+)
+def test_an_empty_path_or_filter_is_refused(rlmd_home, argv, flag):
+    """A new user's walk (review16): ``rlmd run q --context "$DIR"`` with ``DIR`` unset
+    loaded the current folder as the codebase; ``--output ""`` wrote to stdout;
+    ``--template ""`` was ignored; ``runs --status ""`` said "no runs recorded yet"."""
+    proc = rlmd(*argv, home=rlmd_home, input="x")
+    assert proc.returncode == 2, proc.stderr
+    assert f"{flag} is empty (an unset shell variable?)" in proc.stderr, proc.stderr
+
+
+def test_a_folder_with_no_text_file_is_named_in_a_warning(rlmd_home, tmp_path):
+    """A new user's walk (review16): ``rlmd run --context`` a folder of binary files (or an
+    empty one) ran the model on an empty codebase with nothing on the terminal but
+    "0 files"; each model call read nothing."""
+    folder = tmp_path / "blobs"
+    folder.mkdir()
+    (folder / "a.bin").write_bytes(bytes(range(256)) * 8)
+    (folder / "b.py").write_bytes(b"\x00\x01\x02")
+    script = tmp_path / "s.json"
+    script.write_text(json.dumps({"default": "```repl\nFINAL('none')\n```"}))
+    proc = rlmd("run", "q", "--context", str(folder), "--model", f"scripted:{script}",
+                "--max-iterations", "1", home=rlmd_home)  # fmt: skip
+    assert f"warning: no file of {folder} was loaded as text (2 binary)" in proc.stderr
+    assert "the model sees an empty codebase" in proc.stderr
+    (tmp_path / "empty").mkdir()
+    proc = rlmd("run", "q", "--context", str(tmp_path / "empty"), "--model",
+                f"scripted:{script}", "--max-iterations", "1", home=rlmd_home)  # fmt: skip
+    assert "was loaded as text (it holds no file)" in proc.stderr, proc.stderr
+    proc = rlmd("run", "q", "--context", str(tmp_path / "blobs"), "--model",
+                f"scripted:{script}", "--max-iterations", "1", "--quiet", home=rlmd_home)  # fmt: skip
+    assert "warning" not in proc.stderr

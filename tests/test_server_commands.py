@@ -315,6 +315,14 @@ async def test_models_and_params_errors(daemon, project, tmp_path):
             with pytest.raises(RpcError) as err:
                 await c.command("rlmd.task.start", start_params(project, budgets={zero: 0}))
             assert err.value.code == -32602 and err.value.data == {"field": f"budgets.{zero}"}
+        # review16: max_consecutive_errors 0 ended a run with no error after one turn ("0
+        # iterations in a row ended in errors"); 0 tokens, seconds or USD ended it before its
+        # first call. `rlmd run` refuses them all.
+        for zero in ("max_tokens", "max_consecutive_errors", "max_seconds", "max_usd"):
+            with pytest.raises(RpcError) as err:
+                await c.command("rlmd.task.start", start_params(project, budgets={zero: 0}))
+            assert err.value.code == -32602, zero
+            assert zero in err.value.message, err.value.message
         with pytest.raises(RpcError) as err:
             await c.command("rlmd.task.start", {**start_params(project), "budget": {}})
         assert "unknown parameter 'budget'" in err.value.message

@@ -43,7 +43,8 @@ out = LazyConsole(highlight=False, soft_wrap=True)
 
 class _Parser(argparse.ArgumentParser):
     """argparse, saying how to pass a value that starts with ``-``: ``--workspace -dash``
-    read ``-dash`` as an option and said only "expected one argument". The value is not
+    read ``-dash`` as an option and said only "expected one argument" (``rlmd run '-x?'``:
+    "the following arguments are required: question"). The value is not
     taken as is: ``--workspace --model x`` (a forgotten value) must stay an error. Every
     subcommand's parser is one of these (argparse gives subparsers their parent's class)."""
 
@@ -65,6 +66,19 @@ class _Parser(argparse.ArgumentParser):
                         f" (or ./{value} for a path)"
                     )
                     break
+        elif message.startswith("the following arguments are required") and "--" not in self._words:
+            stray = [
+                w
+                for w in self._words
+                if w.startswith("-")
+                and w != "-"
+                and w.split("=")[0] not in self._option_string_actions
+            ]
+            if stray:  # rlmd run "-x is what?" / rlmd models pull -x
+                message += (
+                    f"; {stray[0]!r} reads as an option: a value that starts with '-' goes "
+                    f"after -- ({self.prog} -- {stray[0]})"
+                )
         super().error(message)
 
 
@@ -259,8 +273,26 @@ MAX_RUNS_LIMIT = 10**9
 """The most runs ``rlmd runs --limit`` lists (SQLite takes no more than 2**63 - 1)."""
 
 
+_NOT_EMPTY = {
+    "run": ("context", "template"),
+    "runs": ("search", "status"),
+    "export": ("output",),
+    "serve": ("log_file",),
+    "mcp": ("workspace",),
+    "tui": ("store", "socket"),
+}
+"""Options whose empty value is a mistake (an unset shell variable): ``--context ""`` loaded
+the current folder as the codebase, ``--output ""`` wrote to stdout, ``--template ""`` and
+``--status ""`` were ignored or matched nothing ("no runs recorded yet")."""
+
+
 def _check_args(args: argparse.Namespace) -> str | None:
     """A message for arguments that parse but make no sense, else ``None``."""
+    for name in _NOT_EMPTY.get(args.command, ()):
+        value = getattr(args, name, None)
+        if isinstance(value, str) and not value.strip():
+            flag = "--" + name.replace("_", "-")
+            return f"{flag} is empty (an unset shell variable?); leave it out for the default"
     if args.command == "runs" and not 1 <= args.limit <= MAX_RUNS_LIMIT:
         # 2**63 reached SQLite and ended in an OverflowError traceback
         return f"--limit must be from 1 to {MAX_RUNS_LIMIT:,}, got {args.limit}"
@@ -619,7 +651,7 @@ def cmd_runs(args: argparse.Namespace) -> int:
     if args.json:
         print(json.dumps(runs, default=str))
     elif not runs:
-        filtered = args.search or args.status or args.limit < 1
+        filtered = args.search is not None or args.status is not None
         err.print("no runs match" if filtered else "no runs recorded yet: try rlmd run")
     else:
         out.print(runs_table(runs, width=out.width))

@@ -52,6 +52,16 @@ class ProgressPrinter:
                     f"{pad}[bold cyan]▶ {label}[/] {event.run_id} · depth {event.depth} · "
                     f"model {markup(str(root.get('name')))} · context {what}"
                 )
+                if ctx.get("kind") == "codebase" and ctx.get("files") == 0:
+                    # a binary-only or empty folder: every model call would read nothing
+                    skipped = ", ".join(
+                        f"{n:,} {why}" for why, n in (ctx.get("skipped") or {}).items()
+                    )
+                    c.print(
+                        f"{pad}  [yellow]warning:[/] no file of {markup(str(ctx.get('source')))} "
+                        f"was loaded as text ({markup(skipped or 'it holds no file')}): "
+                        "the model sees an empty codebase"
+                    )
             case IterationStarted(index=index):
                 if event.run_id in self.proposed:
                     self.proposed.discard(event.run_id)

@@ -58,6 +58,11 @@ class Budget:
         max_usd: US dollars over the whole tree, from the models' price tables.
         max_subcalls: sub-model calls plus child runs over the whole tree.
         max_consecutive_errors: iterations in a row whose cells all raised.
+
+    ``max_seconds``, ``max_tokens`` and ``max_usd`` must be > 0 and
+    ``max_consecutive_errors`` >= 1 when set: 0 ended every run before its first model call
+    (or, for errors, after its first turn). ``max_subcalls = 0`` is a run without
+    sub-calls or child runs.
         cell_timeout_s: wall-clock seconds per REPL cell; the kernel restarts on timeout.
     """
 
@@ -88,6 +93,13 @@ class Budget:
             raise ValueError("budget max_depth must be >= 1 (the root run is depth 0)")
         if self.cell_timeout_s == 0:  # every cell would be interrupted as it starts
             raise ValueError("budget cell_timeout_s must be > 0 (seconds per REPL cell)")
+        for name in ("max_seconds", "max_tokens", "max_usd"):  # as `rlmd run` refuses them
+            if getattr(self, name) == 0:  # the run ended before its first model call
+                raise ValueError(f"budget {name} must be > 0 (leave it unset for no limit)")
+        if self.max_consecutive_errors == 0:  # "0 iterations in a row ended in errors"
+            raise ValueError(
+                "budget max_consecutive_errors must be >= 1 (leave it unset for no limit)"
+            )
 
     def to_dict(self) -> BudgetLimits:
         return {

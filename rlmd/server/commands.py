@@ -205,7 +205,7 @@ async def task_start(core: DaemonCore, p: Params, ctx: CallContext) -> Mapping[s
             "max_subcalls",
             "max_consecutive_errors",
         ):
-            least = 1 if key in ("max_iterations", "max_depth") else 0  # as the CLI's
+            least = 0 if key == "max_subcalls" else 1  # 0 sub-calls: a run without them
             budget[key] = budgets.integer(key, minimum=least, maximum=10**12)
         else:
             budget[key] = budgets.number(key, minimum=0, maximum=1e12)
