@@ -794,3 +794,14 @@ def test_a_folder_with_no_text_file_is_named_in_a_warning(rlmd_home, tmp_path):
     proc = rlmd("run", "q", "--context", str(tmp_path / "blobs"), "--model",
                 f"scripted:{script}", "--max-iterations", "1", "--quiet", home=rlmd_home)  # fmt: skip
     assert "warning" not in proc.stderr
+
+
+def test_a_context_link_that_leads_nowhere_is_named_as_a_link(rlmd_home, tmp_path):
+    """``--context`` a symbolic link to a missing target (or one that loops) said "no such
+    file or folder" of a link that is there."""
+    (tmp_path / "loop").symlink_to("loop")
+    (tmp_path / "gone").symlink_to(tmp_path / "nowhere")
+    for name, target in (("loop", "loop"), ("gone", str(tmp_path / "nowhere"))):
+        proc = rlmd("run", "q", "--context", str(tmp_path / name), home=rlmd_home)
+        assert proc.returncode == 2
+        assert f"is a symbolic link to {target}, which does not exist" in proc.stderr

@@ -25,6 +25,7 @@ import argparse
 import gc
 import json
 import math
+import os
 import re
 import signal
 import sqlite3
@@ -382,6 +383,12 @@ def _read_context(arg: str | None):
         return _read_stdin()
     path = Path(arg)
     if not path.exists():
+        if path.is_symlink():  # "no such file" named a link that is there
+            target = os.readlink(path)
+            raise FileNotFoundError(
+                f"--context: {arg} is a symbolic link to {target}, which does not exist "
+                "(or the links loop)"
+            )
         raise FileNotFoundError(f"--context: no such file or folder: {arg}")
     return path
 
