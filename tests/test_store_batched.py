@@ -1,6 +1,6 @@
 """Store.record_batched: one transaction per step, the same rows as Store.record, and a
-crash loses at most the step in flight and the end of the step before it (a step start is
-committed at the loop's next turn, or at once by the next step start)."""
+crash loses at most the step in flight (step starts are committed before later sinks see
+them)."""
 
 from __future__ import annotations
 
@@ -37,11 +37,6 @@ def _dump(path: Any) -> list[list[tuple[Any, ...]]]:
         ]
 
 
-def _committed_run(path: Any, run_id: str) -> bool:
-    with sqlite3.connect(path) as conn:
-        return conn.execute("SELECT 1 FROM runs WHERE id = ?", (run_id,)).fetchone() is not None
-
-
 def _committed(path: Any, node_id: str) -> bool:
     with sqlite3.connect(path) as conn:
         return conn.execute("SELECT 1 FROM nodes WHERE id = ?", (node_id,)).fetchone() is not None
@@ -67,28 +62,23 @@ def test_batched_rows_equal_one_transaction_per_event(tmp_path):
     assert _dump(tmp_path / "batched.db") == _dump(tmp_path / "plain.db")
 
 
-def test_step_starts_are_committed_by_the_next_turn_and_the_rest_soon_after(tmp_path):
+def test_step_starts_are_committed_at_once_and_the_rest_soon_after(tmp_path):
     path = tmp_path / "s.db"
 
     async def main() -> None:
         store = Store(path)
         run = "r1"
         store.record_batched(RunStarted(run_id=run, depth=0, question="q"))
-        assert _committed_run(path, run)  # a run's start: at once
         store.record_batched(IterationStarted(run_id=run, depth=0, node_id="it1", index=1))
         assert not _committed(path, "it1")  # kept for one turn
         call = ModelCallStarted(run_id=run, depth=0, node_id="m1", parent_id="it1", role="root")
-        store.record_batched(call)  # a step start: committed at the loop's next turn
-        assert not _committed(path, "m1")
-        await asyncio.sleep(0)
+        store.record_batched(call)  # a step start: committed with what was kept
         assert _committed(path, "it1") and _committed(path, "m1")
         store.record_batched(ModelCallFinished(run_id=run, depth=0, node_id="m1"))
         store.record_batched(CellStarted(run_id=run, depth=0, node_id="c1", parent_id="it1"))
-        await asyncio.sleep(0)
         assert _committed(path, "c1")
         sub = ModelCallStarted(run_id=run, depth=1, node_id="s1", parent_id="c1", role="sub")
         store.record_batched(sub)  # inside the cell in flight: kept
-        await asyncio.sleep(0)
         assert not _committed(path, "s1")
         assert [n["id"] for n in store.nodes(run)][-1] == "s1"  # a read writes what is kept
         assert _committed(path, "s1")
@@ -98,42 +88,6 @@ def test_step_starts_are_committed_by_the_next_turn_and_the_rest_soon_after(tmp_
         await asyncio.sleep(FLUSH_DELAY_S * 2)
         assert _committed(path, "s2")
         store.close()
-
-    asyncio.run(main())
-
-
-def test_a_step_start_commits_the_one_before_if_the_loop_has_not_turned(tmp_path):
-    """At most one step start is ever uncommitted: a step that starts before the loop has
-    turned since the last one (an instant model call, then its cell) commits both steps at
-    once, before it goes on; and a crash then loses at most the step in flight and the end
-    of the step before it."""
-    path = tmp_path / "s.db"
-    seen: list[tuple[str, bool, bool]] = []
-
-    async def main() -> None:
-        store = Store(path)
-
-        def after(event: Event) -> None:  # a sink after the store, as the daemon's clients
-            if isinstance(event, (ModelCallStarted, CellStarted)):
-                seen.append((str(event.node_id), _committed(path, "m1"), _committed(path, "c1")))
-
-        run = "r1"
-        for event in (
-            RunStarted(run_id=run, depth=0, question="q"),
-            IterationStarted(run_id=run, depth=0, node_id="it1", index=1),
-            ModelCallStarted(run_id=run, depth=0, node_id="m1", parent_id="it1", role="root"),
-            ModelCallFinished(run_id=run, depth=0, node_id="m1"),
-            CellStarted(run_id=run, depth=0, node_id="c1", parent_id="it1"),
-        ):
-            store.record_batched(event)
-            after(event)
-        assert seen == [("m1", False, False), ("c1", True, True)]
-        await asyncio.sleep(0)  # nothing was left to commit at the turn
-        call = ModelCallStarted(run_id=run, depth=0, node_id="m2", parent_id="it1", role="root")
-        store.record_batched(call)
-        assert not _committed(path, "m2")
-        store.close()  # writes what is kept
-        assert _committed(path, "m2")
 
     asyncio.run(main())
 

@@ -37,22 +37,15 @@ events, not inside an event's commit; closing the store does the last one.
 
 :meth:`Store.record_batched` (the sink ``rlmd run`` and the daemon give the engine) writes
 the events of one step in one transaction instead: called on a thread that runs an asyncio
-loop, it keeps an event and writes the kept ones when the event starts a step the engine
-then waits on (:data:`STEP_STARTS`: a run's start and end, a cell, a model call other than
-a sub-call, whose cell is the step), else :data:`FLUSH_DELAY_S` later or once
-:data:`MAX_KEPT` events are kept, whichever comes first. A run's start and end are written
-at once. A cell's or model call's start (:data:`DEFERRED_STEPS`) is written at the loop's
-next turn, while the step runs (the model request is out, the kernel has the cell), unless
-the step start before it is still unwritten: then both are written at once, before the new
-step goes on (an instant model call and its cell: one commit). So at most one step start
-is ever unwritten, a step is committed whole before the step after next starts, and a crash
-loses at most the step in flight and the end of the step before it (the events since the
-last step start written). A sink after the store may see a step start before it is
-committed (a daemon client may receive it first), but the loop commits it before it runs
-anything scheduled after it. Reads through the same :class:`Store` write the kept events
-first, so they see every event recorded before them. Inside a batch, a model call's or
-cell's start followed by its finish (a cell's sub-calls) is written as one insert of the
-finished row (:func:`_pair_finishes`). Stored rows are the same as with
+loop, it keeps an event and writes the kept ones at once when the event starts a step the
+engine then waits on (:data:`STEP_STARTS`: a run's start and end, a cell, a model call other
+than a sub-call, whose cell is the step), else :data:`FLUSH_DELAY_S` later or once
+:data:`MAX_KEPT` events are kept, whichever comes first. Sinks after the store therefore
+never see a step start before it is committed, and a crash loses at most the step in flight
+(the events since the last step start). Reads through the same :class:`Store` write the
+kept events first, so they see every event recorded before them. Inside a batch, a model
+call's or cell's start followed by its finish (a cell's sub-calls) is written as one insert
+of the finished row (:func:`_pair_finishes`). Stored rows are the same as with
 :meth:`Store.record`, and so is what a reader or a crash can see: a batch commits as a whole.
 
 Node text reaches the full-text index in batches (``nodes_fts_pending`` in
@@ -120,12 +113,8 @@ NODE_ENDS: dict[type[Event], str] = {ModelCallFinished: "model_call", CellFinish
 """Events that finish a node, and the node's kind."""
 NODE_STATUSES = ("running", "ok", "error", "timeout")
 STEP_STARTS: tuple[type[Event], ...] = (RunStarted, RunFinished, CellStarted, ModelCallStarted)
-"""Events :meth:`Store.record_batched` commits with those kept before them (at once, or for
-:data:`DEFERRED_STEPS` at the loop's next turn); a ``ModelCallStarted`` of a sub-call is
-kept (its cell is the step in flight)."""
-DEFERRED_STEPS: tuple[type[Event], ...] = (CellStarted, ModelCallStarted)
-"""Step starts :meth:`Store.record_batched` commits at the loop's next turn (while the step
-runs) instead of at once, when the step start before them is committed already."""
+"""Events :meth:`Store.record_batched` commits at once (with those kept before them); a
+``ModelCallStarted`` of a sub-call is kept (its cell is the step in flight)."""
 FLUSH_DELAY_S = 0.05
 """Longest time :meth:`Store.record_batched` keeps an event that does not start a step (a
 cell's sub-calls: written together, with the next step start at the latest)."""
@@ -233,8 +222,6 @@ class Store(Queries, Rollouts):
         self._events = 0
         self._pending: list[tuple[Event, dict[str, Any]]] = []  # see record_batched
         self._flush_loop: asyncio.AbstractEventLoop | None = None  # a flush is scheduled there
-        # A step start's commit is scheduled for the loop's next turn (see record_batched).
-        self._deferred = False
         self._closed = False
         try:
             conn.execute("PRAGMA recursive_triggers = on")  # as sqlite_utils.Database sets it
@@ -361,10 +348,9 @@ class Store(Queries, Rollouts):
     # -- the event sink ---------------------------------------------------------------------
     def record_batched(self, event: Event) -> None:
         """:meth:`record`, writing one step's events in one transaction (see the module
-        docstring): an event is kept until the next step start (and that start's commit,
-        for a cell or model call, until the loop's next turn or the step start after it),
-        for at most :data:`FLUSH_DELAY_S`, or until :data:`MAX_KEPT` are kept; on a thread
-        without a running asyncio loop it is written at once. Never raises."""
+        docstring): an event is kept until the next step start, for at most
+        :data:`FLUSH_DELAY_S`, or until :data:`MAX_KEPT` are kept; on a thread without a
+        running asyncio loop it is written at once. Never raises."""
         try:
             loop = asyncio.get_running_loop()
         except RuntimeError:
@@ -378,25 +364,14 @@ class Store(Queries, Rollouts):
         with self._lock:
             self._pending.append((event, data))
             kept = len(self._pending)
-        if isinstance(event, STEP_STARTS) and not (
-            isinstance(event, ModelCallStarted) and data.get("role") == "sub"
+        if kept >= MAX_KEPT or (
+            isinstance(event, STEP_STARTS)
+            and not (isinstance(event, ModelCallStarted) and data.get("role") == "sub")
         ):
-            if kept >= MAX_KEPT or self._deferred or not isinstance(event, DEFERRED_STEPS):
-                self.flush()  # the step before is committed before this one goes on
-            else:
-                self._deferred = True
-                loop.call_soon(self._flush_deferred)
-        elif kept >= MAX_KEPT:
             self.flush()
         elif self._flush_loop is not loop:  # none scheduled, or on a loop that has ended
             self._flush_loop = loop
             loop.call_later(FLUSH_DELAY_S, self._flush_due)
-
-    def _flush_deferred(self) -> None:
-        """:meth:`record_batched`'s commit of a step start at the loop's next turn (a
-        :meth:`flush` since may have written it already)."""
-        if self._deferred:
-            self.flush()
 
     def _flush_due(self) -> None:
         """:meth:`record_batched`'s timer: write what is kept. A step start's flush leaves
@@ -412,7 +387,6 @@ class Store(Queries, Rollouts):
         only the failing one is lost, as with :meth:`record`). Never raises."""
         with self._lock:
             pending, self._pending = self._pending, []
-            self._deferred = False
         if not pending:
             return
         try:
