@@ -58,12 +58,14 @@ class Budget:
         max_usd: US dollars over the whole tree, from the models' price tables.
         max_subcalls: sub-model calls plus child runs over the whole tree.
         max_consecutive_errors: iterations in a row whose cells all raised.
-
-    ``max_seconds``, ``max_tokens`` and ``max_usd`` must be > 0 and
-    ``max_consecutive_errors`` >= 1 when set: 0 ended every run before its first model call
-    (or, for errors, after its first turn). ``max_subcalls = 0`` is a run without
-    sub-calls or child runs.
         cell_timeout_s: wall-clock seconds per REPL cell; the kernel restarts on timeout.
+
+    Raises:
+        ValueError: a limit out of range: ``max_depth`` < 1; ``cell_timeout_s``,
+            ``max_seconds``, ``max_tokens`` or ``max_usd`` of 0 (the run would end before
+            its first model call); ``max_consecutive_errors`` of 0 (it would end after its
+            first turn). ``max_subcalls = 0`` is allowed: a run without sub-calls or child
+            runs.
     """
 
     max_iterations: int = 10
