@@ -647,9 +647,9 @@ def _check_fields(table: Any, where: str, allowed: set[str]) -> dict[str, Any]:
             raise ValueError(f"{where}.{key}: must be a finite number, got {value}")
         if key == "timeout_s" and number <= 0:
             raise ValueError(f"{where}.{key}: must be > 0, got {value}")
-        if key == "base_url" and (problem := http_url_problem(value)):
+        if key == "base_url" and (problem := http_url_problem(str(value))):
             # it failed at the run's first model call, after the retries
-            raise ValueError(f"{where}.{key}: {shown_url(value)!r} {problem}")
+            raise ValueError(f"{where}.{key}: {shown_url(str(value))!r} {problem}")
     if "sampling" in table:
         _check_sampling(table["sampling"], f"{where}.sampling")
     if "options" in table:  # the one options key every provider reads

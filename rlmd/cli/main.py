@@ -51,7 +51,7 @@ class _Parser(argparse.ArgumentParser):
 
     _words: list[str] = []
 
-    def parse_known_args(self, args=None, namespace=None):  # type: ignore[no-untyped-def]
+    def parse_known_args(self, args=None, namespace=None):
         self._words = list(sys.argv[1:] if args is None else args)
         return super().parse_known_args(args, namespace)
 
