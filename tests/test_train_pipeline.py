@@ -1170,3 +1170,53 @@ def test_a_fifo_or_a_folder_is_refused_without_reading_it(tmp_path: Path) -> Non
 
     with pytest.raises(DataFileError, match=r"data: a folder, not a file of SFT samples"):
         check_sft(folder)
+
+
+# -- session 16: an SFT export that keeps no sample says why; an empty set name ------------
+
+
+def test_an_sft_export_that_keeps_no_sample_says_why_and_what_to_do(
+    rlmd_home: Path, tmp_path: Path
+) -> None:
+    """Review16 left: ``rlmd train export --format sft`` wrote an empty file and said only
+    ``0 sft records`` (the GRPO export says why). It now names what dropped every rollout
+    or turn and the flag that would keep it."""
+    out = tmp_path / "s.jsonl"
+    sft = ("export", "--format", "sft", "--out", str(out))
+    done = _rlmd_train(rlmd_home, *sft)
+    assert done.returncode == 0, done.stderr
+    flat = re.sub(r"\s+", " ", done.stderr)
+    assert "0 sft records" in flat and "holds no rollouts" in flat and "rlmd train rollout" in flat
+
+    _one_rollout_set(rlmd_home, tmp_path)  # reward 1, a few turns
+    done = _rlmd_train(rlmd_home, *sft, "--min-iterations", "99")
+    flat = re.sub(r"\s+", " ", done.stderr)
+    assert done.returncode == 0 and out.read_text() == "", done.stderr
+    assert "warning: no sample left: 1 rollout had fewer turns than --min-iterations" in flat
+
+    done = _rlmd_train(rlmd_home, *sft, "--min-reward", "2")
+    assert "1 rollout scored under --min-reward" in re.sub(r"\s+", " ", done.stderr)
+    done = _rlmd_train(rlmd_home, *sft, "--family", "other")
+    assert "1 rollout of another --family" in re.sub(r"\s+", " ", done.stderr)
+    done = _rlmd_train(rlmd_home, *sft)
+    assert done.returncode == 0 and "0 sft records" not in done.stderr
+    assert "warning" not in done.stderr and out.read_text().strip()
+
+
+@pytest.mark.parametrize("name", ["", "  "])
+def test_an_empty_rollout_set_name_is_refused_before_anything_runs(
+    rlmd_home: Path, tmp_path: Path, name: str
+) -> None:
+    """Review16 left: ``rlmd train rollout --set ''`` (an unset shell variable) recorded a
+    set that no ``--set`` could name. It is refused, and nothing is recorded."""
+    tasks = tmp_path / "t.jsonl"
+    tasks.write_text(json.dumps({"question": "q?", "context": "abc", "answer": "a"}) + "\n")
+    script = tmp_path / "s.json"
+    script.write_text(json.dumps({"default": "```repl\nFINAL('a')\n```"}))
+    args = ("--model", f"scripted:{script}", "--sandbox", "inprocess", "--set", name)
+    done = _rlmd_train(rlmd_home, "rollout", "--tasks", str(tasks), *args)
+    assert done.returncode == 2 and "rollout set name is empty" in done.stderr, done.stderr
+    done = _rlmd_train(rlmd_home, "summary")
+    assert "t1" not in done.stdout and "user-1" not in done.stdout
+    with pytest.raises(ValueError, match="rollout set name is empty"):
+        RolloutOptions(model="m", rollout_set=name)

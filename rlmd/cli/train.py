@@ -359,6 +359,7 @@ def cmd_export(args: argparse.Namespace) -> int:
         grpo_groups,
         sft_samples,
         why_no_groups,
+        why_no_samples,
         write_jsonl,
     )
     from rlmd.train.rollout import check_sets
@@ -394,8 +395,9 @@ def cmd_export(args: argparse.Namespace) -> int:
             err.print(json.dumps({"groups": len(records), "dropped": dict(dropped)}))
     write_jsonl(records, args.out)
     err.print(f"{len(records)} {args.format} records in {markup(args.out)}")
-    if not records and args.format == "grpo":  # it said "0 grpo records" and nothing more
-        err.print(f"[yellow]warning:[/] {markup(why_no_groups(dropped))}")
+    if not records:  # it said "0 ... records" and nothing more
+        why = why_no_samples(report) if args.format == "sft" else why_no_groups(dropped)
+        err.print(f"[yellow]warning:[/] {markup(why)}")
     return 0
 
 

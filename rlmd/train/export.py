@@ -420,6 +420,48 @@ _ROLLOUT_FILTERS = {
 }
 
 
+def _filtered(dropped: Counter) -> list[str]:
+    """The rollout filters that dropped rollouts, in words (``"3 rollouts of another
+    --model"``)."""
+    return [
+        f"{_count(dropped[reason], 'rollout')} {why}"
+        for reason, why in _ROLLOUT_FILTERS.items()
+        if dropped.get(reason)
+    ]
+
+
+def why_no_samples(report: ExportReport) -> str:
+    """Why an SFT export kept no sample, and what to do, in one paragraph.
+
+    Args:
+        report: the counts of an export that kept no sample (:func:`sft_samples`: every
+            rollout it saw is counted there, so none counted means none seen).
+    """
+    dropped = report.dropped
+    if not dropped and not report.rollouts:
+        return "the store holds no rollouts: record some with `rlmd train rollout`"
+    parts = _filtered(dropped)
+    if dropped.get("reward"):
+        parts.append(f"{_count(dropped['reward'], 'rollout')} scored under --min-reward")
+    if dropped.get("iterations"):
+        parts.append(
+            f"{_count(dropped['iterations'], 'rollout')} had fewer turns than --min-iterations"
+        )
+    if dropped.get("no_turns"):
+        parts.append(
+            f"{_count(dropped['no_turns'], 'rollout')} kept no root turn (imported without "
+            "its trajectory)"
+        )
+    if dropped.get("mistake"):
+        parts.append(
+            f"{_count(dropped['mistake'], 'turn')} raised or misused FINAL "
+            "(--keep-mistakes keeps them)"
+        )
+    if dropped.get("too_long"):
+        parts.append(f"{_count(dropped['too_long'], 'turn')} ran over --max-chars")
+    return "no sample left: " + "; ".join(parts) if parts else "no sample left"
+
+
 def why_no_groups(dropped: Counter) -> str:
     """Why a GRPO export kept no group, and what to do, in one paragraph.
 
@@ -429,10 +471,7 @@ def why_no_groups(dropped: Counter) -> str:
     """
     if not dropped:
         return "the store holds no rollouts: record some with `rlmd train rollout --samples 2`"
-    parts = []
-    for reason, why in _ROLLOUT_FILTERS.items():
-        if dropped.get(reason):
-            parts.append(f"{_count(dropped[reason], 'rollout')} {why}")
+    parts = _filtered(dropped)
     n = dropped.get("one_sample", 0)
     if n:
         parts.append(

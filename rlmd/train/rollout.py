@@ -62,6 +62,9 @@ class RolloutOptions:
             by default (``[run] fold_failed_turns``); the recorded prompts, and so the SFT
             samples, are then what the model sees at inference. ``False`` (``--no-fold``)
             records every failed turn in the later prompts (sessions 8-9's teacher data).
+
+    Raises:
+        ValueError: ``rollout_set`` is empty or blank.
     """
 
     model: str
@@ -79,6 +82,11 @@ class RolloutOptions:
     repair_share: float = teacher.REPAIR_SHARE
     literal_share: float = teacher.LITERAL_SHARE
     fold_failed_turns: bool = True
+
+    def __post_init__(self) -> None:
+        if self.rollout_set is not None and not self.rollout_set.strip():
+            # `--set ""` (an unset shell variable) recorded a set no --set could name
+            raise ValueError("the rollout set name is empty: leave --set out for the model's name")
 
     @property
     def set_name(self) -> str:
