@@ -343,8 +343,8 @@ def _aggregation_prelude(task: TrainTask, rng: random.Random) -> list[Turn]:
             _SPLIT_LINES,
         ),
         (
-            "The categories are not in the text, so I ask a sub-model to label every "
-            "instance in one batched call, then count the labels.",
+            "The categories are not in the text: a sub-model labels each instance, in one "
+            "batched call.",
             _LABEL.format(categories=_categories(task.question)),
         ),
     ]
