@@ -95,7 +95,9 @@ def check(name: str, rows: list) -> None:
     print(f"final targets not FINAL('...'): {len(not_literal)} {not_literal[:3]}")
     print("final-turn openings:", {f: dict(o) for f, o in sorted(by_family.items())})
     print("shared with another family:", {f: v for f, v in shared.items() if v} or "none")
-    print(f"codebase notes whose only backticked literal is not the value: {len(bad_codeqa)} {bad_codeqa[:3]}")
+    print(
+        f"codebase notes whose only backticked literal is not the value: {len(bad_codeqa)} {bad_codeqa[:3]}"
+    )
     print("first-turn openings (2 words):", {g: dict(o) for g, o in sorted(first.items())})
     print("aggregation first turns sharing them with others:",
           sorted(set(first["aggregation"]) & set(first["other"])) or "none")  # fmt: skip
