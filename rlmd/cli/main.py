@@ -35,7 +35,7 @@ from pathlib import Path
 from typing import NoReturn
 
 from rlmd import isolation, paths
-from rlmd.cli.term import LazyConsole, markup, visible
+from rlmd.cli.term import LazyConsole, markup, message, visible
 from rlmd.sandbox import BACKENDS
 
 err = LazyConsole(stderr=True, highlight=False, soft_wrap=True)
@@ -434,13 +434,6 @@ class _Terminated(Exception):
     """SIGTERM arrived before the run's event loop took it over."""
 
 
-def _message(exc: BaseException) -> str:
-    """What an error says: a ``KeyError``'s message, not its repr in quotes."""
-    if isinstance(exc, KeyError) and len(exc.args) == 1 and isinstance(exc.args[0], str):
-        return exc.args[0]
-    return str(exc)
-
-
 def cmd_run(args: argparse.Namespace) -> int:
     """``rlmd run``; SIGTERM at any stage ends it with 143 (the codebase is read from the
     start, so a signal during start-up must not kill the process without its clean-up)."""
@@ -515,7 +508,7 @@ def _run_command(args: argparse.Namespace) -> int:
 
             executor = executor_for(args.cluster)
     except (FileNotFoundError, ValueError, KeyError) as exc:
-        err.print(f"[red]error:[/] {markup(_message(exc))}")
+        err.print(f"[red]error:[/] {markup(message(exc))}")
         return 2
     except isolation.NotIsolated as exc:
         err.print(f"[red]error:[/] {markup(str(exc))}")
@@ -576,7 +569,7 @@ def _run_command(args: argparse.Namespace) -> int:
         err.print(f"[red]error:[/] {markup(str(exc))}")
         return 2
     except (KeyError, ValueError) as exc:
-        err.print(f"[red]error:[/] {markup(_message(exc))}")
+        err.print(f"[red]error:[/] {markup(message(exc))}")
         return 2
     if args.json:
         from rlmd.store.codec import to_jsonable  # lone surrogates as in the store

@@ -52,6 +52,13 @@ def markup(text: Any) -> str:
     return escape(visible(text))
 
 
+def message(exc: BaseException) -> str:
+    """What an error says: a ``KeyError``'s message, not its repr in quotes."""
+    if isinstance(exc, KeyError) and len(exc.args) == 1 and isinstance(exc.args[0], str):
+        return exc.args[0]
+    return str(exc)
+
+
 class LazyConsole:
     """A :class:`rich.console.Console` made on first use, with the options given here:
     importing rich costs ~50 ms, which ``rlmd run`` spends after it has started reading the
