@@ -130,6 +130,40 @@ def test_show_and_runs_on_a_store_whose_numbers_were_edited(tmp_path: Path) -> N
     assert "?1000000000000000.0" in listed.stdout and "zebras" in listed.stdout
 
 
+def test_a_stored_value_that_is_bytes_is_shown_and_exported_as_text(tmp_path: Path) -> None:
+    """Review17: a value SQLite holds as a BLOB (another tool wrote bytes, invalid UTF-8,
+    into a text column) ended ``rlmd export`` in a traceback ("Object of type bytes is not
+    JSON serializable") and ``rlmd runs``/``show`` drew its repr (``b'q\\xff'``). Bytes are
+    read as UTF-8, an undecodable byte as its escape (``\\xff``), as a JSON column too."""
+    import json
+    import sqlite3
+
+    from helpers.cli import rlmd
+
+    with Store(tmp_path / "rlmd.db") as store:
+        ids = record_three_depths(store)
+    db = sqlite3.connect(tmp_path / "rlmd.db")
+    with db:
+        db.execute(
+            "UPDATE runs SET question = ?, answer = ?, usage = ? WHERE id = ?",
+            (b"zebras \xff?", b"ans\xfe", b'{"total": {"calls": 3}}', ids["root"]),
+        )
+        db.execute("UPDATE nodes SET stdout = ?, data = ?", (b"out \xff", b'{"x": 1}'))
+    db.close()
+    for fmt in ("json", "jsonl"):
+        done = rlmd("export", ids["root"], "--format", fmt, home=tmp_path)
+        assert done.returncode == 0 and "Traceback" not in done.stderr, done.stderr
+        assert "zebras \\\\xff?" in done.stdout and "out \\\\xff" in done.stdout
+        if fmt == "json":
+            run = json.loads(done.stdout)["run"]
+            assert run["answer"] == "ans\\xfe" and run["usage"] == {"total": {"calls": 3}}
+    shown = rlmd("show", ids["root"], home=tmp_path)
+    assert shown.returncode == 0 and "zebras \\xff?" in shown.stdout, shown.stderr
+    assert "b'" not in shown.stdout
+    listed = rlmd("runs", home=tmp_path)
+    assert listed.returncode == 0 and "zebras \\xff?" in listed.stdout, listed.stderr
+
+
 def test_show_and_export_of_a_run_id_with_a_byte_that_is_not_utf8(tmp_path: Path) -> None:
     """argv's undecodable bytes arrive as lone surrogates; `rlmd show` printed the codec's
     message ("surrogates not allowed") instead of saying there is no such run."""

@@ -54,9 +54,21 @@ TREE_TOTAL_KEYS = (
 _MAX_AMBIGUOUS_SHOWN = 10
 
 
+def _as_text(row: dict[str, Any]) -> dict[str, Any]:
+    """``row`` with each bytes value (a BLOB another tool wrote into a text column) as text:
+    UTF-8, an undecodable byte as its escape (``\\xff``). rlmd writes none, but they ended
+    ``rlmd export`` in a traceback (bytes are not JSON) and ``rlmd show`` drew ``b'...'``."""
+    if not any(isinstance(v, bytes) for v in row.values()):
+        return row
+    return {
+        k: v.decode("utf-8", "backslashreplace") if isinstance(v, bytes) else v
+        for k, v in row.items()
+    }
+
+
 def decode_run(row: dict[str, Any]) -> dict[str, Any]:
-    """A ``runs`` row as a run dict (JSON columns decoded)."""
-    run = dict(row)
+    """A ``runs`` row as a run dict (JSON columns decoded, bytes as text)."""
+    run = dict(_as_text(row))
     for name in RUN_JSON_COLUMNS:
         if name in run:
             run[name] = loads(run[name])
@@ -64,7 +76,9 @@ def decode_run(row: dict[str, Any]) -> dict[str, Any]:
 
 
 def decode_node(row: dict[str, Any]) -> dict[str, Any]:
-    """A ``nodes`` row as a node dict (``data`` decoded, text columns moved into it)."""
+    """A ``nodes`` row as a node dict (``data`` decoded, text columns moved into it, bytes
+    as text)."""
+    row = _as_text(row)
     node = {k: v for k, v in row.items() if k not in NODE_TEXT_COLUMNS}
     node["data"] = merge_text(loads(row.get("data")), row)
     return node
