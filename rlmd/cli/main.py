@@ -251,12 +251,27 @@ def _main(argv: list[str] | None) -> int:
         return 130
     except sqlite3.DatabaseError as exc:  # a damaged or foreign rlmd.db: say how to recover
         store = paths.store_path()
+        if not os.access(store.parent, os.W_OK):  # "unable to open database file"
+            err.print(
+                f"[red]error:[/] the trajectory store {markup(str(store))} cannot be used: "
+                f"{markup(str(exc))}; its folder is not writable (a read-only file system?). "
+                "Set RLMD_HOME to a writable folder."
+            )
+            return 2
         err.print(
             f"[red]error:[/] the trajectory store {markup(str(store))} cannot be used: "
             f"{markup(str(exc))}. Move it aside (mv {markup(str(store))} "
             f"{markup(str(store))}.broken) and rlmd starts a new one; rlmd doctor explains."
         )
         return 1
+    except OSError as exc:  # the run/ or models/ folder of a read-only home: a traceback
+        if not (isinstance(exc.filename, str) and paths.in_home(exc.filename)):
+            raise
+        err.print(
+            f"[red]error:[/] cannot use the rlmd home folder: {markup(str(exc))}. "
+            "Set RLMD_HOME to a writable folder."
+        )
+        return 2
     except Exception as exc:  # noqa: BLE001 - only the store's own errors are handled here
         # (rlmd.store.schema is not imported on every start: a StoreError means it was)
         schema = sys.modules.get("rlmd.store.schema")
