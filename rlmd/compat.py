@@ -20,6 +20,17 @@ and meanings follow ``rlms`` 0.1.3; where rlmd differs, it says so here:
 - API keys passed in ``backend_kwargs`` are used for calls but never stored.
 - ``persistent=True`` keeps one REPL across calls; each call rebinds ``context`` to the new
   prompt (the reference keeps ``context_0``, ``context_1``...) and your variables persist.
+- ``on_subcall_start(depth, model, prompt_preview)`` / ``on_subcall_complete(depth, model,
+  duration_s, error_or_none)`` fire around each child run (``rlm_query``), as in the
+  reference; ``on_iteration_start(depth, iteration)`` / ``on_iteration_complete(depth,
+  iteration, duration_s)`` fire around each root-model turn of every run (``iteration``
+  from 1; the reference 0.1.3 takes them but never calls them). A callback that raises
+  is ignored, as there. They run on the instance's event-loop thread.
+- ``logger`` (an ``RLMLogger``), ``orchestrator`` and ``user_prologue`` are taken and
+  ignored with a ``UserWarning`` (rlmd's store records every run; its system prompt is its
+  own). Other environments of the reference (``docker``, ``modal``, ``e2b``...) are refused
+  with ``ValueError``: rlmd's own sandboxes take other options (``rlmd run --sandbox``).
+  A keyword the reference does not have either is a ``TypeError``, as a typo is there.
 """
 
 from __future__ import annotations
@@ -27,12 +38,15 @@ from __future__ import annotations
 import asyncio
 import threading
 import time
+import warnings
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
 from rlmd import config
 from rlmd.context import load_context
 from rlmd.engine import Budget, RunConfig, prepare_sandbox, run_task
+from rlmd.engine.events import Event, IterationStarted, RunFinished, RunStarted
 from rlmd.models.base import ModelSpec
 from rlmd.models.registry import HOSTED_MODELS
 from rlmd.sandbox import DEFAULT_BACKEND
@@ -46,6 +60,56 @@ _PROVIDERS = {
     "scripted": ("scripted", None),
 }
 _ENVIRONMENTS = {"local": DEFAULT_BACKEND, "subprocess": "subprocess", "inprocess": "inprocess"}
+_IGNORED = {
+    "logger": "rlmd records every completion in its store (rlmd show RUN_ID)",
+    "orchestrator": "rlmd's system prompt is its own",
+    "user_prologue": "rlmd's system prompt is its own",
+}
+"""Keywords of the reference ``RLM`` that rlmd takes and ignores (with a warning), and why."""
+
+
+class _Callbacks:
+    """The reference's progress callbacks, fed from rlmd's run events (an event sink).
+    A callback that raises is ignored, as the reference ignores it."""
+
+    def __init__(self, callbacks: dict[str, Callable[..., Any] | None]) -> None:
+        self._on = {name: fn for name, fn in callbacks.items() if fn is not None}
+        self._runs: dict[str, tuple[float, str]] = {}  # child run id -> (started, model)
+        self._turns: dict[str, tuple[int, float]] = {}  # run id -> (iteration, started)
+
+    def __bool__(self) -> bool:
+        return bool(self._on)
+
+    def _fire(self, name: str, *args: Any) -> None:
+        fn = self._on.get(name)
+        if fn is not None:
+            try:
+                fn(*args)
+            except Exception:  # noqa: BLE001 - the reference's rule: never break the run
+                pass
+
+    def _turn_ended(self, event: Event) -> None:
+        turn = self._turns.pop(event.run_id, None)
+        if turn is not None:
+            self._fire("on_iteration_complete", event.depth, turn[0], event.ts - turn[1])
+
+    def __call__(self, event: Event) -> None:
+        if isinstance(event, IterationStarted):
+            self._turn_ended(event)
+            self._turns[event.run_id] = (event.index + 1, event.ts)
+            self._fire("on_iteration_start", event.depth, event.index + 1)
+        elif isinstance(event, RunStarted) and event.depth > 0:
+            model = str(((event.models or {}).get("root") or {}).get("model", ""))
+            self._runs[event.run_id] = (event.ts, model)
+            self._fire("on_subcall_start", event.depth, model, event.question[:80])
+        elif isinstance(event, RunFinished):
+            self._turn_ended(event)
+            started = self._runs.pop(event.run_id, None)
+            if started is not None:
+                error = None if event.status == "completed" else (event.error or event.status)
+                self._fire(
+                    "on_subcall_complete", event.depth, started[1], event.ts - started[0], error
+                )
 
 
 @dataclass
@@ -170,8 +234,25 @@ class RLM:
         sampling_args: dict[str, Any] | None = None,
         sub_sampling_args: dict[str, Any] | None = None,
         record: bool = True,
-        **_ignored: Any,
+        on_subcall_start: Callable[[int, str, str], None] | None = None,
+        on_subcall_complete: Callable[[int, str, float, str | None], None] | None = None,
+        on_iteration_start: Callable[[int, int], None] | None = None,
+        on_iteration_complete: Callable[[int, int, float], None] | None = None,
+        orchestrator: bool = True,
+        user_prologue: str | None = None,
     ) -> None:
+        given = {"logger": logger, "orchestrator": not orchestrator, "user_prologue": user_prologue}
+        for name, why in _IGNORED.items():
+            if given[name]:
+                warnings.warn(f"RLM({name}=...) is ignored: {why}", UserWarning, stacklevel=2)
+        self._callbacks = _Callbacks(
+            {
+                "on_subcall_start": on_subcall_start,
+                "on_subcall_complete": on_subcall_complete,
+                "on_iteration_start": on_iteration_start,
+                "on_iteration_complete": on_iteration_complete,
+            }
+        )
         if environment not in _ENVIRONMENTS:
             raise ValueError(
                 f"unknown environment {environment!r}; rlmd supports {sorted(_ENVIRONMENTS)}"
@@ -280,6 +361,8 @@ class RLM:
 
             store = Store(paths.store_path())
             sinks.append(store.record_batched)
+        if self._callbacks:
+            sinks.append(self._callbacks)
         if self.verbose:
             from rlmd.cli.progress import ProgressPrinter
 

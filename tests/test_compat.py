@@ -82,3 +82,46 @@ def test_other_backends_route_subcalls_and_keys_never_recorded(rlmd_home):
         rlm.close()
     assert result.usage_summary.model_usage_summaries["sub"].total_calls == 1
     assert key.encode() not in (rlmd_home / "rlmd.db").read_bytes()
+
+
+def test_the_references_callbacks_fire_and_a_typo_is_a_type_error(rlmd_home):
+    """Review17: ``RLM(**kwargs)`` swallowed every keyword it did not know, so an rlms
+    user's ``on_subcall_start=...`` never fired and a typo (``max_iteration=3``) passed
+    without a word. The reference's callbacks now fire, its ignored keywords warn, and a
+    keyword neither has is a ``TypeError``."""
+    import pytest
+
+    seen: list[tuple] = []
+
+    def root(messages):
+        if "child question" in messages[1]["content"]:
+            return repl("FINAL(context)")
+        if turn_of(messages) == 0:
+            return repl("r = rlm_query('child question', context='abc')\nprint(r)")
+        return repl("FINAL(r)")
+
+    def boom(*args):
+        raise RuntimeError("a callback that raises is ignored")
+
+    with RLM(
+        backend="scripted",
+        backend_kwargs={"model_name": "s", "callable": root},
+        max_depth=2,
+        on_subcall_start=lambda *a: seen.append(("sub start", *a)),
+        on_subcall_complete=lambda d, m, s, e: seen.append(("sub done", d, m, s >= 0, e)),
+        on_iteration_start=lambda *a: seen.append(("turn", *a)),
+        on_iteration_complete=boom,
+    ) as rlm:
+        result = rlm.completion("ctx", root_prompt="q")
+    assert result.response == "abc"
+    assert seen == [
+        ("turn", 0, 1),
+        ("sub start", 1, "s", "child question"),
+        ("turn", 1, 1),
+        ("sub done", 1, "s", True, None),
+        ("turn", 0, 2),
+    ]
+    with pytest.raises(TypeError, match="max_iteration"):
+        RLM(backend="scripted", backend_kwargs={"model_name": "s"}, max_iteration=3)
+    with pytest.warns(UserWarning, match=r"RLM\(logger=...\) is ignored"):
+        RLM(backend="scripted", backend_kwargs={"model_name": "s"}, logger=object()).close()
