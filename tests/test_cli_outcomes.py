@@ -145,6 +145,8 @@ def test_runs_search_finds_prefixes_and_substrings(rlmd_home, tmp_path):
         (("run", "q", "-c", "-", "--template", "nosuch"), "no sandbox template 'nosuch'"),
         # a KeyError's message, not its repr in quotes
         (("run", "q", "-c", "-", "-m", "nosuch"), "error: unknown model 'nosuch'; known:"),
+        # review17: a misspelt status said "no runs match"
+        (("runs", "--status", "complete"), "--status 'complete' is no run status; one of: runn"),
     ],
 )
 def test_bad_usage_exits_2_and_records_nothing(rlmd_home, args, needle):

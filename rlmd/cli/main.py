@@ -144,7 +144,9 @@ def _parser(command: str | None = None) -> argparse.ArgumentParser:
 
     ls = sub.add_parser("runs", help="list recorded runs, newest first")
     ls.add_argument("--limit", type=int, default=20)
-    ls.add_argument("--status")
+    ls.add_argument(
+        "--status", help="only runs that ended so (completed, max_iterations, failed, ...)"
+    )
     ls.add_argument("--search", help="full-text search over questions, code, outputs and answers")
     ls.add_argument("--json", action="store_true")
 
@@ -312,6 +314,11 @@ def _check_args(args: argparse.Namespace) -> str | None:
     if args.command == "runs" and not 1 <= args.limit <= MAX_RUNS_LIMIT:
         # 2**63 reached SQLite and ended in an OverflowError traceback
         return f"--limit must be from 1 to {MAX_RUNS_LIMIT:,}, got {args.limit}"
+    if args.command == "runs" and args.status is not None:
+        from rlmd.engine.budget import RUN_STATUSES
+
+        if args.status not in RUN_STATUSES:  # `--status complete` said "no runs match"
+            return f"--status {args.status!r} is no run status; one of: {', '.join(RUN_STATUSES)}"
     if args.command == "attach" and not (math.isfinite(args.timeout) and args.timeout > 0):
         # -1 said "could not start the rlmd daemon ... see daemon.log", which had no error
         return f"--timeout must be a number of seconds > 0, got {args.timeout}"
