@@ -7,6 +7,7 @@ train task and must score reward 1."""
 
 from __future__ import annotations
 
+import ast
 import asyncio
 import re
 from pathlib import Path
@@ -223,5 +224,31 @@ def test_a_reading_turn_with_nothing_to_read_answers_the_variable() -> None:
     note, code = read([{"role": "user", "content": "[cell 2]\n[]\n\n\nTurn 3 of 6."}])
     assert code == "FINAL_VAR('found')"
     note, code = read([{"role": "user", "content": "[cell 2]\n['pkg/a.py:3']\n"}])
-    assert (note, code) == ("`Impl` is defined in pkg/a.py.", "FINAL('pkg/a.py')")
-    assert teacher_literal.opening("`Impl` is defined in pkg/a.py.") == "<name> is defined"
+    assert (note, code) == ("The file `pkg/a.py` defines Impl.", "FINAL('pkg/a.py')")
+    assert teacher_literal.opening(note) == "The file <name>"
+
+
+def test_a_codebase_note_has_the_answer_as_its_first_and_only_backticked_literal(played) -> None:
+    # session 16's student wrote "`NAME` is defined in the file `P`." and answered the leading
+    # NAME: in a codebase note, the value written out is the only backticked literal
+    codeqa_plays = [g for g in played if g["task"].family == "codeqa"]
+    seen = set()
+    for got in codeqa_plays:
+        last = got["samples"][-1]
+        value = ast.literal_eval(_final_code(last)[len("FINAL(") : -1])  # the string written
+        literals = re.findall(r"`([^`]*)`", _note(last))
+        assert literals == [value], (got["task"].id, got["strategy"], _note(last), value)
+        seen.add(got["task"].params["template"])
+    assert seen == {t for t, *_ in CODEQA}
+
+
+def test_aggregation_opens_with_its_own_first_words(played) -> None:
+    # session 16's oolong runs opened like a needle ("I look for the key ..."): the first
+    # turn of oolong and pairs names the records it parses, in words no other family's first
+    # turn starts with
+    first: dict[str, set[str]] = {}
+    for got in played:
+        fam = "aggregation" if got["task"].family in ("oolong", "pairs") else "other"
+        first.setdefault(fam, set()).add(teacher_literal.opening(_note(got["samples"][0]), 2))
+    assert not first["aggregation"] & first["other"], first
+    assert all(o.split()[0] in ("Lines", "Every") for o in first["aggregation"]), first

@@ -308,13 +308,13 @@ for line in context.splitlines():
                         parts[2].removeprefix("Instance: ")))
 print(len(records), records[:2])"""
 
+# short flat lines (session 17): session 16's student broke the multi-line prompt
+# comprehension this cell had ("for _, _, text in re..."); same prompts, same sub-calls
 _LABEL = """\
 categories = {categories!r}
-prompts = [
-    "Which one of these categories does the description belong to: " + ", ".join(categories)
-    + "? Answer with the category only.\\nDescription: " + text
-    for _, _, text in records
-]
+ask = "Which one of these categories does the description belong to: " + ", ".join(categories)
+ask += "? Answer with the category only.\\nDescription: "
+prompts = [ask + text for _, _, text in records]
 replies = llm_query_batched(prompts)
 labels = [next((c for c in categories if c in r.lower()), "unknown") for r in replies]
 from collections import Counter
@@ -328,19 +328,23 @@ def _categories(question: str) -> list[str]:
 
 
 def _aggregation_prelude(task: TrainTask, rng: random.Random) -> list[Turn]:
+    # the first words name what the question shows (records, one per line, to parse and
+    # label), never a needle's "I look for ..." (session 16: oolong opened like a needle)
     return [
         (
             rng.choice(
                 [
-                    "First I look at the line format and split every line into its fields.",
-                    "I parse all lines into (date, user, instance) to work on every record.",
+                    "Lines of 'Date || User || Instance' records: I parse every line into its "
+                    "three fields, to label each instance next.",
+                    "Every line is a record with a date, a user and an instance: I split the "
+                    "lines into fields before labelling them.",
                 ]
             ),
             _SPLIT_LINES,
         ),
         (
-            "The categories are not in the text, so I ask a sub-model to label every "
-            "instance in one batched call, then count the labels.",
+            "The categories are not in the text: a sub-model labels each instance, in one "
+            "batched call.",
             _LABEL.format(categories=_categories(task.question)),
         ),
     ]

@@ -31,9 +31,14 @@ use the readers here too, so no final turn answers ``FINAL(variable)``.
 **Each family's reading turn opens with its own words** (session 15's student, seeing every
 final note start "The output ...", answered a needle with another family's ending): a
 needle's note starts with its key (```key` is followed by the number N.``), a codebase
-question's with its name (```NAME` is defined in P.``, ```NAME` is called N times.``), an
-aggregation question's with ``Category`` / ``User`` (oolong) or ``Pairs of users``
-(pairs). :func:`opening` gives a note's opening words.
+question's with ``The ...`` naming what was read (``The file `P` defines NAME.``, ``The call
+count of NAME is `N`.``), an aggregation question's with ``Category`` / ``User`` (oolong) or
+``Pairs of users`` (pairs). :func:`opening` gives a note's opening words.
+
+**A codebase note's only backticked literal is the answer** (session 17): session 16's
+student wrote "`NAME` is defined in the file `P`." and answered the leading ``NAME``, the
+first backticked literal, as it had learnt from the needle notes. So the question's name is
+written plain and the value read is the note's first and only backticked literal.
 """
 
 from __future__ import annotations
@@ -216,34 +221,34 @@ def codeqa(template: str, params: dict[str, Any], strategy: str) -> list[Turn | 
 
 
 def defined_in(name: str) -> ReadValue:
-    """Reads the file of the first printed definition: "`NAME` is defined in P."."""
-    return ReadValue("first", f"`{name}` is defined in {{v}}.")
+    """Reads the file of the first printed definition: "The file `P` defines NAME."."""
+    return ReadValue("first", f"The file `{{v}}` defines {name}.")
 
 
 def called(name: str) -> ReadValue:
-    """Reads the printed count: "`NAME` is called N times."."""
-    return ReadValue("number", f"`{name}` is called {{v}} times.")
+    """Reads the printed count: "The call count of NAME is `N`."."""
+    return ReadValue("number", f"The call count of {name} is `{{v}}`.")
 
 
 def subclasses_of(base: str) -> ReadValue:
-    """Reads the printed list: "`BASE` has these subclasses: [...]."."""
-    return ReadValue("list", f"`{base}` has these subclasses: {{v}}.")
+    """Reads the printed list: "The subclasses of BASE are `[...]`."."""
+    return ReadValue("list", f"The subclasses of {base} are `{{v}}`.")
 
 
 def imported_by(module: str) -> ReadValue:
-    """Reads the printed list: "`MOD` is imported by [...]."."""
-    return ReadValue("list", f"`{module}` is imported by {{v}}.")
+    """Reads the printed list: "The files importing MOD are `[...]`."."""
+    return ReadValue("list", f"The files importing {module} are `{{v}}`.")
 
 
 def set_to(name: str, kind: str = "line") -> ReadValue:
-    """Reads the printed value (``rhs``: of a printed ``NAME = value`` line): "`NAME` is set
-    to V."."""
-    return ReadValue(kind, f"`{name}` is set to {{v}}.")
+    """Reads the printed value (``rhs``: of a printed ``NAME = value`` line): "The value of
+    NAME is `V`."."""
+    return ReadValue(kind, f"The value of {name} is `{{v}}`.")
 
 
 def defaults_to(function: str, param: str) -> ReadValue:
-    """Reads the printed default: "`PARAM` of `FUNCTION` defaults to V."."""
-    return ReadValue("line", f"`{param}` of `{function}` defaults to {{v}}.", "answer")
+    """Reads the printed default: "The default of PARAM in FUNCTION is `V`."."""
+    return ReadValue("line", f"The default of {param} in {function} is `{{v}}`.", "answer")
 
 
 def number_read(key: str) -> ReadValue:
