@@ -706,8 +706,19 @@ def cmd_show(args: argparse.Namespace) -> int:
         return 2
     tree = store.tree(run["id"])
     out.print(run_summary(tree), soft_wrap=False)  # long answers wrap inside the panel
-    out.print(run_tree(tree), soft_wrap=False)
+    try:
+        drawn = run_tree(tree)
+    except RecursionError:  # hundreds of nested child runs (an edited store, --max-depth 500)
+        err.print(f"[red]error:[/] {_TOO_DEEP.format(run=run['id'], what='rlmd show draws')}")
+        return 1
+    out.print(drawn, soft_wrap=False)
     return 0
+
+
+_TOO_DEEP = (
+    "run {run}'s tree is nested deeper than {what}; "
+    "rlmd export {run} --format jsonl writes it flat, a record a line"
+)
 
 
 def cmd_export(args: argparse.Namespace) -> int:
@@ -719,7 +730,13 @@ def cmd_export(args: argparse.Namespace) -> int:
         return 2
     if args.format == "otlp":
         return _export_otlp(store.tree(run["id"]), args)
-    text = export_run(store, run["id"], fmt=args.format)
+    try:
+        text = export_run(store, run["id"], fmt=args.format)
+    except RecursionError:  # JSON nests each child run in its parent: too deep to encode
+        err.print(
+            f"[red]error:[/] {_TOO_DEEP.format(run=run['id'], what='--format json can hold')}"
+        )
+        return 1
     if args.output:
         try:
             Path(args.output).write_text(text, encoding="utf-8")
