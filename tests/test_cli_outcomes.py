@@ -222,3 +222,25 @@ def test_stdin_past_the_context_limit_is_refused_not_read_to_the_end(monkeypatch
     monkeypatch.setattr("sys.stdin", io.TextIOWrapper(io.BytesIO(data)))
     text = cli._read_context("-")
     assert text.startswith("café \ufffdx") and len(text) == 3 * 2**20 - 1
+
+
+@pytest.mark.skipif(not os.path.exists("/dev/full"), reason="needs /dev/full")
+def test_stdout_on_a_full_disk_is_one_line_not_a_traceback(rlmd_home, tmp_path):
+    """Review17: ``rlmd export last > big.json`` on a full disk (here ``/dev/full``) ended
+    in an OSError traceback from the write; ``show``, ``runs`` and ``run`` likewise."""
+
+    model = script(tmp_path, ["```repl\nFINAL(context)\n```"])
+    assert rlmd("run", "q", "-c", "-", "-m", model, home=rlmd_home, input="x").returncode == 0
+    env = {**os.environ, "RLMD_HOME": str(rlmd_home)}
+    for args in (["export", "last"], ["show", "last"], ["runs", "--json"]):
+        with open("/dev/full", "w") as full:
+            done = subprocess.run(
+                [sys.executable, "-m", "rlmd", *args],
+                stdout=full,
+                stderr=subprocess.PIPE,
+                text=True,
+                env=env,
+                timeout=120,
+            )
+        assert done.returncode == 1 and "Traceback" not in done.stderr, done.stderr
+        assert done.stderr.strip() == "error: cannot write the output: No space left on device"

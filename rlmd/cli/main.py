@@ -22,6 +22,7 @@ Exit codes: 0 success (``run``: the run completed), 1 the run ended without comp
 from __future__ import annotations
 
 import argparse
+import errno
 import gc
 import json
 import math
@@ -205,15 +206,30 @@ def main(argv: list[str] | None = None) -> int:
         # Whoever read stdout went away (`rlmd runs --json | head -1`): stop quietly, as
         # cat does, instead of a traceback; stdout goes to /dev/null so the interpreter's
         # own flush at exit does not raise again.
-        import os
-
-        try:
-            os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
-        except OSError:
-            pass
+        _drop_stdout()
+        return 1
+    except OSError as exc:
+        # stdout on a full disk or a failing device (`rlmd export last > big.json`): a
+        # traceback said it. A stream write names no file; any other OSError is not this.
+        if exc.filename is not None or exc.errno not in _WRITE_ERRNOS:
+            raise
+        _drop_stdout()
+        err.print(f"[red]error:[/] cannot write the output: {markup(exc.strerror or str(exc))}")
         return 1
     finally:
         _start_up_done()
+
+
+_WRITE_ERRNOS = {errno.ENOSPC, errno.EDQUOT, errno.EFBIG, errno.EIO}
+"""A write to stdout failed for want of room or a device: said in one line, not a traceback."""
+
+
+def _drop_stdout() -> None:
+    """Point stdout at /dev/null, so the interpreter's own flush at exit does not raise."""
+    try:
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+    except (OSError, ValueError):
+        pass
 
 
 def _main(argv: list[str] | None) -> int:
