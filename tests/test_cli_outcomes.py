@@ -147,6 +147,9 @@ def test_runs_search_finds_prefixes_and_substrings(rlmd_home, tmp_path):
         (("run", "q", "-c", "-", "-m", "nosuch"), "error: unknown model 'nosuch'; known:"),
         # review17: a misspelt status said "no runs match"
         (("runs", "--status", "complete"), "--status 'complete' is no run status; one of: runn"),
+        # review17: without a docker engine these said "no docker engine" (exit 1)
+        (("sandbox", "build", "nosuch"), "no sandbox template 'nosuch'"),
+        (("sandbox", "build", "../x"), "invalid sandbox template name '../x'"),
     ],
 )
 def test_bad_usage_exits_2_and_records_nothing(rlmd_home, args, needle):
