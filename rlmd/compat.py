@@ -16,6 +16,9 @@ and meanings follow ``rlms`` 0.1.3; where rlmd differs, it says so here:
   table (:data:`rlmd.models.registry.HOSTED_MODELS`) for the official OpenAI and Anthropic
   APIs, else ``price_input``/``price_output`` (USD per 1M tokens) in ``backend_kwargs``; a
   model with no known price is refused (``ValueError``) instead of counting as $0.
+- ``usage_summary.model_usage_summaries`` is keyed by each model's name (``model_name``), as
+  in the reference; a root and sub-model of one name share an entry. ``by_depth`` is rlmd's.
+- A bad argument is named as you wrote it (``max_budget must be a number >= 0``).
 - Every completion is recorded as a trajectory in rlmd's store (``rlmd show RUN_ID``).
 - API keys passed in ``backend_kwargs`` are used for calls but never stored.
 - ``persistent=True`` keeps one REPL across calls; each call rebinds ``context`` to the new
@@ -202,6 +205,40 @@ def _spec(
     return spec
 
 
+_BUDGET_ARGS = {
+    "max_seconds": "max_timeout",
+    "max_usd": "max_budget",
+    "max_consecutive_errors": "max_errors",
+}
+"""Budget fields whose ``RLM`` argument has another name."""
+
+
+def _budget(**limits: Any) -> Budget:
+    """:class:`Budget` of ``limits``; a ``ValueError`` names the ``RLM`` argument the caller
+    passed (``max_budget``), not the engine's field (``budget max_usd``)."""
+    try:
+        return Budget(**limits)
+    except ValueError as exc:
+        text = str(exc)
+        for field_name in limits:
+            if text.startswith(f"budget {field_name} "):
+                name = _BUDGET_ARGS.get(field_name, field_name)
+                raise ValueError(name + text[len(f"budget {field_name}") :]) from None
+        raise
+
+
+def _paired(backends: list[str], kwargs: list[dict[str, Any]] | None) -> list[dict[str, Any]]:
+    """``other_backend_kwargs``, one dict per backend (``None``: an empty dict each)."""
+    if kwargs is None:
+        return [{}] * len(backends)
+    if len(kwargs) != len(backends):
+        raise ValueError(
+            f"other_backend_kwargs has {len(kwargs)} dict(s) for {len(backends)} "
+            "other_backends: give one per backend"
+        )
+    return kwargs
+
+
 class RLM:
     """A Recursive Language Model with the ``rlms`` constructor (see the module docstring for
     where rlmd differs). Thread-compatible: each instance runs its calls on a private event
@@ -260,13 +297,16 @@ class RLM:
         self.registry = config.load(None).registry()
         root = _spec("root", backend, backend_kwargs, sampling_args)
         self.registry.add(root)
+        # registry name -> the model's own name, which keys the usage (as in the reference)
+        self._model_names = {"root": root.model}
         sub_name = None
         if other_backends:
             for i, (b, kw) in enumerate(
-                zip(other_backends, other_backend_kwargs or [{}] * len(other_backends), strict=True)
+                zip(other_backends, _paired(other_backends, other_backend_kwargs), strict=True)
             ):
                 spec = _spec(f"sub{i}" if i else "sub", b, kw, sub_sampling_args)
                 self.registry.add(spec)
+                self._model_names[spec.name] = spec.model
             sub_name = "sub"
         elif sub_sampling_args:
             self.registry.add(
@@ -274,6 +314,7 @@ class RLM:
                     "sub", backend, backend_kwargs, {**(sampling_args or {}), **sub_sampling_args}
                 )
             )
+            self._model_names["sub"] = root.model
             sub_name = "sub"
         self.root_model_name = root.model
         self.depth = depth
@@ -285,7 +326,7 @@ class RLM:
             sub_model=sub_name,
             sandbox=_ENVIRONMENTS[environment],
             sandbox_options=dict(environment_kwargs or {}),
-            budget=Budget(
+            budget=_budget(
                 max_iterations=max_iterations,
                 max_depth=max(1, max_depth - depth),
                 max_seconds=max_timeout,
@@ -332,12 +373,16 @@ class RLM:
             )
         started = time.perf_counter()
         result = self._call(self._run(prompt, root_prompt))
-        summaries = {
-            name: ModelUsageSummary(
-                t["calls"], t["input_tokens"], t["output_tokens"], t["cost_usd"]
+        summaries: dict[str, ModelUsageSummary] = {}
+        for name, t in result.usage["by_model"].items():
+            model = self._model_names.get(name, name)  # root and sub of one model: one entry
+            was = summaries.get(model) or ModelUsageSummary(0, 0, 0, 0.0)
+            summaries[model] = ModelUsageSummary(
+                was.total_calls + t["calls"],
+                was.total_input_tokens + t["input_tokens"],
+                was.total_output_tokens + t["output_tokens"],
+                was.total_cost + t["cost_usd"],
             )
-            for name, t in result.usage["by_model"].items()
-        }
         return RLMChatCompletion(
             root_model=self.root_model_name,
             prompt=prompt,

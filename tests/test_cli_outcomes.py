@@ -175,7 +175,7 @@ def test_a_nan_budget_is_refused():
 
     with pytest.raises(ValueError, match="max_usd must be a number >= 0"):
         Budget(max_usd=math.nan)
-    with pytest.raises(ValueError, match="max_usd"):
+    with pytest.raises(ValueError, match="max_budget must be a number >= 0"):
         RLM(backend="scripted", backend_kwargs={"model_name": "x.json"}, max_budget=math.nan)
 
 
