@@ -121,3 +121,21 @@ def test_a_read_only_rlmd_home_is_one_line_that_says_so(tmp_path):
         assert code == 2 and "Traceback" not in stderr, (words, stderr)
         assert "Read-only file system" in stderr or "not writable" in stderr, (words, stderr)
         assert "Set RLMD_HOME to a writable folder" in stderr and "Move it aside" not in stderr
+
+
+def test_a_folder_where_the_socket_goes_is_one_line_naming_it(tmp_path):
+    """Review17: a folder at ``run/rlmd.sock`` ended ``rlmd serve`` in an IsADirectoryError
+    traceback; it is one line naming the path and what to do."""
+    import subprocess
+    import sys
+
+    (tmp_path / "run" / "rlmd.sock").mkdir(parents=True)
+    done = subprocess.run(
+        [sys.executable, "-m", "rlmd", "serve"],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        env={**os.environ, "RLMD_HOME": str(tmp_path)},
+    )
+    assert done.returncode == 2 and "Traceback" not in done.stderr, done.stderr
+    assert "Is a directory" in done.stderr and "Move that path aside" in done.stderr

@@ -285,10 +285,12 @@ def _main(argv: list[str] | None) -> int:
     except OSError as exc:  # the run/ or models/ folder of a read-only home: a traceback
         if not (isinstance(exc.filename, str) and paths.in_home(exc.filename)):
             raise
-        err.print(
-            f"[red]error:[/] cannot use the rlmd home folder: {markup(str(exc))}. "
+        fix = (
             "Set RLMD_HOME to a writable folder."
+            if exc.errno in (errno.EROFS, errno.EACCES, errno.EPERM)
+            else "Move that path aside, or set RLMD_HOME to another folder."
         )
+        err.print(f"[red]error:[/] cannot use the rlmd home folder: {markup(str(exc))}. {fix}")
         return 2
     except Exception as exc:  # noqa: BLE001 - only the store's own errors are handled here
         # (rlmd.store.schema is not imported on every start: a StoreError means it was)
