@@ -150,6 +150,9 @@ def test_runs_search_finds_prefixes_and_substrings(rlmd_home, tmp_path):
         # review17: without a docker engine these said "no docker engine" (exit 1)
         (("sandbox", "build", "nosuch"), "no sandbox template 'nosuch'"),
         (("sandbox", "build", "../x"), "invalid sandbox template name '../x'"),
+        # review17: 500 words made one SQL expression too deep: "the store cannot be used.
+        # Move it aside" (of a sound store)
+        (("runs", "--search", " ".join(f"w{i}" for i in range(500))), "the search has 500 words"),
     ],
 )
 def test_bad_usage_exits_2_and_records_nothing(rlmd_home, args, needle):

@@ -687,7 +687,11 @@ def cmd_runs(args: argparse.Namespace) -> int:
     from rlmd.cli.render import runs_table
 
     store = _store()
-    runs = store.list_runs(limit=args.limit, status=args.status, search=args.search)
+    try:
+        runs = store.list_runs(limit=args.limit, status=args.status, search=args.search)
+    except ValueError as exc:  # a search too long to run
+        err.print(f"[red]error:[/] {markup(str(exc))}")
+        return 2
     if args.json:
         print(json.dumps(runs, default=str))
     elif not runs:

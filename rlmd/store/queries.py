@@ -52,6 +52,9 @@ TREE_TOTAL_KEYS = (
     "cost_usd",
 )
 _MAX_AMBIGUOUS_SHOWN = 10
+MAX_SEARCH_WORDS = 100
+"""The most words a run search takes: each adds a term to one SQL expression, and about
+500 made it deeper than SQLite allows, which the CLI reported as a broken store."""
 
 
 def _as_text(row: dict[str, Any]) -> dict[str, Any]:
@@ -175,6 +178,9 @@ class Queries:
                 root run matches when anything in its tree matches.
             workspace: only runs recorded for this project folder.
 
+        Raises:
+            ValueError: ``search`` has more than :data:`MAX_SEARCH_WORDS` words.
+
         Returns:
             Run dicts, each with ``"tree"``: totals over the run and all its descendants
             (``runs``, ``max_depth``, ``iterations``, ``subcalls``, ``input_tokens``,
@@ -197,8 +203,13 @@ class Queries:
         search = stored(search.replace('"', " ")) if search is not None else None
         self.flush()
         if search is not None and search.strip():
+            words = search.split()
+            if len(words) > MAX_SEARCH_WORDS:  # SQLite: "Expression tree is too large"
+                raise ValueError(
+                    f"the search has {len(words)} words; it takes at most {MAX_SEARCH_WORDS}"
+                )
             self.index_text(quiet=True)
-            matched = self._search_matches(search.split(), params)
+            matched = self._search_matches(words, params)
             if root_only:
                 matched = f"SELECT root_run_id FROM runs WHERE id IN ({matched})"
             where.append(f"id IN ({matched})")
