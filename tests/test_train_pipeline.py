@@ -757,6 +757,25 @@ def test_rollout_cli_names_the_flag_that_is_out_of_range(
     assert why in done.stderr and "budget" not in done.stderr, done.stderr
 
 
+def test_a_rollout_whose_run_got_no_model_reply_stops_the_set_unrecorded(
+    rlmd_home: Path, tmp_path: Path
+) -> None:
+    """Review17: with a sandbox that cannot start (``--sandbox container`` and no docker
+    engine) or a model server that does not answer, every rollout failed before any model
+    reply and was recorded with reward 0; the set then resumed past them all as done. The
+    rollouts now stop at the first, which is not recorded, and say why."""
+    boom = tmp_path / "boom.py"
+    boom.write_text("def respond(messages):\n    raise ConnectionError('server down')\n")
+    tasks = write_tasks(tmp_path / "tasks.jsonl")
+    args = ("--tasks", str(tasks), "--model", f"scripted:{boom}:respond", "--set", "s")
+    done = _rlmd_train(rlmd_home, "rollout", *args, "--sandbox", "inprocess")
+    assert done.returncode == 1 and "Traceback" not in done.stderr, done.stderr
+    assert "failed before any model reply" in done.stderr and "server down" in done.stderr
+    assert "set 's' resumes where it stopped" in done.stderr
+    with Store(rlmd_home / "rlmd.db") as store:
+        assert store.rollouts("s") == []
+
+
 def test_rollout_cli_says_an_unknown_model_without_quotes(rlmd_home: Path, tmp_path: Path) -> None:
     """Review17: the registry's ``KeyError`` was printed as its repr, the message in quotes
     (``error: "unknown model 'nope'; known: ..."``), as ``rlmd run`` no longer does."""

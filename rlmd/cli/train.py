@@ -204,8 +204,9 @@ def run(args: argparse.Namespace) -> int:
         return 2
     except RuntimeError as exc:
         from rlmd.train.gguf_lora import ConverterError  # not imported on every rlmd start
+        from rlmd.train.rollout import RolloutError
 
-        if not isinstance(exc, ConverterError):
+        if not isinstance(exc, ConverterError | RolloutError):
             raise
         err.print(f"[red]error:[/] {markup(exc)}")
         return 1
