@@ -348,6 +348,11 @@ class RLM:
         self._sandbox = None
 
     def _call(self, coro):
+        if self._loop.is_closed():  # it said "Event loop is closed" and warned of a coroutine
+            coro.close()
+            raise RuntimeError(
+                "this RLM is closed (close() or its with block ended): make a new one"
+            )
         return asyncio.run_coroutine_threadsafe(coro, self._loop).result()
 
     def completion(
@@ -365,6 +370,7 @@ class RLM:
 
         Raises:
             rlmd.models.base.ModelNotAvailable: the model cannot be used here.
+            RuntimeError: the instance was closed.
         """
         if root_prompt is None:
             text = prompt if isinstance(prompt, str) else ""

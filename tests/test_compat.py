@@ -152,3 +152,18 @@ def test_a_bad_argument_is_named_as_the_caller_wrote_it():
             other_backends=["scripted", "scripted"],
             other_backend_kwargs=[{"model_name": "a"}],
         )
+
+
+def test_a_completion_after_close_says_the_rlm_is_closed():
+    """Review17: it raised "Event loop is closed" and warned of a coroutine never awaited."""
+    import warnings
+
+    import pytest
+
+    rlm = RLM(backend="scripted", backend_kwargs={"model_name": "s", "callable": lambda m: ""})
+    rlm.close()
+    rlm.close()  # twice is fine
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        with pytest.raises(RuntimeError, match="this RLM is closed"):
+            rlm.completion("abc")
