@@ -191,6 +191,18 @@ def test_stdio_that_is_not_a_pipe_is_a_one_line_error(tmp_path):
     assert "stdin is not a pipe" in done.stderr
 
 
+def acp_lines(home, lines: list[dict[str, Any]]) -> subprocess.CompletedProcess[str]:
+    """``rlmd acp --no-start`` fed ``lines`` (one JSON message a line) on stdin, to its end."""
+    return subprocess.run(
+        [sys.executable, "-m", "rlmd", "acp", "--no-start"],
+        env={**os.environ, "RLMD_HOME": str(home), "PYTHONPATH": os.pathsep.join(sys.path)},
+        input="".join(json.dumps(x) + "\n" for x in lines),
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+
+
 def test_a_session_folder_must_be_an_absolute_path(tmp_path):
     """Review15: ``session/new`` with ``cwd: ""`` (or ``"."``) was accepted as the folder
     ``rlmd acp`` was started in; ACP says the cwd is an absolute path."""
@@ -198,17 +210,28 @@ def test_a_session_folder_must_be_an_absolute_path(tmp_path):
     for i, cwd in enumerate(["", ".", "tests", str(tmp_path)], 2):
         params = {"cwd": cwd, "mcpServers": []}
         lines.append({"jsonrpc": "2.0", "id": i, "method": "session/new", "params": params})
-    done = subprocess.run(
-        [sys.executable, "-m", "rlmd", "acp", "--no-start"],
-        env={**os.environ, "RLMD_HOME": str(tmp_path), "PYTHONPATH": os.pathsep.join(sys.path)},
-        input="".join(json.dumps(x) + "\n" for x in lines),
-        capture_output=True,
-        text=True,
-        timeout=60,
-    )
+    done = acp_lines(tmp_path, lines)
     replies = {r["id"]: r for r in map(json.loads, done.stdout.splitlines())}
     for i, cwd in ((2, ""), (3, "."), (4, "tests")):
         assert replies[i]["error"]["data"] == {
             "cwd": f"must be an absolute path (ACP), not {cwd!r}"
         }
     assert replies[5]["result"]["sessionId"]
+
+
+def test_an_unknown_notification_is_one_line_not_a_traceback(tmp_path):
+    """Review17: a notification ``rlmd acp`` does not handle (JSON-RPC answers none) logged
+    the SDK's "method not found" traceback on stderr; it is now named in one line."""
+    lines = [
+        {"jsonrpc": "2.0", "method": "nope", "params": {}},
+        {"jsonrpc": "2.0", "method": "initialize"},
+        {"jsonrpc": "2.0", "id": 7, "method": "initialize", "params": {"protocolVersion": 1}},
+    ]
+    done = acp_lines(tmp_path, lines)
+    assert done.returncode == 0 and "Traceback" not in done.stderr, done.stderr
+    assert [json.loads(x)["id"] for x in done.stdout.splitlines()] == [7]
+    said = done.stderr.strip().splitlines()
+    assert said == [
+        "rlmd acp: line 1 of stdin is a notification of unknown method 'nope'; ignored",
+        "rlmd acp: line 2 of stdin is a notification of unknown method 'initialize'; ignored",
+    ], done.stderr

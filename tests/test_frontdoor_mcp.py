@@ -399,28 +399,3 @@ def test_a_line_that_is_not_a_message_is_answered_and_the_door_goes_on(tmp_path,
     for number, (line, (_, code, why)) in enumerate(zip(lines, BAD_LINES, strict=True), 1):
         assert line.startswith(f"rlmd {door}: line {number} of stdin {why}"), line
         assert f"answered {code}" in line, line
-
-
-def test_an_unknown_notification_is_one_line_not_a_traceback(tmp_path):
-    """Review17: a notification ``rlmd acp`` does not handle (JSON-RPC answers none) logged
-    the SDK's "method not found" traceback on stderr; it is now named in one line."""
-    lines = [
-        {"jsonrpc": "2.0", "method": "nope", "params": {}},
-        {"jsonrpc": "2.0", "method": "initialize"},
-        {"jsonrpc": "2.0", "id": 7, "method": "initialize", "params": INIT["acp"]},
-    ]
-    done = subprocess.run(
-        [sys.executable, "-m", "rlmd", "acp", "--no-start"],
-        env={**os.environ, "RLMD_HOME": str(tmp_path), "PYTHONPATH": os.pathsep.join(sys.path)},
-        input="".join(json.dumps(x) + "\n" for x in lines),
-        capture_output=True,
-        text=True,
-        timeout=60,
-    )
-    assert done.returncode == 0 and "Traceback" not in done.stderr, done.stderr
-    assert [json.loads(x)["id"] for x in done.stdout.splitlines()] == [7]
-    said = done.stderr.strip().splitlines()
-    assert said == [
-        "rlmd acp: line 1 of stdin is a notification of unknown method 'nope'; ignored",
-        "rlmd acp: line 2 of stdin is a notification of unknown method 'initialize'; ignored",
-    ], done.stderr
