@@ -314,8 +314,8 @@ def test_store_and_file_errors_are_messages_not_tracebacks(rlmd_home, tmp_path, 
     rlmd("run", "q", "--context", str(codebase), "--model", f"scripted:{script}", home=rlmd_home)
     proc = rlmd("runs", "--search", '"', home=rlmd_home)
     assert proc.returncode == 0 and "Traceback" not in proc.stderr
-    proc = rlmd("runs", "--status", "bogus", home=rlmd_home)
-    assert "no runs match" in proc.stderr
+    proc = rlmd("runs", "--status", "bogus", home=rlmd_home)  # review17: names the statuses
+    assert proc.returncode == 2 and "--status 'bogus' is no run status" in proc.stderr
     proc = rlmd(
         "export", "last", "--output", str(tmp_path / "no" / "such" / "dir.json"), home=rlmd_home
     )
