@@ -179,7 +179,8 @@ class Queries:
             workspace: only runs recorded for this project folder.
 
         Raises:
-            ValueError: ``search`` has more than :data:`MAX_SEARCH_WORDS` words.
+            ValueError: ``search`` has more than :data:`MAX_SEARCH_WORDS` words, or only
+                double quotes.
 
         Returns:
             Run dicts, each with ``"tree"``: totals over the run and all its descendants
@@ -200,6 +201,9 @@ class Queries:
             params["workspace"] = stored(str(workspace))
         # Double quotes cannot be escaped inside an FTS5 term: search for the words around them.
         # A lone surrogate is looked for as it is stored (its escape): SQLite takes no other.
+        if search is not None and search.strip() and not search.replace('"', " ").strip():
+            # only quotes: nothing was left to look for and every run was listed (review17)
+            raise ValueError("the search holds no word to look for (double quotes are left out)")
         search = stored(search.replace('"', " ")) if search is not None else None
         self.flush()
         if search is not None and search.strip():
