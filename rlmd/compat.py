@@ -16,10 +16,24 @@ and meanings follow ``rlms`` 0.1.3; where rlmd differs, it says so here:
   table (:data:`rlmd.models.registry.HOSTED_MODELS`) for the official OpenAI and Anthropic
   APIs, else ``price_input``/``price_output`` (USD per 1M tokens) in ``backend_kwargs``; a
   model with no known price is refused (``ValueError``) instead of counting as $0.
+- ``usage_summary.model_usage_summaries`` is keyed by each model's name (``model_name``), as
+  in the reference; a root and sub-model of one name share an entry. ``by_depth`` is rlmd's.
+- A bad argument is named as you wrote it (``max_budget must be a number >= 0``).
 - Every completion is recorded as a trajectory in rlmd's store (``rlmd show RUN_ID``).
 - API keys passed in ``backend_kwargs`` are used for calls but never stored.
 - ``persistent=True`` keeps one REPL across calls; each call rebinds ``context`` to the new
   prompt (the reference keeps ``context_0``, ``context_1``...) and your variables persist.
+- ``on_subcall_start(depth, model, prompt_preview)`` / ``on_subcall_complete(depth, model,
+  duration_s, error_or_none)`` fire around each child run (``rlm_query``), as in the
+  reference; ``on_iteration_start(depth, iteration)`` / ``on_iteration_complete(depth,
+  iteration, duration_s)`` fire around each root-model turn of every run (``iteration``
+  from 1; the reference 0.1.3 takes them but never calls them). A callback that raises
+  is ignored, as there. They run on the instance's event-loop thread.
+- ``logger`` (an ``RLMLogger``), ``orchestrator`` and ``user_prologue`` are taken and
+  ignored with a ``UserWarning`` (rlmd's store records every run; its system prompt is its
+  own). Other environments of the reference (``docker``, ``modal``, ``e2b``...) are refused
+  with ``ValueError``: rlmd's own sandboxes take other options (``rlmd run --sandbox``).
+  A keyword the reference does not have either is a ``TypeError``, as a typo is there.
 """
 
 from __future__ import annotations
@@ -27,12 +41,15 @@ from __future__ import annotations
 import asyncio
 import threading
 import time
+import warnings
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
 from rlmd import config
 from rlmd.context import load_context
 from rlmd.engine import Budget, RunConfig, prepare_sandbox, run_task
+from rlmd.engine.events import Event, IterationStarted, RunFinished, RunStarted
 from rlmd.models.base import ModelSpec
 from rlmd.models.registry import HOSTED_MODELS
 from rlmd.sandbox import DEFAULT_BACKEND
@@ -46,6 +63,56 @@ _PROVIDERS = {
     "scripted": ("scripted", None),
 }
 _ENVIRONMENTS = {"local": DEFAULT_BACKEND, "subprocess": "subprocess", "inprocess": "inprocess"}
+_IGNORED = {
+    "logger": "rlmd records every completion in its store (rlmd show RUN_ID)",
+    "orchestrator": "rlmd's system prompt is its own",
+    "user_prologue": "rlmd's system prompt is its own",
+}
+"""Keywords of the reference ``RLM`` that rlmd takes and ignores (with a warning), and why."""
+
+
+class _Callbacks:
+    """The reference's progress callbacks, fed from rlmd's run events (an event sink).
+    A callback that raises is ignored, as the reference ignores it."""
+
+    def __init__(self, callbacks: dict[str, Callable[..., Any] | None]) -> None:
+        self._on = {name: fn for name, fn in callbacks.items() if fn is not None}
+        self._runs: dict[str, tuple[float, str]] = {}  # child run id -> (started, model)
+        self._turns: dict[str, tuple[int, float]] = {}  # run id -> (iteration, started)
+
+    def __bool__(self) -> bool:
+        return bool(self._on)
+
+    def _fire(self, name: str, *args: Any) -> None:
+        fn = self._on.get(name)
+        if fn is not None:
+            try:
+                fn(*args)
+            except Exception:  # noqa: BLE001 - the reference's rule: never break the run
+                pass
+
+    def _turn_ended(self, event: Event) -> None:
+        turn = self._turns.pop(event.run_id, None)
+        if turn is not None:
+            self._fire("on_iteration_complete", event.depth, turn[0], event.ts - turn[1])
+
+    def __call__(self, event: Event) -> None:
+        if isinstance(event, IterationStarted):
+            self._turn_ended(event)
+            self._turns[event.run_id] = (event.index + 1, event.ts)
+            self._fire("on_iteration_start", event.depth, event.index + 1)
+        elif isinstance(event, RunStarted) and event.depth > 0:
+            model = str(((event.models or {}).get("root") or {}).get("model", ""))
+            self._runs[event.run_id] = (event.ts, model)
+            self._fire("on_subcall_start", event.depth, model, event.question[:80])
+        elif isinstance(event, RunFinished):
+            self._turn_ended(event)
+            started = self._runs.pop(event.run_id, None)
+            if started is not None:
+                error = None if event.status == "completed" else (event.error or event.status)
+                self._fire(
+                    "on_subcall_complete", event.depth, started[1], event.ts - started[0], error
+                )
 
 
 @dataclass
@@ -138,6 +205,40 @@ def _spec(
     return spec
 
 
+_BUDGET_ARGS = {
+    "max_seconds": "max_timeout",
+    "max_usd": "max_budget",
+    "max_consecutive_errors": "max_errors",
+}
+"""Budget fields whose ``RLM`` argument has another name."""
+
+
+def _budget(**limits: Any) -> Budget:
+    """:class:`Budget` of ``limits``; a ``ValueError`` names the ``RLM`` argument the caller
+    passed (``max_budget``), not the engine's field (``budget max_usd``)."""
+    try:
+        return Budget(**limits)
+    except ValueError as exc:
+        text = str(exc)
+        for field_name in limits:
+            if text.startswith(f"budget {field_name} "):
+                name = _BUDGET_ARGS.get(field_name, field_name)
+                raise ValueError(name + text[len(f"budget {field_name}") :]) from None
+        raise
+
+
+def _paired(backends: list[str], kwargs: list[dict[str, Any]] | None) -> list[dict[str, Any]]:
+    """``other_backend_kwargs``, one dict per backend (``None``: an empty dict each)."""
+    if kwargs is None:
+        return [{}] * len(backends)
+    if len(kwargs) != len(backends):
+        raise ValueError(
+            f"other_backend_kwargs has {len(kwargs)} dict(s) for {len(backends)} "
+            "other_backends: give one per backend"
+        )
+    return kwargs
+
+
 class RLM:
     """A Recursive Language Model with the ``rlms`` constructor (see the module docstring for
     where rlmd differs). Thread-compatible: each instance runs its calls on a private event
@@ -170,8 +271,25 @@ class RLM:
         sampling_args: dict[str, Any] | None = None,
         sub_sampling_args: dict[str, Any] | None = None,
         record: bool = True,
-        **_ignored: Any,
+        on_subcall_start: Callable[[int, str, str], None] | None = None,
+        on_subcall_complete: Callable[[int, str, float, str | None], None] | None = None,
+        on_iteration_start: Callable[[int, int], None] | None = None,
+        on_iteration_complete: Callable[[int, int, float], None] | None = None,
+        orchestrator: bool = True,
+        user_prologue: str | None = None,
     ) -> None:
+        given = {"logger": logger, "orchestrator": not orchestrator, "user_prologue": user_prologue}
+        for name, why in _IGNORED.items():
+            if given[name]:
+                warnings.warn(f"RLM({name}=...) is ignored: {why}", UserWarning, stacklevel=2)
+        self._callbacks = _Callbacks(
+            {
+                "on_subcall_start": on_subcall_start,
+                "on_subcall_complete": on_subcall_complete,
+                "on_iteration_start": on_iteration_start,
+                "on_iteration_complete": on_iteration_complete,
+            }
+        )
         if environment not in _ENVIRONMENTS:
             raise ValueError(
                 f"unknown environment {environment!r}; rlmd supports {sorted(_ENVIRONMENTS)}"
@@ -179,13 +297,16 @@ class RLM:
         self.registry = config.load(None).registry()
         root = _spec("root", backend, backend_kwargs, sampling_args)
         self.registry.add(root)
+        # registry name -> the model's own name, which keys the usage (as in the reference)
+        self._model_names = {"root": root.model}
         sub_name = None
         if other_backends:
             for i, (b, kw) in enumerate(
-                zip(other_backends, other_backend_kwargs or [{}] * len(other_backends), strict=True)
+                zip(other_backends, _paired(other_backends, other_backend_kwargs), strict=True)
             ):
                 spec = _spec(f"sub{i}" if i else "sub", b, kw, sub_sampling_args)
                 self.registry.add(spec)
+                self._model_names[spec.name] = spec.model
             sub_name = "sub"
         elif sub_sampling_args:
             self.registry.add(
@@ -193,6 +314,7 @@ class RLM:
                     "sub", backend, backend_kwargs, {**(sampling_args or {}), **sub_sampling_args}
                 )
             )
+            self._model_names["sub"] = root.model
             sub_name = "sub"
         self.root_model_name = root.model
         self.depth = depth
@@ -204,7 +326,7 @@ class RLM:
             sub_model=sub_name,
             sandbox=_ENVIRONMENTS[environment],
             sandbox_options=dict(environment_kwargs or {}),
-            budget=Budget(
+            budget=_budget(
                 max_iterations=max_iterations,
                 max_depth=max(1, max_depth - depth),
                 max_seconds=max_timeout,
@@ -226,6 +348,11 @@ class RLM:
         self._sandbox = None
 
     def _call(self, coro):
+        if self._loop.is_closed():  # it said "Event loop is closed" and warned of a coroutine
+            coro.close()
+            raise RuntimeError(
+                "this RLM is closed (close() or its with block ended): make a new one"
+            )
         return asyncio.run_coroutine_threadsafe(coro, self._loop).result()
 
     def completion(
@@ -243,6 +370,7 @@ class RLM:
 
         Raises:
             rlmd.models.base.ModelNotAvailable: the model cannot be used here.
+            RuntimeError: the instance was closed.
         """
         if root_prompt is None:
             text = prompt if isinstance(prompt, str) else ""
@@ -251,12 +379,16 @@ class RLM:
             )
         started = time.perf_counter()
         result = self._call(self._run(prompt, root_prompt))
-        summaries = {
-            name: ModelUsageSummary(
-                t["calls"], t["input_tokens"], t["output_tokens"], t["cost_usd"]
+        summaries: dict[str, ModelUsageSummary] = {}
+        for name, t in result.usage["by_model"].items():
+            model = self._model_names.get(name, name)  # root and sub of one model: one entry
+            was = summaries.get(model) or ModelUsageSummary(0, 0, 0, 0.0)
+            summaries[model] = ModelUsageSummary(
+                was.total_calls + t["calls"],
+                was.total_input_tokens + t["input_tokens"],
+                was.total_output_tokens + t["output_tokens"],
+                was.total_cost + t["cost_usd"],
             )
-            for name, t in result.usage["by_model"].items()
-        }
         return RLMChatCompletion(
             root_model=self.root_model_name,
             prompt=prompt,
@@ -280,6 +412,8 @@ class RLM:
 
             store = Store(paths.store_path())
             sinks.append(store.record_batched)
+        if self._callbacks:
+            sinks.append(self._callbacks)
         if self.verbose:
             from rlmd.cli.progress import ProgressPrinter
 

@@ -312,10 +312,11 @@ def test_nonsense_arguments_are_refused_before_anything_runs(rlmd_home, args, ne
 
 def test_store_and_file_errors_are_messages_not_tracebacks(rlmd_home, tmp_path, script, codebase):
     rlmd("run", "q", "--context", str(codebase), "--model", f"scripted:{script}", home=rlmd_home)
-    proc = rlmd("runs", "--search", '"', home=rlmd_home)
-    assert proc.returncode == 0 and "Traceback" not in proc.stderr
-    proc = rlmd("runs", "--status", "bogus", home=rlmd_home)
-    assert "no runs match" in proc.stderr
+    proc = rlmd("runs", "--search", '"', home=rlmd_home)  # review17: it listed every run
+    assert proc.returncode == 2 and "Traceback" not in proc.stderr
+    assert "the search holds no word to look for" in proc.stderr
+    proc = rlmd("runs", "--status", "bogus", home=rlmd_home)  # review17: names the statuses
+    assert proc.returncode == 2 and "--status 'bogus' is no run status" in proc.stderr
     proc = rlmd(
         "export", "last", "--output", str(tmp_path / "no" / "such" / "dir.json"), home=rlmd_home
     )
@@ -794,6 +795,22 @@ def test_a_folder_with_no_text_file_is_named_in_a_warning(rlmd_home, tmp_path):
     proc = rlmd("run", "q", "--context", str(tmp_path / "blobs"), "--model",
                 f"scripted:{script}", "--max-iterations", "1", "--quiet", home=rlmd_home)  # fmt: skip
     assert "warning" not in proc.stderr
+
+
+def test_files_left_out_of_a_codebase_are_counted_on_the_first_line(rlmd_home, tmp_path):
+    """Review17: a Latin-1 file (``caf\\xe9``) is not UTF-8, so it is skipped as binary; a
+    legacy codebase lost such files without a word (the line said only "1 files")."""
+    folder = tmp_path / "legacy"
+    folder.mkdir()
+    (folder / "ok.py").write_text("x = 1\n")
+    (folder / "latin.py").write_bytes(b"s = 'caf\xe9'\n")
+    (folder / ".gitignore").write_text("skip.py\n")
+    (folder / "skip.py").write_text("y = 2\n")
+    script = tmp_path / "s.json"
+    script.write_text(json.dumps({"default": "```repl\nFINAL('none')\n```"}))
+    proc = rlmd("run", "q", "--context", str(folder), "--model", f"scripted:{script}",
+                "--max-iterations", "1", home=rlmd_home)  # fmt: skip
+    assert "· 2 files (skipped: 1 binary or not UTF-8)\n" in proc.stderr, proc.stderr
 
 
 def test_a_context_link_that_leads_nowhere_is_named_as_a_link(rlmd_home, tmp_path):

@@ -145,6 +145,14 @@ def test_runs_search_finds_prefixes_and_substrings(rlmd_home, tmp_path):
         (("run", "q", "-c", "-", "--template", "nosuch"), "no sandbox template 'nosuch'"),
         # a KeyError's message, not its repr in quotes
         (("run", "q", "-c", "-", "-m", "nosuch"), "error: unknown model 'nosuch'; known:"),
+        # review17: a misspelt status said "no runs match"
+        (("runs", "--status", "complete"), "--status 'complete' is no run status; one of: runn"),
+        # review17: without a docker engine these said "no docker engine" (exit 1)
+        (("sandbox", "build", "nosuch"), "no sandbox template 'nosuch'"),
+        (("sandbox", "build", "../x"), "invalid sandbox template name '../x'"),
+        # review17: 500 words made one SQL expression too deep: "the store cannot be used.
+        # Move it aside" (of a sound store)
+        (("runs", "--search", " ".join(f"w{i}" for i in range(500))), "the search has 500 words"),
     ],
 )
 def test_bad_usage_exits_2_and_records_nothing(rlmd_home, args, needle):
@@ -170,7 +178,7 @@ def test_a_nan_budget_is_refused():
 
     with pytest.raises(ValueError, match="max_usd must be a number >= 0"):
         Budget(max_usd=math.nan)
-    with pytest.raises(ValueError, match="max_usd"):
+    with pytest.raises(ValueError, match="max_budget must be a number >= 0"):
         RLM(backend="scripted", backend_kwargs={"model_name": "x.json"}, max_budget=math.nan)
 
 
@@ -220,3 +228,25 @@ def test_stdin_past_the_context_limit_is_refused_not_read_to_the_end(monkeypatch
     monkeypatch.setattr("sys.stdin", io.TextIOWrapper(io.BytesIO(data)))
     text = cli._read_context("-")
     assert text.startswith("café \ufffdx") and len(text) == 3 * 2**20 - 1
+
+
+@pytest.mark.skipif(not os.path.exists("/dev/full"), reason="needs /dev/full")
+def test_stdout_on_a_full_disk_is_one_line_not_a_traceback(rlmd_home, tmp_path):
+    """Review17: ``rlmd export last > big.json`` on a full disk (here ``/dev/full``) ended
+    in an OSError traceback from the write; ``show``, ``runs`` and ``run`` likewise."""
+
+    model = script(tmp_path, ["```repl\nFINAL(context)\n```"])
+    assert rlmd("run", "q", "-c", "-", "-m", model, home=rlmd_home, input="x").returncode == 0
+    env = {**os.environ, "RLMD_HOME": str(rlmd_home)}
+    for args in (["export", "last"], ["show", "last"], ["runs", "--json"]):
+        with open("/dev/full", "w") as full:
+            done = subprocess.run(
+                [sys.executable, "-m", "rlmd", *args],
+                stdout=full,
+                stderr=subprocess.PIPE,
+                text=True,
+                env=env,
+                timeout=120,
+            )
+        assert done.returncode == 1 and "Traceback" not in done.stderr, done.stderr
+        assert done.stderr.strip() == "error: cannot write the output: No space left on device"

@@ -19,6 +19,7 @@ from rlmd.cli.render import (
     short_ids,
     short_time,
 )
+from rlmd.cli.term import visible_all
 from rlmd.store import Store
 
 
@@ -130,6 +131,40 @@ def test_show_and_runs_on_a_store_whose_numbers_were_edited(tmp_path: Path) -> N
     assert "?1000000000000000.0" in listed.stdout and "zebras" in listed.stdout
 
 
+def test_a_stored_value_that_is_bytes_is_shown_and_exported_as_text(tmp_path: Path) -> None:
+    """Review17: a value SQLite holds as a BLOB (another tool wrote bytes, invalid UTF-8,
+    into a text column) ended ``rlmd export`` in a traceback ("Object of type bytes is not
+    JSON serializable") and ``rlmd runs``/``show`` drew its repr (``b'q\\xff'``). Bytes are
+    read as UTF-8, an undecodable byte as its escape (``\\xff``), as a JSON column too."""
+    import json
+    import sqlite3
+
+    from helpers.cli import rlmd
+
+    with Store(tmp_path / "rlmd.db") as store:
+        ids = record_three_depths(store)
+    db = sqlite3.connect(tmp_path / "rlmd.db")
+    with db:
+        db.execute(
+            "UPDATE runs SET question = ?, answer = ?, usage = ? WHERE id = ?",
+            (b"zebras \xff?", b"ans\xfe", b'{"total": {"calls": 3}}', ids["root"]),
+        )
+        db.execute("UPDATE nodes SET stdout = ?, data = ?", (b"out \xff", b'{"x": 1}'))
+    db.close()
+    for fmt in ("json", "jsonl"):
+        done = rlmd("export", ids["root"], "--format", fmt, home=tmp_path)
+        assert done.returncode == 0 and "Traceback" not in done.stderr, done.stderr
+        assert "zebras \\\\xff?" in done.stdout and "out \\\\xff" in done.stdout
+        if fmt == "json":
+            run = json.loads(done.stdout)["run"]
+            assert run["answer"] == "ans\\xfe" and run["usage"] == {"total": {"calls": 3}}
+    shown = rlmd("show", ids["root"], home=tmp_path)
+    assert shown.returncode == 0 and "zebras \\xff?" in shown.stdout, shown.stderr
+    assert "b'" not in shown.stdout
+    listed = rlmd("runs", home=tmp_path)
+    assert listed.returncode == 0 and "zebras \\xff?" in listed.stdout, listed.stderr
+
+
 def test_show_and_export_of_a_run_id_with_a_byte_that_is_not_utf8(tmp_path: Path) -> None:
     """argv's undecodable bytes arrive as lone surrogates; `rlmd show` printed the codec's
     message ("surrogates not allowed") instead of saying there is no such run."""
@@ -174,3 +209,56 @@ def test_a_huge_answer_is_shown_in_part_and_long_values_wrap_under_their_column(
     assert all(line[2:11].strip() in ("budget", "") for line in wrapped), wrapped
     short = text_of(run_summary({**run, "answer": "42"}))
     assert "answer   42  (extraction)" in short and "more characters" not in short
+
+
+def _chain_of_child_runs(home: Path, depth: int) -> str:
+    """A store whose root run has a chain of ``depth`` child runs, each the parent of the
+    next (as ``rlmd run --max-depth`` that high with a model that always recurses makes)."""
+    import sqlite3
+
+    with Store(home / "rlmd.db") as store:
+        root = record_three_depths(store)["root"]
+    db = sqlite3.connect(home / "rlmd.db")
+    with db:
+        parent = root
+        for i in range(depth):
+            db.execute(
+                "INSERT INTO runs (id, root_run_id, parent_run_id, depth, question, status,"
+                " started_at) VALUES (?, ?, ?, ?, ?, 'completed', ?)",
+                (f"chain{i:06d}", root, parent, i + 1, f"level {i + 1}", 1.7e9 + i),
+            )
+            parent = f"chain{i:06d}"
+    db.close()
+    return root
+
+
+def test_a_run_tree_hundreds_deep_is_shown_or_said_to_be_too_deep(tmp_path: Path) -> None:
+    """Review17: ``rlmd show`` of a run with 150 nested child runs (a real ``rlmd run
+    --max-depth 150`` whose model always recursed) ended in a RecursionError traceback;
+    now it is drawn, and a tree too deep to draw or to nest in JSON is one line that names
+    the flat export instead."""
+    from helpers.cli import rlmd
+
+    assert visible_all(json_nest := _nested(3000))["a"] is not json_nest["a"]
+    root = _chain_of_child_runs(tmp_path, 300)
+    shown = rlmd("show", root, home=tmp_path)
+    assert shown.returncode == 0 and "Traceback" not in shown.stderr, shown.stderr[-500:]
+    assert "level 1\n" in shown.stdout and shown.stdout.count("↳ child run") >= 40  # then cut
+    deep = tmp_path / "deep"
+    deep.mkdir()
+    root = _chain_of_child_runs(deep, 3000)
+    for args in (("show", root), ("export", root)):
+        done = rlmd(*args, home=deep)
+        assert done.returncode == 1 and "Traceback" not in done.stderr, done.stderr[-500:]
+        assert f"rlmd export {root} --format jsonl writes it flat" in done.stderr
+    flat = rlmd("export", root, "--format", "jsonl", home=deep)
+    assert flat.returncode == 0 and flat.stdout.count('"type": "run"') == 3003
+
+
+def _nested(depth: int) -> dict:
+    top: dict = {}
+    inner = top
+    for _ in range(depth):
+        inner["a"] = [{}]
+        inner = inner["a"][0]
+    return top

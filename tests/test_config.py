@@ -659,3 +659,28 @@ def test_a_model_name_no_command_line_could_give_is_refused(rlmd_home: Path, nam
     write(rlmd_home / "config.toml", f'[models."{name}"]\nprovider = "openai"\nmodel = "x"\n')
     with pytest.raises(ValueError, match=r"a model's name must be printable text"):
         config.load()
+
+
+def _toml_blocks(doc: str) -> list[str]:
+    import re
+
+    text = (Path(__file__).parent.parent / doc).read_text(encoding="utf-8")
+    return re.findall(r"^```toml\n(.*?)^```", text, re.M | re.S)
+
+
+@pytest.mark.parametrize(
+    ("doc", "where"),
+    [("README.md", "user"), ("docs/protocol.md", "project"), ("docs/cluster.md", "user")],
+)
+def test_the_docs_toml_examples_load_where_they_say(rlmd_home, tmp_path, doc, where):
+    """Review17: docs/protocol.md's project config example (``.rlmd.toml``) set
+    ``[workspace.sandbox_options] timeout_s``, which rlmd refuses in a project's file; a
+    user who copied it got "a project config may not set sandbox_options.timeout_s"."""
+    blocks = _toml_blocks(doc)
+    assert blocks, doc
+    for block in blocks:
+        if where == "user":
+            write(rlmd_home / "config.toml", block)
+            config.load(None)
+        else:
+            config.load(write_project(tmp_path, block))

@@ -349,34 +349,42 @@ def test_a_bad_budget_stops_the_door_at_startup(tmp_path, args, message):
 
 
 INIT = {
-    "jsonrpc": "2.0",
-    "id": 7,
-    "method": "initialize",
-    "params": {
+    "mcp": {
         "protocolVersion": "2025-06-18",
         "capabilities": {},
         "clientInfo": {"name": "t", "version": "1"},
     },
+    "acp": {"protocolVersion": 1},
 }
+"""Each door's ``initialize`` params, and where its reply names the program."""
+INFO = {"mcp": "serverInfo", "acp": "agentInfo"}
+WORKSPACE = {"mcp": lambda folder: ["--workspace", str(folder)], "acp": lambda folder: []}
 BAD_LINES = [
-    (b"not json", -32700, "line 1 of stdin is not JSON (Expecting value"),
-    (b"\xff\xfe{", -32700, "line 2 of stdin is not UTF-8 (byte 0xff at 0)"),
-    (b"42", -32600, "line 3 of stdin is JSON int, not a JSON-RPC message object"),
-    (b"null", -32600, "line 4 of stdin is JSON null"),
-    (b'{"foo": 1}', -32600, "line 5 of stdin is not a JSON-RPC message"),
+    (b"not json", -32700, "is not JSON (Expecting value"),
+    (b"\xff\xfe{", -32700, "is not UTF-8 (byte 0xff at 0)"),
+    (b"42", -32600, "is JSON int, not a JSON-RPC message object"),
+    (b"[1, 2]", -32600, "is JSON list"),
+    (b"null", -32600, "is JSON null"),
+    (b'{"foo": 1}', -32600, 'is not a JSON-RPC message (no "jsonrpc": "2.0")'),
+    (b'{"jsonrpc": "2.0"}', -32600, 'is not a JSON-RPC message (neither "method" nor "id")'),
+    (b'{"jsonrpc": "2.0", "id": 1, "method": 5}', -32600, 'is not a JSON-RPC message ("method'),
+    (b'{"jsonrpc": "2.0", "id": 1}', -32600, "is not a JSON-RPC message (a response with"),
 ]
 
 
-def test_a_line_that_is_not_a_message_is_answered_and_the_server_goes_on(tmp_path):
-    """Review15 left: the mcp SDK's stdio transport dropped a line it could not read without
-    a word (no reply, nothing on stderr), so a client waited for an answer that never came.
-    Each is now answered with the JSON-RPC error (``id`` null), named in one stderr line,
-    and skipped, as ``rlmd acp`` does."""
-    stdin = b"".join(line + b"\n" for line, _, _ in BAD_LINES) + json.dumps(INIT).encode() + b"\n"
+@pytest.mark.parametrize("door", ["mcp", "acp"])
+def test_a_line_that_is_not_a_message_is_answered_and_the_door_goes_on(tmp_path, door):
+    """Review14/15 left: a line ``rlmd acp`` or ``rlmd mcp`` could not read was dropped
+    without a word, logged a traceback, or stopped the door (``42``, ``null``); review17:
+    ``rlmd acp`` still dropped an object that is no JSON-RPC message (``{"foo": 1}``)
+    silently. Both doors check a line with one reader: each bad line is answered with the
+    JSON-RPC error (``id`` null), named in one stderr line, and skipped."""
+    init = {"jsonrpc": "2.0", "id": 7, "method": "initialize", "params": INIT[door]}
+    stdin = b"".join(line + b"\n" for line, _, _ in BAD_LINES) + json.dumps(init).encode()
     done = subprocess.run(
-        [sys.executable, "-m", "rlmd", "mcp", "--no-start", "--workspace", str(tmp_path)],
+        [sys.executable, "-m", "rlmd", door, "--no-start", *WORKSPACE[door](tmp_path)],
         env={**os.environ, "RLMD_HOME": str(tmp_path), "PYTHONPATH": os.pathsep.join(sys.path)},
-        input=stdin,
+        input=stdin + b"\n",
         capture_output=True,
         timeout=60,
     )
@@ -385,8 +393,9 @@ def test_a_line_that_is_not_a_message_is_answered_and_the_server_goes_on(tmp_pat
     replies = [json.loads(x) for x in done.stdout.decode().splitlines()]
     assert [r.get("error", {}).get("code") for r in replies[:-1]] == [c for _, c, _ in BAD_LINES]
     assert all(r["id"] is None for r in replies[:-1])
-    assert replies[-1]["id"] == 7 and replies[-1]["result"]["serverInfo"]["name"] == "rlmd"
+    assert replies[-1]["id"] == 7 and replies[-1]["result"][INFO[door]]["name"] == "rlmd"
     lines = err.strip().splitlines()
     assert len(lines) == len(BAD_LINES), err
-    for line, (_, code, why) in zip(lines, BAD_LINES, strict=True):
-        assert line.startswith("rlmd mcp: " + why) and f"answered {code}" in line, line
+    for number, (line, (_, code, why)) in enumerate(zip(lines, BAD_LINES, strict=True), 1):
+        assert line.startswith(f"rlmd {door}: line {number} of stdin {why}"), line
+        assert f"answered {code}" in line, line

@@ -70,3 +70,72 @@ def test_commands_refuse_a_socket_folder_of_another_user_with_a_message(long_hom
         assert proc.returncode == 2, proc.stderr
         assert "another user" in proc.stderr and "Traceback" not in proc.stderr
     assert os.lstat(long_home).st_uid == 65534
+
+
+def _read_only(folder, *commands: list[str]):
+    """Run each rlmd command with ``folder`` mounted read-only (a private mount namespace);
+    the finished processes, or a skip where no namespace can be made here."""
+    import shlex
+    import subprocess
+    import sys
+
+    where = shlex.quote(str(folder))
+    lines = [f"mount --bind {where} {where} && mount -o remount,bind,ro {where} || exit 97"]
+    for i, words in enumerate(commands):
+        argv = shlex.join([sys.executable, "-m", "rlmd", *words])
+        lines.append(
+            f"{argv} </dev/null >{folder}.out{i} 2>{folder}.err{i}; echo $? >{folder}.rc{i}"
+        )
+    done = subprocess.run(
+        ["unshare", "-m", "sh", "-c", "\n".join(lines)],
+        capture_output=True,
+        text=True,
+        timeout=300,
+        env={**os.environ, "RLMD_HOME": str(folder / "home"), "COLUMNS": "200"},
+    )
+    if done.returncode != 0:
+        pytest.skip(f"no read-only mount here: {done.stderr.strip()}")
+    read = lambda suffix, i: open(f"{folder}.{suffix}{i}").read()  # noqa: E731
+    return [(int(read("rc", i)), read("err", i)) for i in range(len(commands))]
+
+
+@pytest.mark.skipif(os.getuid() != 0, reason="a mount namespace with mount needs root")
+def test_a_read_only_rlmd_home_is_one_line_that_says_so(tmp_path):
+    """Review17: with the rlmd home on a read-only file system, ``rlmd serve``, ``attach``,
+    ``doctor`` and ``models`` ended in an OSError traceback (making ``run/`` or
+    ``models/``), and ``rlmd runs`` said to move the store aside "and rlmd starts a new
+    one", which a read-only folder cannot do. Each now says the folder cannot be written."""
+    from rlmd.store import Store
+
+    folder = tmp_path / "ro"
+    (folder / "home").mkdir(parents=True)
+    Store(folder / "home" / "rlmd.db").close()
+    commands = [
+        ["serve"],
+        ["attach", "--stdio", "--no-start"],
+        ["doctor", "--no-sandboxes"],
+        ["models"],
+        ["runs"],
+    ]
+    for words, (code, stderr) in zip(commands, _read_only(folder, *commands), strict=True):
+        assert code == 2 and "Traceback" not in stderr, (words, stderr)
+        assert "Read-only file system" in stderr or "not writable" in stderr, (words, stderr)
+        assert "Set RLMD_HOME to a writable folder" in stderr and "Move it aside" not in stderr
+
+
+def test_a_folder_where_the_socket_goes_is_one_line_naming_it(tmp_path):
+    """Review17: a folder at ``run/rlmd.sock`` ended ``rlmd serve`` in an IsADirectoryError
+    traceback; it is one line naming the path and what to do."""
+    import subprocess
+    import sys
+
+    (tmp_path / "run" / "rlmd.sock").mkdir(parents=True)
+    done = subprocess.run(
+        [sys.executable, "-m", "rlmd", "serve"],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        env={**os.environ, "RLMD_HOME": str(tmp_path)},
+    )
+    assert done.returncode == 2 and "Traceback" not in done.stderr, done.stderr
+    assert "Is a directory" in done.stderr and "Move that path aside" in done.stderr

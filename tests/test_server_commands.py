@@ -359,6 +359,11 @@ async def test_runs_list_paging_and_filters(daemon, tmp_path):
             "rlmd.runs.list", {"status": ["failed", "cancelled"], "workspace": str(project)}
         )
         assert st["runs"] == []
+        # review17: 500 one-letter words (999 characters, under the field's limit) made an
+        # SQL expression deeper than SQLite allows; now INVALID_PARAMS naming the field
+        with pytest.raises(RpcError) as err:
+            await c.command("rlmd.runs.list", {"search": " ".join("a" * 500)})
+        assert err.value.code == -32602 and "the search has 500 words" in str(err.value)
     finally:
         await c.close()
 

@@ -728,13 +728,61 @@ def test_rollout_options_out_of_range_are_refused_before_any_run(
         assert model.seen == [] and store.rollouts() == []
 
 
-def test_rollout_cli_refuses_zero_samples(rlmd_home: Path, tmp_path: Path) -> None:
+@pytest.mark.parametrize(
+    ("flag", "value", "why"),
+    [
+        ("--samples", "0", "--samples must be >= 1, got 0"),
+        ("--parallel", "0", "--parallel must be >= 1, got 0"),
+        ("--max-iterations", "0", "--max-iterations must be >= 1, got 0"),
+        ("--max-depth", "0", "--max-depth must be >= 1, got 0"),
+        ("--min-subcalls", "-1", "--min-subcalls must be >= 0, got -1"),
+        ("--max-seconds", "0", "--max-seconds must be a number of seconds > 0, got 0.0"),
+        ("--max-seconds", "nan", "--max-seconds must be a number of seconds > 0, got nan"),
+        ("--temperature", "-1", "--temperature must be a finite number >= 0, got -1.0"),
+        ("--error-penalty", "inf", "--error-penalty must be a finite number >= 0, got inf"),
+        ("--repair-share", "2", "--repair-share must be from 0 to 1, got 2.0"),
+        ("--literal-share", "nan", "--literal-share must be from 0 to 1, got nan"),
+    ],
+)
+def test_rollout_cli_names_the_flag_that_is_out_of_range(
+    rlmd_home: Path, tmp_path: Path, flag: str, value: str, why: str
+) -> None:
+    """Review16 left: ``--max-iterations 0`` said ``budget max_iterations must be >= 1``
+    (the engine's field, not the flag the user typed), and only after the model was
+    looked up; each flag is now named, before anything else is read."""
     tasks = write_tasks(tmp_path / "tasks.jsonl")
-    done = _rlmd_train(
-        rlmd_home, "rollout", "--tasks", str(tasks), "--model", "x", "--samples", "0"
-    )
+    args = ("--tasks", str(tasks), "--model", "no-such-model", flag, value)
+    done = _rlmd_train(rlmd_home, "rollout", *args)
     assert done.returncode == 2, done.stderr
-    assert "samples must be an integer >= 1" in done.stderr
+    assert why in done.stderr and "budget" not in done.stderr, done.stderr
+
+
+def test_a_rollout_whose_run_got_no_model_reply_stops_the_set_unrecorded(
+    rlmd_home: Path, tmp_path: Path
+) -> None:
+    """Review17: with a sandbox that cannot start (``--sandbox container`` and no docker
+    engine) or a model server that does not answer, every rollout failed before any model
+    reply and was recorded with reward 0; the set then resumed past them all as done. The
+    rollouts now stop at the first, which is not recorded, and say why."""
+    boom = tmp_path / "boom.py"
+    boom.write_text("def respond(messages):\n    raise ConnectionError('server down')\n")
+    tasks = write_tasks(tmp_path / "tasks.jsonl")
+    args = ("--tasks", str(tasks), "--model", f"scripted:{boom}:respond", "--set", "s")
+    done = _rlmd_train(rlmd_home, "rollout", *args, "--sandbox", "inprocess")
+    assert done.returncode == 1 and "Traceback" not in done.stderr, done.stderr
+    assert "failed before any model reply" in done.stderr and "server down" in done.stderr
+    assert "set 's' resumes where it stopped" in done.stderr
+    with Store(rlmd_home / "rlmd.db") as store:
+        assert store.rollouts("s") == []
+
+
+def test_rollout_cli_says_an_unknown_model_without_quotes(rlmd_home: Path, tmp_path: Path) -> None:
+    """Review17: the registry's ``KeyError`` was printed as its repr, the message in quotes
+    (``error: "unknown model 'nope'; known: ..."``), as ``rlmd run`` no longer does."""
+    tasks = write_tasks(tmp_path / "tasks.jsonl")
+    done = _rlmd_train(rlmd_home, "rollout", "--tasks", str(tasks), "--model", "nope")
+    assert done.returncode == 2, done.stderr
+    assert "error: unknown model 'nope'" in done.stderr, done.stderr
 
 
 def test_train_rollout_draws_task_ids_and_families_with_escapes(

@@ -484,7 +484,8 @@ def test_the_cli_refuses_a_repair_share_outside_0_to_1(rlmd_home: Path, tmp_path
         env={**os.environ, "RLMD_HOME": str(rlmd_home)},
     )
     assert done.returncode == 2, done.stderr
-    assert "repair_share must be within 0..1" in done.stderr and "Traceback" not in done.stderr
+    assert "--repair-share must be from 0 to 1, got 1.5" in done.stderr  # the flag (review17)
+    assert "Traceback" not in done.stderr
 
 
 LOOK = "```repl\nimport re\nx = re.findall(r'\\d{5,}', context)[0]\nprint(x)\n```"

@@ -22,6 +22,7 @@ Exit codes: 0 success (``run``: the run completed), 1 the run ended without comp
 from __future__ import annotations
 
 import argparse
+import errno
 import gc
 import json
 import math
@@ -35,7 +36,7 @@ from pathlib import Path
 from typing import NoReturn
 
 from rlmd import isolation, paths
-from rlmd.cli.term import LazyConsole, markup, visible
+from rlmd.cli.term import LazyConsole, markup, message, visible
 from rlmd.sandbox import BACKENDS
 
 err = LazyConsole(stderr=True, highlight=False, soft_wrap=True)
@@ -144,7 +145,9 @@ def _parser(command: str | None = None) -> argparse.ArgumentParser:
 
     ls = sub.add_parser("runs", help="list recorded runs, newest first")
     ls.add_argument("--limit", type=int, default=20)
-    ls.add_argument("--status")
+    ls.add_argument(
+        "--status", help="only runs that ended so (completed, max_iterations, failed, ...)"
+    )
     ls.add_argument("--search", help="full-text search over questions, code, outputs and answers")
     ls.add_argument("--json", action="store_true")
 
@@ -203,15 +206,30 @@ def main(argv: list[str] | None = None) -> int:
         # Whoever read stdout went away (`rlmd runs --json | head -1`): stop quietly, as
         # cat does, instead of a traceback; stdout goes to /dev/null so the interpreter's
         # own flush at exit does not raise again.
-        import os
-
-        try:
-            os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
-        except OSError:
-            pass
+        _drop_stdout()
+        return 1
+    except OSError as exc:
+        # stdout on a full disk or a failing device (`rlmd export last > big.json`): a
+        # traceback said it. A stream write names no file; any other OSError is not this.
+        if exc.filename is not None or exc.errno not in _WRITE_ERRNOS:
+            raise
+        _drop_stdout()
+        err.print(f"[red]error:[/] cannot write the output: {markup(exc.strerror or str(exc))}")
         return 1
     finally:
         _start_up_done()
+
+
+_WRITE_ERRNOS = {errno.ENOSPC, errno.EDQUOT, errno.EFBIG, errno.EIO}
+"""A write to stdout failed for want of room or a device: said in one line, not a traceback."""
+
+
+def _drop_stdout() -> None:
+    """Point stdout at /dev/null, so the interpreter's own flush at exit does not raise."""
+    try:
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+    except (OSError, ValueError):
+        pass
 
 
 def _main(argv: list[str] | None) -> int:
@@ -251,12 +269,29 @@ def _main(argv: list[str] | None) -> int:
         return 130
     except sqlite3.DatabaseError as exc:  # a damaged or foreign rlmd.db: say how to recover
         store = paths.store_path()
+        if not os.access(store.parent, os.W_OK):  # "unable to open database file"
+            err.print(
+                f"[red]error:[/] the trajectory store {markup(str(store))} cannot be used: "
+                f"{markup(str(exc))}; its folder is not writable (a read-only file system?). "
+                "Set RLMD_HOME to a writable folder."
+            )
+            return 2
         err.print(
             f"[red]error:[/] the trajectory store {markup(str(store))} cannot be used: "
             f"{markup(str(exc))}. Move it aside (mv {markup(str(store))} "
             f"{markup(str(store))}.broken) and rlmd starts a new one; rlmd doctor explains."
         )
         return 1
+    except OSError as exc:  # the run/ or models/ folder of a read-only home: a traceback
+        if not (isinstance(exc.filename, str) and paths.in_home(exc.filename)):
+            raise
+        fix = (
+            "Set RLMD_HOME to a writable folder."
+            if exc.errno in (errno.EROFS, errno.EACCES, errno.EPERM)
+            else "Move that path aside, or set RLMD_HOME to another folder."
+        )
+        err.print(f"[red]error:[/] cannot use the rlmd home folder: {markup(str(exc))}. {fix}")
+        return 2
     except Exception as exc:  # noqa: BLE001 - only the store's own errors are handled here
         # (rlmd.store.schema is not imported on every start: a StoreError means it was)
         schema = sys.modules.get("rlmd.store.schema")
@@ -297,6 +332,11 @@ def _check_args(args: argparse.Namespace) -> str | None:
     if args.command == "runs" and not 1 <= args.limit <= MAX_RUNS_LIMIT:
         # 2**63 reached SQLite and ended in an OverflowError traceback
         return f"--limit must be from 1 to {MAX_RUNS_LIMIT:,}, got {args.limit}"
+    if args.command == "runs" and args.status is not None:
+        from rlmd.engine.budget import RUN_STATUSES
+
+        if args.status not in RUN_STATUSES:  # `--status complete` said "no runs match"
+            return f"--status {args.status!r} is no run status; one of: {', '.join(RUN_STATUSES)}"
     if args.command == "attach" and not (math.isfinite(args.timeout) and args.timeout > 0):
         # -1 said "could not start the rlmd daemon ... see daemon.log", which had no error
         return f"--timeout must be a number of seconds > 0, got {args.timeout}"
@@ -434,13 +474,6 @@ class _Terminated(Exception):
     """SIGTERM arrived before the run's event loop took it over."""
 
 
-def _message(exc: BaseException) -> str:
-    """What an error says: a ``KeyError``'s message, not its repr in quotes."""
-    if isinstance(exc, KeyError) and len(exc.args) == 1 and isinstance(exc.args[0], str):
-        return exc.args[0]
-    return str(exc)
-
-
 def cmd_run(args: argparse.Namespace) -> int:
     """``rlmd run``; SIGTERM at any stage ends it with 143 (the codebase is read from the
     start, so a signal during start-up must not kill the process without its clean-up)."""
@@ -515,7 +548,7 @@ def _run_command(args: argparse.Namespace) -> int:
 
             executor = executor_for(args.cluster)
     except (FileNotFoundError, ValueError, KeyError) as exc:
-        err.print(f"[red]error:[/] {markup(_message(exc))}")
+        err.print(f"[red]error:[/] {markup(message(exc))}")
         return 2
     except isolation.NotIsolated as exc:
         err.print(f"[red]error:[/] {markup(str(exc))}")
@@ -576,7 +609,7 @@ def _run_command(args: argparse.Namespace) -> int:
         err.print(f"[red]error:[/] {markup(str(exc))}")
         return 2
     except (KeyError, ValueError) as exc:
-        err.print(f"[red]error:[/] {markup(_message(exc))}")
+        err.print(f"[red]error:[/] {markup(message(exc))}")
         return 2
     if args.json:
         from rlmd.store.codec import to_jsonable  # lone surrogates as in the store
@@ -654,7 +687,11 @@ def cmd_runs(args: argparse.Namespace) -> int:
     from rlmd.cli.render import runs_table
 
     store = _store()
-    runs = store.list_runs(limit=args.limit, status=args.status, search=args.search)
+    try:
+        runs = store.list_runs(limit=args.limit, status=args.status, search=args.search)
+    except ValueError as exc:  # a search too long to run
+        err.print(f"[red]error:[/] {markup(str(exc))}")
+        return 2
     if args.json:
         print(json.dumps(runs, default=str))
     elif not runs:
@@ -691,8 +728,19 @@ def cmd_show(args: argparse.Namespace) -> int:
         return 2
     tree = store.tree(run["id"])
     out.print(run_summary(tree), soft_wrap=False)  # long answers wrap inside the panel
-    out.print(run_tree(tree), soft_wrap=False)
+    try:
+        drawn = run_tree(tree)
+    except RecursionError:  # hundreds of nested child runs (an edited store, --max-depth 500)
+        err.print(f"[red]error:[/] {_TOO_DEEP.format(run=run['id'], what='rlmd show draws')}")
+        return 1
+    out.print(drawn, soft_wrap=False)
     return 0
+
+
+_TOO_DEEP = (
+    "run {run}'s tree is nested deeper than {what}; "
+    "rlmd export {run} --format jsonl writes it flat, a record a line"
+)
 
 
 def cmd_export(args: argparse.Namespace) -> int:
@@ -704,7 +752,13 @@ def cmd_export(args: argparse.Namespace) -> int:
         return 2
     if args.format == "otlp":
         return _export_otlp(store.tree(run["id"]), args)
-    text = export_run(store, run["id"], fmt=args.format)
+    try:
+        text = export_run(store, run["id"], fmt=args.format)
+    except RecursionError:  # JSON nests each child run in its parent: too deep to encode
+        err.print(
+            f"[red]error:[/] {_TOO_DEEP.format(run=run['id'], what='--format json can hold')}"
+        )
+        return 1
     if args.output:
         try:
             Path(args.output).write_text(text, encoding="utf-8")

@@ -45,6 +45,16 @@ class ProgressPrinter:
                 what = f"{ctx.get('kind')} · {ctx.get('chars', 0):,} chars · ~{ctx.get('tokens', 0):,} tokens"
                 if ctx.get("files") is not None:
                     what += f" · {ctx['files']:,} files"
+                    # a Latin-1 file counts as binary: say so, or a legacy codebase's files
+                    # were left out without a word (review17); .gitignore'd ones are expected
+                    left = {k: v for k, v in (ctx.get("skipped") or {}).items() if k != "ignored"}
+                    if left and ctx["files"]:
+                        named = {"binary": "binary or not UTF-8"}
+                        what += (
+                            " (skipped: "
+                            + ", ".join(f"{n:,} {named.get(why, why)}" for why, n in left.items())
+                            + ")"
+                        )
                 label = "run" if event.depth == 0 else "child run"
                 self.limits[event.run_id] = dict(event.budget or {})
                 root = (models or {}).get("root") or {}

@@ -135,6 +135,12 @@ def _run(args: argparse.Namespace) -> int:
         out = Console(highlight=False)
         out.print(templates_table(infos, out.width))
         return 0
+    if cmd == "build":  # an unknown name is bad usage whether or not docker runs
+        try:
+            images.template_path(args.name)
+        except (SandboxError, ValueError) as exc:
+            err.print(f"[red]error:[/] {markup(str(exc))}")
+            return 2
     if reason:
         err.print(f"[red]error:[/] {markup(reason)}")
         return 1
@@ -145,11 +151,6 @@ def _run(args: argparse.Namespace) -> int:
             + (f": {' '.join(removed)}" if removed else "")
         )
         return 0
-    try:
-        images.template_path(args.name)
-    except (SandboxError, ValueError) as exc:
-        err.print(f"[red]error:[/] {markup(str(exc))}")
-        return 2
     try:
         image = images.build_template(
             docker_host.client(), args.name, progress=lambda msg: err.print(markup(str(msg)))

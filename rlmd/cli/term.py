@@ -33,16 +33,35 @@ def visible(text: Any) -> str:
     return _UNSAFE.sub(_escape, str(text))
 
 
+def _shallow(value: Any) -> Any:
+    if isinstance(value, str):
+        return visible(value)
+    if isinstance(value, dict):
+        return {}
+    if isinstance(value, list):
+        return []
+    return value
+
+
 def visible_all(obj: Any) -> Any:
     """A copy of ``obj`` (nested dicts and lists) with :func:`visible` applied to every
-    string, keys included; other values are kept."""
-    if isinstance(obj, str):
-        return visible(obj)
-    if isinstance(obj, dict):
-        return {visible_all(k): visible_all(v) for k, v in obj.items()}
-    if isinstance(obj, list):
-        return [visible_all(v) for v in obj]
-    return obj
+    string, keys included; other values are kept. Any depth: it walks with a list, not the
+    call stack (a run tree 150 child runs deep ended ``rlmd show`` in a RecursionError)."""
+    top = _shallow(obj)
+    stack = [(obj, top)] if isinstance(obj, dict | list) else []
+    while stack:
+        source, copy = stack.pop()
+        if isinstance(source, dict):
+            for key, value in source.items():
+                copy[_shallow(key)] = new = _shallow(value)
+                if isinstance(value, dict | list):
+                    stack.append((value, new))
+        else:
+            for value in source:
+                copy.append(new := _shallow(value))
+                if isinstance(value, dict | list):
+                    stack.append((value, new))
+    return top
 
 
 def markup(text: Any) -> str:
@@ -50,6 +69,13 @@ def markup(text: Any) -> str:
     from rich.markup import escape
 
     return escape(visible(text))
+
+
+def message(exc: BaseException) -> str:
+    """What an error says: a ``KeyError``'s message, not its repr in quotes."""
+    if isinstance(exc, KeyError) and len(exc.args) == 1 and isinstance(exc.args[0], str):
+        return exc.args[0]
+    return str(exc)
 
 
 class LazyConsole:

@@ -37,7 +37,7 @@ from pathlib import Path
 from typing import Any
 
 from rlmd import paths
-from rlmd.cli.term import LazyConsole, markup
+from rlmd.cli.term import LazyConsole, markup, message
 
 err = LazyConsole(stderr=True, highlight=False, soft_wrap=True)
 out = LazyConsole(highlight=False, soft_wrap=True)
@@ -200,12 +200,13 @@ def run(args: argparse.Namespace) -> int:
         err.print(f"[red]error:[/] {markup(exc)}{hint}")
         return 2
     except (ValueError, KeyError, FileNotFoundError) as exc:
-        err.print(f"[red]error:[/] {markup(exc)}")
+        err.print(f"[red]error:[/] {markup(message(exc))}")
         return 2
     except RuntimeError as exc:
         from rlmd.train.gguf_lora import ConverterError  # not imported on every rlmd start
+        from rlmd.train.rollout import RolloutError
 
-        if not isinstance(exc, ConverterError):
+        if not isinstance(exc, ConverterError | RolloutError):
             raise
         err.print(f"[red]error:[/] {markup(exc)}")
         return 1
@@ -227,8 +228,46 @@ def cmd_tasks(args: argparse.Namespace) -> int:
     return 0
 
 
+_ROLLOUT_COUNTS = {
+    "--samples": ("samples", 1),
+    "--parallel": ("parallel", 1),
+    "--max-iterations": ("max_iterations", 1),
+    "--max-depth": ("max_depth", 1),
+    "--min-iterations": ("min_iterations", 0),
+    "--min-subcalls": ("min_subcalls", 0),
+}
+"""``rlmd train rollout``'s whole-number flags: (the attribute, the least value)."""
+
+
+def rollout_problem(args: argparse.Namespace) -> str | None:
+    """A message naming the ``rlmd train rollout`` flag whose value no rollout can use, else
+    ``None``. The library's checks name its fields (``budget max_iterations must be >=
+    1``), which is not what the user typed (review16)."""
+    for flag, (name, least) in _ROLLOUT_COUNTS.items():
+        value = getattr(args, name)
+        if value < least:
+            return f"{flag} must be >= {least}, got {value}"
+    seconds = args.max_seconds
+    if not (math.isfinite(seconds) and seconds > 0):
+        return f"--max-seconds must be a number of seconds > 0, got {seconds}"
+    for flag, name in (("--temperature", "temperature"), ("--error-penalty", "error_penalty")):
+        value = getattr(args, name)
+        if not (math.isfinite(value) and value >= 0):
+            return f"{flag} must be a finite number >= 0, got {value}"
+    for flag, name in (("--repair-share", "repair_share"), ("--literal-share", "literal_share")):
+        value = getattr(args, name)
+        if value is not None and not 0 <= value <= 1:  # NaN is refused too
+            return f"{flag} must be from 0 to 1, got {value}"
+    return None
+
+
 def cmd_rollout(args: argparse.Namespace) -> int:
     import asyncio
+
+    problem = rollout_problem(args)
+    if problem:
+        err.print(f"[red]error:[/] {markup(problem)}")
+        return 2
 
     from rlmd import config
     from rlmd.store import Store

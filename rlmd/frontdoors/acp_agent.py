@@ -280,4 +280,5 @@ async def _serve(agent: acp.Agent) -> None:
     is not a JSON-RPC message is answered and skipped (the SDK's reader logged a traceback,
     and ``42`` or ``null`` stopped the agent)."""
     reader, writer = await acp.stdio_streams(limit=LINE_LIMIT_BYTES)
-    await acp.run_agent(agent, CheckedStdio(reader, writer))
+    notifications = frozenset({acp.meta.AGENT_METHODS["session_cancel"]})  # the one rlmd takes
+    await acp.run_agent(agent, CheckedStdio(reader, writer, notifications=notifications))

@@ -37,6 +37,10 @@ class CheckedStdio:
         reader: the client's messages (stdin), one JSON object per line.
         writer: where messages go (stdout).
         warn: called with one line of text per line refused (default: stderr).
+        notifications: the notification methods the agent handles; another notification
+            (no ``id``: JSON-RPC answers it with nothing) is named through ``warn`` and
+            skipped, where the SDK logged a "method not found" traceback. ``None``: all
+            are passed on.
     """
 
     def __init__(
@@ -44,10 +48,12 @@ class CheckedStdio:
         reader: asyncio.StreamReader,
         writer: asyncio.StreamWriter,
         warn: Callable[[str], None] = _warn,
+        notifications: frozenset[str] | None = None,
     ) -> None:
         self._reader = reader
         self._writer = writer
         self._warn = warn
+        self._notifications = notifications
         self._lock = asyncio.Lock()
         self._lines = 0
 
@@ -73,8 +79,19 @@ class CheckedStdio:
             message = parse_line(line, self._lines)
             if isinstance(message, BadLine):
                 await self._refuse(message)
-            elif message is not None:
+            elif message is not None and not self._unknown_notification(message):
                 return message
+
+    def _unknown_notification(self, message: dict[str, Any]) -> bool:
+        method = message.get("method")
+        if "id" in message or method is None or self._notifications is None:
+            return False
+        if method in self._notifications:
+            return False
+        self._warn(
+            f"line {self._lines} of stdin is a notification of unknown method {method!r}; ignored"
+        )
+        return True
 
     async def close(self) -> None:
         """Nothing to release: stdin and stdout belong to the process."""

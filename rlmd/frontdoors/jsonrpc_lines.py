@@ -40,7 +40,9 @@ class BadLine:
 
 def parse_line(line: bytes, number: int) -> dict[str, Any] | BadLine | None:
     """Line ``number`` (1-based) of stdin as a JSON object, ``None`` for a blank line, or a
-    :class:`BadLine` for text that is not UTF-8, not JSON, or JSON but not an object."""
+    :class:`BadLine` for text that is not UTF-8, not JSON, JSON but not an object, or an
+    object that is no JSON-RPC 2.0 message (no ``"jsonrpc": "2.0"``, neither ``method``
+    nor ``id``, a ``method`` that is not a string, a response without a result or error)."""
     line = line.strip()
     if not line:
         return None
@@ -55,4 +57,24 @@ def parse_line(line: bytes, number: int) -> dict[str, Any] | BadLine | None:
         kind = "null" if message is None else type(message).__name__
         why = f"is JSON {kind}, not a JSON-RPC message object"
         return BadLine(number, INVALID_REQUEST, "Invalid Request", why)
+    missing = _not_a_message(message)
+    if missing:
+        return BadLine(
+            number, INVALID_REQUEST, "Invalid Request", f"is not a JSON-RPC message ({missing})"
+        )
     return message
+
+
+def _not_a_message(message: dict[str, Any]) -> str | None:
+    """What a JSON object lacks to be a JSON-RPC 2.0 request, notification or response.
+    ``rlmd acp`` dropped ``{"foo": 1}`` without a word (its SDK reads an object with
+    neither ``method`` nor ``id`` as nothing), while ``rlmd mcp`` answered it."""
+    if message.get("jsonrpc") != "2.0":
+        return 'no "jsonrpc": "2.0"'
+    if "method" in message:
+        return None if isinstance(message["method"], str) else '"method" is not a string'
+    if "id" not in message:
+        return 'neither "method" nor "id"'
+    if "result" not in message and "error" not in message:
+        return 'a response with neither "result" nor "error"'
+    return None

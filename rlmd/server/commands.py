@@ -333,14 +333,17 @@ async def runs_list(core: DaemonCore, p: Params, ctx: CallContext) -> dict[str, 
     root_only = p.boolean("root_only", default=True)
     p.done()
     assert limit is not None and offset is not None
-    runs = core.store.list_runs(
-        limit=limit,
-        offset=offset,
-        status=status,
-        root_only=root_only,
-        search=search,
-        workspace=workspace,
-    )
+    try:
+        runs = core.store.list_runs(
+            limit=limit,
+            offset=offset,
+            status=status,
+            root_only=root_only,
+            search=search,
+            workspace=workspace,
+        )
+    except ValueError as exc:  # more search words than one query takes
+        raise invalid(str(exc), "search") from None
     return {
         "runs": runs,
         "offset": offset,

@@ -52,11 +52,26 @@ TREE_TOTAL_KEYS = (
     "cost_usd",
 )
 _MAX_AMBIGUOUS_SHOWN = 10
+MAX_SEARCH_WORDS = 100
+"""The most words a run search takes: each adds a term to one SQL expression, and about
+500 made it deeper than SQLite allows, which the CLI reported as a broken store."""
+
+
+def _as_text(row: dict[str, Any]) -> dict[str, Any]:
+    """``row`` with each bytes value (a BLOB another tool wrote into a text column) as text:
+    UTF-8, an undecodable byte as its escape (``\\xff``). rlmd writes none, but they ended
+    ``rlmd export`` in a traceback (bytes are not JSON) and ``rlmd show`` drew ``b'...'``."""
+    if not any(isinstance(v, bytes) for v in row.values()):
+        return row
+    return {
+        k: v.decode("utf-8", "backslashreplace") if isinstance(v, bytes) else v
+        for k, v in row.items()
+    }
 
 
 def decode_run(row: dict[str, Any]) -> dict[str, Any]:
-    """A ``runs`` row as a run dict (JSON columns decoded)."""
-    run = dict(row)
+    """A ``runs`` row as a run dict (JSON columns decoded, bytes as text)."""
+    run = dict(_as_text(row))
     for name in RUN_JSON_COLUMNS:
         if name in run:
             run[name] = loads(run[name])
@@ -64,7 +79,9 @@ def decode_run(row: dict[str, Any]) -> dict[str, Any]:
 
 
 def decode_node(row: dict[str, Any]) -> dict[str, Any]:
-    """A ``nodes`` row as a node dict (``data`` decoded, text columns moved into it)."""
+    """A ``nodes`` row as a node dict (``data`` decoded, text columns moved into it, bytes
+    as text)."""
+    row = _as_text(row)
     node = {k: v for k, v in row.items() if k not in NODE_TEXT_COLUMNS}
     node["data"] = merge_text(loads(row.get("data")), row)
     return node
@@ -161,6 +178,10 @@ class Queries:
                 root run matches when anything in its tree matches.
             workspace: only runs recorded for this project folder.
 
+        Raises:
+            ValueError: ``search`` has more than :data:`MAX_SEARCH_WORDS` words, or only
+                double quotes.
+
         Returns:
             Run dicts, each with ``"tree"``: totals over the run and all its descendants
             (``runs``, ``max_depth``, ``iterations``, ``subcalls``, ``input_tokens``,
@@ -180,11 +201,19 @@ class Queries:
             params["workspace"] = stored(str(workspace))
         # Double quotes cannot be escaped inside an FTS5 term: search for the words around them.
         # A lone surrogate is looked for as it is stored (its escape): SQLite takes no other.
+        if search is not None and search.strip() and not search.replace('"', " ").strip():
+            # only quotes: nothing was left to look for and every run was listed (review17)
+            raise ValueError("the search holds no word to look for (double quotes are left out)")
         search = stored(search.replace('"', " ")) if search is not None else None
         self.flush()
         if search is not None and search.strip():
+            words = search.split()
+            if len(words) > MAX_SEARCH_WORDS:  # SQLite: "Expression tree is too large"
+                raise ValueError(
+                    f"the search has {len(words)} words; it takes at most {MAX_SEARCH_WORDS}"
+                )
             self.index_text(quiet=True)
-            matched = self._search_matches(search.split(), params)
+            matched = self._search_matches(words, params)
             if root_only:
                 matched = f"SELECT root_run_id FROM runs WHERE id IN ({matched})"
             where.append(f"id IN ({matched})")

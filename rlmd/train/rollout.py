@@ -39,6 +39,11 @@ Progress = Callable[[dict[str, Any]], None]
 "iterations", "subcalls", "seconds", "skipped"}``."""
 
 
+class RolloutError(RuntimeError):
+    """A rollout's run failed before any model reply (its sandbox, context or model server
+    could not serve it): the rollouts stop, and that one is not recorded."""
+
+
 @dataclasses.dataclass
 class RolloutOptions:
     """How rollouts run.
@@ -188,6 +193,8 @@ async def run_rollouts(
             error penalty is negative or not finite, a reward gate is negative, or the set holds a rollout of a task with one of these ids
             but another question (see :func:`_check_same_tasks`).
         ModelNotAvailable / KeyError: the model cannot be used (checked before any run).
+        RolloutError: a run failed before any model reply (a sandbox that cannot start, a
+            model server that does not answer); the rollouts before it stay recorded.
     """
     from rlmd.config import Settings, build_run_config
 
@@ -257,6 +264,15 @@ async def run_rollouts(
                 get_model=registry.for_run(),  # per-run models (scripts) start afresh
                 sinks=(store.record,),
             )
+            if result.status == "failed" and not result.usage["total"]["calls"]:
+                # No model reply at all: the sandbox, the context or the model's server
+                # failed, not the policy. Recorded as reward 0, every later rollout failed
+                # alike and a resumed set skipped them all as done (review17).
+                raise RolloutError(
+                    f"task {task.id!r} sample {k}: run {result.run_id} failed before any "
+                    f"model reply ({result.error}); no rollout is recorded for it. Fix "
+                    f"that and run again: set {opts.set_name!r} resumes where it stopped"
+                )
             facts = run_facts(store, result.run_id, result)
             parts = reward(task, facts, opts.terms)
             row = {
