@@ -48,7 +48,7 @@ from typing import Any
 
 from rlmd import config
 from rlmd.context import load_context
-from rlmd.engine import Budget, RunConfig, prepare_sandbox, run_task
+from rlmd.engine import Budget, BudgetError, RunConfig, prepare_sandbox, run_task
 from rlmd.engine.events import Event, IterationStarted, RunFinished, RunStarted
 from rlmd.models.base import ModelSpec
 from rlmd.models.registry import HOSTED_MODELS
@@ -218,13 +218,9 @@ def _budget(**limits: Any) -> Budget:
     passed (``max_budget``), not the engine's field (``budget max_usd``)."""
     try:
         return Budget(**limits)
-    except ValueError as exc:
-        text = str(exc)
-        for field_name in limits:
-            if text.startswith(f"budget {field_name} "):
-                name = _BUDGET_ARGS.get(field_name, field_name)
-                raise ValueError(name + text[len(f"budget {field_name}") :]) from None
-        raise
+    except BudgetError as exc:
+        name = _BUDGET_ARGS.get(exc.field, exc.field)
+        raise ValueError(f"{name} {exc.reason}") from None
 
 
 def _paired(backends: list[str], kwargs: list[dict[str, Any]] | None) -> list[dict[str, Any]]:

@@ -300,7 +300,7 @@ def test_killed_host_does_not_leave_its_kernel_running(rlmd_home, tmp_path):
     ("args", "needle"),
     [
         (["run", "  "], "the question is empty"),
-        (["run", "q", "--cell-timeout", "0"], "--cell-timeout must be a number > 0"),
+        (["run", "q", "--cell-timeout", "0"], "--cell-timeout must be a number of seconds > 0"),
         (["run", "q", "--max-usd", "nan"], "--max-usd must be a number > 0"),
         (["run", "q", "--threads", "0"], "--threads must be >= 1"),
     ],
@@ -308,6 +308,20 @@ def test_killed_host_does_not_leave_its_kernel_running(rlmd_home, tmp_path):
 def test_nonsense_arguments_are_refused_before_anything_runs(rlmd_home, args, needle):
     proc = rlmd(*args, home=rlmd_home)
     assert proc.returncode == 2 and needle in proc.stderr
+
+
+def test_run_budget_flags_are_the_engines_budget(rlmd_home, tmp_path):
+    """Review18: ``rlmd run`` checked its budget flags with its own rules, apart from the
+    engine's: ``--max-subcalls 0`` was refused where a project file's ``[run] max_subcalls =
+    0`` and the daemon's ``budgets.max_subcalls: 0`` start a run without sub-calls. One check
+    now: the run starts, and its sub-call ends it with that budget's status."""
+    script = tmp_path / "sub.json"
+    cells = ["```repl\nprint(llm_query('sub: where?'))\n```", "```repl\nFINAL('x')\n```"]
+    script.write_text(json.dumps({"responses": cells}))
+    proc = rlmd("run", "q", "--model", f"scripted:{script}", "--max-subcalls", "0", home=rlmd_home)
+    assert "--max-subcalls" not in proc.stderr, proc.stderr
+    runs = json.loads(rlmd("runs", "--json", home=rlmd_home).stdout)
+    assert [r["status"] for r in runs] == ["max_subcalls"]
 
 
 def test_store_and_file_errors_are_messages_not_tracebacks(rlmd_home, tmp_path, script, codebase):

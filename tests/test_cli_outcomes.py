@@ -176,10 +176,35 @@ def test_a_nan_budget_is_refused():
     from rlmd.compat import RLM
     from rlmd.engine.budget import Budget
 
-    with pytest.raises(ValueError, match="max_usd must be a number >= 0"):
+    with pytest.raises(ValueError, match="max_usd must be a number > 0, got nan"):
         Budget(max_usd=math.nan)
-    with pytest.raises(ValueError, match="max_budget must be a number >= 0"):
+    with pytest.raises(ValueError, match="max_budget must be a number > 0, got nan"):
         RLM(backend="scripted", backend_kwargs={"model_name": "x.json"}, max_budget=math.nan)
+
+
+@pytest.mark.parametrize(
+    ("limits", "field", "reason"),
+    [
+        ({"max_usd": -1}, "max_usd", "must be a number > 0, got -1"),
+        ({"max_seconds": math.inf}, "max_seconds", "must be a number of seconds > 0, got inf"),
+        ({"cell_timeout_s": 0}, "cell_timeout_s", "must be a number of seconds > 0, got 0"),
+        ({"max_iterations": 0}, "max_iterations", "must be >= 1, got 0"),
+        ({"max_subcalls": -1}, "max_subcalls", "must be >= 0, got -1"),
+        ({"max_tokens": 2.5}, "max_tokens", "must be a whole number, got 2.5"),
+        ({"max_depth": "2"}, "max_depth", "must be a number, got '2'"),
+    ],
+)
+def test_a_budget_error_names_its_field_as_data(limits, field, reason):
+    """Review17 left: the CLI and the compat class each mapped Budget's field to their own
+    name, the compat class by rewriting the message's text. The error now carries the field
+    and the reason, and ``str()`` is the engine's message as before."""
+    from rlmd.engine import BudgetError
+    from rlmd.engine.budget import Budget
+
+    with pytest.raises(BudgetError) as err:
+        Budget(**limits)
+    assert (err.value.field, err.value.reason) == (field, reason)
+    assert str(err.value) == f"budget {field} {reason}" and isinstance(err.value, ValueError)
 
 
 @pytest.mark.parametrize("args", [("runs", "--json"), ("train", "summary", "--json")])

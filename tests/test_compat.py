@@ -138,9 +138,9 @@ def test_a_bad_argument_is_named_as_the_caller_wrote_it():
 
     base = {"backend": "scripted", "backend_kwargs": {"model_name": "s"}}
     for arg, value, said in [
-        ("max_budget", -1, "max_budget must be a number >= 0, got -1"),
-        ("max_timeout", 0, "max_timeout must be > 0"),
-        ("max_errors", 0, "max_errors must be >= 1"),
+        ("max_budget", -1, "max_budget must be a number > 0, got -1"),
+        ("max_timeout", 0, "max_timeout must be a number of seconds > 0, got 0"),
+        ("max_errors", 0, "max_errors must be >= 1, got 0"),
         ("max_iterations", 0, "max_iterations must be >= 1"),
     ]:
         with pytest.raises(ValueError) as err:

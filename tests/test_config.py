@@ -469,9 +469,9 @@ def test_project_run_may_name_the_users_and_local_models(rlmd_home, tmp_path):
         ("[workspace]\nidel_timeout_s = 5\n", "unknown key 'idel_timeout_s'"),
         ("[workspace]\nidle_timeout_s = nan\n", "must be a number > 0"),
         ("[run]\nmax_iterations = nan\n", "max_iterations = nan must be a number"),
-        ("[run]\ncell_timeout_s = -1\n", "cell_timeout_s must be a number >= 0"),
+        ("[run]\ncell_timeout_s = -1\n", "cell_timeout_s must be a number of seconds > 0"),
         # 0 interrupted every cell as it started (rlmd run --cell-timeout 0 was refused)
-        ("[run]\ncell_timeout_s = 0\n", "cell_timeout_s must be > 0"),
+        ("[run]\ncell_timeout_s = 0\n", "cell_timeout_s must be a number of seconds > 0"),
         ('[run]\nmax_depth = "2"\n', "max_depth = '2' must be a number"),
         # over the daemon a 0 ran the root loop normally; the CLI refused it
         ("[run]\nmax_depth = 0\n", "max_depth must be >= 1"),
@@ -494,9 +494,9 @@ def test_project_workspace_and_run_numbers_cannot_be_raised_or_malformed(
     [
         ("[workspace]\nidel_timeout_s = 5\n", "unknown key 'idel_timeout_s'"),
         ("[run]\nmax_iterations = nan\n", "max_iterations must be a number"),
-        ("[run]\ncell_timeout_s = -1\n", "cell_timeout_s must be a number >= 0"),
+        ("[run]\ncell_timeout_s = -1\n", "cell_timeout_s must be a number of seconds > 0"),
         # 0 interrupted every cell as it started (rlmd run --cell-timeout 0 was refused)
-        ("[run]\ncell_timeout_s = 0\n", "cell_timeout_s must be > 0"),
+        ("[run]\ncell_timeout_s = 0\n", "cell_timeout_s must be a number of seconds > 0"),
     ],
 )
 def test_user_config_errors_name_the_file_and_key(rlmd_home, toml, needle):

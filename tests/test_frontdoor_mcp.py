@@ -333,7 +333,7 @@ async def test_trajectory_of_last_and_a_nan_budget_says_what_it_got(daemon, tmp_
         (["mcp", "--max-usd", "-1"], "--max-usd must be a number > 0, got -1.0"),
         (["mcp", "--max-iterations", "0"], "--max-iterations must be >= 1, got 0"),
         (["acp", "--max-usd", "-5"], "--max-usd must be a number > 0, got -5.0"),
-        (["acp", "--max-seconds", "nan"], "--max-seconds must be a number > 0, got nan"),
+        (["acp", "--max-seconds", "nan"], "--max-seconds must be a number of seconds > 0, got nan"),
     ],
 )
 def test_a_bad_budget_stops_the_door_at_startup(tmp_path, args, message):

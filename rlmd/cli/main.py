@@ -356,15 +356,14 @@ def _check_args(args: argparse.Namespace) -> str | None:
 
 def _budget_problem(args: argparse.Namespace) -> str | None:
     """A message for a budget option (``rlmd run``, ``mcp``, ``acp``) no run could use."""
-    for name in ("max_usd", "max_seconds", "cell_timeout"):
-        value = getattr(args, name, None)
-        if value is not None and not (math.isfinite(value) and value > 0):
-            return f"--{name.replace('_', '-')} must be a number > 0, got {value}"
-    for name in ("max_depth", "max_iterations", "max_tokens", "max_subcalls", "threads"):
-        value = getattr(args, name, None)
-        if value is not None and value < 1:
-            return f"--{name.replace('_', '-')} must be >= 1, got {value}"
-    return None
+    from rlmd.cli.budget_flags import budget_flag_problem
+
+    names = ("max_usd", "max_seconds", "max_depth", "max_iterations", "max_tokens", "max_subcalls")
+    problem = budget_flag_problem(args, {**{n: n for n in names}, "cell_timeout_s": "cell_timeout"})
+    threads = getattr(args, "threads", None)
+    if problem is None and threads is not None and threads < 1:
+        return f"--threads must be >= 1, got {threads}"
+    return problem
 
 
 def _sandbox_problem(sandbox: str | None, template: str | None) -> str | None:

@@ -231,8 +231,6 @@ def cmd_tasks(args: argparse.Namespace) -> int:
 _ROLLOUT_COUNTS = {
     "--samples": ("samples", 1),
     "--parallel": ("parallel", 1),
-    "--max-iterations": ("max_iterations", 1),
-    "--max-depth": ("max_depth", 1),
     "--min-iterations": ("min_iterations", 0),
     "--min-subcalls": ("min_subcalls", 0),
 }
@@ -241,15 +239,19 @@ _ROLLOUT_COUNTS = {
 
 def rollout_problem(args: argparse.Namespace) -> str | None:
     """A message naming the ``rlmd train rollout`` flag whose value no rollout can use, else
-    ``None``. The library's checks name its fields (``budget max_iterations must be >=
-    1``), which is not what the user typed (review16)."""
+    ``None``. The budget flags are checked by :class:`~rlmd.engine.budget.Budget` itself,
+    whose error names its field (``max_iterations``): the message names the flag the user
+    typed (review16)."""
     for flag, (name, least) in _ROLLOUT_COUNTS.items():
         value = getattr(args, name)
         if value < least:
             return f"{flag} must be >= {least}, got {value}"
-    seconds = args.max_seconds
-    if not (math.isfinite(seconds) and seconds > 0):
-        return f"--max-seconds must be a number of seconds > 0, got {seconds}"
+    from rlmd.cli.budget_flags import budget_flag_problem
+
+    budget = {name: name for name in ("max_iterations", "max_depth", "max_seconds")}
+    problem = budget_flag_problem(args, budget)  # the engine's check, named by the flag
+    if problem:
+        return problem
     for flag, name in (("--temperature", "temperature"), ("--error-penalty", "error_penalty")):
         value = getattr(args, name)
         if not (math.isfinite(value) and value >= 0):

@@ -17,7 +17,7 @@ from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:  # the names below are imported on first use (see __getattr__)
-    from rlmd.engine.budget import RUN_STATUSES, Budget, BudgetExhausted
+    from rlmd.engine.budget import RUN_STATUSES, Budget, BudgetError, BudgetExhausted
     from rlmd.engine.config import RunConfig, RunResult
     from rlmd.engine.events import Event, EventSink
     from rlmd.engine.executor import ChildStarter, Executor, LocalExecutor
@@ -29,6 +29,7 @@ if TYPE_CHECKING:  # the names below are imported on first use (see __getattr__)
 __all__ = [
     "RUN_STATUSES",
     "Budget",
+    "BudgetError",
     "BudgetExhausted",
     "ChildRequest",
     "ChildStarter",
@@ -45,6 +46,7 @@ __all__ = [
 _LAZY = {
     "RUN_STATUSES": "budget",
     "Budget": "budget",
+    "BudgetError": "budget",
     "BudgetExhausted": "budget",
     "RunConfig": "config",
     "RunResult": "config",

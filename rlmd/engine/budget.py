@@ -7,6 +7,7 @@ model call and every sub-call, not only between iterations.
 
 from __future__ import annotations
 
+import math
 import time
 from dataclasses import dataclass, fields
 from typing import TypedDict
@@ -30,6 +31,31 @@ error outside the model's control (model unavailable, sandbox dead); ``sandbox_f
 kernel died for no limit's sake several cells in a row (an infrastructure fault, not the
 model's: the run ends without an extracted answer); ``interrupted`` is set by the store for
 a run whose process died, and by a cluster executor for a run whose node was lost."""
+
+
+_COUNTS = {
+    "max_iterations": 1,
+    "max_depth": 1,  # the root run is depth 0: no loop would run
+    "max_tokens": 1,
+    "max_subcalls": 0,
+    "max_consecutive_errors": 1,  # 0 would end the run after its first turn
+}
+""":class:`Budget`'s whole-number fields and the least value each takes; the others are
+seconds or US dollars, which must be > 0."""
+
+_SECONDS = ("max_seconds", "cell_timeout_s")
+
+
+class BudgetError(ValueError):
+    """A :class:`Budget` limit out of range. ``field`` is the field (``"max_usd"``),
+    ``reason`` the rest of the message (``"must be a number > 0, got -1"``): each caller
+    names the field as its user knows it (``f"--max-usd {exc.reason}"``), without
+    rewriting the message. ``str()`` is ``"budget max_usd must be ..."``."""
+
+    def __init__(self, field: str, reason: str) -> None:
+        super().__init__(f"budget {field} {reason}")
+        self.field = field
+        self.reason = reason
 
 
 class BudgetLimits(TypedDict):
@@ -61,11 +87,12 @@ class Budget:
         cell_timeout_s: wall-clock seconds per REPL cell; the kernel restarts on timeout.
 
     Raises:
-        ValueError: a limit out of range: ``max_depth`` < 1; ``cell_timeout_s``,
-            ``max_seconds``, ``max_tokens`` or ``max_usd`` of 0 (the run would end before
-            its first model call); ``max_consecutive_errors`` of 0 (it would end after its
-            first turn). ``max_subcalls = 0`` is allowed: a run without sub-calls or child
-            runs.
+        BudgetError: (a ``ValueError``) a limit out of range, its field as data: a count
+            below 1 (``max_iterations``, ``max_depth``, ``max_tokens``,
+            ``max_consecutive_errors``) or below 0 (``max_subcalls``; 0 is a run without
+            sub-calls or child runs), or not whole; ``max_seconds``, ``max_usd`` or
+            ``cell_timeout_s`` not a finite number > 0 (the run would end before its first
+            model call).
     """
 
     max_iterations: int = 10
@@ -80,28 +107,22 @@ class Budget:
     def __post_init__(self) -> None:
         for f in fields(self):
             value = getattr(self, f.name)
-            if value is not None and not value >= 0:  # NaN compares false: refused too
-                raise ValueError(f"budget {f.name} must be a number >= 0, got {value!r}")
-        for f in fields(self):  # counts: a 2.5 from a TOML file would compare but mean nothing
-            value = getattr(self, f.name)
-            if f.type.startswith("int") and isinstance(value, float):
-                if value % 1 != 0:
-                    raise ValueError(f"budget {f.name} must be a whole number, got {value!r}")
-                # 3.0 from a TOML file or JSON: an int, or range() in the loop raises TypeError
-                setattr(self, f.name, int(value))
-        if self.max_iterations < 1:
-            raise ValueError("budget max_iterations must be >= 1")
-        if self.max_depth < 1:  # no loop would run; `rlmd run --max-depth 0` is refused too
-            raise ValueError("budget max_depth must be >= 1 (the root run is depth 0)")
-        if self.cell_timeout_s == 0:  # every cell would be interrupted as it starts
-            raise ValueError("budget cell_timeout_s must be > 0 (seconds per REPL cell)")
-        for name in ("max_seconds", "max_tokens", "max_usd"):  # as `rlmd run` refuses them
-            if getattr(self, name) == 0:  # the run ended before its first model call
-                raise ValueError(f"budget {name} must be > 0 (leave it unset for no limit)")
-        if self.max_consecutive_errors == 0:  # "0 iterations in a row ended in errors"
-            raise ValueError(
-                "budget max_consecutive_errors must be >= 1 (leave it unset for no limit)"
-            )
+            if value is None:
+                continue
+            least = _COUNTS.get(f.name)
+            if isinstance(value, bool) or not isinstance(value, (int, float)):
+                raise BudgetError(f.name, f"must be a number, got {value!r}")
+            if least is None:  # seconds or US dollars: 0 would end the run before it starts
+                unit = " of seconds" if f.name in _SECONDS else ""
+                if not (math.isfinite(value) and value > 0):  # NaN and inf refused too
+                    raise BudgetError(f.name, f"must be a number{unit} > 0, got {value!r}")
+                continue
+            if not (math.isfinite(value) and value >= least):
+                raise BudgetError(f.name, f"must be >= {least}, got {value!r}")
+            if value % 1 != 0:  # a 2.5 from a TOML file would compare but mean nothing
+                raise BudgetError(f.name, f"must be a whole number, got {value!r}")
+            # 3.0 from a TOML file or JSON: an int, or range() in the loop raises TypeError
+            setattr(self, f.name, int(value))
 
     def to_dict(self) -> BudgetLimits:
         return {

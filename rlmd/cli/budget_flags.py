@@ -1,0 +1,26 @@
+"""The budget flags of ``rlmd run``, ``mcp``, ``acp`` and ``train rollout``, checked by the
+engine's one check (:class:`~rlmd.engine.budget.Budget`) and named as the user typed them."""
+
+from __future__ import annotations
+
+import argparse
+
+from rlmd.engine.budget import Budget, BudgetError
+
+
+def budget_flag_problem(args: argparse.Namespace, fields: dict[str, str]) -> str | None:
+    """A message naming the flag whose value :class:`Budget` refuses (``--max-iterations
+    must be >= 1, got 0``), else ``None``.
+
+    Args:
+        args: the parsed command line.
+        fields: each :class:`Budget` field checked and the ``args`` attribute that holds it
+            (``{"cell_timeout_s": "cell_timeout"}``); the flag is that attribute with
+            dashes. An attribute that is ``None`` (the flag left out) is not checked.
+    """
+    limits = {field: getattr(args, name, None) for field, name in fields.items()}
+    try:
+        Budget(**{field: value for field, value in limits.items() if value is not None})
+    except BudgetError as exc:
+        return f"--{fields[exc.field].replace('_', '-')} {exc.reason}"
+    return None
