@@ -364,6 +364,13 @@ async def test_runs_list_paging_and_filters(daemon, tmp_path):
         with pytest.raises(RpcError) as err:
             await c.command("rlmd.runs.list", {"search": " ".join("a" * 500)})
         assert err.value.code == -32602 and "the search has 500 words" in str(err.value)
+        assert err.value.data == {"field": "search"}
+        # review18: an unknown status listed nothing, as if no run matched; the CLI said so
+        for status in ("complete", ["failed", "bogus"]):
+            with pytest.raises(RpcError) as err:
+                await c.command("rlmd.runs.list", {"status": status})
+            assert err.value.code == -32602 and err.value.data == {"field": "status"}
+            assert "is no run status; one of: running, completed" in err.value.message
     finally:
         await c.close()
 

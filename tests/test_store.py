@@ -536,6 +536,27 @@ def test_full_text_search(store: Store) -> None:
     assert store.list_runs(search="nonexistentword") == []
 
 
+def test_a_child_run_whose_parent_row_is_gone_is_listed_as_a_top_run(
+    tmp_path: Path, store: Store
+) -> None:
+    """Review17 left: a child run whose parent row is gone (an edited store, or a store moved
+    aside while a run went on: the child's start lands in the new store, the root's never
+    did) was listed by no ``rlmd runs``: only runs without a parent were. Such a run is now
+    listed, with its own subtree's totals, and found by a search of anything in it."""
+    ids = record_three_depths(store)
+    store.flush()
+    store.db.execute("DELETE FROM runs WHERE id = ?", [ids["root"]])
+    listed = store.list_runs()
+    assert [r["id"] for r in listed] == [ids["child"]]
+    assert listed[0]["tree"]["runs"] == 2 and listed[0]["tree"]["max_depth"] == 2
+    assert [r["id"] for r in store.list_runs(search="deeper")] == [ids["child"]]
+    assert store.list_runs(search="zebras") == []  # the root's own text went with it
+    assert [r["id"] for r in store.list_runs(status="completed")] == [ids["child"]]
+    store.close()
+    shown = rlmd("runs", "--json", home=tmp_path)
+    assert [r["id"] for r in json.loads(shown.stdout)] == [ids["child"]], shown.stderr
+
+
 def test_fts_follows_updates(store: Store) -> None:
     e = Emitter(store.record)
     e.start("first")

@@ -332,11 +332,6 @@ def _check_args(args: argparse.Namespace) -> str | None:
     if args.command == "runs" and not 1 <= args.limit <= MAX_RUNS_LIMIT:
         # 2**63 reached SQLite and ended in an OverflowError traceback
         return f"--limit must be from 1 to {MAX_RUNS_LIMIT:,}, got {args.limit}"
-    if args.command == "runs" and args.status is not None:
-        from rlmd.engine.budget import RUN_STATUSES
-
-        if args.status not in RUN_STATUSES:  # `--status complete` said "no runs match"
-            return f"--status {args.status!r} is no run status; one of: {', '.join(RUN_STATUSES)}"
     if args.command == "attach" and not (math.isfinite(args.timeout) and args.timeout > 0):
         # -1 said "could not start the rlmd daemon ... see daemon.log", which had no error
         return f"--timeout must be a number of seconds > 0, got {args.timeout}"
@@ -684,12 +679,14 @@ def _store():
 
 def cmd_runs(args: argparse.Namespace) -> int:
     from rlmd.cli.render import runs_table
+    from rlmd.store.queries import RunQueryError
 
     store = _store()
     try:
         runs = store.list_runs(limit=args.limit, status=args.status, search=args.search)
-    except ValueError as exc:  # a search too long to run
-        err.print(f"[red]error:[/] {markup(str(exc))}")
+    except RunQueryError as exc:  # `--status complete`, a search too long to run
+        flag = "--" if exc.param == "status" else ""  # "status 'x' is no run status..."
+        err.print(f"[red]error:[/] {flag}{markup(str(exc))}")
         return 2
     if args.json:
         print(json.dumps(runs, default=str))

@@ -36,6 +36,7 @@ from rlmd.server.errors import (
 from rlmd.server.hub import DETAILS
 from rlmd.server.params import Params
 from rlmd.server.tasks import Task
+from rlmd.store.queries import RunQueryError
 from rlmd.workspace import checkpoint as ckpt_mod
 from rlmd.workspace.manager import CheckpointNotWritten, Workspace
 
@@ -342,8 +343,8 @@ async def runs_list(core: DaemonCore, p: Params, ctx: CallContext) -> dict[str, 
             search=search,
             workspace=workspace,
         )
-    except ValueError as exc:  # more search words than one query takes
-        raise invalid(str(exc), "search") from None
+    except RunQueryError as exc:  # an unknown status, more search words than one query takes
+        raise invalid(str(exc), exc.param) from None
     return {
         "runs": runs,
         "offset": offset,

@@ -29,6 +29,7 @@ import threading
 from collections.abc import Iterable
 from typing import TYPE_CHECKING, Any
 
+from rlmd.engine.budget import RUN_STATUSES
 from rlmd.store.codec import (
     FINAL_IS_ANSWER,
     NODE_TEXT_COLUMNS,
@@ -55,6 +56,21 @@ _MAX_AMBIGUOUS_SHOWN = 10
 MAX_SEARCH_WORDS = 100
 """The most words a run search takes: each adds a term to one SQL expression, and about
 500 made it deeper than SQLite allows, which the CLI reported as a broken store."""
+
+
+_PARENT_GONE = "NOT EXISTS (SELECT 1 FROM runs AS up WHERE up.id = runs.parent_run_id)"
+"""SQL: the run's parent row is not in the store (an edited store, or one moved aside while a
+run went on): :meth:`Queries.list_runs` lists such a run among the top runs."""
+
+
+class RunQueryError(ValueError):
+    """A :meth:`Queries.list_runs` argument no query can take. ``param`` names the argument
+    (``"status"`` or ``"search"``), so a caller can name it as its user knows it (the CLI's
+    ``--status``, the daemon's ``status`` field); ``str()`` is the whole message."""
+
+    def __init__(self, param: str, message: str) -> None:
+        super().__init__(message)
+        self.param = param
 
 
 def _as_text(row: dict[str, Any]) -> dict[str, Any]:
@@ -172,15 +188,17 @@ class Queries:
         Args:
             limit / offset: paging.
             status: keep runs with this status (or any of these statuses).
-            root_only: only top-level runs (no ``parent_run_id``).
+            root_only: only top-level runs: no ``parent_run_id``, or one whose row is gone.
             search: full-text query (words, quoted as literal terms) matched against the
                 question, the answer and every cell's code and output; with ``root_only`` a
                 root run matches when anything in its tree matches.
             workspace: only runs recorded for this project folder.
 
         Raises:
-            ValueError: ``search`` has more than :data:`MAX_SEARCH_WORDS` words, or only
-                double quotes.
+            RunQueryError: (a ``ValueError``) ``status`` is not one of
+                :data:`~rlmd.engine.budget.RUN_STATUSES` (``param`` ``"status"``), or
+                ``search`` has more than :data:`MAX_SEARCH_WORDS` words, or only double
+                quotes (``param`` ``"search"``).
 
         Returns:
             Run dicts, each with ``"tree"``: totals over the run and all its descendants
@@ -189,10 +207,16 @@ class Queries:
         """
         where: list[str] = []
         params: dict[str, Any] = {"limit": int(limit), "offset": int(offset)}
-        if root_only:
-            where.append("parent_run_id IS NULL")
+        if root_only:  # a child whose parent row is gone is a top run too (review17)
+            where.append(f"(parent_run_id IS NULL OR {_PARENT_GONE})")
         if status is not None:
             statuses = [status] if isinstance(status, str) else list(status)
+            for name in statuses:  # `complete` (a typo) matched nothing: "no runs match"
+                if name not in RUN_STATUSES:
+                    raise RunQueryError(
+                        "status",
+                        f"status {name!r} is no run status; one of: {', '.join(RUN_STATUSES)}",
+                    )
             names = [f":status{i}" for i in range(len(statuses))]
             params.update({f"status{i}": stored(s) for i, s in enumerate(statuses)})
             where.append(f"status IN ({', '.join(names) or 'NULL'})")
@@ -201,22 +225,25 @@ class Queries:
             params["workspace"] = stored(str(workspace))
         # Double quotes cannot be escaped inside an FTS5 term: search for the words around them.
         # A lone surrogate is looked for as it is stored (its escape): SQLite takes no other.
-        if search is not None and search.strip() and not search.replace('"', " ").strip():
+        words = stored(search.replace('"', " ")).split() if search is not None else []
+        if search is not None and search.strip() and not words:
             # only quotes: nothing was left to look for and every run was listed (review17)
-            raise ValueError("the search holds no word to look for (double quotes are left out)")
-        search = stored(search.replace('"', " ")) if search is not None else None
+            raise RunQueryError(
+                "search", "the search holds no word to look for (double quotes are left out)"
+            )
+        if len(words) > MAX_SEARCH_WORDS:  # SQLite: "Expression tree is too large"
+            raise RunQueryError(
+                "search", f"the search has {len(words)} words; it takes at most {MAX_SEARCH_WORDS}"
+            )
         self.flush()
-        if search is not None and search.strip():
-            words = search.split()
-            if len(words) > MAX_SEARCH_WORDS:  # SQLite: "Expression tree is too large"
-                raise ValueError(
-                    f"the search has {len(words)} words; it takes at most {MAX_SEARCH_WORDS}"
-                )
+        if words:
             self.index_text(quiet=True)
             matched = self._search_matches(words, params)
-            if root_only:
+            if root_only:  # a top run matches when anything in its tree does
                 matched = f"SELECT root_run_id FROM runs WHERE id IN ({matched})"
-            where.append(f"id IN ({matched})")
+                where.append(f"(id IN ({matched}) OR root_run_id IN ({matched}))")
+            else:
+                where.append(f"id IN ({matched})")
         sql = "SELECT * FROM runs"
         if where:
             sql += " WHERE " + " AND ".join(where)
