@@ -334,9 +334,12 @@ async def test_trajectory_of_last_and_a_nan_budget_says_what_it_got(daemon, tmp_
         (["mcp", "--max-iterations", "0"], "--max-iterations must be >= 1, got 0"),
         (["acp", "--max-usd", "-5"], "--max-usd must be a number > 0, got -5.0"),
         (["acp", "--max-seconds", "nan"], "--max-seconds must be a number of seconds > 0, got nan"),
+        # review17 left: a file was "no such folder" too
+        (["mcp", "--workspace", "/dev/null"], "--workspace /dev/null is not a folder"),
+        (["mcp", "--workspace", "/no/such/dir"], "--workspace: no such folder: /no/such/dir"),
     ],
 )
-def test_a_bad_budget_stops_the_door_at_startup(tmp_path, args, message):
+def test_a_bad_flag_stops_the_door_at_startup(tmp_path, args, message):
     done = subprocess.run(
         [sys.executable, "-m", "rlmd", *args, "--no-start"],
         env={**os.environ, "RLMD_HOME": str(tmp_path), "PYTHONPATH": os.pathsep.join(sys.path)},

@@ -74,8 +74,13 @@ def run_door_command(args: argparse.Namespace) -> int:
             from rlmd.frontdoors import mcp_server
 
             workspace = Path(args.workspace or ".").expanduser().resolve()
-            if not workspace.is_dir():
-                print(f"rlmd mcp: no such folder: {workspace}", file=sys.stderr)
+            if not workspace.is_dir():  # a file was "no such folder" too (review17)
+                problem = (
+                    f"--workspace {workspace} is not a folder"
+                    if workspace.exists()
+                    else f"--workspace: no such folder: {workspace}"
+                )
+                print(f"rlmd mcp: {problem}", file=sys.stderr)
                 return 2
 
             defaults = mcp_server.Defaults(workspace, models, budgets)
