@@ -836,3 +836,19 @@ def test_a_context_link_that_leads_nowhere_is_named_as_a_link(rlmd_home, tmp_pat
         proc = rlmd("run", "q", "--context", str(tmp_path / name), home=rlmd_home)
         assert proc.returncode == 2
         assert f"is a symbolic link to {target}, which does not exist" in proc.stderr
+
+
+@pytest.mark.parametrize("command", [("runs",), ("train", "rollout")])
+def test_every_flag_says_what_it_does_in_help(command):
+    """Review17 left: ``rlmd runs --limit``/``--json`` and most ``rlmd train rollout`` flags
+    (``--samples``, ``--min-subcalls``, ``--overrun-zero``...) had no ``--help`` text."""
+    import argparse
+
+    from rlmd.cli.main import _parser
+
+    parser = _parser()
+    for word in command:
+        (subs,) = [a for a in parser._actions if isinstance(a, argparse._SubParsersAction)]
+        parser = subs.choices[word]
+    bare = [a.option_strings for a in parser._actions if a.option_strings and not a.help]
+    assert bare == []

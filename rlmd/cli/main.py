@@ -144,12 +144,19 @@ def _parser(command: str | None = None) -> argparse.ArgumentParser:
         return p
 
     ls = sub.add_parser("runs", help="list recorded runs, newest first")
-    ls.add_argument("--limit", type=int, default=20)
+    ls.add_argument(
+        "--limit",
+        type=int,
+        default=20,
+        help=f"most runs listed (default 20, at most {MAX_RUNS_LIMIT:,})",
+    )
     ls.add_argument(
         "--status", help="only runs that ended so (completed, max_iterations, failed, ...)"
     )
     ls.add_argument("--search", help="full-text search over questions, code, outputs and answers")
-    ls.add_argument("--json", action="store_true")
+    ls.add_argument(
+        "--json", action="store_true", help="print the runs as one JSON list (with tree totals)"
+    )
 
     s = sub.add_parser("show", help="print a run's tree")
     s.add_argument("run", help="run id, a unique prefix, or 'last'")

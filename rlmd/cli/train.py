@@ -61,20 +61,53 @@ def add_parser(sub: Any) -> None:
     r = t.add_parser("rollout", help="run tasks through the engine and record rewarded runs")
     r.add_argument("--tasks", required=True, help="task-set folder or JSONL file")
     r.add_argument("--model", required=True, help="registry model name, or 'teacher'")
-    r.add_argument("--samples", type=int, default=1)
-    r.add_argument("--temperature", type=float, default=0.0)
+    r.add_argument("--samples", type=int, default=1, help="rollouts per task (default 1)")
+    r.add_argument(
+        "--temperature", type=float, default=0.0, help="sampling temperature (default 0)"
+    )
     r.add_argument("--set", dest="rollout_set", help="rollout set name (default: the model)")
-    r.add_argument("--parallel", type=int, default=1)
-    r.add_argument("--max-iterations", type=int, default=6)
-    r.add_argument("--max-seconds", type=float, default=300.0)
-    r.add_argument("--max-depth", type=int, default=1)
-    r.add_argument("--sub-model")
-    r.add_argument("--sandbox", default="subprocess")
-    r.add_argument("--min-iterations", type=int, default=0)
-    r.add_argument("--min-subcalls", type=int, default=0)
-    r.add_argument("--error-penalty", type=float, default=0.0)
-    r.add_argument("--overrun-zero", action="store_true")
-    r.add_argument("--keep-fallback", action="store_true", help="score extraction answers too")
+    r.add_argument("--parallel", type=int, default=1, help="rollouts run at once (default 1)")
+    r.add_argument("--max-iterations", type=int, default=6, help="root turns per run (default 6)")
+    r.add_argument(
+        "--max-seconds", type=float, default=300.0, help="wall-clock seconds per run (default 300)"
+    )
+    r.add_argument(
+        "--max-depth",
+        type=int,
+        default=1,
+        help="RLM loops at depths 0..N-1 (default 1: rlm_query is a plain sub-call)",
+    )
+    r.add_argument("--sub-model", help="model for sub-calls (default: the root model)")
+    r.add_argument("--sandbox", default="subprocess", help="REPL backend (default subprocess)")
+    r.add_argument(
+        "--min-iterations",
+        type=int,
+        default=0,
+        help="reward 0 for a run with fewer root turns (default 0: no gate)",
+    )
+    r.add_argument(
+        "--min-subcalls",
+        type=int,
+        default=0,
+        help="reward 0 for a run with fewer sub-calls and child runs (default 0: no gate)",
+    )
+    r.add_argument(
+        "--error-penalty",
+        type=float,
+        default=0.0,
+        help="subtracted from the reward per cell that raised (default 0)",
+    )
+    r.add_argument(
+        "--overrun-zero",
+        action="store_true",
+        help="reward 0 for a run that ended on a budget limit (not completed)",
+    )
+    r.add_argument(
+        "--keep-fallback",
+        action="store_true",
+        help="score extraction answers too (by default an answer from the fallback "
+        "extraction call after a budget ran out scores 0)",
+    )
     r.add_argument(
         "--repair-share",
         type=float,
