@@ -68,7 +68,11 @@ def add_parser(sub: Any) -> None:
     r.add_argument("--max-iterations", type=int, default=6)
     r.add_argument("--max-seconds", type=float, default=300.0)
     r.add_argument("--max-depth", type=int, default=1)
-    r.add_argument("--sub-model")
+    r.add_argument(
+        "--sub-model",
+        help="model for sub-calls (default: the root model; a LoRA adapter's base model; "
+        "for the teacher 'teacher-labeller', or 'teacher-oracle' for exact labels)",
+    )
     r.add_argument("--sandbox", default="subprocess")
     r.add_argument("--min-iterations", type=int, default=0)
     r.add_argument("--min-subcalls", type=int, default=0)
