@@ -82,7 +82,13 @@ from rlmd.engine.budget import Budget
 from rlmd.engine.config import RunConfig
 from rlmd.models.base import ModelSpec
 from rlmd.models.pull import KNOWN_LOCAL_MODELS
-from rlmd.models.registry import PROVIDERS, Registry, builtin_entries, merge_entries
+from rlmd.models.registry import (
+    PROVIDERS,
+    Registry,
+    adapter_sub_model,
+    builtin_entries,
+    merge_entries,
+)
 from rlmd.models.repetition import guard_settings
 from rlmd.sandbox import DEFAULT_BACKEND
 from rlmd.sandbox.limits import Limits
@@ -772,9 +778,12 @@ def build_run_config(
     bad = set(merged) - known
     if bad:
         raise ValueError(f"unknown run options: {sorted(bad)}")
+    root_model = model or root or DEFAULT_MODEL
     return RunConfig(
-        root_model=model or root or DEFAULT_MODEL,
-        sub_model=sub_model or sub,
+        root_model=root_model,
+        # a LoRA adapter's sub-calls (and child roots) go to its base model unless a
+        # sub-model is named (issue 13, session 18: the adapter is trained on root turns)
+        sub_model=sub_model or sub or adapter_sub_model(root_model),
         models_by_depth=by_depth,
         sandbox=sandbox or box or DEFAULT_BACKEND,
         budget=Budget(**budget_args),

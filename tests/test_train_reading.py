@@ -31,18 +31,21 @@ ITEMS = {  # instance -> label (the sub-model's answer)
     "a bird of prey": "animal",
     "a striped wild horse": "animal",
 }
-USERS = [100, 101, 100, 102, 101, 103]  # per line, in ITEMS order
-# per user: 100 animal 2; 101 plant 1, animal 1; 102 plant 1; 103 animal 1
+# instances the sub-model answers off the list (a word of the description: `unknown` to the
+# labelling cell), more of them than any category has: the compute step must leave them out
+OFF_LIST = ["a bracket fungus on oak", "a mossy boulder", "a winter storm", "a cargo barge",
+            "a tidal marsh"]  # fmt: skip
+USERS = [100, 101, 100, 102, 101, 103, 100, 101, 102, 103, 100]  # per line: ITEMS, OFF_LIST
+# per user: 100 animal 2; 101 plant 1, animal 1; 102 plant 1; 103 animal 1 (unknown: 5)
 LINES = "\n".join(
     f"Date: Jan {i + 1:02d}, 2023 || User: {user} || Instance: {text}"
-    for i, (text, user) in enumerate(zip(ITEMS, USERS, strict=True))
+    for i, (text, user) in enumerate(zip([*ITEMS, *OFF_LIST], USERS, strict=True))
 )
 CATS = "Label each instance with one of these categories: animal, plant, food."
 
-
-def labeller(messages: list[dict[str, Any]]) -> str:
-    desc = str(messages[-1]["content"]).rsplit("Description:", 1)[-1].strip()
-    return ITEMS.get(desc, "unknown")
+# replies like a small sub-model's: other case, extra words ("Category: Animal", "PLANT."),
+# and a word of the description for the instances of no listed category
+labeller = teacher.RealisticLabeller("reading", truth=ITEMS.get, off_list=0.0)
 
 
 def oolong(template: str, answer: str, scorer: str, **params: Any) -> TrainTask:
@@ -197,7 +200,7 @@ def test_every_play_prints_the_value_then_writes_it_out_and_scores_1(played) -> 
             assert not re.search(r"FINAL\((?!['\"])", _final_code(s)), (where, s["turn"])
     aggregation = [g for g in played if g["task"].family in ("oolong", "pairs")]
     # the labelling cell and its sub-calls are unchanged: one batched map over every line
-    assert all(g["row"]["subcalls"] == len(ITEMS) for g in aggregation)
+    assert all(g["row"]["subcalls"] == len(USERS) for g in aggregation)
     assert all("llm_query_batched(prompts)" in _final_code(g["samples"][1]) for g in aggregation)
     pairs_final = next(g for g in aggregation if g["task"].id == "train-pairs-both_have")
     assert (
@@ -252,3 +255,52 @@ def test_aggregation_opens_with_its_own_first_words(played) -> None:
         first.setdefault(fam, set()).add(teacher_literal.opening(_note(got["samples"][0]), 2))
     assert not first["aggregation"] & first["other"], first
     assert all(o.split()[0] in ("Lines", "Every") for o in first["aggregation"]), first
+
+
+def test_the_compute_turn_has_one_opening_and_one_skeleton_for_every_template(played) -> None:
+    # session 17's student read its answer off the labelling cell's Counter (top label
+    # `unknown`) or started over: the turn after the labels now has one shape for every
+    # oolong and pairs template, and only the template's expression differs
+    aggregation = [g for g in played if g["task"].family in ("oolong", "pairs")]
+    assert len(aggregation) == 11
+    shown = aggregation[0]["samples"][2]["prompt"][-1]["content"]
+    assert "'unknown': 5" in shown  # the labelling cell's counts show the off-list replies
+    notes, heads, exprs = set(), set(), set()
+    for got in aggregation:
+        compute = got["samples"][2]
+        note, code = _note(compute), _final_code(compute).splitlines()
+        assert note.startswith(teacher.COMPUTE_OPENING), note
+        notes.add(teacher_literal.opening(note, 8))
+        heads.add("\n".join(code[:5]))
+        assert code[-1] == "print(answer)", code
+        middle = code[5:-1]
+        assert 1 <= len(middle) <= 2 and middle[-1].startswith(("answer = ", "    ")), middle
+        exprs.add("\n".join(middle))
+        assert "llm_query" not in "\n".join(code) and "records = []" not in "\n".join(code)
+    assert len(notes) == 1 and len(heads) == 1, (notes, heads)
+    assert "if label in categories" in heads.pop()  # counts over the listed categories only
+    assert len(exprs) == 11  # the template's own expression
+
+
+def test_the_realistic_labeller_varies_its_replies_and_answers_some_off_the_list() -> None:
+    ask = (
+        "Which one of these categories does the description belong to: animal, plant, food? "
+        "Answer with the category only.\nDescription: "
+    )
+    truth = {f"a creature number {i}": "animal" for i in range(40)}
+
+    def replies(off: float, seed: str = "s") -> list[str]:
+        lab = teacher.RealisticLabeller(seed, truth=truth.get, off_list=off)
+        return [lab([{"role": "user", "content": ask + d}]) for d in truth]
+
+    def category(reply: str) -> str:  # what the labelling cell keeps
+        return next((c for c in ("animal", "plant", "food") if c in reply.lower()), "unknown")
+
+    on = replies(0.0)
+    assert {category(r) for r in on} == {"animal"} and len(set(on)) >= 4  # varied forms
+    assert {category(r) for r in replies(1.0)} == {"unknown"}
+    some = [category(r) for r in replies(0.3)]
+    assert 0 < some.count("unknown") < len(some)
+    assert replies(0.3, "other") != replies(0.3)  # another rollout, other replies
+    with pytest.raises(ValueError, match="off_list"):
+        teacher.RealisticLabeller("s", off_list=1.5)

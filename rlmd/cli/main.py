@@ -97,7 +97,9 @@ def _parser(command: str | None = None) -> argparse.ArgumentParser:
     )
     r.add_argument("--model", "-m", help="root model: a registry name or provider:model")
     r.add_argument(
-        "--sub-model", help="model for sub-calls and child runs (default: the root model)"
+        "--sub-model",
+        help="model for sub-calls and child runs (default: [run] sub_model, else the root "
+        "model; for a LoRA adapter `rlmd train sft` registered, its base model)",
     )
     r.add_argument(
         "--sandbox",

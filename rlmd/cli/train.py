@@ -77,7 +77,11 @@ def add_parser(sub: Any) -> None:
         default=1,
         help="RLM loops at depths 0..N-1 (default 1: rlm_query is a plain sub-call)",
     )
-    r.add_argument("--sub-model", help="model for sub-calls (default: the root model)")
+    r.add_argument(
+        "--sub-model",
+        help="model for sub-calls (default: the root model; a LoRA adapter's base model; "
+        "for the teacher 'teacher-labeller', or 'teacher-oracle' for exact labels)",
+    )
     r.add_argument("--sandbox", default="subprocess", help="REPL backend (default subprocess)")
     r.add_argument(
         "--min-iterations",

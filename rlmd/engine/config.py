@@ -31,7 +31,8 @@ class RunConfig:
 
     Attributes:
         root_model: registry name of the root model (depth 0).
-        sub_model: registry name for sub-calls and child roots; defaults to ``root_model``.
+        sub_model: registry name for sub-calls and child roots; defaults to ``root_model``
+            (:func:`rlmd.config.build_run_config` names a LoRA adapter's base model).
         models_by_depth: per-depth overrides (``{1: "small", 2: "tiny"}``) for the model that
             answers sub-calls *at* that depth and roots child runs there.
         sandbox: sandbox backend name (``"subprocess"`` or ``"inprocess"``).

@@ -87,6 +87,28 @@ def adapter_entries() -> dict[str, dict[str, Any]]:
     return entries
 
 
+def adapter_sub_model(name: str) -> str | None:
+    """The default sub-model of a run rooted by ``name``: when ``name`` is a LoRA adapter
+    ``rlmd train`` registered (``<models dir>/adapters/NAME.json`` with a ``lora_path``), its
+    base model (``base``: a local model's name, or ``local:PATH`` for a GGUF path); else
+    ``None`` (sub-calls go to the root model, as before). The adapter is trained on root
+    turns only, and measured it answers the labelling sub-calls worse than its base (issue
+    13, session 17: 13 of 36 listed categories against the base's 29). A merged fine-tune
+    (no ``lora_path``) has no base to fall back to: ``None``. A file that cannot be read
+    is ``None``, as :func:`adapter_entries` skips it."""
+    if not name or name.startswith(".") or not all(c.isalnum() or c in "._-" for c in name):
+        return None  # not a plain name: a shorthand or a path, never an adapter's file
+    path = paths.home() / "models" / "adapters" / f"{name}.json"
+    try:
+        entry = json.loads(path.read_text())
+        base, lora = str(entry["base"]), entry.get("lora_path")
+    except (OSError, ValueError, KeyError, TypeError, AttributeError):
+        return None
+    if not lora or not base:
+        return None
+    return base if base in KNOWN_LOCAL_MODELS or not base.endswith(".gguf") else f"local:{base}"
+
+
 def merge_entries(base: dict[str, Any], new: dict[str, Any]) -> dict[str, Any]:
     """``new`` over ``base``; the ``sampling`` and ``options`` tables are merged too."""
     merged = {**base, **new}

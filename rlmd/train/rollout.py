@@ -23,7 +23,7 @@ from typing import Any
 
 from rlmd.engine import run_task
 from rlmd.models.base import ModelSpec
-from rlmd.models.registry import Registry
+from rlmd.models.registry import Registry, adapter_sub_model
 from rlmd.runner import check_models
 from rlmd.store import Store
 from rlmd.store.export import flatten_tree
@@ -33,6 +33,10 @@ from rlmd.train.tasks import TrainTask
 
 TEACHER = "teacher"
 """The model name that selects the programmatic teacher."""
+
+TEACHER_LABELLER = "teacher-labeller"
+"""The teacher's default sub-model: :class:`rlmd.train.teacher.RealisticLabeller`, one per
+rollout (``teacher-oracle`` names the generator's exact labels instead)."""
 
 Progress = Callable[[dict[str, Any]], None]
 """Called after each rollout with ``{"done", "total", "task_id", "sample_index", "reward",
@@ -56,7 +60,11 @@ class RolloutOptions:
         parallel: rollouts at once (a local GGUF model still runs one call at a time).
         budget: :class:`rlmd.engine.budget.Budget` fields for every run.
         sandbox: sandbox backend.
-        sub_model: model for sub-calls (default: the root model; the teacher's oracle).
+        sub_model: model for sub-calls. Default: the root model, or for a LoRA adapter
+            ``rlmd train sft`` registered its base model
+            (:func:`rlmd.models.registry.adapter_sub_model`); for the teacher
+            :data:`TEACHER_LABELLER`, a :class:`rlmd.train.teacher.RealisticLabeller` per
+            rollout (``teacher-oracle``: the generator's exact labels).
         terms: reward terms.
         seed: base sampling seed.
         repair_share: the teacher's share of repair trajectories (0..1; see
@@ -234,16 +242,21 @@ async def run_rollouts(
                 root = f"teacher-{task.id}-{k}"
                 play = teacher.policy(task, k, opts.repair_share, opts.literal_share)
                 registry.add(ModelSpec(root, "scripted", root, options={"callable": play}))
-                sub = opts.sub_model or "teacher-oracle"
+                sub = opts.sub_model or TEACHER_LABELLER
                 if sub == "teacher-oracle":
                     registry.add(
                         ModelSpec(
                             sub, "scripted", sub, options={"callable": teacher.oracle_labeller}
                         )
                     )
+                elif sub == TEACHER_LABELLER:  # its own per rollout: seeded by (task, sample)
+                    sub = f"{TEACHER_LABELLER}-{task.id}-{k}"
+                    labeller = teacher.RealisticLabeller(f"{task.id}:{k}")
+                    registry.add(ModelSpec(sub, "scripted", sub, options={"callable": labeller}))
             else:
                 root = sample_model(k)
-                sub = opts.sub_model or root
+                # a LoRA adapter's sub-calls go to its base (rlmd.models.registry)
+                sub = opts.sub_model or adapter_sub_model(opts.model) or root
             config = build_run_config(
                 Settings(), model=root, sandbox=opts.sandbox, budget=dict(opts.budget)
             )

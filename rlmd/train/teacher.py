@@ -11,10 +11,12 @@ words):
 
 * ``sniah``: search the *whole* input for the key with a regex, print the neighbourhood of
   every hit, pull out the number with a second regex and print it, then read it back.
-* ``oolong`` / ``pairs``: look at the line format, split every line into date / user /
-  instance, label every instance with one ``llm_query_batched`` map (the categories are not in
-  the text: that is the judgement a sub-model gives), aggregate with ``Counter`` in code,
-  print the result, then read it back.
+* ``oolong`` / ``pairs``: split every line into date / user / instance, label every
+  instance with one ``llm_query_batched`` map (the categories are not in the text: that is
+  the judgement a sub-model gives), then one compute turn of the same shape for every
+  template (session 18: :data:`COMPUTE_OPENING`, counts over the *listed* categories only so
+  a reply off the list never wins, counts per user, the users, then the template's own
+  expression and ``print(answer)``), then read the printed answer back.
 * ``codeqa``: walk every file's ``ast`` (definitions, calls, bases, defaults, constants,
   imports), print what was found, then read it back.
 
@@ -56,8 +58,13 @@ default): the repair's prompt shows a mistake that raised as the engine's fold n
 exception line, the variables the cell set), which is what a model sees at inference; a
 questioned answer or a search that printed ``None`` is not folded and stays as it was.
 
-Sub-calls of a teacher run go to :func:`oracle_labeller` (the generator's own labels), so the
-aggregation is right; only root turns become training samples. The teacher is used on the
+Sub-calls of a teacher run go to a :class:`RealisticLabeller` (session 18; before, to
+:func:`oracle_labeller`, the generator's own labels): the true label in varied forms (other
+case, extra words) and, for a seeded share of descriptions, a word of the description, which
+the labelling cell maps to ``unknown`` as it does a small sub-model's stray replies at
+inference. So the teacher's printed counts show ``unknown`` and its compute step leaves it
+out. A reply off the list can change the answer (a count, a pair): such a rollout scores
+below 1 and the export's reward filter drops it. Only root turns become training samples. The teacher is used on the
 train split only (:func:`rlmd.train.rollout.run_rollouts` refuses a held-out task).
 """
 
@@ -350,93 +357,100 @@ def _aggregation_prelude(task: TrainTask, rng: random.Random) -> list[Turn]:
     ]
 
 
+# The compute turn (session 18): one shape for every oolong and pairs template. The same
+# first words, the same skeleton (the labels of the listed categories only, so a sub-model's
+# reply off the list, `unknown`, never wins a count; counts, counts per user, the users), then
+# the template's own expression and `print(answer)`. Session 17's student read its answer
+# from the labelling cell's Counter (its top label `unknown`) or started over: the 16 compute
+# turns of its data had 11 shapes, one per template.
+_COMPUTE_HEAD = """\
+from collections import Counter
+known = [(int(user), label) for (_, user, _), label in zip(records, labels) if label in categories]
+counts = Counter(label for _, label in known)
+by_user = Counter(known)
+users = sorted({int(user) for _, user, _ in records})"""
+
+COMPUTE_OPENING = "I count the listed categories only (a reply off the list is `unknown`):"
+"""The first words of every aggregation compute turn's note."""
+
+
+def _compute(asks: str, expression: str) -> Turn:
+    """The compute turn: :data:`COMPUTE_OPENING`, what the question asks, the shared skeleton,
+    the template's ``expression`` (one or two lines that set ``answer``), ``print(answer)``."""
+    note = f"{COMPUTE_OPENING} the question asks {asks}."
+    return note, f"{_COMPUTE_HEAD}\n{expression}\nprint(answer)"
+
+
 def _oolong(task: TrainTask, rng: random.Random) -> list[AnyTurn]:
     p, t = task.params, task.params.get("template")
-    # each final step's note names what the question asks (session 14: the student wrote
-    # `counts['unknown']` whatever was asked; the data had 6 final turns of one shape)
     # the reading turn opens with "Category" or "User" (no other family's final turn does)
     if t == "most_common":
-        note = "The question asks for the most common category: the top of the counts."
-        code = "answer = counts.most_common(1)[0][0]"
+        asks, expr = (
+            "for the most common category",
+            "answer = max(categories, key=lambda c: counts[c])",
+        )
         say = "Category `{v}` is the most common one."
     elif t == "least_common":
-        note = "The question asks for the least common category (a category never seen counts 0)."
-        code = "answer = min(categories, key=lambda c: counts[c])"
+        asks, expr = (
+            "for the least common category",
+            "answer = min(categories, key=lambda c: counts[c])",
+        )
         say = "Category `{v}` is the least common one."
     elif t == "count_label":
         label = p["label"]
-        note = f"The question asks how many instances are in the category {label}."
-        code = f"answer = counts[{label!r}]"
+        asks, expr = f"how many instances are in {label}", f"answer = counts[{label!r}]"
         say = f"Category `{label}` has {{v}} instances."
     elif t == "compare":
         a, b = p["labels"]
-        note = f"The question compares the category {a} with the category {b}."
-        code = (
-            f"a, b = counts[{a!r}], counts[{b!r}]\n"
-            "answer = 'more common' if a > b else 'less common' if a < b else 'same frequency'"
+        asks = f"how {a} compares with {b}"
+        expr = (
+            f"answer = 'more common' if counts[{a!r}] > counts[{b!r}] else 'less common' "
+            f"if counts[{a!r}] < counts[{b!r}] else 'same frequency'"
         )
         say = f"Category `{a}` against `{b}`: {{v}}."
     elif t == "user_count":
-        user, label = p["user"], p["label"]
-        note = f"The question asks about user {user} and the category {label}."
-        say = f"User {user} has {{v}} instances in `{label}`."
-        code = (
-            f"answer = sum(1 for (_, user, _), label in zip(records, labels)\n"
-            f"             if user == {str(p['user'])!r} and label == {p['label']!r})"
+        user, label = int(p["user"]), p["label"]
+        asks, expr = (
+            f"how many {label} instances user {user} has",
+            f"answer = by_user[({user}, {label!r})]",
         )
+        say = f"User {user} has {{v}} instances in `{label}`."
     else:  # user_most
         label = p["label"]
-        note = f"The question asks which user has the most instances in the category {label}."
+        asks = f"which user has the most {label} instances"
+        expr = f"answer = max(users, key=lambda u: by_user[(u, {label!r})])"
         say = f"User {{v}} has the most instances in `{label}`."
-        code = (
-            "from collections import Counter\n"
-            f"per_user = Counter(user for (_, user, _), label in zip(records, labels)\n"
-            f"                   if label == {p['label']!r})\n"
-            "print(per_user.most_common(3))\nanswer = per_user.most_common(1)[0][0]"
-        )
     return [
         *_aggregation_prelude(task, rng),
-        (note + " I compute it from the labels in code.", code + "\nprint(answer)"),
+        _compute(asks, expr),
         teacher_literal.ReadValue("line", say, "answer"),
     ]
 
 
 _PAIR_CONDITIONS = {
-    "both_have": ("c[a] >= 1", "c[a] >= 1"),
-    "both_have_either": ("c[a] + c[b] >= 1", "c[a] + c[b] >= 1"),
-    "both_exactly_one": ("c[a] == 1", "c[a] == 1"),
-    "both_none": ("c[a] == 0", "c[a] == 0"),
+    "both_have": "by_user[(u, {a!r})] >= 1",
+    "both_have_either": "by_user[(u, {a!r})] + by_user[(u, {b!r})] >= 1",
+    "both_exactly_one": "by_user[(u, {a!r})] == 1",
+    "both_none": "by_user[(u, {a!r})] == 0",
 }
 
 
 def _pairs(task: TrainTask, rng: random.Random) -> list[AnyTurn]:
     a, b = task.params.get("labels", ["", ""])
-    t = task.params.get("template")
-    head = (
-        f"from collections import Counter\na, b = {a!r}, {b!r}\nper_user = {{}}\n"
-        "for (_, user, _), label in zip(records, labels):\n"
-        "    per_user.setdefault(int(user), Counter())[label] += 1\n"
-        "users = sorted(per_user)\n"
-    )
+    t = str(task.params.get("template"))
     if t == "one_each":
-        body = (
-            "xs = [u for u in users if per_user[u][a] >= 1]\n"
-            "ys = [u for u in users if per_user[u][b] >= 1]\n"
-            "pairs = sorted({(min(x, y), max(x, y)) for x in xs for y in ys if x != y})"
+        expr = (
+            "answer = sorted({(min(x, y), max(x, y)) for x in users for y in users\n"
+            f"                 if x != y and by_user[(x, {a!r})] >= 1 and by_user[(y, {b!r})] >= 1}})"
         )
     else:
-        cond = _PAIR_CONDITIONS.get(str(t), ("c[a] >= 1", ""))[0]
-        body = (
-            f"ok = [u for u in users if (lambda c: {cond})(per_user[u])]\n"
-            "pairs = [(x, y) for i, x in enumerate(ok) for y in ok[i + 1:]]"
+        cond = _PAIR_CONDITIONS.get(t, _PAIR_CONDITIONS["both_have"]).format(a=a, b=b)
+        expr = (
+            f"ok = [u for u in users if {cond}]\nanswer = [(x, y) for x in ok for y in ok if x < y]"
         )
     return [
         *_aggregation_prelude(task, rng),
-        (
-            f"The question is about the categories {a} and {b}: I group the labels by user "
-            "and build every qualifying pair in code.",
-            head + body + "\nanswer = pairs\nprint(len(answer))\nprint(answer)",
-        ),
+        _compute(f"for the pairs of users with {a} and {b}", expr),
         teacher_literal.ReadValue(
             "list", "Pairs of users: {n} qualify, so I write them all out.", "answer"
         ),
@@ -549,10 +563,76 @@ def oracle_labeller(messages: list[dict[str, Any]]) -> str:
         from bench.quality import sources
 
         _ORACLE.update({item.text: item.label for item in sources.wordnet_items()})
-    text = ""
+    desc = _last_user(messages).rsplit("Description:", 1)[-1].strip()
+    return _ORACLE.get(desc, "unknown")
+
+
+OFF_LIST_SHARE = 0.12
+"""Default share of a :class:`RealisticLabeller`'s replies that name no listed category."""
+
+_FORMS = (
+    "{label}",
+    "{Label}",
+    "{LABEL}",
+    "{Label}.",
+    "Category: {label}",
+    "The category is {label}.",
+    "{Label} (the description's category)",
+)
+
+
+class RealisticLabeller:
+    """A teacher run's sub-model that answers like the small models that answer sub-calls
+    at inference (session 17: the base 0.5B named a listed category for 23–29 of 33–36
+    descriptions): the true label in varied forms (other case, extra words: ``Animal.``,
+    ``Category: plant``), and for a share ``off_list`` of descriptions (seeded per
+    ``(seed, description)``), or when the true label is not listed, a word of the
+    description instead (``Sweden``, ``fungi``), which the labelling cell maps to
+    ``unknown``. So the printed counts of the teacher's data show ``unknown`` as inference
+    does, and the compute step that follows must leave it out.
+
+    Args:
+        seed: the rollout's seed (e.g. ``"task-id:sample"``): another sample, other replies.
+        truth: the true label of a description (default: the generator's own,
+            :func:`oracle_labeller`'s WordNet map); ``"unknown"`` when it has none.
+        off_list: share of descriptions answered off the list, within 0..1.
+
+    Raises:
+        ValueError: ``off_list`` is not within 0..1.
+    """
+
+    def __init__(
+        self,
+        seed: str,
+        truth: Any = None,
+        off_list: float = OFF_LIST_SHARE,
+    ) -> None:
+        if not 0.0 <= off_list <= 1.0:
+            raise ValueError(f"off_list must be within 0..1, not {off_list}")
+        self.seed = seed
+        self.truth = truth
+        self.off_list = off_list
+
+    def __call__(self, messages: list[dict[str, Any]]) -> str:
+        prompt = _last_user(messages)
+        desc = prompt.rsplit("Description:", 1)[-1].strip()
+        listed = re.search(r"belong to: ([^?\n]+)\?", prompt)
+        categories = [c.strip().lower() for c in listed.group(1).split(",")] if listed else []
+        if self.truth is None:
+            label = oracle_labeller(messages)
+        else:
+            label = str(self.truth(desc) or "unknown")
+        rng = random.Random(f"{self.seed}:{desc}")
+        if label in categories and rng.random() >= self.off_list:
+            form = rng.choice(_FORMS)
+            return form.format(label=label, Label=label.capitalize(), LABEL=label.upper())
+        words = [w.strip(".,;:()'\"") for w in desc.split()]
+        words = [w for w in words if len(w) > 3 and not any(c in w.lower() for c in categories)]
+        return rng.choice(words) if words else "Other"
+
+
+def _last_user(messages: list[dict[str, Any]]) -> str:
     for m in reversed(messages):
         if m.get("role") == "user":
-            text = str(m.get("content") or "")
-            break
-    desc = text.rsplit("Description:", 1)[-1].strip()
-    return _ORACLE.get(desc, "unknown")
+            return str(m.get("content") or "")
+    return ""
