@@ -75,12 +75,12 @@ def run_door_command(args: argparse.Namespace) -> int:
 
             workspace = Path(args.workspace or ".").expanduser().resolve()
             if not workspace.is_dir():  # a file was "no such folder" too (review17)
-                problem = (
+                said = (
                     f"--workspace {workspace} is not a folder"
                     if workspace.exists()
                     else f"--workspace: no such folder: {workspace}"
                 )
-                print(f"rlmd mcp: {problem}", file=sys.stderr)
+                print(f"rlmd mcp: {said}", file=sys.stderr)
                 return 2
 
             defaults = mcp_server.Defaults(workspace, models, budgets)
