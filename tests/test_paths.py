@@ -139,3 +139,24 @@ def test_a_folder_where_the_socket_goes_is_one_line_naming_it(tmp_path):
     )
     assert done.returncode == 2 and "Traceback" not in done.stderr, done.stderr
     assert "Is a directory" in done.stderr and "Move that path aside" in done.stderr
+
+
+def test_a_file_where_the_rlmd_home_goes_is_said_to_be_no_folder(tmp_path):
+    """Review18: ``RLMD_HOME=FILE rlmd runs`` said "[Errno 17] File exists: ... Set
+    RLMD_HOME to a writable folder" (the file is there, it is not a folder), and a file
+    above it "[Errno 20] Not a directory"; both now name the path that is a file."""
+    import subprocess
+    import sys
+
+    (tmp_path / "home").write_text("")
+    for home in (tmp_path / "home", tmp_path / "home" / "sub"):
+        done = subprocess.run(
+            [sys.executable, "-m", "rlmd", "runs"],
+            capture_output=True,
+            text=True,
+            timeout=60,
+            env={**os.environ, "RLMD_HOME": str(home)},
+        )
+        assert done.returncode == 2 and "Traceback" not in done.stderr, done.stderr
+        said = f"the rlmd home {home} cannot be made: {tmp_path / 'home'} is a file"
+        assert said in " ".join(done.stderr.split()), done.stderr

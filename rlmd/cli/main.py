@@ -253,8 +253,18 @@ def _main(argv: list[str] | None) -> int:
     try:
         paths.home()
     except OSError as exc:
+        where = paths.home_location()
+        blocker = next((p for p in (where, *where.parents) if p.is_file()), None)
+        if exc.errno in (errno.EEXIST, errno.ENOTDIR) and blocker is not None:
+            # "[Errno 17] File exists ... set RLMD_HOME to a writable folder" (review18)
+            err.print(
+                f"[red]error:[/] the rlmd home {markup(str(where))} cannot be made: "
+                f"{markup(str(blocker))} is a file. Set RLMD_HOME to a folder."
+            )
+            return 2
         err.print(
-            f"[red]error:[/] cannot use the rlmd home folder: {exc}. Set RLMD_HOME to a writable folder."
+            f"[red]error:[/] cannot use the rlmd home folder: {markup(str(exc))}. Set RLMD_HOME "
+            "to a writable folder."
         )
         return 2
     try:
