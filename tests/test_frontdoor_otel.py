@@ -284,3 +284,25 @@ def test_a_receiver_that_never_answers_does_not_hold_the_daemons_stop(caplog):
         assert "4 traces were not sent: the OTLP receiver at " + url in caplog.text
     finally:
         hole.close()
+
+
+def test_the_content_switch_from_the_environment_takes_on_and_off_words(monkeypatch, tmp_path):
+    """Review18: ``RLMD_OTLP_CONTENT`` was on only for ``1``: ``true`` (or a typo) sent spans
+    without the content asked for, without a word. On/off words are taken; anything else
+    stops ``rlmd serve`` with one line naming the variable."""
+    import subprocess
+    import sys
+
+    from rlmd.cli.serve import _env_switch
+
+    for value, on in (("1", True), ("TRUE", True), ("yes", True), ("0", False), ("off", False)):
+        monkeypatch.setenv("RLMD_OTLP_CONTENT", value)
+        assert _env_switch("RLMD_OTLP_CONTENT") is on
+    monkeypatch.delenv("RLMD_OTLP_CONTENT")
+    assert _env_switch("RLMD_OTLP_CONTENT") is False
+    env = {**os.environ, "RLMD_HOME": str(tmp_path), "RLMD_OTLP_CONTENT": "ture"}
+    done = subprocess.run(
+        [sys.executable, "-m", "rlmd", "serve"], env=env, capture_output=True, text=True, timeout=60
+    )
+    assert done.returncode == 2, done.stderr
+    assert "rlmd serve: $RLMD_OTLP_CONTENT must be 1 or 0 (on or off), got 'ture'" in done.stderr

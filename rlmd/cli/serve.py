@@ -54,7 +54,7 @@ def add_server_commands(sub: argparse._SubParsersAction) -> None:
     sv.add_argument(
         "--otlp-content",
         action="store_true",
-        default=os.environ.get("RLMD_OTLP_CONTENT") == "1",
+        default=None,  # then $RLMD_OTLP_CONTENT, read when the daemon starts
         help="include prompts, outputs and code in the spans (default off; $RLMD_OTLP_CONTENT=1)",
     )
 
@@ -75,11 +75,35 @@ def add_server_commands(sub: argparse._SubParsersAction) -> None:
     )
 
 
+_ON = ("1", "true", "yes", "on")
+_OFF = ("", "0", "false", "no", "off")
+
+
+def _env_switch(name: str) -> bool:
+    """An on/off environment variable: ``1``/``true``/``yes``/``on`` (any case) or
+    ``0``/``false``/``no``/``off``/unset/empty.
+
+    Raises:
+        ValueError: any other value (``RLMD_OTLP_CONTENT=ture`` was taken as off without a
+            word: spans went out without the content asked for).
+    """
+    value = os.environ.get(name, "").strip().lower()
+    if value not in _ON + _OFF:
+        raise ValueError(f"${name} must be 1 or 0 (on or off), got {os.environ[name]!r}")
+    return value in _ON
+
+
 def run_server_command(args: argparse.Namespace) -> int:
     """Run ``serve`` / ``attach`` / ``doctor``; returns the exit code."""
     if args.command == "serve":
         from rlmd.server import daemon
 
+        if args.otlp_content is None:
+            try:
+                args.otlp_content = _env_switch("RLMD_OTLP_CONTENT")
+            except ValueError as exc:
+                print(f"rlmd serve: {exc}", file=sys.stderr)
+                return 2
         if args.otlp_endpoint is not None:
             if not importlib.util.find_spec("opentelemetry.exporter"):
                 print(
