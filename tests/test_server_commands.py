@@ -322,7 +322,9 @@ async def test_models_and_params_errors(daemon, project, tmp_path):
             with pytest.raises(RpcError) as err:
                 await c.command("rlmd.task.start", start_params(project, budgets={zero: 0}))
             assert err.value.code == -32602, zero
-            assert zero in err.value.message, err.value.message
+            # review18: named as the engine's field ("budget max_usd must be ..."), no field
+            assert err.value.message.startswith(f"budgets.{zero} must be "), err.value.message
+            assert err.value.data == {"field": f"budgets.{zero}"}
         with pytest.raises(RpcError) as err:
             await c.command("rlmd.task.start", {**start_params(project), "budget": {}})
         assert "unknown parameter 'budget'" in err.value.message

@@ -18,6 +18,7 @@ from urllib.parse import unquote, urlparse
 
 from rlmd import config, paths
 from rlmd.config import BUDGET_KEYS, build_run_config
+from rlmd.engine.budget import BudgetError
 from rlmd.engine.events import new_id
 from rlmd.models.base import ModelNotAvailable
 from rlmd.runner import check_models
@@ -240,6 +241,8 @@ async def task_start(core: DaemonCore, p: Params, ctx: CallContext) -> Mapping[s
         raise CommandError(UNAVAILABLE, str(exc)) from None
     except KeyError as exc:
         raise invalid(str(exc.args[0]) if exc.args else str(exc), "models") from None
+    except BudgetError as exc:  # a limit the engine refuses (0 seconds): the request's field
+        raise invalid(f"budgets.{exc.field} {exc.reason}", f"budgets.{exc.field}") from None
     except (ValueError, TypeError) as exc:
         raise invalid(str(exc)) from None
     if sandbox and ws.sandbox is None:
