@@ -293,3 +293,31 @@ async def test_a_missing_or_damaged_store_is_named_and_never_created(tmp_path: P
         await backend.list_runs()
     with pytest.raises(StoreUnreadable):
         await backend.changed()
+
+
+@pytest.mark.parametrize(
+    ("editor", "said"),
+    [
+        ('vim "x', "$EDITOR 'vim \"x' is no command: No closing quotation"),
+        ("   ", "$EDITOR is blank: set it to your editor"),
+        ("/", "cannot run the editor '/' ($EDITOR): Permission denied"),
+        ("/no/such/editor", "cannot run the editor '/no/such/editor' ($EDITOR): No such file"),
+    ],
+)
+async def test_an_editor_that_cannot_run_is_said_and_the_app_stays(
+    tmp_path, monkeypatch, editor, said
+):
+    """Review18: ``v`` with ``$EDITOR`` holding an unclosed quote or naming a folder ended the
+    TUI in a traceback (headless: also a missing editor); a blank one ran ``+2`` as the
+    editor. Each is now one notification, and the app goes on."""
+    monkeypatch.setenv("EDITOR", editor)
+    monkeypatch.delenv("VISUAL", raising=False)
+    app = RlmdApp(MemoryBackend([budget_run(tmp_path)]))
+    notes = record_notifications(app)
+    async with app.run_test(size=(100, 30)) as pilot:
+        await until(pilot, lambda: isinstance(app.screen, RunsScreen), what="runs")
+        app.open_run("r9")
+        await until(pilot, lambda: getattr(app.screen, "run", None) is not None, what="tree")
+        await pilot.press("v")
+        await until(pilot, lambda: any(said in str(n.message) for n in notes), what=said)
+        assert app.is_running and isinstance(app.screen, TrajectoryScreen)

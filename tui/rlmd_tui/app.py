@@ -11,7 +11,7 @@ from pathlib import Path
 from typing import Any
 
 from textual import work
-from textual.app import App, SystemCommand
+from textual.app import App, SuspendNotSupported, SystemCommand
 from textual.binding import Binding
 from textual.message import Message
 
@@ -260,17 +260,33 @@ class RlmdApp(App):
 
     def open_in_editor(self, path: Path, line: int) -> None:
         """Open ``path`` at ``line`` in ``$VISUAL`` / ``$EDITOR`` (``vi`` if neither is set),
-        suspending the TUI while it runs."""
+        suspending the TUI while it runs. An editor that cannot run (missing, a folder, not
+        executable, an unclosed quote, blank) is a notification, not the end of the app."""
+        name = "$VISUAL" if os.environ.get("VISUAL") else "$EDITOR"
         editor = os.environ.get("VISUAL") or os.environ.get("EDITOR") or "vi"
-        command = [*shlex.split(editor), f"+{line}", str(path)]
+        try:
+            words = shlex.split(editor)
+        except ValueError as exc:  # `vim "x`: the app ended in a traceback (review18)
+            self.notify(f"{name} {editor!r} is no command: {exc}", severity="error", markup=False)
+            return
+        if not words:  # blank: "+12" was run as the editor
+            self.notify(f"{name} is blank: set it to your editor", severity="error")
+            return
+        command = [*words, f"+{line}", str(path)]
         self.edited = command
         try:
-            with self.suspend():
-                subprocess.run(command, check=False)
-        except FileNotFoundError:
-            self.notify(f"no editor {command[0]!r}: set $EDITOR", severity="error")
-        except Exception:  # noqa: BLE001 - a headless app cannot suspend: run it detached
-            subprocess.run(command, check=False, stdin=subprocess.DEVNULL, capture_output=True)
+            try:
+                with self.suspend():
+                    subprocess.run(command, check=False)
+            except SuspendNotSupported:  # a headless app cannot suspend: run it detached
+                subprocess.run(command, check=False, stdin=subprocess.DEVNULL, capture_output=True)
+        except OSError as exc:  # missing, a folder, not executable: the app ended (review18)
+            why = exc.strerror or str(exc)
+            self.notify(
+                f"cannot run the editor {command[0]!r} ({name}): {why}",
+                severity="error",
+                markup=False,
+            )
         self.refresh()
 
 
