@@ -146,18 +146,18 @@ def run_dir() -> Path:
 
 def socket_path() -> Path:
     """Where the daemon of this rlmd home listens: ``run/rlmd.sock``, or, when that path is
-    too long for a Unix socket, a short name in ``$XDG_RUNTIME_DIR`` (else a private temp
-    folder) derived from it."""
+    too long for a Unix socket, a short name in ``$XDG_RUNTIME_DIR`` (when it is an absolute
+    folder short enough for that name; else a private temp folder) derived from it."""
     preferred = run_dir() / "rlmd.sock"
     if len(str(preferred).encode()) <= MAX_SOCKET_PATH:
         return preferred
-    digest = hashlib.sha256(str(preferred).encode()).hexdigest()[:16]
-    runtime = os.environ.get("XDG_RUNTIME_DIR")
-    if runtime and os.path.isdir(runtime):
-        folder = Path(runtime)
-    else:
-        folder = own_private_dir(Path(tempfile.gettempdir()) / f"rlmd-{os.getuid()}")
-    return folder / f"rlmd-{digest}.sock"
+    name = f"rlmd-{hashlib.sha256(str(preferred).encode()).hexdigest()[:16]}.sock"
+    runtime = os.environ.get("XDG_RUNTIME_DIR") or ""
+    # A relative value is invalid (the XDG spec), and a long one would not fit either.
+    fits = len(os.path.join(runtime, name).encode()) <= MAX_SOCKET_PATH
+    if os.path.isabs(runtime) and os.path.isdir(runtime) and fits:
+        return Path(runtime) / name
+    return own_private_dir(Path(tempfile.gettempdir()) / f"rlmd-{os.getuid()}") / name
 
 
 def own_private_dir(path: Path) -> Path:

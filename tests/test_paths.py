@@ -32,6 +32,22 @@ def test_fallback_socket_folder_is_made_private(long_home):
     assert stat.S_IMODE(st.st_mode) == 0o700
 
 
+def test_an_xdg_runtime_dir_too_long_or_relative_is_passed_over(long_home, tmp_path, monkeypatch):
+    """Review18: ``$XDG_RUNTIME_DIR`` was taken whatever it was: a long one made a socket path
+    over the limit (``rlmd serve``: an "AF_UNIX path too long" traceback), a relative one (an
+    invalid value, says the XDG spec) a socket path that depended on the current folder."""
+    runtime = tmp_path / ("r" * 90)
+    runtime.mkdir()
+    monkeypatch.setenv("XDG_RUNTIME_DIR", str(runtime))
+    assert paths.socket_path().parent == long_home
+    (tmp_path / "run").mkdir()
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.setenv("XDG_RUNTIME_DIR", "run")
+    assert paths.socket_path().parent == long_home
+    monkeypatch.setenv("XDG_RUNTIME_DIR", str(tmp_path / "run"))  # absolute and short: used
+    assert paths.socket_path().parent == tmp_path / "run"
+
+
 @pytest.mark.skipif(os.getuid() != 0, reason="chown to another user needs root")
 def test_socket_folder_premade_by_another_user_is_refused(long_home):
     long_home.mkdir()
