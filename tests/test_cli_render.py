@@ -262,3 +262,30 @@ def _nested(depth: int) -> dict:
         inner["a"] = [{}]
         inner = inner["a"][0]
     return top
+
+
+def test_a_columns_value_out_of_range_is_clamped(tmp_path: Path) -> None:
+    """Review18: rich takes any digits in ``$COLUMNS``: ``COLUMNS=0 rlmd runs`` (and
+    ``show``) printed nothing and exited 0, ``COLUMNS=99999999 rlmd show`` padded lines for
+    minutes. Both draw at a width within ``TERMINAL_WIDTHS`` now (0: 80 wide)."""
+    import os
+    import subprocess
+    import sys
+
+    from rlmd.cli.term import TERMINAL_WIDTHS
+
+    with Store(tmp_path / "rlmd.db") as store:
+        root = record_three_depths(store)["root"]
+    for columns in ("0", "99999999"):
+        env = {**os.environ, "RLMD_HOME": str(tmp_path), "COLUMNS": columns}
+        for args in (("runs",), ("show", root)):
+            done = subprocess.run(
+                [sys.executable, "-m", "rlmd", *args],
+                env=env,
+                capture_output=True,
+                text=True,
+                timeout=120,
+            )
+            assert done.returncode == 0 and "zebras" in done.stdout, (columns, args, done.stderr)
+            widest = max(len(line) for line in done.stdout.splitlines())
+            assert widest <= TERMINAL_WIDTHS[1], (columns, args, widest)

@@ -7,6 +7,19 @@ import argparse
 
 from rlmd.engine.budget import Budget, BudgetError
 
+RUN_FLAGS = {
+    **{name: name for name in ("max_usd", "max_seconds", "max_depth", "max_iterations")},
+    **{name: name for name in ("max_tokens", "max_subcalls")},
+    "cell_timeout_s": "cell_timeout",
+}
+"""The budget flags of ``rlmd run``, ``mcp`` and ``acp``: each :class:`Budget` field and the
+``args`` attribute that holds it."""
+
+
+def named(exc: BudgetError, fields: dict[str, str]) -> str:
+    """``exc``'s message with its field named as the flag (``--cell-timeout must be ...``)."""
+    return f"--{fields[exc.field].replace('_', '-')} {exc.reason}"
+
 
 def budget_flag_problem(args: argparse.Namespace, fields: dict[str, str]) -> str | None:
     """A message naming the flag whose value :class:`Budget` refuses (``--max-iterations
@@ -22,5 +35,5 @@ def budget_flag_problem(args: argparse.Namespace, fields: dict[str, str]) -> str
     try:
         Budget(**{field: value for field, value in limits.items() if value is not None})
     except BudgetError as exc:
-        return f"--{fields[exc.field].replace('_', '-')} {exc.reason}"
+        return named(exc, fields)
     return None

@@ -7,10 +7,9 @@ from dataclasses import asdict
 from pathlib import Path
 from typing import Any
 
-from rich.console import Console
 from rich.table import Table
 
-from rlmd.cli.term import markup
+from rlmd.cli.term import make_console, markup
 from rlmd.server.doctor import run_checks
 
 COLOUR = {"ok": "green", "warn": "yellow", "fail": "red", "skip": "dim"}
@@ -25,7 +24,7 @@ def main(*, as_json: bool = False, sandboxes: bool = True, cluster: str | None =
     if as_json:
         print(json.dumps({"ok": not failed, "checks": [asdict(c) for c in checks]}, indent=1))
         return 1 if failed else 0
-    console = Console(highlight=False)
+    console = make_console(highlight=False)
     console.print(checks_table(checks))
     console.print("[red]some checks failed[/]" if failed else "[green]rlmd is ready[/]")
     return 1 if failed else 0

@@ -360,24 +360,18 @@ def _check_args(args: argparse.Namespace) -> str | None:
             if value is not None and not (math.isfinite(value) and value >= 0):
                 return f"--{name.replace('_', '-')} must be a number >= 0, got {value}"
     if args.command in ("mcp", "acp"):  # their budgets apply to every task they start
-        return _budget_problem(args)
+        from rlmd.cli.budget_flags import RUN_FLAGS, budget_flag_problem
+
+        return budget_flag_problem(args, RUN_FLAGS)
     if args.command != "run":
         return None
     if not args.question.strip():
         return "the question is empty"
-    return _budget_problem(args) or _sandbox_problem(args.sandbox, args.template)
-
-
-def _budget_problem(args: argparse.Namespace) -> str | None:
-    """A message for a budget option (``rlmd run``, ``mcp``, ``acp``) no run could use."""
-    from rlmd.cli.budget_flags import budget_flag_problem
-
-    names = ("max_usd", "max_seconds", "max_depth", "max_iterations", "max_tokens", "max_subcalls")
-    problem = budget_flag_problem(args, {**{n: n for n in names}, "cell_timeout_s": "cell_timeout"})
-    threads = getattr(args, "threads", None)
-    if problem is None and threads is not None and threads < 1:
-        return f"--threads must be >= 1, got {threads}"
-    return problem
+    if args.threads is not None and args.threads < 1:
+        return f"--threads must be >= 1, got {args.threads}"
+    # rlmd run's budget flags: checked by Budget as the run config is built, once the
+    # codebase read has started (the engine's modules load after that: issue 16)
+    return _sandbox_problem(args.sandbox, args.template)
 
 
 def _sandbox_problem(sandbox: str | None, template: str | None) -> str | None:
@@ -561,7 +555,11 @@ def _run_command(args: argparse.Namespace) -> int:
 
             executor = executor_for(args.cluster)
     except (FileNotFoundError, ValueError, KeyError) as exc:
-        err.print(f"[red]error:[/] {markup(message(exc))}")
+        from rlmd.cli.budget_flags import RUN_FLAGS, named
+        from rlmd.engine.budget import BudgetError  # loaded by rlmd.config already
+
+        said = named(exc, RUN_FLAGS) if isinstance(exc, BudgetError) else message(exc)
+        err.print(f"[red]error:[/] {markup(said)}")
         return 2
     except isolation.NotIsolated as exc:
         err.print(f"[red]error:[/] {markup(str(exc))}")

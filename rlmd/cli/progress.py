@@ -8,7 +8,7 @@ from rich.console import Console
 
 from rlmd.cli.outcome import CELL_SOURCES, answer_note, budget_note
 from rlmd.cli.render import fmt_cost
-from rlmd.cli.term import markup
+from rlmd.cli.term import make_console, markup
 from rlmd.engine.events import (
     CellFinished,
     CellStarted,
@@ -28,7 +28,7 @@ class ProgressPrinter:
     """
 
     def __init__(self, console: Console | None = None, *, show_code: bool = True) -> None:
-        self.console = console or Console(stderr=True, highlight=False)
+        self.console = console or make_console(stderr=True, highlight=False)
         self.show_code = show_code
         self.calls = 0
         self.tokens = 0

@@ -112,13 +112,11 @@ def templates_table(infos: list[Any], width: int) -> Any:
 
 
 def _run(args: argparse.Namespace) -> int:
-    from rich.console import Console
-
-    from rlmd.cli.term import markup
+    from rlmd.cli.term import make_console, markup
     from rlmd.sandbox import SandboxError
     from rlmd.sandbox.docker import images
 
-    err = Console(stderr=True, highlight=False, soft_wrap=True)
+    err = make_console(stderr=True, highlight=False, soft_wrap=True)
     cmd = args.sandbox_command
     docker_host, reason = _docker_host()
     if cmd == "ls":
@@ -132,7 +130,7 @@ def _run(args: argparse.Namespace) -> int:
         if not infos:
             err.print(f"no templates in {images.templates_dir()}")
             return 0
-        out = Console(highlight=False)
+        out = make_console(highlight=False)
         out.print(templates_table(infos, out.width))
         return 0
     if cmd == "build":  # an unknown name is bad usage whether or not docker runs

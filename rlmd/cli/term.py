@@ -78,6 +78,30 @@ def message(exc: BaseException) -> str:
     return str(exc)
 
 
+TERMINAL_WIDTHS = (20, 1000)
+"""The widths rlmd draws at: ``$COLUMNS`` outside them is clamped. ``COLUMNS=0`` printed
+nothing at all (exit 0), and ``COLUMNS=99999999`` kept ``rlmd show`` padding lines for
+minutes (review18)."""
+
+
+def make_console(**options: Any) -> Console:
+    """A :class:`rich.console.Console` with ``options``; without a ``width`` among them, a
+    ``$COLUMNS`` outside :data:`TERMINAL_WIDTHS` is clamped into them (rich takes any digits),
+    and ``COLUMNS=0`` draws 80 wide."""
+    import os
+
+    from rich.console import Console
+
+    columns = os.environ.get("COLUMNS", "")
+    if "width" not in options and columns.isdigit():
+        least, most = TERMINAL_WIDTHS
+        if int(columns) == 0:  # no width at all: rich's own default for a pipe
+            options["width"] = 80
+        elif not least <= int(columns) <= most:
+            options["width"] = min(max(int(columns), least), most)
+    return Console(**options)
+
+
 class LazyConsole:
     """A :class:`rich.console.Console` made on first use, with the options given here:
     importing rich costs ~50 ms, which ``rlmd run`` spends after it has started reading the
@@ -92,9 +116,7 @@ class LazyConsole:
     def console(self) -> Console:
         """The console itself (made now if it was not yet)."""
         if self._console is None:
-            from rich.console import Console
-
-            self._console = Console(**self._options)
+            self._console = make_console(**self._options)
         return self._console
 
     def __getattr__(self, name: str) -> Any:
