@@ -265,12 +265,15 @@ def _start_busy_run(home, tmp_path):
     return proc, kernel
 
 
-def test_sigterm_cancels_the_run_and_stops_its_kernel(rlmd_home, tmp_path):
+@pytest.mark.parametrize("signame", ["SIGTERM", "SIGHUP"])
+def test_sigterm_cancels_the_run_and_stops_its_kernel(rlmd_home, tmp_path, signame):
+    """SIGHUP too (review18: a closed terminal killed rlmd without its clean-up: the run was
+    marked interrupted by the next rlmd, the kernel ran on until its cell ended)."""
     import signal
     import time
 
     proc, kernel = _start_busy_run(rlmd_home, tmp_path)
-    proc.send_signal(signal.SIGTERM)
+    proc.send_signal(getattr(signal, signame))
     assert proc.wait(timeout=30) == 143
     deadline = time.monotonic() + 10
     while _alive(kernel) and time.monotonic() < deadline:

@@ -477,6 +477,11 @@ def _isolation_gap(run_config, required: bool) -> str | None:
     return gap
 
 
+_ENDING_SIGNALS = (signal.SIGTERM, signal.SIGHUP)
+"""Signals that end ``rlmd run`` as Ctrl-C does: the run is recorded as cancelled and its
+kernels are stopped (exit 143)."""
+
+
 class _Terminated(Exception):
     """SIGTERM arrived before the run's event loop took it over."""
 
@@ -490,14 +495,17 @@ def cmd_run(args: argparse.Namespace) -> int:
     def terminate(signum: int, frame: object) -> None:
         raise _Terminated
 
-    previous = signal.signal(signal.SIGTERM, terminate)  # until go() hands it to the loop
+    # until go() hands them to the loop; SIGHUP: the terminal closed (review18: the run was
+    # left "running" for the next rlmd to mark interrupted, the kernel on until its cell ended)
+    previous = {sig: signal.signal(sig, terminate) for sig in _ENDING_SIGNALS}
     try:
         return _run_command(args)
     except _Terminated:
         err.print("[yellow]terminated before the run started[/]")
         return 143
     finally:
-        signal.signal(signal.SIGTERM, previous)
+        for sig, handler in previous.items():
+            signal.signal(sig, handler)
 
 
 def _run_command(args: argparse.Namespace) -> int:
@@ -587,7 +595,8 @@ def _run_command(args: argparse.Namespace) -> int:
     async def go():
         # SIGTERM (timeout(1), systemd, an editor) cancels like Ctrl-C: the run is recorded
         # as cancelled and its kernels are stopped instead of left orphaned.
-        asyncio.get_running_loop().add_signal_handler(signal.SIGTERM, asyncio.current_task().cancel)
+        for sig in _ENDING_SIGNALS:
+            asyncio.get_running_loop().add_signal_handler(sig, asyncio.current_task().cancel)
         try:
             if executor is not None:
                 await executor.start()  # fails here, before the run, if no cluster answers
