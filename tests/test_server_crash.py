@@ -164,3 +164,27 @@ async def test_twenty_sigkills_mid_run_keep_the_store_whole_and_leave_nothing_be
             assert conn.execute("pragma integrity_check").fetchall() == [("ok",)], i
     # the last kill's size-limited working folder is a mount nobody sweeps otherwise
     workdirs.reap_stale(str(scratch))
+
+
+async def test_sighup_stops_the_daemon_as_sigterm_does(tmp_path):
+    """Review18: a foreground ``rlmd serve`` whose terminal closed died of SIGHUP without its
+    clean-up: its socket stayed, its running task was left for the next daemon to mark
+    interrupted. Now the task is cancelled and recorded so, and the socket removed."""
+    home = tmp_path / "home"
+    home.mkdir()
+    d = Daemon(home, "--idle-timeout", "0").start()
+    project = make_project(tmp_path)
+    c = await d.client()
+    try:
+        st = await c.command("rlmd.task.start", params(project, "import time\ntime.sleep(30)"))
+        await c.wait_for(event(st["run_id"], "cell.started"))
+        d.proc.send_signal(signal.SIGHUP)
+        assert await asyncio.to_thread(d.proc.wait, 30) == 0
+    finally:
+        await c.close()
+        d.stop()
+    assert not d.socket.exists()
+    db = sqlite3.connect(home / "rlmd.db")
+    (status,) = db.execute("SELECT status FROM runs WHERE id = ?", [st["run_id"]]).fetchone()
+    db.close()
+    assert status == "cancelled"
