@@ -325,6 +325,11 @@ async def test_models_and_params_errors(daemon, project, tmp_path):
             # review18: named as the engine's field ("budget max_usd must be ..."), no field
             assert err.value.message.startswith(f"budgets.{zero} must be "), err.value.message
             assert err.value.data == {"field": f"budgets.{zero}"}
+            # a negative value gets the same rule as 0 (it said "must be >= 0" for -1)
+            zero_message = err.value.message
+            with pytest.raises(RpcError) as err:
+                await c.command("rlmd.task.start", start_params(project, budgets={zero: -1}))
+            assert err.value.message == zero_message.replace("got 0", "got -1"), zero
         with pytest.raises(RpcError) as err:
             await c.command("rlmd.task.start", {**start_params(project), "budget": {}})
         assert "unknown parameter 'budget'" in err.value.message

@@ -199,6 +199,8 @@ async def task_start(core: DaemonCore, p: Params, ctx: CallContext) -> Mapping[s
     sandbox = p.text("sandbox", choices=BACKENDS)
     budgets = p.obj("budgets")
     budget: dict[str, Any] = {}
+    # types and an upper bound here; the lower bounds are Budget's alone (below), so a
+    # -1 and a 0 get the same message (this check said ">= 0" for -1 while Budget refuses 0)
     for key in sorted(BUDGET_KEYS):
         if key in (
             "max_iterations",
@@ -207,10 +209,9 @@ async def task_start(core: DaemonCore, p: Params, ctx: CallContext) -> Mapping[s
             "max_subcalls",
             "max_consecutive_errors",
         ):
-            least = 0 if key == "max_subcalls" else 1  # 0 sub-calls: a run without them
-            budget[key] = budgets.integer(key, minimum=least, maximum=10**12)
+            budget[key] = budgets.integer(key, maximum=10**12)
         else:
-            budget[key] = budgets.number(key, minimum=0, maximum=1e12)
+            budget[key] = budgets.number(key, maximum=1e12)
     budgets.done()
     queue = p.boolean("queue", default=True)
     p.done()
