@@ -7,11 +7,9 @@ import argparse
 
 from rlmd.engine.budget import Budget, BudgetError
 
-RUN_FLAGS = {
-    **{name: name for name in ("max_usd", "max_seconds", "max_depth", "max_iterations")},
-    **{name: name for name in ("max_tokens", "max_subcalls")},
-    "cell_timeout_s": "cell_timeout",
-}
+_SAME_NAME = ("max_usd", "max_seconds", "max_depth", "max_iterations", "max_tokens", "max_subcalls")
+
+RUN_FLAGS = {**{name: name for name in _SAME_NAME}, "cell_timeout_s": "cell_timeout"}
 """The budget flags of ``rlmd run``, ``mcp`` and ``acp``: each :class:`Budget` field and the
 ``args`` attribute that holds it."""
 

@@ -33,7 +33,7 @@ model's: the run ends without an extracted answer); ``interrupted`` is set by th
 a run whose process died, and by a cluster executor for a run whose node was lost."""
 
 
-_COUNTS = {
+COUNT_FIELDS = {
     "max_iterations": 1,
     "max_depth": 1,  # the root run is depth 0: no loop would run
     "max_tokens": 1,
@@ -109,7 +109,7 @@ class Budget:
             value = getattr(self, f.name)
             if value is None:
                 continue
-            least = _COUNTS.get(f.name)
+            least = COUNT_FIELDS.get(f.name)
             if isinstance(value, bool) or not isinstance(value, (int, float)):
                 raise BudgetError(f.name, f"must be a number, got {value!r}")
             if least is None:  # seconds or US dollars: 0 would end the run before it starts

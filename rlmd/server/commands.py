@@ -18,7 +18,7 @@ from urllib.parse import unquote, urlparse
 
 from rlmd import config, paths
 from rlmd.config import BUDGET_KEYS, build_run_config
-from rlmd.engine.budget import BudgetError
+from rlmd.engine.budget import COUNT_FIELDS, BudgetError
 from rlmd.engine.events import new_id
 from rlmd.models.base import ModelNotAvailable
 from rlmd.runner import check_models
@@ -202,13 +202,7 @@ async def task_start(core: DaemonCore, p: Params, ctx: CallContext) -> Mapping[s
     # types and an upper bound here; the lower bounds are Budget's alone (below), so a
     # -1 and a 0 get the same message (this check said ">= 0" for -1 while Budget refuses 0)
     for key in sorted(BUDGET_KEYS):
-        if key in (
-            "max_iterations",
-            "max_depth",
-            "max_tokens",
-            "max_subcalls",
-            "max_consecutive_errors",
-        ):
+        if key in COUNT_FIELDS:
             budget[key] = budgets.integer(key, maximum=10**12)
         else:
             budget[key] = budgets.number(key, maximum=1e12)
