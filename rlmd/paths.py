@@ -146,8 +146,13 @@ def run_dir() -> Path:
 
 def socket_path() -> Path:
     """Where the daemon of this rlmd home listens: ``run/rlmd.sock``, or, when that path is
-    too long for a Unix socket, a short name in ``$XDG_RUNTIME_DIR`` (when it is an absolute
-    folder short enough for that name; else a private temp folder) derived from it."""
+    too long for a Unix socket (:data:`MAX_SOCKET_PATH` bytes), a short name derived from it in
+    the first of these that is an absolute folder short enough for it: ``$XDG_RUNTIME_DIR``,
+    a private ``rlmd-<uid>`` folder in the temp folder (``$TMPDIR``), the same in ``/tmp``.
+
+    Raises:
+        PermissionError: the private folder chosen belongs to another user or is a symlink.
+    """
     preferred = run_dir() / "rlmd.sock"
     if len(str(preferred).encode()) <= MAX_SOCKET_PATH:
         return preferred
@@ -157,7 +162,11 @@ def socket_path() -> Path:
     fits = len(os.path.join(runtime, name).encode()) <= MAX_SOCKET_PATH
     if os.path.isabs(runtime) and os.path.isdir(runtime) and fits:
         return Path(runtime) / name
-    return own_private_dir(Path(tempfile.gettempdir()) / f"rlmd-{os.getuid()}") / name
+    # A long $TMPDIR would not fit either; /tmp always does.
+    private = Path(tempfile.gettempdir()) / f"rlmd-{os.getuid()}"
+    if len(str(private / name).encode()) > MAX_SOCKET_PATH:
+        private = Path("/tmp") / f"rlmd-{os.getuid()}"
+    return own_private_dir(private) / name
 
 
 def own_private_dir(path: Path) -> Path:

@@ -3,8 +3,10 @@
 from __future__ import annotations
 
 import os
+import shutil
 import stat
 import tempfile
+from pathlib import Path
 
 import pytest
 
@@ -18,10 +20,12 @@ def long_home(tmp_path, monkeypatch):
     home = tmp_path / ("h" * 120)
     monkeypatch.setenv("RLMD_HOME", str(home))
     monkeypatch.delenv("XDG_RUNTIME_DIR", raising=False)
-    shared = tmp_path / "shared-tmp"
-    shared.mkdir(mode=0o777)
+    # short, so the socket path in it fits (pytest's tmp_path may not leave room)
+    shared = Path(tempfile.mkdtemp(prefix="rlmd-test-", dir="/tmp"))
+    os.chmod(shared, 0o777)
     monkeypatch.setattr(tempfile, "tempdir", str(shared))
-    return shared / f"rlmd-{os.getuid()}"
+    yield shared / f"rlmd-{os.getuid()}"
+    shutil.rmtree(shared, ignore_errors=True)
 
 
 def test_fallback_socket_folder_is_made_private(long_home):
@@ -46,6 +50,18 @@ def test_an_xdg_runtime_dir_too_long_or_relative_is_passed_over(long_home, tmp_p
     assert paths.socket_path().parent == long_home
     monkeypatch.setenv("XDG_RUNTIME_DIR", str(tmp_path / "run"))  # absolute and short: used
     assert paths.socket_path().parent == tmp_path / "run"
+
+
+def test_a_temp_folder_too_long_falls_back_to_slash_tmp(long_home, tmp_path, monkeypatch):
+    """Session 18 left it: with a long ``$TMPDIR`` as well as a long rlmd home, the fallback
+    socket path was still over the limit and ``rlmd serve`` failed to bind."""
+    deep = tmp_path / ("t" * 100)
+    deep.mkdir()
+    monkeypatch.setattr(tempfile, "tempdir", str(deep))
+    sock = paths.socket_path()
+    assert sock.parent == Path("/tmp") / f"rlmd-{os.getuid()}"
+    assert len(str(sock).encode()) <= paths.MAX_SOCKET_PATH
+    assert not (deep / f"rlmd-{os.getuid()}").exists()
 
 
 @pytest.mark.skipif(os.getuid() != 0, reason="chown to another user needs root")
