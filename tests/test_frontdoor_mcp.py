@@ -372,6 +372,7 @@ BAD_LINES = [
     (b'{"jsonrpc": "2.0"}', -32600, 'is not a JSON-RPC message (neither "method" nor "id")'),
     (b'{"jsonrpc": "2.0", "id": 1, "method": 5}', -32600, 'is not a JSON-RPC message ("method'),
     (b'{"jsonrpc": "2.0", "id": 1}', -32600, "is not a JSON-RPC message (a response with"),
+    (b"[" * 100_000 + b"]" * 100_000, -32700, "is JSON nested too deeply to read"),
 ]
 
 

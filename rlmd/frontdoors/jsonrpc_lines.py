@@ -40,7 +40,8 @@ class BadLine:
 
 def parse_line(line: bytes, number: int) -> dict[str, Any] | BadLine | None:
     """Line ``number`` (1-based) of stdin as a JSON object, ``None`` for a blank line, or a
-    :class:`BadLine` for text that is not UTF-8, not JSON, JSON but not an object, or an
+    :class:`BadLine` for text that is not UTF-8, not JSON (or nested deeper than Python's
+    recursion limit lets it be read), JSON but not an object, or an
     object that is no JSON-RPC 2.0 message (no ``"jsonrpc": "2.0"``, neither ``method``
     nor ``id``, a ``method`` that is not a string, a response without a result or error)."""
     line = line.strip()
@@ -53,6 +54,8 @@ def parse_line(line: bytes, number: int) -> dict[str, Any] | BadLine | None:
         return BadLine(number, PARSE_ERROR, "Parse error", f"is not UTF-8 ({byte})")
     except ValueError as exc:
         return BadLine(number, PARSE_ERROR, "Parse error", f"is not JSON ({exc})")
+    except RecursionError:  # [[[[... thousands deep: it ended both doors in a traceback
+        return BadLine(number, PARSE_ERROR, "Parse error", "is JSON nested too deeply to read")
     if not isinstance(message, dict):
         kind = "null" if message is None else type(message).__name__
         why = f"is JSON {kind}, not a JSON-RPC message object"
