@@ -181,8 +181,9 @@ def read_file(settings: Settings, path: Path, *, trusted: bool = True) -> None:
         trusted: ``False`` for a project's own config file (see the module docstring).
 
     Raises:
-        ValueError: not UTF-8, invalid TOML, unknown key or wrong type (naming ``path`` and
-            the key), or, for an untrusted file, a key only the user config may set.
+        ValueError: not UTF-8, invalid TOML (also nested deeper than Python's recursion
+            limit), unknown key or wrong type (naming ``path`` and the key), or, for an
+            untrusted file, a key only the user config may set.
     """
     import tomllib  # here: most runs have no config file to read
 
@@ -194,6 +195,8 @@ def read_file(settings: Settings, path: Path, *, trusted: bool = True) -> None:
         data = tomllib.loads(text)
     except tomllib.TOMLDecodeError as exc:
         raise ValueError(f"{path}: invalid TOML: {exc}") from None
+    except RecursionError:  # a = [[[[... (a cloned project's file): tomllib recurses per level
+        raise ValueError(f"{path}: invalid TOML: arrays or tables nested too deeply") from None
     trusted_models = set(settings.models)  # built-ins and the user's, before this file
     models = data.pop("models", {})
     if not isinstance(models, dict):

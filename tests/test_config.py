@@ -613,6 +613,30 @@ def test_a_config_file_that_is_not_utf8_names_the_file_and_a_bom_is_accepted(
     assert config.load(project).run["max_iterations"] == 2
 
 
+def test_a_config_nested_too_deeply_is_refused_naming_the_file(
+    rlmd_home: Path, tmp_path: Path
+) -> None:
+    """Review19: a project's ``.rlmd.toml`` (it comes with the code asked about) or a user
+    config holding ``a = [[[[...`` a few hundred levels deep ended ``rlmd run``, ``rlmd
+    models`` and the daemon's task start in tomllib's ``RecursionError`` traceback."""
+    project = tmp_path / "proj"
+    project.mkdir()
+    (project / "a.py").write_text("x = 1\n")
+    (project / ".rlmd.toml").write_text("a = " + "[" * 2000 + "]" * 2000 + "\n")
+    with pytest.raises(ValueError, match=r"\.rlmd\.toml: invalid TOML: .* nested too deeply"):
+        config.load(project)
+    script = tmp_path / "s.json"
+    script.write_text('["```repl\\nFINAL(1)\\n```"]')
+    proc = rlmd("run", "q", "--context", str(project), "--model", f"scripted:{script}",
+                home=rlmd_home)  # fmt: skip
+    assert proc.returncode == 2, proc.stderr
+    assert ".rlmd.toml: invalid TOML" in proc.stderr and "Traceback" not in proc.stderr
+    (rlmd_home / "config.toml").write_text("a = " + "{b = " * 2000 + "1" + "}" * 2000 + "\n")
+    proc = rlmd("models", home=rlmd_home)
+    assert proc.returncode == 2 and "config.toml: invalid TOML" in proc.stderr, proc.stderr
+    assert "Traceback" not in proc.stderr
+
+
 def test_a_user_config_that_is_a_folder_is_refused_not_passed_over(rlmd_home: Path) -> None:
     """Review14: ``config.toml`` made a folder (``mkdir -p`` of the wrong path) was passed
     over without a word: every setting in it silently at its default."""
