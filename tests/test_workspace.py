@@ -263,3 +263,34 @@ async def test_a_close_a_cancel_or_a_shutdown_stops_the_codebase_load_of_a_start
     monkeypatch.setattr(manager_mod, "load_codebase", real)  # nothing left set for later
     ws = manager.get(codebase)
     assert (await ws.ensure_started())["files"] == 5  # type: ignore[index]
+
+
+@pytest.mark.parametrize("probe", ["honest", "faked"])
+async def test_one_value_bound_to_many_names_cannot_blow_up_the_checkpoint(
+    manager, codebase, probe
+):
+    """Review19: the per-variable limit was the only one, so one 30 MB string bound to 20
+    names (30 MB in the REPL) made a 660 MB checkpoint and the daemon peak at 2.1 GB; with
+    200 names, past this machine's memory. All variables together now get at most
+    ``max_total_bytes`` of JSON, counted by the host on what it received, so REPL code that
+    fakes the probe's ``json`` (here: every value "1 byte, unchanged") cannot pass it."""
+    ws = manager.get(codebase)
+    code = "big = 'x' * 100_000\nfor i in range(10):\n    globals()['alias%d' % i] = big\n"
+    code += "del i\nsmall = [1]"
+    if probe == "faked":  # the probe's dumps(v, allow_nan=False) says 1 byte; loads "equal"
+        code += (
+            "\nimport sys, types, json as _j\nclass _Same:\n    def __eq__(self, o): return True\n"
+            "sys.modules['json'] = types.SimpleNamespace(\n"
+            "    dumps=lambda v, **k: '1' if k.get('allow_nan') is False else _j.dumps(v, **k),\n"
+            "    loads=lambda t: _Same() if t == '1' else _j.loads(t))"
+        )
+    assert (await ws.run_cell(code, timeout_s=30)).error is None
+    saved = await ckpt.take(ws.sandbox, ws.folder, max_var_bytes=150_000, max_total_bytes=350_000)
+    big = [n for n in saved.variables if n != "small"]
+    assert len(big) == 3 and "small" in saved.variables  # 3 x 100,002 bytes fit in 350,000
+    full = [n for n, why in saved.skipped.items() if "350,000 bytes of JSON for all" in why]
+    assert len(full) == 8 and not set(full) & set(saved.variables)
+    assert len(json.dumps(saved.to_dict())) < 350_000 + 1_000
+    # the total is never below the per-variable limit: one such value still fits
+    lone = await ckpt.take(ws.sandbox, ws.folder, max_var_bytes=150_000, max_total_bytes=1)
+    assert len([n for n in lone.variables if n != "small"]) == 1

@@ -3,7 +3,8 @@
 What is saved: every user variable (a name not starting with ``_``, not reserved, not a
 module) whose value is ``str``, ``int``, ``float``, ``bool``, ``None``, ``list`` or ``dict``
 **and** survives a JSON round trip unchanged (so a dict with int keys, a list holding a tuple
-or a set, ``NaN``, or a value over ``max_var_bytes`` of JSON is not saved). What is not
+or a set, ``NaN``, or a value over ``max_var_bytes`` of JSON is not saved), while all saved
+variables together stay within :data:`MAX_CHECKPOINT_BYTES` of JSON. What is not
 saved is recorded by name with the reason: functions, classes, modules (imports), open files,
 objects of other types, and the values above. The check runs inside the REPL (one private
 cell defining ``_rlmd_checkpoint``), so it sees the real objects, not their JSON copies.
@@ -34,6 +35,12 @@ log = logging.getLogger("rlmd.workspace")
 
 VERSION = 1
 
+MAX_CHECKPOINT_BYTES = 4 * DEFAULT_MAX_VAR_BYTES
+"""Most JSON text one checkpoint holds, all variables together (128 MiB; at least one
+``max_var_bytes``). Without it, one 30 MB string bound to 20 names (30 MB in the REPL) made
+a 660 MB checkpoint file and the daemon peak at 2.1 GB (review19): model code could fill the
+daemon's memory and the rlmd home past every sandbox limit."""
+
 _PROBE = """\
 def _rlmd_checkpoint_probe(names, limit):
     import json
@@ -56,7 +63,7 @@ def _rlmd_checkpoint_probe(names, limit):
             same = json.loads(text) == v
         except Exception:
             same = False
-        out[k] = None if same else "changes when written as JSON (tuple, set, non-string key...)"
+        out[k] = len(text) if same else "changes when written as JSON (tuple, set, non-string key...)"
     return out
 _rlmd_checkpoint = _rlmd_checkpoint_probe(NAMES, LIMIT)
 del _rlmd_checkpoint_probe
@@ -106,6 +113,7 @@ async def take(
     workspace: str,
     *,
     max_var_bytes: int = DEFAULT_MAX_VAR_BYTES,
+    max_total_bytes: int = MAX_CHECKPOINT_BYTES,
     timeout_s: float = 60.0,
 ) -> Checkpoint:
     """Read the saveable variables out of a started sandbox.
@@ -114,6 +122,10 @@ async def take(
         sandbox: a started sandbox (the caller holds the workspace, so no run uses it).
         workspace: the project folder, recorded in the checkpoint.
         max_var_bytes: variables with more JSON text than this are skipped.
+        max_total_bytes: JSON text of all saved variables together, at most (raised to
+            ``max_var_bytes`` if lower); a variable that would pass it is skipped, in the
+            REPL's order, and a later smaller one may still fit. Measured by the host on what
+            it received, so code in the REPL that fakes the probe cannot pass it.
         timeout_s: limit for the probe cell, seconds.
 
     Returns:
@@ -140,15 +152,34 @@ async def take(
     if not isinstance(verdicts, dict):
         ckpt.skipped = dict.fromkeys(names, "the checkpoint probe returned no verdicts")
         return ckpt
+    room = max(max_total_bytes, max_var_bytes)
+    full = f"not saved: the checkpoint's limit of {room:,} bytes of JSON for all variables"
     for name in names:
-        reason = verdicts.get(name, "vanished during the checkpoint")
-        if reason is not None:
-            ckpt.skipped[name] = str(reason)
+        verdict = verdicts.get(name, "vanished during the checkpoint")
+        if not isinstance(verdict, int) or isinstance(verdict, bool):
+            ckpt.skipped[name] = str(verdict)
+            continue
+        if verdict > room:  # as the probe measured it: not even fetched
+            ckpt.skipped[name] = full
             continue
         try:
-            ckpt.variables[name] = await sandbox.get_variable(name)
+            value = await sandbox.get_variable(name)
         except KeyError:
             ckpt.skipped[name] = "vanished during the checkpoint"
+            continue
+        except (TypeError, ValueError) as exc:  # REPL code broke the kernel's json (it may)
+            ckpt.skipped[name] = f"could not be read: {exc}"[:200]
+            continue
+        size = len(json.dumps(value, separators=(",", ":")))  # the host's own count
+        if size > room:
+            ckpt.skipped[name] = (
+                full
+                if size <= max_var_bytes
+                else (f"too large ({size} bytes of JSON; the limit is {max_var_bytes})")
+            )
+            continue
+        ckpt.variables[name] = value
+        room -= size
     return ckpt
 
 
