@@ -73,6 +73,8 @@ config file's folder. Other top-level tables are kept in :attr:`Settings.section
 from __future__ import annotations
 
 import math
+import os
+import stat
 from dataclasses import dataclass, field, fields
 from pathlib import Path
 from typing import Any
@@ -96,6 +98,10 @@ from rlmd.urls import http_url_problem, shown_url
 from rlmd.workspace.settings import WorkspaceSettings
 
 DEFAULT_MODEL = "qwen2.5-coder-1.5b"
+MAX_CONFIG_BYTES = 1 << 20
+"""Largest config file read (1 MiB; a real one is a few KiB). A cloned project's 3 GB
+``.rlmd.toml`` (a few MB in git: it compresses) or one symlinked to a large file held
+``rlmd run`` for 52 s at 6.3 GB before "invalid TOML" (review19)."""
 """The root model when neither the command line nor a config names one: the local 1.5B
 Qwen2.5-Coder GGUF (``rlmd models pull qwen2.5-coder-1.5b``)."""
 
@@ -181,14 +187,16 @@ def read_file(settings: Settings, path: Path, *, trusted: bool = True) -> None:
         trusted: ``False`` for a project's own config file (see the module docstring).
 
     Raises:
-        ValueError: not UTF-8, invalid TOML (also nested deeper than Python's recursion
-            limit), unknown key or wrong type (naming ``path`` and the key), or, for an
-            untrusted file, a key only the user config may set.
+        ValueError: over :data:`MAX_CONFIG_BYTES` or not a regular file, not UTF-8,
+            invalid TOML (also nested deeper than Python's recursion limit), unknown key
+            or wrong type (naming ``path`` and the key), or, for an untrusted file, a key
+            only the user config may set.
     """
     import tomllib  # here: most runs have no config file to read
 
+    raw = _read_small(path)
     try:  # utf-8-sig: a byte-order mark (Windows editors write one) is not a TOML error
-        text = path.read_bytes().decode("utf-8-sig")
+        text = raw.decode("utf-8-sig")
     except UnicodeDecodeError as exc:
         raise ValueError(f"{path}: not UTF-8 text ({exc.reason} at byte {exc.start})") from None
     try:
@@ -255,6 +263,26 @@ def read_file(settings: Settings, path: Path, *, trusted: bool = True) -> None:
     settings.run.update(run)
     settings.sections.update(data)
     settings.sources.append(path)
+
+
+def _read_small(path: Path) -> bytes:
+    """The bytes of config file ``path``, read without blocking on a FIFO.
+
+    Raises:
+        ValueError: not a regular file, or over :data:`MAX_CONFIG_BYTES`.
+        OSError: it cannot be opened or read.
+    """
+    fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK)
+    with os.fdopen(fd, "rb") as fh:
+        if not stat.S_ISREG(os.fstat(fd).st_mode):  # swapped for a FIFO since is_file()
+            raise ValueError(f"{path}: not a regular file; a config file is a TOML file")
+        data = fh.read(MAX_CONFIG_BYTES + 1)
+    if len(data) > MAX_CONFIG_BYTES:
+        raise ValueError(
+            f"{path}: larger than {MAX_CONFIG_BYTES >> 20} MiB; a config file is a small TOML "
+            "file"
+        )
+    return data
 
 
 # -- what a project's file may set --------------------------------------------------------

@@ -637,6 +637,34 @@ def test_a_config_nested_too_deeply_is_refused_naming_the_file(
     assert "Traceback" not in proc.stderr
 
 
+def test_a_config_file_over_a_mib_is_refused_without_reading_it(
+    rlmd_home: Path, tmp_path: Path
+) -> None:
+    """Review19: a project's ``.rlmd.toml`` of 3 GB (a few MB in git: it compresses), or one
+    symlinked to a large file, was read whole: ``rlmd run`` took 52 s and 6.3 GB before
+    saying "invalid TOML". Over 1 MiB is refused by size, valid TOML or not."""
+    project = tmp_path / "proj"
+    project.mkdir()
+    (project / "a.py").write_text("x = 1\n")
+    comment = "# " + "x" * 1021 + "\n"  # valid TOML, 1 KiB a line
+    (project / ".rlmd.toml").write_text("[run]\nmax_iterations = 2\n" + comment * 1024)
+    with pytest.raises(ValueError, match=r"\.rlmd\.toml: larger than 1 MiB"):
+        config.load(project)
+    huge = tmp_path / "huge"
+    with huge.open("wb") as fh:
+        fh.truncate(3 << 30)  # sparse: takes no disk
+    (project / ".rlmd.toml").unlink()
+    (project / ".rlmd.toml").symlink_to(huge)
+    script = tmp_path / "s.json"
+    script.write_text('["```repl\\nFINAL(1)\\n```"]')
+    proc = rlmd("run", "q", "--context", str(project), "--model", f"scripted:{script}",
+                home=rlmd_home)  # fmt: skip
+    assert proc.returncode == 2 and ".rlmd.toml: larger than 1 MiB" in proc.stderr, proc.stderr
+    (rlmd_home / "config.toml").write_text(comment * 1025)
+    with pytest.raises(ValueError, match=r"config\.toml: larger than 1 MiB"):
+        config.load()
+
+
 def test_a_user_config_that_is_a_folder_is_refused_not_passed_over(rlmd_home: Path) -> None:
     """Review14: ``config.toml`` made a folder (``mkdir -p`` of the wrong path) was passed
     over without a word: every setting in it silently at its default."""
