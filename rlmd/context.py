@@ -367,7 +367,9 @@ def load_codebase(
     Walks ``root``; applies ``ALWAYS_IGNORED`` and every ``.gitignore`` found (patterns of a
     nested .gitignore apply below its folder; an ignored folder is not walked at all);
     skips virtualenvs under any name (a folder with ``pyvenv.cfg``), files over
-    ``max_file_bytes`` bytes, files with a NUL byte in their first 8 KiB (binary) and files
+    ``max_file_bytes`` bytes (a ``.gitignore`` over it is not applied either, and is counted
+    as an ``"oversized"`` file: git's ``dir.c`` skips one of ``PATTERN_MAX_FILE_SIZE``, 100 MiB, but
+    100 MB of blank lines took 17 s and 0.9 GB here, and such a file is a few MB in git), files with a NUL byte in their first 8 KiB (binary) and files
     that do not decode as UTF-8 (counted as binary). Symlinks are not followed. The rlmd
     home, the files of any store this process holds open (under any name: hard links too)
     and files named like SQLite databases are skipped without being opened (counted as
@@ -431,10 +433,14 @@ def load_codebase(
         gitignore = os.path.join(dirpath, ".gitignore")
         if _is_regular(gitignore):  # a symlinked .gitignore is not followed out of the folder
             try:
-                with open(gitignore, encoding="utf-8", errors="replace") as fh:
-                    rules.append((rel_dir, ignore_matcher(fh.read().splitlines())))
+                with open(gitignore, "rb") as fh:
+                    data = fh.read(max_file_bytes + 1)
             except OSError:
                 skipped["unreadable"] += 1
+            else:
+                if len(data) <= max_file_bytes:  # else not applied (counted as a file, below)
+                    lines = data.decode("utf-8", errors="replace").splitlines()
+                    rules.append((rel_dir, ignore_matcher(lines)))
         try:
             with os.scandir(dirpath) as it:
                 entries = sorted(it, key=lambda e: e.name)

@@ -177,6 +177,22 @@ def test_codebase_loader_honours_gitignore_binary_oversized(codebase):
     assert any(line.startswith("pkg/ (3 files)") for line in meta["tree"])
 
 
+def test_a_gitignore_over_the_file_limit_is_not_read_whole(codebase):
+    """Review19: a ``.gitignore`` was read whole, whatever its size: 100 MB of blank lines
+    (a few hundred KB in git) took 17 s and 0.9 GB, so a cloned repository's 3 GB one would
+    exhaust the daemon's memory. Over ``max_file_bytes`` it is read no further, not applied
+    (as git skips one over 100 MiB) and counted as an oversized file; a small one still
+    applies beside it."""
+    (codebase / "sub").mkdir()
+    (codebase / "sub" / "secret.py").write_text("x = 1\n")
+    (codebase / "sub" / "gone.py").write_text("y = 2\n")
+    (codebase / "sub" / ".gitignore").write_text("gone.py\n" + "secret.py\n" * 300)
+    ctx = load_codebase(codebase, max_file_bytes=1_000)
+    assert "sub/secret.py" in ctx.value and "sub/gone.py" in ctx.value  # not applied
+    assert "sub/.gitignore" not in ctx.value and ctx.skipped["oversized"] == 1
+    assert ctx.skipped["ignored"] == 2  # the top .gitignore still applies: build/, debug.log
+
+
 def test_load_context_from_values_and_files(tmp_path):
     assert load_context("abc").kind == "text"
     assert load_context([1, 2]).kind == "list"
