@@ -279,8 +279,7 @@ def _read_small(path: Path) -> bytes:
         data = fh.read(MAX_CONFIG_BYTES + 1)
     if len(data) > MAX_CONFIG_BYTES:
         raise ValueError(
-            f"{path}: larger than {MAX_CONFIG_BYTES >> 20} MiB; a config file is a small TOML "
-            "file"
+            f"{path}: larger than {MAX_CONFIG_BYTES >> 20} MiB; a config file is a small TOML file"
         )
     return data
 
