@@ -1188,6 +1188,7 @@ def _read_by_each(path: Path, tmp_path: Path) -> dict[str, str]:
         (b"{}\n[1]\n", ":2: not a JSON object (one {what}), got a list"),
         (b"\xef\xbb\xbf{}\n{\n", ":2: not JSON (Expecting property name"),
         (b"{}\n{}\n  \xff{}\n", ":3: not UTF-8 text (byte 0xff at column 3)"),
+        (b"{}\n" + b"[" * 100_000 + b"]" * 100_000, ":2: JSON nested too deeply to read"),
     ],
 )
 def test_every_jsonl_reader_of_train_says_file_line_what(tmp_path: Path, data, said) -> None:
@@ -1195,7 +1196,8 @@ def test_every_jsonl_reader_of_train_says_file_line_what(tmp_path: Path, data, s
     rollout imports), each with its own wording ("a task must be a JSON object, got int",
     "each line must be a JSON object (one SFT sample)", "a record must be ..."); a file
     that is not UTF-8 named no line, and an import file with a byte-order mark was not
-    JSON. One reader now: ``file:line: what is wrong``."""
+    JSON. One reader now: ``file:line: what is wrong`` (review19: a line nested thousands
+    deep ended ``rlmd train rollout``/``import-rollouts`` in a RecursionError traceback)."""
     path = tmp_path / "x.jsonl"
     path.write_bytes(data)
     what = {"tasks": "task", "sft": "SFT sample", "grpo": "GRPO group"}

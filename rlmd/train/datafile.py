@@ -40,7 +40,8 @@ def read_records(
     Raises:
         error: no such file, a folder or a FIFO or device rather than a file, a file that
             cannot be read (permissions), text that is not UTF-8 (the line named), a line
-            that is not JSON or not a JSON object, or no record at all.
+            that is not JSON (or nested too deeply to read) or not a JSON object, or no
+            record at all.
     """
     path = Path(path)
     if not path.exists():
@@ -68,6 +69,8 @@ def read_records(
             rec = json.loads(line)
         except ValueError as exc:  # also an integer of more than 4,300 digits
             raise error(f"{path}:{n}: not JSON ({exc})") from None
+        except RecursionError:  # [[[[... thousands deep: it ended rlmd train in a traceback
+            raise error(f"{path}:{n}: JSON nested too deeply to read") from None
         if not isinstance(rec, dict):
             got = "null" if rec is None else _kind(rec)
             raise error(f"{path}:{n}: not a JSON object (one {what}), got {got}")
