@@ -774,6 +774,26 @@ async def test_corrupting_the_channel(sb):
     await usable(sb)
 
 
+async def test_a_frame_nested_too_deeply_for_the_host_restarts_the_kernel(sb):
+    """Review19: ``llm_query(d)`` or ``rlm_query(q, context=d)`` with a list nested 980
+    deep: the kernel (a shallow stack) encoded it, the host's JSON reader in the pipe's
+    callback raised ``RecursionError``, the frame was lost and the cell waited for its reply
+    until the run's clock (118 s, then killed). Here the frame is written as is, 5,000 deep:
+    a kernel protocol error, the kernel replaced, the model told why."""
+    contained_or_skip(sb, "close_channel")
+    forge = (
+        "import os\nbody = b'{\"op\": \"call\", \"x\": ' + b'[' * 5000 + b']' * 5000 + b'}'\n"
+        "frame = len(body).to_bytes(4, 'big') + body\n"
+        "for fd in range(3, 1024):\n    try:\n        os.write(fd, frame)\n"
+        "    except OSError:\n        pass\n"
+        "print('forged')"
+    )
+    r = await cell(sb, forge)
+    assert r.error is not None and r.kernel_restarted, (r.stdout, r.error)
+    assert "nested too deeply to read" in r.error
+    await usable(sb)
+
+
 async def test_a_forged_done_frame_with_wrong_field_types_restarts_the_kernel(sb):
     """Found by the hostile review: model code wrote ``done`` frames (for every likely
     request id) whose fields had the wrong types; the one that matched the running cell

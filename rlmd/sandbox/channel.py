@@ -294,6 +294,14 @@ class KernelChannel:
                 self.protocol_error = "the kernel sent a message that is not valid JSON"
                 self._on_malformed()
                 return
+            except RecursionError:  # the kernel's shallower stack encoded it; ours cannot read
+                # it: raised in the pipe's callback, the frame was lost and the cell hung
+                self.protocol_error = (
+                    "the kernel sent a message nested too deeply to read (a value nested "
+                    "close to Python's recursion limit, passed to a host helper?)"
+                )
+                self._on_malformed()
+                return
             self._dispatch(msg)
 
     def _dispatch(self, msg: dict[str, Any]) -> None:
