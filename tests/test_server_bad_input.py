@@ -106,7 +106,11 @@ async def test_malformed_messages_get_errors_and_the_connection_survives(daemon)
             assert err.value.message == f"{field} must be a JSON object, got array"
         c.notify("no/such/notification", {"x": 1})
         c.notify("$/cancelRequest", {"id": 12345})
+        for odd in ({"a": 1}, [1], None, True):  # review19: an object id logged a traceback
+            c.notify("$/cancelRequest", {"id": odd})
+        c.notify("$/cancelRequest", [1])
         assert (await c.command("rlmd.health"))["ok"]
+        assert "$/cancelRequest failed" not in daemon.log(), daemon.log()
     finally:
         await c.close()
 

@@ -371,6 +371,13 @@ class Connection:
                     reply_id, errors.BUSY, f"more than {MAX_INFLIGHT} requests in flight"
                 )
                 return
+        if method == "$/cancelRequest" and not is_request:
+            params = data.get("params")
+            cancelled = params.get("id") if isinstance(params, dict) else None
+            if isinstance(cancelled, bool) or not isinstance(cancelled, int | str):
+                # pygls looked an object id up in a dict: a TypeError traceback in the log
+                log.info("client %s: $/cancelRequest without a string or integer id", self.id)
+                return
         try:
             message = self.protocol.structure_message(data)
         except Exception as exc:
