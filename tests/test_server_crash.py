@@ -96,6 +96,50 @@ async def test_sigkill_of_the_daemon_mid_run_then_restart(tmp_path):
         d2.stop()
 
 
+async def test_sigkill_of_the_daemon_keeps_every_step_it_announced(tmp_path):
+    """The store journals each step (``rlmd/store/journal.py``) and writes the database
+    later; with that delay set past the test, none of the run's cells is in the database
+    when the daemon is killed, and the next open writes every cell the client saw finish,
+    and the one in flight."""
+    from rlmd.store import Store
+
+    home = tmp_path / "home"
+    home.mkdir()
+    prelude = "import rlmd.store.db\nrlmd.store.db.FLUSH_DELAY_S = 3600.0\n"
+    d = Daemon(home, "--idle-timeout", "0", prelude=prelude).start()
+    project = make_project(tmp_path)
+    c = await d.client()
+    cells = [f"print('step {i}')" for i in range(4)] + ["import time\ntime.sleep(60)"]
+    pid = None
+    try:
+        run_id = (await c.command("rlmd.task.start", params(project, *cells)))["run_id"]
+        await c.wait_for(
+            lambda n: event(run_id, "cell.started")(n) and "sleep" in str(n["params"]["data"]),
+            timeout=60,
+        )
+        pid = await kernel_pid(c, project)
+        done = [e["node_id"] for e in c.events(run_id, "cell.finished")]
+        in_flight = c.events(run_id, "cell.started")[-1]["node_id"]
+        d.kill()
+    finally:
+        await c.close()
+        if pid:
+            with contextlib.suppress(ProcessLookupError):
+                os.killpg(pid, signal.SIGKILL)
+    with sqlite3.connect(home / "rlmd.db") as conn:
+        in_db = {row[0] for row in conn.execute("SELECT id FROM nodes")}
+    assert len(done) == 4 and not in_db & {*done, in_flight}  # in the journal only
+
+    with Store(home / "rlmd.db", check_interrupted=True) as store:
+        run = store.get_run(run_id)
+        nodes = {n["id"]: n for n in store.nodes(run_id)}
+    assert run is not None and run["status"] == "interrupted"
+    assert [(nodes[i]["status"], nodes[i]["data"]["stdout"]) for i in done] == [
+        ("ok", f"step {i}\n") for i in range(4)
+    ]
+    assert nodes[in_flight]["status"] == "error" and "sleep(60)" in nodes[in_flight]["data"]["code"]
+
+
 def _leftovers(scratch, pid: int) -> list[str]:
     """Working folders of daemon ``pid`` still in ``scratch`` (its TMPDIR)."""
     return [n for n in os.listdir(scratch) if n.startswith("rlmd-") and f"-{pid}-" in n]

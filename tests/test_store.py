@@ -294,7 +294,7 @@ def test_a_version_2_database_is_migrated_and_its_index_kept(tmp_path: Path) -> 
     conn.close()
 
     with Store(path) as s:
-        assert s.db.execute("PRAGMA user_version").fetchone()[0] == SCHEMA_VERSION == 4
+        assert s.db.execute("PRAGMA user_version").fetchone()[0] == SCHEMA_VERSION == 5
         assert _pending(path) == 0
         assert [h["node_id"] for h in s.search("gazelle")] == ["c"]
         s.record(CellFinished(run_id="r", depth=0, node_id="c", stdout="ibex\n", code="x = 1"))
@@ -339,7 +339,7 @@ def test_a_version_3_database_loses_the_unused_node_indexes_and_keeps_its_rows(
     with Store(path) as s:
         ids = record_three_depths(s)
     with Store(path) as s:
-        assert s.db.execute("PRAGMA user_version").fetchone()[0] == 4
+        assert s.db.execute("PRAGMA user_version").fetchone()[0] == SCHEMA_VERSION
         assert s.get_run(ids["root"])["iterations"] == 2
     assert not {"idx_nodes_status", "idx_nodes_parent_id"} & _node_indexes(path)
     assert "idx_nodes_run_id_seq" in _node_indexes(path)

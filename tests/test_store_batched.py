@@ -1,11 +1,13 @@
-"""Store.record_batched: one transaction per step, the same rows as Store.record, and a
-crash loses at most the step in flight (step starts are committed before later sinks see
-them)."""
+"""Store.record_batched: one journal line per step, the database soon after, the same rows as
+Store.record, and a crash loses at most the step in flight (step starts are journalled before
+later sinks see them; tests/test_store_journal.py kills a writer)."""
 
 from __future__ import annotations
 
 import asyncio
+import json
 import sqlite3
+from pathlib import Path
 from types import SimpleNamespace
 from typing import Any
 
@@ -17,10 +19,12 @@ from rlmd.engine.events import (
     IterationStarted,
     ModelCallFinished,
     ModelCallStarted,
+    RunFinished,
     RunStarted,
 )
 from rlmd.store import Store
 from rlmd.store.db import FLUSH_DELAY_S
+from rlmd.store.journal import folder_of
 
 
 def _recorded() -> list[Event]:
@@ -62,7 +66,14 @@ def test_batched_rows_equal_one_transaction_per_event(tmp_path):
     assert _dump(tmp_path / "batched.db") == _dump(tmp_path / "plain.db")
 
 
-def test_step_starts_are_committed_at_once_and_the_rest_soon_after(tmp_path):
+def _journalled(path: Any) -> list[str]:
+    """Node ids in the store's step journals, read as a replay would (the raw lines)."""
+    folder = Path(folder_of(str(path)))
+    lines = [ln for f in sorted(folder.glob("*-journal")) for ln in f.read_text().splitlines()]
+    return [r[3] for ln in lines for r in json.loads(ln) if r[3]]
+
+
+def test_step_starts_are_journalled_at_once_and_in_the_database_soon_after(tmp_path):
     path = tmp_path / "s.db"
 
     async def main() -> None:
@@ -70,26 +81,38 @@ def test_step_starts_are_committed_at_once_and_the_rest_soon_after(tmp_path):
         run = "r1"
         store.record_batched(RunStarted(run_id=run, depth=0, question="q"))
         store.record_batched(IterationStarted(run_id=run, depth=0, node_id="it1", index=1))
-        assert not _committed(path, "it1")  # kept for one turn
+        assert "it1" not in _journalled(path) and not _committed(path, "it1")  # kept
         call = ModelCallStarted(run_id=run, depth=0, node_id="m1", parent_id="it1", role="root")
-        store.record_batched(call)  # a step start: committed with what was kept
-        assert _committed(path, "it1") and _committed(path, "m1")
+        store.record_batched(call)  # a step start: journalled with what was kept
+        assert _journalled(path) == ["it1", "m1"]
+        assert not _committed(path, "m1")  # the database gets it with the timer
         store.record_batched(ModelCallFinished(run_id=run, depth=0, node_id="m1"))
         store.record_batched(CellStarted(run_id=run, depth=0, node_id="c1", parent_id="it1"))
-        assert _committed(path, "c1")
+        assert _journalled(path)[-2:] == ["m1", "c1"]
         sub = ModelCallStarted(run_id=run, depth=1, node_id="s1", parent_id="c1", role="sub")
         store.record_batched(sub)  # inside the cell in flight: kept
-        assert not _committed(path, "s1")
-        assert [n["id"] for n in store.nodes(run)][-1] == "s1"  # a read writes what is kept
-        assert _committed(path, "s1")
+        assert "s1" not in _journalled(path)
+        assert [n["id"] for n in store.nodes(run)][-1] == "s1"  # a read writes everything
+        assert all(_committed(path, n) for n in ("it1", "m1", "c1", "s1"))
         sub2 = ModelCallStarted(run_id=run, depth=1, node_id="s2", parent_id="c1", role="sub")
         store.record_batched(sub2)
+        cell2 = CellStarted(run_id=run, depth=0, node_id="c2", parent_id="it1")
+        store.record_batched(cell2)
+        assert not _committed(path, "c2")
         # the flush timer was set before this sleep's, and asyncio runs timers in order
         await asyncio.sleep(FLUSH_DELAY_S * 2)
-        assert _committed(path, "s2")
+        assert _committed(path, "s2") and _committed(path, "c2")
+        store.record_batched(CellStarted(run_id=run, depth=0, node_id="c3", parent_id="it1"))
+        store.record_batched(RunFinished(run_id=run, depth=0, answer="a"))
+        assert _committed(path, "c3")  # a run's end is written to the database at once
+        with sqlite3.connect(path) as conn:
+            assert conn.execute("SELECT status FROM runs").fetchall() == [("completed",)]
         store.close()
 
     asyncio.run(main())
+    assert list(Path(folder_of(str(path))).iterdir()) == []  # every record written: removed
+    with sqlite3.connect(path) as conn:
+        assert conn.execute("SELECT * FROM journal_applied").fetchall() == []
 
 
 def test_outside_a_loop_batched_writes_at_once(tmp_path):

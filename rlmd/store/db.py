@@ -36,17 +36,30 @@ database, with two fsyncs) run in a background thread every :data:`CHECKPOINT_EV
 events, not inside an event's commit; closing the store does the last one.
 
 :meth:`Store.record_batched` (the sink ``rlmd run`` and the daemon give the engine) writes
-the events of one step in one transaction instead: called on a thread that runs an asyncio
-loop, it keeps an event and writes the kept ones at once when the event starts a step the
-engine then waits on (:data:`STEP_STARTS`: a run's start and end, a cell, a model call other
-than a sub-call, whose cell is the step), else :data:`FLUSH_DELAY_S` later or once
-:data:`MAX_KEPT` events are kept, whichever comes first. Sinks after the store therefore
-never see a step start before it is committed, and a crash loses at most the step in flight
-(the events since the last step start). Reads through the same :class:`Store` write the
-kept events first, so they see every event recorded before them. Inside a batch, a model
-call's or cell's start followed by its finish (a cell's sub-calls) is written as one insert
-of the finished row (:func:`_pair_finishes`). Stored rows are the same as with
-:meth:`Store.record`, and so is what a reader or a crash can see: a batch commits as a whole.
+the events of one step at once instead: called on a thread that runs an asyncio loop, it
+keeps an event and, when the event starts a step the engine then waits on
+(:data:`STEP_STARTS`: a run's start, a cell, a model call other than a sub-call, whose cell
+is the step), appends the kept ones to the store's **step journal** with one ``write()``
+(:mod:`rlmd.store.journal`), else :data:`FLUSH_DELAY_S` later or once :data:`MAX_KEPT` are
+kept. The journalled events reach the database in one transaction :data:`FLUSH_DELAY_S`
+after the first of them at the latest, at the run's end (:class:`RunFinished` is written to
+the database before later sinks see it), at :data:`MAX_UNAPPLIED` events, before any read
+through the same :class:`Store`, and at :meth:`Store.close`. That transaction also records
+how many of the journal's records the database holds (``journal_applied``).
+
+So sinks after the store never see a step start before it is journalled, and a SIGKILL loses
+at most the step in flight: a journal line survives the kill as a commit does (the store
+runs SQLite at ``synchronous = NORMAL``, where a WAL commit is a ``write()`` without fsync;
+neither survives a power loss). The next :class:`Store` opened on the file (the daemon's
+restart, ``rlmd runs``, ``rlmd run``) writes what a dead process's journal holds beyond its
+count, then deletes the journal (``_replay_dead``; :meth:`mark_interrupted` does it first).
+What changes for readers: reads through the same :class:`Store` (the daemon's commands) see
+every event recorded before them, as before; another process reading the file sees a step
+up to :data:`FLUSH_DELAY_S` (plus the write) later than before, and a run's end at once.
+Inside a batch, a model call's or cell's start followed by its finish is written as one
+insert of the finished row (:func:`_pair_finishes`). Stored rows are the same as with
+:meth:`Store.record`. Without a journal (an in-memory store, a folder it cannot write, a
+failed write) steps are written to the database at once, as before the journal.
 
 Node text reaches the full-text index in batches (``nodes_fts_pending`` in
 :mod:`rlmd.store.schema`): :meth:`Store.index_text` runs before every search, when the
@@ -82,6 +95,7 @@ from rlmd.engine.events import (
     RunStarted,
     SandboxStarted,
     new_id,
+    type_of,
 )
 from rlmd.redact import text_redactor
 from rlmd.store import schema
@@ -94,6 +108,7 @@ from rlmd.store.codec import (
     split_text,
     to_jsonable,
 )
+from rlmd.store.journal import Journal, Record, dead_journals, journal_pids
 from rlmd.store.queries import Queries
 from rlmd.store.rollouts import Rollouts
 
@@ -120,6 +135,12 @@ FLUSH_DELAY_S = 0.05
 cell's sub-calls: written together, with the next step start at the latest)."""
 MAX_KEPT = 256
 """Events :meth:`Store.record_batched` keeps at most before writing them."""
+MAX_UNAPPLIED = 1024
+"""Journalled events :meth:`Store.record_batched` keeps at most before writing them to the
+database (they are written :data:`FLUSH_DELAY_S` after the first at the latest)."""
+ROTATE_AFTER = 10_000
+"""Records after which a store starts a new journal file (once all are in the database),
+so that a long-lived daemon's journal does not grow without end."""
 MAX_ERRORS_KEPT = 100
 CHECKPOINT_EVERY = 250
 """Events recorded between two background WAL checkpoints (an event writes about 6 pages of
@@ -221,6 +242,13 @@ class Store(Queries, Rollouts):
         self._wal = False
         self._events = 0
         self._pending: list[tuple[Event, dict[str, Any]]] = []  # see record_batched
+        # The step journal (made at the first step kept): its events not yet in the database,
+        # and how many of its records are (the count the database keeps for it).
+        self._journal: Journal | None = None
+        self._journal_off = self.path == ":memory:"  # also set when the journal failed
+        self._unapplied: list[tuple[Event, dict[str, Any]]] = []
+        self._applied = 0
+        self._pid = os.getpid()  # the recording process; a replay's while it writes
         self._flush_loop: asyncio.AbstractEventLoop | None = None  # a flush is scheduled there
         self._closed = False
         try:
@@ -244,7 +272,9 @@ class Store(Queries, Rollouts):
             conn.close()
             raise
         if check_interrupted:
-            self.mark_interrupted()
+            self.mark_interrupted()  # replays first
+        elif not self._journal_off:
+            self._replay_dead()
 
     @cached_property
     def db(self) -> sqlite_utils.Database:
@@ -296,6 +326,7 @@ class Store(Queries, Rollouts):
         and close the connection (the last one to close checkpoints the WAL). Safe twice."""
         self.flush()
         with self._lock:
+            self._close_journal()
             self._wal = False  # no checkpointer starts after this
             if self._checkpointer is not None:
                 self._checkpointer.close()
@@ -347,10 +378,11 @@ class Store(Queries, Rollouts):
 
     # -- the event sink ---------------------------------------------------------------------
     def record_batched(self, event: Event) -> None:
-        """:meth:`record`, writing one step's events in one transaction (see the module
-        docstring): an event is kept until the next step start, for at most
-        :data:`FLUSH_DELAY_S`, or until :data:`MAX_KEPT` are kept; on a thread without a
-        running asyncio loop it is written at once. Never raises."""
+        """:meth:`record`, one step's events at a time (see the module docstring): an event
+        is kept until the next step start, for at most :data:`FLUSH_DELAY_S`, or until
+        :data:`MAX_KEPT` are kept; a step start journals what is kept (one ``write()``), a
+        run's end writes it all to the database. On a thread without a running asyncio loop
+        the event is written to the database at once. Never raises."""
         try:
             loop = asyncio.get_running_loop()
         except RuntimeError:
@@ -364,50 +396,168 @@ class Store(Queries, Rollouts):
         with self._lock:
             self._pending.append((event, data))
             kept = len(self._pending)
-        if kept >= MAX_KEPT or (
+        if isinstance(event, RunFinished):
+            self.flush()  # a run's end is in the database when its sinks see it
+        elif kept >= MAX_KEPT or (
             isinstance(event, STEP_STARTS)
             and not (isinstance(event, ModelCallStarted) and data.get("role") == "sub")
         ):
-            self.flush()
-        elif self._flush_loop is not loop:  # none scheduled, or on a loop that has ended
-            self._flush_loop = loop
+            self._persist()
+        if (self._pending or self._unapplied) and self._flush_loop is not loop:
+            self._flush_loop = loop  # none scheduled, or on a loop that has ended
             loop.call_later(FLUSH_DELAY_S, self._flush_due)
 
     def _flush_due(self) -> None:
-        """:meth:`record_batched`'s timer: write what is kept. A step start's flush leaves
-        the timer running (it then writes what was kept since, sooner than its own
-        :data:`FLUSH_DELAY_S`): one timer per delay, not one per step (two per iteration,
-        most firing on nothing)."""
+        """:meth:`record_batched`'s timer: write what is kept or journalled to the database.
+        One timer per delay, not one per step (two per iteration)."""
         self._flush_loop = None
         self.flush()
 
     def flush(self) -> None:
-        """Write the events :meth:`record_batched` kept, in one transaction (an event that
-        fails rolls the batch back; the events are then written one transaction each, so
-        only the failing one is lost, as with :meth:`record`). Never raises."""
+        """Write every event :meth:`record_batched` kept or journalled to the database (an
+        event that fails rolls the batch back; the events are then written one transaction
+        each, so only the failing one is lost, as with :meth:`record`). Never raises."""
+        with self._lock:
+            self._persist()
+            batch, self._unapplied = self._unapplied, []
+            journal = self._journal
+            if journal is None or not batch:
+                self._write_batch(batch)
+                return
+            self._applied = self._write_batch(batch, journal.name, journal.written - len(batch))
+            if journal.written >= ROTATE_AFTER:
+                self._close_journal()
+
+    def _persist(self) -> None:
+        """Journal the kept events with one ``write()`` (the crash promise: they survive a
+        SIGKILL from then on), or, without a journal, write them to the database."""
         with self._lock:
             pending, self._pending = self._pending, []
-        if not pending:
+            if not pending:
+                return
+            if self._journal is None and not self._journal_off:
+                try:
+                    self._journal = Journal(self.path)
+                except OSError as exc:
+                    log.warning("no step journal for %s; steps written at once: %r", self.path, exc)
+                    self._journal_off = True
+            journal = self._journal
+            if journal is None:
+                self._write_batch(pending)
+                return
+            try:
+                journal.append([_record(event, data) for event, data in pending])
+            except Exception as exc:  # stop journalling (its last line may be torn)
+                log.warning("step journal %s failed; steps written at once: %r", journal.path, exc)
+                self.flush()
+                self._journal_off = True
+                self._close_journal()
+                self._write_batch(pending)
+                return
+            self._unapplied += pending
+            if len(self._unapplied) >= MAX_UNAPPLIED:
+                self.flush()
+
+    def _close_journal(self) -> None:
+        """Close the journal (after :meth:`flush`): removed, and its applied count with it,
+        when the database holds every record; else kept for the next open's replay."""
+        journal, self._journal = self._journal, None
+        if journal is None:
             return
+        done = self._applied >= journal.written
+        journal.close(remove=done)
+        self._applied = 0
+        if done:
+            self._forget_journal(journal.name)
+
+    def _forget_journal(self, name: str) -> None:
+        """Delete a removed journal's applied count (after the file: while the file exists,
+        its count says which records are in the database)."""
+        try:
+            with self._lock, self._write():
+                self._exec("DELETE FROM journal_applied WHERE journal = ?", [name])
+        except sqlite3.Error as exc:  # a row left behind is never read again
+            log.debug("could not forget step journal %s: %r", name, exc)
+
+    def _write_batch(
+        self, batch: list[tuple[Event, dict[str, Any]]], journal: str | None = None, first: int = 0
+    ) -> int:
+        """Write ``batch`` in one transaction (an event that fails rolls it back; the events
+        are then written one transaction each). With ``journal``, the batch is that journal's
+        records from index ``first`` on, and each transaction records how many of its records
+        the database holds. Never raises.
+
+        Returns:
+            That count after the last transaction that committed (``first`` if none did).
+        """
+        if not batch:
+            return first
+        done = first
         try:
             with self._lock:
                 anomalies = self.anomalies.copy()
                 try:
                     with self._write():
-                        for event, data, finish in _pair_finishes(pending):
+                        for event, data, finish in _pair_finishes(batch):
                             self._dispatch(event, data, finish)
+                        if journal is not None:
+                            self._mark_applied(journal, first + len(batch))
                 except Exception:
                     # the rolled-back rows may be in the known-runs cache, and anomalies
                     # counted: start over one event at a time
                     self._known_runs.clear()
                     self.anomalies = anomalies
-                    for event, data in pending:
-                        self._write_one(event, data)
-                    return
-                self._count(len(pending))
+                    for i, (event, data) in enumerate(batch, first + 1):
+                        if self._write_one(event, data, journal, i):
+                            done = i
+                    return done
+                self._count(len(batch))
+                return first + len(batch)
         except Exception as exc:  # the lock or the connection itself failed
-            for event, _ in pending:
+            for event, _ in batch:
                 self._failed(event, exc)
+        return done
+
+    def _mark_applied(self, journal: str, count: int) -> None:
+        self._exec(
+            "INSERT INTO journal_applied (journal, events) VALUES (?, ?) "
+            "ON CONFLICT (journal) DO UPDATE SET events = excluded.events",
+            [journal, count],
+        )
+
+    def _replay_dead(self) -> None:
+        """Write to the database what the journals of processes that are gone hold and it
+        does not (see :mod:`rlmd.store.journal`), then remove them; a journal that could not
+        be written whole is kept for the next open. Never raises."""
+        try:
+            for dead in dead_journals(self.path):
+                try:
+                    records = dead.records()
+                    with self._lock:
+                        first = self._applied_of(dead.name)
+                        self._pid = dead.pid or self._pid  # placeholder runs are the dead's
+                        try:
+                            done = self._write_batch(_events(records[first:]), dead.name, first)
+                        finally:
+                            self._pid = os.getpid()
+                except Exception as exc:
+                    log.warning("could not replay step journal %s: %r", dead.path, exc)
+                    dead.release()
+                    continue
+                if done >= len(records):
+                    dead.remove()
+                    self._forget_journal(dead.name)
+                else:
+                    dead.release()
+        except OSError as exc:
+            log.warning("could not list the step journals of %s: %r", self.path, exc)
+
+    def _applied_of(self, journal: str) -> int:
+        """How many of ``journal``'s records the database holds."""
+        row = self._conn.execute(
+            "SELECT events FROM journal_applied WHERE journal = ?", [journal]
+        ).fetchone()
+        return int(row[0]) if row else 0
 
     def _prepare(self, event: Event) -> dict[str, Any]:
         """The event's ``data``, JSON-safe and without secrets (one walk does both)."""
@@ -415,13 +565,21 @@ class Store(Queries, Rollouts):
         data = to_jsonable(raw if isinstance(raw, dict) else {"value": raw}, text_redactor())
         return data if isinstance(data, dict) else {"value": data}
 
-    def _write_one(self, event: Event, data: dict[str, Any]) -> None:
+    def _write_one(
+        self, event: Event, data: dict[str, Any], journal: str | None = None, count: int = 0
+    ) -> bool:
+        """One event in one transaction (with ``journal``: which records ``count`` of it the
+        database then holds); whether it committed."""
         try:
             with self._write():
                 self._dispatch(event, data)
+                if journal is not None:
+                    self._mark_applied(journal, count)
             self._count(1)
+            return True
         except Exception as exc:
             self._failed(event, exc)
+            return False
 
     def _count(self, n: int) -> None:
         before, self._events = self._events, self._events + n
@@ -447,7 +605,7 @@ class Store(Queries, Rollouts):
         Never raises: failures are logged, counted as ``anomalies["error"]`` and appended to
         :attr:`errors`.
         """
-        if self._pending:  # keep the order of events kept by record_batched
+        if self._pending or self._unapplied:  # keep the order of events kept before
             self.flush()
         try:
             with self._lock:
@@ -523,7 +681,7 @@ class Store(Queries, Rollouts):
             "sandbox": _json_or_none(data.get("sandbox")),
             "budget": _json_or_none(data.get("budget")),
             "workspace": data.get("workspace") or (parent or {}).get("workspace"),
-            "pid": pid if isinstance(pid, int) and not isinstance(pid, bool) else os.getpid(),
+            "pid": pid if isinstance(pid, int) and not isinstance(pid, bool) else self._pid,
         }
         existing = self._run_row(event.run_id)
         if existing is None:
@@ -557,7 +715,7 @@ class Store(Queries, Rollouts):
                 "depth": event.depth,
                 "status": "running",
                 "started_at": event.ts,
-                "pid": os.getpid(),
+                "pid": self._pid,
                 "error": PLACEHOLDER_ERROR,
             },
         )
@@ -573,6 +731,7 @@ class Store(Queries, Rollouts):
 
     def _run_finished(self, event: Event, data: dict[str, Any]) -> None:
         self._ensure_run(event)
+        self._write_bumps(event.run_id)  # before ``iterations`` is set, not added to after
         existing = self._run_row(event.run_id)
         status = data.get("status") or "completed"
         answer = _text(data.get("answer"))
@@ -626,7 +785,10 @@ class Store(Queries, Rollouts):
 
     def mark_interrupted(self, *, force: bool = False) -> list[str]:
         """Mark runs left ``"running"`` by a process that no longer exists as ``"interrupted"``
-        (``finished_at`` = now, their running nodes become ``"error"``).
+        (``finished_at`` = now, their running nodes become ``"error"``), after writing what
+        the step journals of dead processes hold. A run whose process left a journal this
+        could not write (it died after the replay, or the database refused) is left for the
+        next call, so that its steps never land after the mark.
 
         Args:
             force: interrupt every running run, whatever its pid.
@@ -637,12 +799,19 @@ class Store(Queries, Rollouts):
         Raises:
             sqlite3.OperationalError: the database stayed locked past the busy timeout.
         """
+        if not self._journal_off:
+            self._replay_dead()  # what a killed process journalled
         with self._lock:
             self.index_text(quiet=True)  # what a killed process left pending
             rows = self._conn.execute(
                 "SELECT id, pid FROM runs WHERE status = 'running'"
             ).fetchall()
-            dead = [run_id for run_id, pid in rows if force or not pid_alive(pid)]
+            journalled = set() if force or self._journal_off else journal_pids(self.path)
+            dead = [
+                run_id
+                for run_id, pid in rows
+                if force or (not pid_alive(pid) and pid not in journalled)
+            ]
             if not dead:
                 return []
             now = time.time()
@@ -725,10 +894,13 @@ class Store(Queries, Rollouts):
             if value:
                 pending[name] = pending.get(name, 0) + value
 
-    def _write_bumps(self) -> None:
-        """Write the transaction's run counter increments, one statement per run (an
-        increment: sqlite-utils has no API for it)."""
-        bumps, self._bumps = self._bumps, {}
+    def _write_bumps(self, run_id: str | None = None) -> None:
+        """Write the transaction's run counter increments (``run_id``: that run's only), one
+        statement per run (an increment: sqlite-utils has no API for it)."""
+        if run_id is not None:
+            bumps = {run_id: self._bumps.pop(run_id)} if run_id in self._bumps else {}
+        else:
+            bumps, self._bumps = self._bumps, {}
         for run_id, pending in bumps.items():
             deltas = {k: v for k, v in pending.items() if v}
             if deltas:
@@ -1050,3 +1222,20 @@ def _model_name(spec: Any) -> str | None:
     if isinstance(spec, dict):
         return _text(spec.get("name") or spec.get("model"))
     return _text(spec)
+
+
+def _record(event: Event, data: dict[str, Any]) -> Record:
+    """An event as journalled (:data:`rlmd.store.journal.Record`)."""
+    return [event.kind, event.run_id, event.depth, event.node_id, event.parent_id, event.ts, data]
+
+
+def _events(records: list[Record]) -> list[tuple[Event, dict[str, Any]]]:
+    """Journalled records as (event, prepared data): the event carries the header only
+    (writing uses the data as journalled); an unknown kind becomes a plain ``Event``,
+    which the store counts as unknown."""
+    out: list[tuple[Event, dict[str, Any]]] = []
+    for kind, run_id, depth, node_id, parent_id, ts, data in records:
+        cls = type_of(kind) or Event
+        header = {"run_id": run_id, "depth": depth, "node_id": node_id, "parent_id": parent_id}
+        out.append((cls(**header, ts=ts), data))
+    return out

@@ -45,6 +45,11 @@ Tables (JSON columns hold compact JSON text, times are seconds since the epoch):
     small row instead of the full-text index (per transaction, FTS5 writes a new segment),
     and a crash leaves the pending rows for the next catch-up: nothing is missed for good.
 
+``journal_applied`` (version 5)
+    ``journal`` (pk, a step journal's file name), ``events``: how many of its records
+    (:mod:`rlmd.store.journal`) are in the database; written in the transaction that
+    writes them, deleted once the file is.
+
 Indexes: ``runs`` on ``root_run_id``, ``parent_run_id``, ``started_at``, ``status`` and
 ``workspace``; ``nodes`` on ``(run_id, seq)`` (unique). Version 1 also indexed ``nodes`` on
 ``status`` and ``parent_id``; version 4 drops both (no query used them).
@@ -273,11 +278,22 @@ def _m004_fewer_node_indexes(db: sqlite_utils.Database) -> None:
     db.execute("DROP INDEX IF EXISTS [idx_nodes_parent_id]")
 
 
+def _m005_journal_counts(db: sqlite_utils.Database) -> None:
+    """Version 5: ``journal_applied``, how many records of each step journal
+    (:mod:`rlmd.store.journal`) the database holds, written in the transaction that applies
+    them, so that a replay after a crash writes each record once."""
+    db.execute(
+        "CREATE TABLE IF NOT EXISTS [journal_applied] "
+        "([journal] TEXT PRIMARY KEY, [events] INTEGER NOT NULL)"
+    )
+
+
 MIGRATIONS: list[Callable[[sqlite_utils.Database], None]] = [
     _m001_initial,
     _m002_rollouts,
     _m003_deferred_node_index,
     _m004_fewer_node_indexes,
+    _m005_journal_counts,
 ]
 """Migration ``i`` (0-based) brings the schema from version ``i`` to ``i + 1``."""
 
