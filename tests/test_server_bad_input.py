@@ -271,6 +271,25 @@ async def test_a_file_uri_with_an_encoded_nul_is_invalid_params_not_internal(dae
         await c.close()
 
 
+async def test_a_file_uri_naming_another_host_is_refused_not_read_as_a_path(daemon, tmp_path):
+    """Review19: ``file://home/me/proj`` (two slashes: the host ``home``) opened the folder
+    ``/me/proj``, and ``file://otherhost/etc`` opened ``/etc``: a different folder from the
+    one meant, without a word. A file URI's host must be empty or ``localhost``."""
+    project = make_project(tmp_path)
+    c = await daemon.client()
+    try:
+        for uri in ("file://otherhost/etc", "file://" + str(project).lstrip("/")):
+            with pytest.raises(RpcError) as err:
+                await c.command("rlmd.workspace.open", {"workspace": uri})
+            assert err.value.code == -32602 and "names the host" in err.value.message
+            assert "file:///path" in err.value.message
+        opened = await c.command("rlmd.workspace.open", {"workspace": f"file://localhost{project}"})
+        assert opened["workspace"] == str(project.resolve())
+        await c.command("rlmd.workspace.close", {"workspace": str(project), "checkpoint": False})
+    finally:
+        await c.close()
+
+
 def _request(msg_id: int, method: str, **params: object) -> bytes:
     msg: dict = {"jsonrpc": "2.0", "id": msg_id, "method": method}
     if params:

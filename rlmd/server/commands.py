@@ -90,7 +90,14 @@ def _folder(p: Params, key: str = "workspace", *, exists: bool = True) -> str:
     value = p.text(key, required=True, max_len=4096)
     assert value is not None
     if value.startswith("file://"):
-        value = unquote(urlparse(value).path)
+        uri = urlparse(value)
+        if uri.netloc not in ("", "localhost"):  # file://home/me/proj opened /me/proj
+            raise invalid(
+                f"{key}: {value!r} names the host {uri.netloc!r}; a folder here is "
+                "file:///path (three slashes) or file://localhost/path",
+                key,
+            )
+        value = unquote(uri.path)
         if "\x00" in value:  # %00: past the check on the text as sent (review13)
             raise invalid(f"{key} must not contain NUL characters", key)
     try:
