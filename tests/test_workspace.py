@@ -294,3 +294,24 @@ async def test_one_value_bound_to_many_names_cannot_blow_up_the_checkpoint(
     # the total is never below the per-variable limit: one such value still fits
     lone = await ckpt.take(ws.sandbox, ws.folder, max_var_bytes=150_000, max_total_bytes=1)
     assert len([n for n in lone.variables if n != "small"]) == 1
+
+
+def test_a_killed_writers_temp_file_is_removed_by_the_next_save(tmp_path):
+    """Review19: a daemon killed while writing a checkpoint left ``.checkpoint.json.<pid>.tmp``
+    (up to 128 MiB) behind for good. The next save removes a dead writer's; a live one's stays."""
+    import os
+    import subprocess
+    import sys
+
+    dead = subprocess.run([sys.executable, "-c", "import os; print(os.getpid())"],
+                          capture_output=True, text=True, check=True)  # fmt: skip
+    path = tmp_path / "checkpoint.json"
+    left = tmp_path / f".checkpoint.json.{int(dead.stdout)}.tmp"
+    live = tmp_path / f".checkpoint.json.{os.getppid()}.tmp"
+    other = tmp_path / ".other.json.1.tmp"
+    for f in (left, live, other):
+        f.write_bytes(b"partial")
+    ckpt.save(ckpt.Checkpoint(workspace="w", taken_at=1.0), path)
+    assert not left.exists()
+    assert live.exists() and other.exists()
+    assert ckpt.load(path).workspace == "w"

@@ -194,6 +194,7 @@ def save(ckpt: Checkpoint, path: Path) -> int:
     """
     path.parent.mkdir(parents=True, exist_ok=True)
     os.chmod(path.parent, 0o700)
+    _remove_dead_writers_files(path)
     data = json.dumps(ckpt.to_dict(), separators=(",", ":")).encode("utf-8")
     tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
     fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
@@ -205,6 +206,21 @@ def save(ckpt: Checkpoint, path: Path) -> int:
         tmp.unlink(missing_ok=True)
         raise
     return len(data)
+
+
+def _remove_dead_writers_files(path: Path) -> None:
+    """Delete ``.<name>.<pid>.tmp`` files next to ``path`` whose pid is not a live process:
+    a daemon killed while writing left one (up to the checkpoint's size) for good."""
+    for tmp in path.parent.glob(f".{path.name}.*.tmp"):
+        pid = tmp.name[len(path.name) + 2 : -len(".tmp")]
+        if not pid.isdigit() or int(pid) == os.getpid():
+            continue
+        try:
+            os.kill(int(pid), 0)
+        except ProcessLookupError:  # gone; PermissionError means alive (another user's)
+            tmp.unlink(missing_ok=True)
+        except OSError:
+            pass
 
 
 def load(path: Path) -> Checkpoint | None:
