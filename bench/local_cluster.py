@@ -85,15 +85,31 @@ class LocalCluster:
         )
 
     def add_node(self, name: str) -> str:
-        """Start one more node (custom resource ``name``); returns its node id."""
+        """Start one more node (custom resource ``name``); returns its node id.
+
+        On a loaded machine ``ray start`` can give up waiting for its raylet to register (a
+        30 s wait fixed in Ray's ``node.py``: "timed out during startup", seen here at load 11)
+        while the raylet it started, which outlives the command, registers later; then the
+        node is waited for up to 180 s more.
+
+        Raises:
+            RuntimeError: ``ray start`` failed otherwise, or the node did not join in time.
+        """
         before = set(self.node_ids())
-        self._start("--address", self.address, "--resources", json.dumps({name: 1}))
-        for _ in range(300):
+        wait_s = 30.0
+        try:
+            self._start("--address", self.address, "--resources", json.dumps({name: 1}))
+        except RuntimeError as exc:
+            if "timed out during startup" not in str(exc):
+                raise
+            wait_s = 180.0
+        deadline = time.monotonic() + wait_s
+        while time.monotonic() < deadline:
             new = set(self.node_ids()) - before
             if new:
                 return new.pop()
             time.sleep(0.1)
-        raise RuntimeError(f"node {name} did not join")
+        raise RuntimeError(f"node {name} did not join within {wait_s:.0f} s")
 
     def node_ids(self) -> list[str]:
         import ray
