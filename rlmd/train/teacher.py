@@ -13,8 +13,7 @@ words):
   every hit, pull out the number with a second regex and print it, then read it back.
 * ``oolong`` / ``pairs``: split every line into date / user / instance, label every
   instance with one ``llm_query_batched`` map (the categories are not in the text: that is
-  the judgement a sub-model gives) and print only its checks (``36 labels, 5 unknown``;
-  session 19: no counts, nothing to read an answer off), then one compute turn of the same shape for every
+  the judgement a sub-model gives), then one compute turn of the same shape for every
   template (session 18: :data:`COMPUTE_OPENING`, counts over the *listed* categories only so
   a reply off the list never wins, counts per user, the users, then the template's own
   expression and ``print(answer)``), then read the printed answer back.
@@ -41,8 +40,8 @@ rollouts play exactly as before) make one realistic mistake and repair it on the
 through the same engine and sandbox (:data:`MISTAKES` per family):
 
 * ``no_import``: a cell that uses a module (``re``, ``ast``, ``Counter``) without importing
-  it raises ``NameError``; the next turn imports it and runs the step again (for
-  ``Counter``, the compute cell: it calls no sub-model, so the labels are asked once);
+  it raises ``NameError``; the next turn imports it and runs the step again (for ``Counter``
+  only the count: the sub-model's labels were computed before the error);
 * ``raw_lines`` (oolong, pairs): the per-item sub-call plan applied to the unparsed lines
   raises ``ValueError`` (a line is a string, not a record) before any sub-call; the next turn
   parses the lines, then the plan runs;
@@ -63,8 +62,8 @@ Sub-calls of a teacher run go to a :class:`RealisticLabeller` (session 18; befor
 :func:`oracle_labeller`, the generator's own labels): the true label in varied forms (other
 case, extra words) and, for a seeded share of descriptions, a word of the description, which
 the labelling cell maps to ``unknown`` as it does a small sub-model's stray replies at
-inference. So the teacher's labelling checks show ``unknown`` replies and its compute step
-leaves them out. A reply off the list can change the answer (a count, a pair): such a rollout scores
+inference. So the teacher's printed counts show ``unknown`` and its compute step leaves it
+out. A reply off the list can change the answer (a count, a pair): such a rollout scores
 below 1 and the export's reward filter drops it. Only root turns become training samples. The teacher is used on the
 train split only (:func:`rlmd.train.rollout.run_rollouts` refuses a held-out task).
 """
@@ -218,11 +217,16 @@ def _with_mistake(task: TrainTask, turns: list[AnyTurn], mistake: str) -> tuple[
         note, code = planned
         unimported = (note, _IMPORT.sub("", code).lstrip("\n"))
         name = _first_import(code)
-        # aggregation: the compute cell (the labelling cell imports nothing since session 19),
-        # which only counts, so running it again calls no sub-model twice
-        what = "`Counter` from collections" if name == "Counter" else "the module"
+        if name == "Counter":  # the labels are computed before Counter is used: keep them
+            repair = (
+                "NameError: `Counter` was used before it was imported; the labels were "
+                "computed before the error, so I import it and count them.",
+                "from collections import Counter\ncounts = Counter(labels)\nprint(counts)",
+            )
+            rest = turns[at + 1 :]
+            return [*turns[:at], unimported, repair, *rest], at
         repair = (
-            f"NameError: `{name}` is not defined: the cell used {what} without importing "
+            f"NameError: `{name}` is not defined: the cell used the module without importing "
             "it. Every cell imports what it uses, so I add the import and run it again.",
             code,
         )
@@ -312,11 +316,7 @@ for line in context.splitlines():
 print(len(records), records[:2])"""
 
 # short flat lines (session 17): session 16's student broke the multi-line prompt
-# comprehension this cell had ("for _, _, text in re..."); same prompts, same sub-calls.
-# It prints only its checks (how many labels, how many off the list), never the counts
-# (session 19): session 18's student read its answer off the printed Counter and skipped
-# the compute turn in 8 of 9 held-out and 6 of 6 train runs. Nothing answer-shaped is on
-# screen before the compute turn prints `answer`.
+# comprehension this cell had ("for _, _, text in re..."); same prompts, same sub-calls
 _LABEL = """\
 categories = {categories!r}
 ask = "Which one of these categories does the description belong to: " + ", ".join(categories)
@@ -324,7 +324,9 @@ ask += "? Answer with the category only.\\nDescription: "
 prompts = [ask + text for _, _, text in records]
 replies = llm_query_batched(prompts)
 labels = [next((c for c in categories if c in r.lower()), "unknown") for r in replies]
-print(len(labels), "labels,", labels.count("unknown"), "unknown")"""
+from collections import Counter
+counts = Counter(labels)
+print(counts)"""
 
 
 def _categories(question: str) -> list[str]:
@@ -586,8 +588,8 @@ class RealisticLabeller:
     ``Category: plant``), and for a share ``off_list`` of descriptions (seeded per
     ``(seed, description)``), or when the true label is not listed, a word of the
     description instead (``Sweden``, ``fungi``), which the labelling cell maps to
-    ``unknown``. So the labelling checks of the teacher's data count ``unknown`` replies as
-    inference does, and the compute step that follows must leave them out.
+    ``unknown``. So the printed counts of the teacher's data show ``unknown`` as inference
+    does, and the compute step that follows must leave it out.
 
     Args:
         seed: the rollout's seed (e.g. ``"task-id:sample"``): another sample, other replies.
