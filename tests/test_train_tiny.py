@@ -488,11 +488,36 @@ def test_grpo_cli_passes_the_adapter_options(tiny: Path, tmp_path: Path, rlmd_ho
     data.write_text(json.dumps(GROUP) + "\n")
     args = ["train", "grpo", "--base", str(tiny), "--data", str(data), "--out", "g",
             "--lora-layers", "1", "--threads", "1", "--precision", "fp32", "--max-length", "512",
-            "--groups-per-step", "1", "--save-steps", "1", "--no-convert"]  # fmt: skip
+            "--groups-per-step", "1", "--save-steps", "1", "--seed", "7", "--no-convert"]  # fmt: skip
     assert cli_main(args) == 0
     options = json.loads((rlmd_home / "train" / "g" / "train.json").read_text())["options"]
-    assert {k: options[k] for k in ("lora_layers", "threads", "precision", "max_length")} == {
-        "lora_layers": 1, "threads": 1, "precision": "fp32", "max_length": 512}  # fmt: skip
+    assert {k: options[k] for k in ("lora_layers", "threads", "precision", "max_length", "seed")} == {
+        "lora_layers": 1, "threads": 1, "precision": "fp32", "max_length": 512, "seed": 7}  # fmt: skip
+
+
+def test_sft_seed_repeats_a_run_and_another_seed_changes_it(
+    tiny: Path, tmp_path: Path, rlmd_home: Path
+) -> None:
+    """``rlmd train sft --seed N``: the same seed and data give the same adapter bit for bit
+    (how a run is repeated), another seed another one (how run-to-run spread is measured)."""
+    from safetensors.numpy import load_file
+
+    data = tmp_path / "sft.jsonl"
+    data.write_text(json.dumps(SAMPLE) + "\n")
+
+    def adapter(out: str, seed: int) -> dict[str, Any]:
+        args = ["train", "sft", "--base", str(tiny), "--data", str(data), "--out", out,
+                "--steps", "1", "--lora-layers", "1", "--threads", "1", "--precision", "fp32",
+                "--max-length", "256", "--save-steps", "1", "--seed", str(seed), "--no-convert"]  # fmt: skip
+        assert cli_main(args) == 0
+        run = rlmd_home / "train" / out
+        assert json.loads((run / "train.json").read_text())["options"]["seed"] == seed
+        return load_file(run / "adapter" / "adapter_model.safetensors")
+
+    first, again, other = adapter("a", 1), adapter("b", 1), adapter("c", 2)
+    assert first.keys() == again.keys() == other.keys()
+    assert all((first[k] == again[k]).all() for k in first)
+    assert any((first[k] != other[k]).any() for k in first)
 
 
 NEEDLE = "filler line\n" * 40 + "The secret number is 4417.\n" + "more filler\n" * 40

@@ -15,10 +15,10 @@
     rlmd train sft --base MODEL --data F --out NAME [--steps N] [--lr X] [--rank R]
                    [--max-length N] [--device cpu|cuda|mps] [--no-convert]
                    [--lora-layers N] [--gradient-checkpointing] [--threads N]
-                   [--precision auto|fp32|bf16]
+                   [--precision auto|fp32|bf16] [--seed N]
     rlmd train grpo --base MODEL --data F --out NAME [--steps N] [--lr X] [--no-convert]
         [--max-length N] [--lora-layers N] [--threads N] [--precision auto|fp32|bf16]
-        [--groups-per-step N] [--save-steps N] [--max-seconds S] [--clip E]
+        [--groups-per-step N] [--save-steps N] [--max-seconds S] [--clip E] [--seed N]
     rlmd train convert NAME --base MODEL [--merge [--quant q4_k_m|q5_k_m|q8_0|f16|f32]]
 
 Training output goes to ``<rlmd home>/train/NAME``; after ``sft``/``grpo`` the adapter is
@@ -173,6 +173,13 @@ def add_parser(sub: Any) -> None:
         f.add_argument("--max-length", type=int, default=2_048)
         f.add_argument("--device", choices=["cpu", "cuda", "mps"], default="cpu")
         f.add_argument("--save-steps", type=int, default=5)
+        f.add_argument(
+            "--seed",
+            type=int,
+            default=0,
+            help="seeds the LoRA initialisation and the sample order (default 0); the same "
+            "seed, data and machine give the same run, another seed measures run-to-run spread",
+        )
         f.add_argument("--no-convert", action="store_true")
         f.add_argument(
             "--lora-layers",
@@ -524,6 +531,7 @@ def cmd_fit(args: argparse.Namespace) -> int:
                 gradient_checkpointing=args.gradient_checkpointing,
                 threads=args.threads,
                 precision=args.precision,
+                seed=args.seed,
             ),
         )
     else:
@@ -547,6 +555,7 @@ def cmd_fit(args: argparse.Namespace) -> int:
                 precision=args.precision,
                 max_seconds=args.max_seconds,
                 clip=args.clip,
+                seed=args.seed,
             ),
             progress=_grpo_progress,
         )
