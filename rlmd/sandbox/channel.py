@@ -108,14 +108,6 @@ length prefix is forged or a runaway ``get_var``, and buffering it would let mod
 rlmd's own memory past every sandbox limit (the hostile fresh-user test reached 1.6 GB)."""
 
 
-BIG_FRAME = 1024 * 1024
-"""Frames of at least this many bytes are decoded on a worker thread, not on the event loop.
-Decoding is ~5 ms a MiB here, so a checkpoint's 100 MB ``get_var`` or a large
-``llm_query`` prompt held every other client of the daemon for up to a second (issue 16
-item 2: the daemon never blocks). Frames keep their order: nothing after a big frame is
-dispatched before it."""
-
-
 MAX_CALLS_IN_FLIGHT = 1024
 """Host calls (``llm_query``, ``rlm_query``, helpers, tools) one kernel may have waiting at
 once; one more drops the channel as a protocol error (the kernel restarts). Legitimate code
@@ -236,10 +228,6 @@ class KernelChannel:
         self.drain: StderrDrain | None = None
         self._early_stderr: list[bytes] = []
         self._frames = bytearray()
-        #: a big frame being decoded off the loop (see BIG_FRAME); the stream waits behind it
-        self._decoding: asyncio.Future[dict[str, Any]] | None = None
-        #: the stream ended while a frame was being decoded: drop the channel after it
-        self._ended = False
         #: why the host dropped the channel (a forged or oversized frame), for the model
         self.protocol_error: str | None = None
         self.pending: dict[int, asyncio.Future[dict[str, Any]]] = {}
@@ -286,7 +274,7 @@ class KernelChannel:
         """One chunk of a length-prefixed frame stream (see :mod:`rlmd.kernel.protocol`)."""
         buf = self._frames
         buf += data
-        while self._decoding is None and len(buf) >= 4:
+        while len(buf) >= 4:
             n = int.from_bytes(buf[:4], "big")
             if n > HOST_MAX_FRAME:  # never buffer it: model code could forge the length
                 self.protocol_error = (
@@ -300,50 +288,21 @@ class KernelChannel:
                 break
             body = bytes(buf[4 : 4 + n])
             del buf[: 4 + n]
-            if n >= BIG_FRAME:
-                self._decoding = self.loop.run_in_executor(None, protocol.decode, body)
-                self._decoding.add_done_callback(self._on_decoded)
-                return
             try:
                 msg = protocol.decode(body)
-            except (ValueError, RecursionError) as exc:
-                self._on_undecodable(exc)
+            except ValueError:
+                self.protocol_error = "the kernel sent a message that is not valid JSON"
+                self._on_malformed()
+                return
+            except RecursionError:  # the kernel's shallower stack encoded it; ours cannot read
+                # it: raised in the pipe's callback, the frame was lost and the cell hung
+                self.protocol_error = (
+                    "the kernel sent a message nested too deeply to read (a value nested "
+                    "close to Python's recursion limit, passed to a host helper?)"
+                )
+                self._on_malformed()
                 return
             self._dispatch(msg)
-
-    def _on_decoded(self, fut: asyncio.Future[dict[str, Any]]) -> None:
-        """A big frame's decode finished: dispatch it, then the frames queued behind it."""
-        self._decoding = None
-        if self.dead or fut.cancelled():
-            return
-        try:
-            msg = fut.result()
-        except (ValueError, RecursionError) as exc:
-            self._on_undecodable(exc)
-            return
-        self._dispatch(msg)
-        self._on_frames(b"")
-        if self._ended and self._decoding is None:
-            self._mark_dead()
-
-    def _on_undecodable(self, exc: Exception) -> None:
-        if isinstance(exc, RecursionError):  # the kernel's shallower stack encoded it; ours
-            # cannot read it: raised in the pipe's callback, the frame was lost and the cell hung
-            self.protocol_error = (
-                "the kernel sent a message nested too deeply to read (a value nested "
-                "close to Python's recursion limit, passed to a host helper?)"
-            )
-        else:
-            self.protocol_error = "the kernel sent a message that is not valid JSON"
-        self._on_malformed()
-
-    def _stream_ended(self) -> None:
-        """The kernel's frame stream closed: drop the channel, after the frame being decoded
-        (a result the kernel sent in full before it died is still delivered)."""
-        if self._decoding is not None:
-            self._ended = True
-        else:
-            self._mark_dead()
 
     def _dispatch(self, msg: dict[str, Any]) -> None:
         op = msg.get("op")

@@ -18,7 +18,6 @@ file and renamed, so a crash leaves the previous checkpoint intact)::
 
 from __future__ import annotations
 
-import asyncio
 import hashlib
 import json
 import logging
@@ -171,9 +170,7 @@ async def take(
         except (TypeError, ValueError) as exc:  # REPL code broke the kernel's json (it may)
             ckpt.skipped[name] = f"could not be read: {exc}"[:200]
             continue
-        # the host's own count, on a worker thread: up to 128 MiB of JSON held the daemon's
-        # event loop (and every other client) for about a second
-        size = await asyncio.to_thread(_json_size, value)
+        size = len(json.dumps(value, separators=(",", ":")))  # the host's own count
         if size > room:
             ckpt.skipped[name] = (
                 full
@@ -184,11 +181,6 @@ async def take(
         ckpt.variables[name] = value
         room -= size
     return ckpt
-
-
-def _json_size(value: Any) -> int:
-    """Characters of ``value``'s compact JSON (as ``save`` writes it, ASCII-escaped)."""
-    return len(json.dumps(value, separators=(",", ":")))
 
 
 def save(ckpt: Checkpoint, path: Path) -> int:

@@ -73,7 +73,7 @@ class KernelConnection(KernelHandle, asyncio.Protocol):
         return False
 
     def connection_lost(self, exc: Exception | None) -> None:
-        self._stream_ended()
+        self._mark_dead()
         if not self.closed.done():
             self.closed.set_result(None)
 

@@ -187,7 +187,7 @@ class ProcessKernel(KernelHandle):
 
     def pipe_connection_lost(self, fd: int, exc: Exception | None) -> None:
         if fd == 1:
-            self._stream_ended()
+            self._mark_dead()
         elif fd == 2 and not self.stderr_closed.done():
             self.stderr_closed.set_result(None)
 
