@@ -699,3 +699,38 @@ async def test_cells_do_not_rebuild_the_isolation_record(monkeypatch):
         assert len(built) == 2
     finally:
         await box.close()
+
+
+def _stat_fds() -> list[str]:
+    """This process's descriptors open on a ``/proc/<pid>/stat`` file."""
+    out = []
+    for fd in os.listdir("/proc/self/fd"):
+        with contextlib.suppress(OSError):
+            target = os.readlink(f"/proc/self/fd/{fd}")
+            if target.startswith("/proc/") and target.endswith("/stat"):
+                out.append(target)
+    return out
+
+
+BURN = "import time\nt = time.process_time()\nwhile time.process_time() - t < 0.3:\n    pass"
+
+
+async def test_the_kernels_cpu_reading_counts_threads_and_reaped_children_then_closes():
+    # The cell clock's reading (a kept /proc/<pid>/stat descriptor): the kernel's own CPU
+    # and its reaped children's count, and nothing is left open or read after it exits.
+    box = create_sandbox("subprocess")
+    await box.start(FakeHost())
+    kernel = box._kernel
+    host_pid = (await box.health())["host_pid"]
+    try:
+        before = kernel.cpu_s()
+        await ok(box, BURN)
+        own = kernel.cpu_s()
+        assert own - before >= 0.25, (before, own)  # 0.3 s of CPU, 10 ms ticks
+        assert f"/proc/{host_pid}/stat" in _stat_fds()
+        await ok(box, f"import subprocess, sys\nsubprocess.run([sys.executable, '-c', {BURN!r}])")
+        assert kernel.cpu_s() - own >= 0.25, own  # the child it waited for
+    finally:
+        await box.close()
+    assert f"/proc/{host_pid}/stat" not in _stat_fds()
+    assert kernel.cpu_s() is None

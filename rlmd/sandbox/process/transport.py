@@ -135,21 +135,32 @@ class ProcessKernel(KernelHandle):
         self._finalizer: weakref.finalize | None = None
         self.launch = isolate.Launch(argv=[])
         self._host_pid: int | None = None
+        self._stat_fd: int | None = None
         self.clock.cpu_s = self.cpu_s
 
     def cpu_s(self) -> float | None:
         """The kernel process's CPU seconds so far (its threads and the children it reaped),
-        from ``/proc``; ``None`` before it is known.
+        from ``/proc/<pid>/stat`` (clock-tick resolution); ``None`` before it is known.
+
+        The file stays open from the first call (the clock asks twice per sub-call: an
+        ``open`` each time cost 22-56 us of the loop's CPU, a ``pread`` 7), and a read of
+        it after the process is gone fails even if its pid was reused.
 
         Raises:
             OSError: the process is gone.
         """
-        pid = self.kernel_pid()
-        if pid is None:
-            return None
-        with open(f"/proc/{pid}/stat", "rb") as fh:
-            fields = fh.read().rpartition(b")")[2].split()
+        if self._stat_fd is None:
+            pid = self.kernel_pid()
+            if pid is None or self.dead or self.returncode is not None:
+                return None
+            self._stat_fd = os.open(f"/proc/{pid}/stat", os.O_RDONLY | os.O_CLOEXEC)
+        fields = os.pread(self._stat_fd, 4096, 0).rpartition(b")")[2].split()
         return sum(int(f) for f in fields[11:15]) / _CLOCK_TICKS
+
+    def _close_stat(self) -> None:
+        fd, self._stat_fd = self._stat_fd, None
+        if fd is not None:
+            os.close(fd)
 
     @property
     def label(self) -> str:  # type: ignore[override]
@@ -194,6 +205,7 @@ class ProcessKernel(KernelHandle):
     def process_exited(self) -> None:
         assert self.popen is not None
         self.returncode = self.popen.returncode
+        self._close_stat()
         if not self.exited.done():
             self.exited.set_result(self.returncode)
         # Orphans of the kernel (forked children) may hold the channel open: end them, and
@@ -274,6 +286,7 @@ class ProcessKernel(KernelHandle):
             pipe.close()
         if self._finalizer is not None:
             self._finalizer.detach()
+        self._close_stat()
         await _drop_cgroups(self.launch)
 
     async def death(self, limits: Limits) -> Death:
