@@ -30,6 +30,13 @@ part "ruff check" ruff check rlmd tui tests bench
 part "ruff format" ruff format --check rlmd tui tests bench
 part "mypy" mypy  # the package's types (config in pyproject.toml)
 part "pytest" pytest -q -p no:cacheprovider "$@"
+# The verifiers environment in its own venv (verifiers 0.4.0 pins mcp==2.0.0, the mcp extra
+# needs mcp>=2.3: scripts/verifiers-venv.sh); RLMD_EXPECT_VERIFIERS turns a skip into a failure.
+verifiers_env() {
+  bash scripts/verifiers-venv.sh &&
+    RLMD_EXPECT_VERIFIERS=1 .venv-verifiers/bin/python -m pytest -q -p no:cacheprovider tests/test_verifiers_env.py
+}
+part "verifiers environment (.venv-verifiers)" verifiers_env
 # The hostile suite again as a normal user, isolation still pinned (docs/security.md): it
 # creates the user, so only as root.
 if [ "$(id -u)" = 0 ]; then

@@ -113,3 +113,20 @@ def test_only_the_cluster_package_imports_ray() -> None:
     }
     assert offenders == set()
     assert "ray" in imported_modules(PACKAGE / "cluster" / "ray_executor.py")
+
+
+def test_only_the_verifiers_environment_imports_verifiers() -> None:
+    """verifiers 0.4.0 cannot share rlmd's main venv (it pins mcp==2.0.0): one module,
+    rlmd/train/verifiers_env.py, imports it, and nothing in the package imports that module."""
+    importers = {
+        str(path.relative_to(PACKAGE.parent))
+        for path in modules_under(PACKAGE)
+        if any(m.split(".")[0] == "verifiers" for m in imported_modules(path))
+    }
+    assert importers == {"rlmd/train/verifiers_env.py"}
+    users = {
+        str(path.relative_to(PACKAGE.parent))
+        for path in modules_under(PACKAGE)
+        if "rlmd.train.verifiers_env" in imported_modules(path)
+    }
+    assert users == set()
