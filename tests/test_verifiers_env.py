@@ -26,7 +26,7 @@ except ImportError:
     )
 
 from helpers.http_server import FakeServer, openai_reply  # noqa: E402
-from helpers.scripted import repl, turn_of  # noqa: E402
+from helpers.scripted import last_user, repl, turn_of  # noqa: E402
 from verifiers.v1.utils.loaders import load_environment, resolve_env_config  # noqa: E402
 
 from rlmd.store import Store  # noqa: E402
@@ -154,6 +154,43 @@ async def test_a_wrong_answer_scores_what_the_scorer_gives(
     # the verifier questions a guess no output showed, so the run took more than one turn:
     # every root turn is one recorded call
     assert trace.metrics["iterations"] == len(trace.calls) == len(server.requests) > 1
+
+
+SUB_REPLIES = [
+    repl("r = llm_query('SUBQ: how many lines mention apple? ' + context)\nprint(r)"),
+    repl("FINAL(r.strip())"),
+]
+
+
+def policy_with_subcall(request: dict[str, Any]) -> Any:
+    """Root turns ask a sub-model once; the sub-call (its prompt starts "SUBQ") answers."""
+    messages = request["body"]["messages"]
+    if last_user(messages).startswith("SUBQ"):
+        return openai_reply(str(ANSWER), model=request["body"]["model"])
+    turn = turn_of(messages)
+    return openai_reply(SUB_REPLIES[min(turn, 1)], model=request["body"]["model"])
+
+
+async def test_sub_calls_go_to_the_policy_directly_and_are_not_training_turns(
+    tasks_file: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv(KEY_VAR, "upstream-key")
+    server = FakeServer(policy_with_subcall)
+    try:
+        episode = await play_one(env_for(tasks_file, tmp_path / "store.db"), server.port)
+    finally:
+        server.close()
+    (trace,) = episode.traces
+    assert trace.rewards["rlmd_reward"].score == 1.0
+    assert trace.metrics["subcalls"] == 1.0 and trace.metrics["iterations"] == 2.0
+    # the server answered three requests (two root turns, one sub-call, all with its own
+    # key and the policy's name); verifiers recorded only the two root turns
+    assert len(server.requests) == 3 and len(trace.calls) == 2
+    assert {r["headers"]["authorization"] for r in server.requests} == {"Bearer upstream-key"}
+    assert {r["body"]["model"] for r in server.requests} == {"policy-m"}
+    recorded = [text(m.content) for b in trace.branches for m in b.messages]
+    assert not any(t.startswith("SUBQ") for t in recorded)
+    assert any("SUBQ" in last_user(r["body"]["messages"])[:4] for r in server.requests)
 
 
 def test_a_bad_task_file_is_refused_when_the_taskset_loads(tmp_path: Path) -> None:
