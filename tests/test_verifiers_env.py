@@ -50,13 +50,11 @@ def policy(request: dict[str, Any]) -> Any:
     return openai_reply(REPLIES[min(turn, len(REPLIES) - 1)], model=request["body"]["model"])
 
 
-def env_for(tasks: Path, store: Path) -> Any:
+def env_for(tasks: Path, store: Path, **harness: Any) -> Any:
     """The environment as vf-eval / prime-rl build it from their config (taskset id)."""
+    knobs = {"id": ENV_ID, "store": str(store), "max_iterations": 4, **harness}
     config = resolve_env_config(
-        {
-            "taskset": {"id": ENV_ID, "tasks": str(tasks)},
-            "agent": {"harness": {"id": ENV_ID, "store": str(store), "max_iterations": 4}},
-        }
+        {"taskset": {"id": ENV_ID, "tasks": str(tasks)}, "agent": {"harness": knobs}}
     )
     return load_environment(config)
 
@@ -201,3 +199,20 @@ def test_a_bad_task_file_is_refused_when_the_taskset_loads(tmp_path: Path) -> No
         list(env.taskset)
     assert bad.read_text().startswith('{"question"')  # the file is left as it was
     assert not os.path.exists(tmp_path / "store.db")  # nothing ran
+
+
+async def test_an_unknown_sub_model_fails_the_rollout_before_any_call(
+    tasks_file: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv(KEY_VAR, "upstream-key")
+    server = FakeServer(policy)
+    try:
+        env = env_for(tasks_file, tmp_path / "store.db", sub_model="no-such-model")
+        episode = await play_one(env, server.port)
+    finally:
+        server.close()
+    (trace,) = episode.traces
+    # an error on the trace naming the model, not a reward of 0; no call, no run recorded
+    assert not trace.ok and "no-such-model" in " ".join(e.message for e in trace.errors)
+    assert "rlmd_reward" not in trace.rewards or trace.rewards["rlmd_reward"] is None
+    assert server.requests == [] and not (tmp_path / "store.db").exists()

@@ -152,6 +152,13 @@ class RlmdTaskset(vf.Taskset[RlmdTask, RlmdTasksetConfig]):
     """The tasks of ``config.tasks``, in file order, each checked before any runs."""
 
     def load(self) -> list[RlmdTask]:
+        """One :class:`RlmdTask` per task of ``config.tasks``, its prompt the question.
+
+        Raises:
+            ValueError: ``--env.taskset.tasks`` is not set.
+            rlmd.train.tasks.TaskFileError: the file or folder cannot be read, or a record
+                is bad (the message names the file and line); nothing has run.
+        """
         if not self.config.tasks:
             raise ValueError(
                 "no rlmd task file: set --env.taskset.tasks to an `rlmd train tasks` folder "
@@ -242,6 +249,23 @@ class RlmdHarness(vf.Harness[RlmdHarnessConfig]):
         mcp_urls: dict[str, str],
         data: vf.TaskData,
     ) -> vf.ProgramResult:
+        """Play ``data`` as one rlmd run, recorded in the rlmd store; its facts go to
+        ``trace.info["rlmd"]`` (``run_id``, ``task_id``, ``facts``, ``error``) for the reward.
+
+        Returns:
+            Exit 0 with the answer (or ``""``) as stdout once the run ended, whatever its
+            status (a budget overrun is the policy's doing: the reward scores it); exit 1
+            when it failed before any model reply (sandbox, context or server), which
+            verifiers turns into a ``HarnessError`` on the trace, as ``rlmd train rollout``
+            stops with ``RolloutError`` there rather than score 0.
+
+        Raises:
+            vf.HarnessError: ``data`` is not an rlmd task.
+            KeyError / rlmd.train.tasks.TaskFileError: the task file changed and no longer
+                holds the task.
+            rlmd.models.ModelNotAvailable / KeyError / ValueError: ``sub_model`` names no
+                usable model (:func:`rlmd.runner.check_models`).
+        """
         if not isinstance(data, RlmdTaskData):
             raise vf.HarnessError(
                 f"the rlmd harness plays rlmd tasks (taskset rlmd-verifiers), "
