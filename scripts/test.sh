@@ -26,8 +26,8 @@ export RLMD_TEST_MODEL="${RLMD_TEST_MODEL:-}"
 # setup.sh installs bubblewrap: pin it, so a regression in isolation detection fails the
 # hostile suite instead of turning its subprocess cases into skips.
 export RLMD_EXPECT_ISOLATION="${RLMD_EXPECT_ISOLATION:-bwrap}"
-part "ruff check" ruff check rlmd tui tests bench
-part "ruff format" ruff format --check rlmd tui tests bench
+part "ruff check" ruff check rlmd rlmd_verifiers tui tests bench
+part "ruff format" ruff format --check rlmd rlmd_verifiers tui tests bench
 part "mypy" mypy  # the package's types (config in pyproject.toml)
 part "pytest" pytest -q -p no:cacheprovider "$@"
 # The verifiers environment in its own venv (verifiers 0.4.0 pins mcp==2.0.0, the mcp extra
