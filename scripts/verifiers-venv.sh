@@ -19,7 +19,12 @@ if [ "$(cat "$VENV/.stamp" 2>/dev/null)" = "$stamp" ] && [ "$("$VENV/bin/python"
   2>/dev/null)" = "$here" ]; then
   exit 0
 fi
-[ -x "$VENV/bin/python" ] || "$PY" -m venv "$VENV"
+# Not ready until the end: a run that fails midway must not leave a stamp that an
+# earlier run wrote and that matches again later (after a checkout goes back).
+rm -f "$VENV/.stamp"
+# A venv without pip (python3-venv was missing: `venv` made bin/python, then ensurepip
+# failed) is made again, so installing python3-venv and rerunning is enough.
+"$VENV/bin/python" -m pip --version >/dev/null 2>&1 || "$PY" -m venv --clear "$VENV"
 "$VENV/bin/python" -m pip install -q --upgrade pip 2>&1 | { grep -v '^WARNING: Location' || true; } >&2
 # PYTHONWARNINGS reaches the build backend: it hides setuptools' "Editable installation" banner.
 PYTHONWARNINGS="ignore::UserWarning" \
