@@ -27,6 +27,7 @@ except ImportError:
 
 from helpers.http_server import FakeServer, openai_reply  # noqa: E402
 from helpers.scripted import last_user, repl, turn_of  # noqa: E402
+from pydantic import ValidationError  # noqa: E402
 from verifiers.v1.utils.loaders import load_environment, resolve_env_config  # noqa: E402
 
 from rlmd.store import Store  # noqa: E402
@@ -216,3 +217,20 @@ async def test_an_unknown_sub_model_fails_the_rollout_before_any_call(
     assert not trace.ok and "no-such-model" in " ".join(e.message for e in trace.errors)
     assert "rlmd_reward" not in trace.rewards or trace.rewards["rlmd_reward"] is None
     assert server.requests == [] and not (tmp_path / "store.db").exists()
+
+
+@pytest.mark.parametrize(
+    ("harness", "said"),
+    [
+        ({"sandbox": "nope"}, "unknown rlmd sandbox backend 'nope'; choose one of: subprocess"),
+        ({"max_depth": 0}, "max_depth"),
+        ({"max_seconds": float("inf")}, "max_seconds must be a number of seconds > 0, got inf"),
+    ],  # fmt: skip
+)
+def test_a_harness_setting_every_rollout_would_fail_on_is_refused_when_the_config_loads(
+    tasks_file: Path, tmp_path: Path, harness: dict[str, Any], said: str
+) -> None:
+    # These used to pass the config and fail each rollout in turn (a whole eval of errors).
+    with pytest.raises(ValidationError, match=said):
+        env_for(tasks_file, tmp_path / "store.db", **harness)
+    assert not (tmp_path / "store.db").exists()  # nothing ran

@@ -36,7 +36,7 @@ from pathlib import Path
 from typing import Any
 
 import verifiers.v1 as vf
-from pydantic import Field
+from pydantic import Field, model_validator
 
 from rlmd import config as rlmd_config
 from rlmd import paths
@@ -44,6 +44,7 @@ from rlmd.config import Settings, build_run_config
 from rlmd.engine import run_task
 from rlmd.models.base import ModelSpec
 from rlmd.runner import check_models
+from rlmd.sandbox import BACKENDS
 from rlmd.store import Store
 from rlmd.train.rewards import RewardTerms, RunFacts, correctness, reward
 from rlmd.train.rollout import run_facts
@@ -190,7 +191,7 @@ class RlmdHarnessConfig(vf.HarnessConfig):
     sandbox: str = "subprocess"
     """rlmd's sandbox backend for the model's code (``subprocess``, ``container``, ...)."""
     max_iterations: int = Field(6, ge=1)
-    max_depth: int = Field(1, ge=0)
+    max_depth: int = Field(1, ge=1)
     max_seconds: float = Field(300.0, gt=0)
     sub_model: str | None = None
     """An rlmd registry model for sub-calls and child runs; unset: the policy at its own
@@ -203,6 +204,21 @@ class RlmdHarnessConfig(vf.HarnessConfig):
     store: str | None = None
     """The rlmd store the runs are recorded in; unset: the rlmd home's (``rlmd tui``
     browses them)."""
+
+    @model_validator(mode="after")
+    def _check_run(self) -> RlmdHarnessConfig:
+        """Refuse, when the config is read, what would fail every rollout: a sandbox rlmd
+        does not have, a budget rlmd's :class:`~rlmd.engine.Budget` refuses (``max_depth``
+        0, ``max_seconds`` infinite). pydantic reports the ``ValueError`` as a
+        ``ValidationError``."""
+        if self.sandbox not in BACKENDS:
+            raise ValueError(
+                f"unknown rlmd sandbox backend {self.sandbox!r}; choose one of: "
+                f"{', '.join(BACKENDS)}"
+            )
+        budget = {"max_iterations": self.max_iterations, "max_depth": self.max_depth}
+        build_run_config(Settings(), budget={**budget, "max_seconds": self.max_seconds})
+        return self
 
 
 class RlmdHarness(vf.Harness[RlmdHarnessConfig]):
