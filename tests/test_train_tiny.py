@@ -275,6 +275,9 @@ def test_lora_on_the_top_blocks_only(tiny: Path, tiny_gguf: Path, tmp_path: Path
         ("threads", 0, "threads must be >= 1"),
         ("steps", 0, "steps must be >= 1"),
         ("precision", "fp16", "precision must be"),
+        # numpy's seed range: transformers' set_seed refused these after the model loaded
+        ("seed", -1, "seed must be an integer from 0 to 4294967295, got -1"),
+        ("seed", 2**32, "seed must be an integer from 0 to 4294967295, got 4294967296"),
     ],  # fmt: skip
 )
 def test_sft_options_out_of_range_are_refused_before_loading(
@@ -472,6 +475,9 @@ def test_grpo_max_seconds_ends_the_run_after_a_step_and_saves(
         ("clip", -0.1, "clip must be a number in \\[0, 1\\)"),
         ("groups_per_step", 0, "groups_per_step must be >= 1"),
         ("precision", "fp16", "precision must be"),
+        # torch.manual_seed raised "Overflow when unpacking long long" for 2**64
+        ("seed", 2**64, "seed must be an integer from 0 to 4294967295"),
+        ("seed", -1, "seed must be an integer from 0 to 4294967295"),
     ],  # fmt: skip
 )
 def test_grpo_options_out_of_range_are_refused_before_loading(

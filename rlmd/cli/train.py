@@ -177,7 +177,8 @@ def add_parser(sub: Any) -> None:
             "--seed",
             type=int,
             default=0,
-            help="seeds the LoRA initialisation and the sample order (default 0); the same "
+            help="seeds the LoRA initialisation and the sample order: 0 to 2**32 - 1 "
+            "(default 0); the same "
             "seed, data and machine give the same run, another seed measures run-to-run spread",
         )
         f.add_argument("--no-convert", action="store_true")

@@ -317,6 +317,12 @@ def _step_of(adapter_config: Path) -> int:
     return int(tail) if tail.isdigit() else -1
 
 
+SEED_END = 2**32
+"""Seeds are ``0 .. SEED_END - 1``: transformers' ``set_seed`` (which the SFT trainer calls
+after the model has loaded) passes the seed to ``numpy.random.seed``, which refuses any
+other value ("Seed must be between 0 and 2**32 - 1")."""
+
+
 def check_options(opts: SFTOptions) -> None:
     """Raise ``ValueError`` for options no run can use (before minutes of loading):
     ``steps``, ``rank``, ``alpha``, ``max_length``, ``batch_size``, ``grad_accum``,
@@ -329,7 +335,8 @@ def check_options(opts: SFTOptions) -> None:
 def check_adapter_options(opts: Any, counts: tuple[str, ...]) -> None:
     """Raise ``ValueError`` for a training run's options out of range: any of the fields
     ``counts`` or ``threads`` below 1, ``lora_layers`` below 0, a ``learning_rate`` not above
-    0, a ``precision`` other than auto, fp32 or bf16 (shared by ``sft`` and ``grpo``)."""
+    0, a ``precision`` other than auto, fp32 or bf16, a ``seed`` outside ``0 ..
+    SEED_END - 1`` (shared by ``sft`` and ``grpo``)."""
     for name in counts:
         if getattr(opts, name) < 1:
             raise ValueError(f"{name} must be >= 1, got {getattr(opts, name)}")
@@ -341,6 +348,9 @@ def check_adapter_options(opts: Any, counts: tuple[str, ...]) -> None:
         raise ValueError(f"learning_rate must be > 0, got {opts.learning_rate}")
     if opts.precision not in ("auto", "fp32", "bf16"):
         raise ValueError(f"precision must be auto, fp32 or bf16, got {opts.precision!r}")
+    seed = opts.seed
+    if isinstance(seed, bool) or not isinstance(seed, int) or not 0 <= seed < SEED_END:
+        raise ValueError(f"seed must be an integer from 0 to {SEED_END - 1}, got {seed!r}")
 
 
 def uses_bf16(opts: AdapterOptions) -> bool:
