@@ -12,6 +12,7 @@ import asyncio
 import json
 import math
 import os
+from dataclasses import asdict
 from pathlib import Path
 from typing import Any
 
@@ -524,6 +525,33 @@ def test_sft_seed_repeats_a_run_and_another_seed_changes_it(
     assert first.keys() == again.keys() == other.keys()
     assert all((first[k] == again[k]).all() for k in first)
     assert any((first[k] != other[k]).any() for k in first)
+
+
+def test_resuming_under_another_seed_is_refused_before_the_model_loads(
+    tiny: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The epoch's sample order follows the seed: resuming a run's checkpoints under another
+    seed would repeat some samples and skip others (review20). It is refused, naming both
+    seeds, before the base loads; the run's own seed resumes."""
+    import rlmd.train.sft as sft_mod
+
+    data = tmp_path / "sft.jsonl"
+    data.write_text(json.dumps(SAMPLE) + "\n")
+    run = tmp_path / "run"
+    opts = SFTOptions(steps=1, learning_rate=1e-2, rank=4, alpha=8, max_length=256,
+                      save_steps=1, lora_layers=1, threads=1, precision="fp32", seed=3)  # fmt: skip
+    train_sft(str(tiny), data, run, opts)
+    assert json.loads((run / "options.json").read_text())["seed"] == 3
+    real_load = sft_mod.load_base
+    loads: list[str] = []
+    monkeypatch.setattr(
+        sft_mod, "load_base", lambda *a, **k: loads.append("x") or real_load(*a, **k)
+    )
+    with pytest.raises(ValueError, match="trained with --seed 3, not 4"):
+        train_sft(str(tiny), data, run, SFTOptions(**{**asdict(opts), "seed": 4}))
+    assert loads == [] and json.loads((run / "options.json").read_text())["seed"] == 3
+    record = train_sft(str(tiny), data, run, SFTOptions(**{**asdict(opts), "steps": 2}))
+    assert loads == ["x"] and record["resumed"] and record["steps"] == 2
 
 
 NEEDLE = "filler line\n" * 40 + "The secret number is 4417.\n" + "more filler\n" * 40

@@ -23,6 +23,8 @@ An output folder ``OUT`` holds::
     base/config.json            the base model's config (the GGUF converter needs it)
     log.jsonl                   one line per step: step, loss, learning_rate, seconds
     loss.png                    loss and learning rate per step
+    options.json                the options of the run that started last (its seed is
+                                checked when a run resumes)
     train.json                  what ran: base, data, samples kept / dropped, steps, seconds
 
 Needs ``pip install 'rlmd[train]'`` (torch 2.13.0 CPU, transformers, peft, trl, datasets).
@@ -291,6 +293,25 @@ def check_resume(checkpoints: Path, config: Any) -> None:
         check_adapter_shape(found[-1].parent, config, "resume")
 
 
+def check_resume_seed(out: Path, seed: int) -> None:
+    """Refuse to resume the checkpoints in ``out`` under another seed than the run that
+    wrote them (recorded in ``out/options.json`` when a run starts): transformers draws the
+    epoch's sample order from the seed, so the epoch in progress would repeat some samples
+    and skip others, and ``train.json`` would record the new seed only.
+
+    Raises:
+        ValueError: the seeds differ (the message names both)."""
+    started = out / "options.json"
+    if not started.exists() or not any((out / "checkpoints").glob("checkpoint-*")):
+        return
+    was = json.loads(started.read_text()).get("seed")
+    if was is not None and was != seed:
+        raise ValueError(
+            f"{out} holds checkpoints trained with --seed {was}, not {seed}: resume with "
+            f"--seed {was} (the epoch's sample order follows the seed), or train into a new --out"
+        )
+
+
 def check_adapter_shape(adapter: Path, config: Any, verb: str = "continue") -> None:
     """Refuse to train on from the adapter folder ``adapter`` when its
     ``adapter_config.json`` has another rank, alpha or adapted blocks than ``config``.
@@ -420,7 +441,7 @@ def train_sft(
         ValueError: an option out of range (:func:`check_options`); ``max_length`` keeps no
             sample, or drops every later turn or every answering turn
             (:func:`check_lengths`); ``out`` holds checkpoints of another adapter shape
-            (:func:`check_resume`).
+            (:func:`check_resume`) or another seed (:func:`check_resume_seed`).
         FileNotFoundError: see :func:`resolve_base`.
     """
     import torch
@@ -434,6 +455,8 @@ def train_sft(
         torch.set_num_threads(opts.threads)
     out = Path(out)
     out.mkdir(parents=True, exist_ok=True)
+    check_resume_seed(out, opts.seed)  # before the model loads (minutes)
+    (out / "options.json").write_text(json.dumps(asdict(opts), indent=2))
     torch.manual_seed(opts.seed)
     model, tokenizer = load_base(base, opts.device)
     check_resume(out / "checkpoints", lora_config(model, opts))
