@@ -234,3 +234,21 @@ def test_a_harness_setting_every_rollout_would_fail_on_is_refused_when_the_confi
     with pytest.raises(ValidationError, match=said):
         env_for(tasks_file, tmp_path / "store.db", **harness)
     assert not (tmp_path / "store.db").exists()  # nothing ran
+
+
+async def test_a_store_that_cannot_be_opened_fails_the_rollout_naming_the_setting(
+    tasks_file: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Review20: a store path under a file failed with a bare ``FileExistsError``."""
+    monkeypatch.setenv(KEY_VAR, "upstream-key")
+    blocker = tmp_path / "a-file"
+    blocker.write_text("kept")
+    server = FakeServer(policy)
+    try:
+        episode = await play_one(env_for(tasks_file, blocker / "store.db"), server.port)
+    finally:
+        server.close()
+    (trace,) = episode.traces
+    said = " ".join(e.message for e in trace.errors)
+    assert not trace.ok and "--env.agent.harness.store" in said and str(blocker) in said
+    assert server.requests == [] and blocker.read_text() == "kept"

@@ -32,6 +32,7 @@ from __future__ import annotations
 import dataclasses
 import functools
 import os
+import sqlite3
 from pathlib import Path
 from typing import Any
 
@@ -46,6 +47,7 @@ from rlmd.models.base import ModelSpec
 from rlmd.runner import check_models
 from rlmd.sandbox import BACKENDS
 from rlmd.store import Store
+from rlmd.store.schema import StoreError
 from rlmd.train.rewards import RewardTerms, RunFacts, correctness, reward
 from rlmd.train.rollout import run_facts
 from rlmd.train.tasks import TrainTask, load_tasks
@@ -309,7 +311,15 @@ class RlmdHarness(vf.Harness[RlmdHarnessConfig]):
             fold_failed_turns=cfg.fold_failed_turns,
         )
         check_models(registry, run)
-        with Store(Path(cfg.store) if cfg.store else paths.store_path()) as store:
+        where = Path(cfg.store) if cfg.store else paths.store_path()
+        try:
+            store = Store(where)
+        except (OSError, sqlite3.Error, StoreError) as exc:  # before any model call
+            raise vf.HarnessError(
+                f"rlmd's store {where} cannot be opened ({exc}): set "
+                "--env.agent.harness.store to a writable SQLite file"
+            ) from exc
+        with store:
             try:
                 result = await run_task(
                     task.question,
