@@ -178,8 +178,8 @@ def add_parser(sub: Any) -> None:
             type=int,
             default=0,
             help="seeds the LoRA initialisation and the sample order: 0 to 2**32 - 1 "
-            "(default 0); the same "
-            "seed, data and machine give the same run, another seed measures run-to-run spread",
+            "(default 0); the same seed, data and machine give the same run, another seed "
+            "measures run-to-run spread",
         )
         f.add_argument("--no-convert", action="store_true")
         f.add_argument(

@@ -21,7 +21,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from rlmd.engine import run_task
+from rlmd.engine import RunConfig, RunResult, run_task
 from rlmd.models.base import ModelSpec
 from rlmd.models.registry import Registry, adapter_sub_model
 from rlmd.runner import check_models
@@ -46,6 +46,30 @@ Progress = Callable[[dict[str, Any]], None]
 class RolloutError(RuntimeError):
     """A rollout's run failed before any model reply (its sandbox, context or model server
     could not serve it): the rollouts stop, and that one is not recorded."""
+
+
+def training_run_config(
+    model: str, sub_model: str, sandbox: str | None, budget: dict[str, Any], fold_failed_turns: bool
+) -> RunConfig:
+    """The :class:`~rlmd.engine.RunConfig` of a run recorded for training (``rlmd train
+    rollout`` and the verifiers environment): ``[run]``'s config with ``model`` as root,
+    ``sub_model`` for sub-calls, every prompt recorded as the model saw it, and failed turns
+    folded out of the root's view or not (as inference does by default).
+
+    Raises:
+        ValueError: an unknown budget key or a budget the engine refuses."""
+    from rlmd.config import Settings, build_run_config
+
+    config = build_run_config(Settings(), model=model, sandbox=sandbox, budget=dict(budget))
+    return dataclasses.replace(
+        config, sub_model=sub_model, record_prompts=True, fold_failed_turns=fold_failed_turns
+    )
+
+
+def failed_before_any_reply(result: RunResult) -> bool:
+    """Whether a run failed before the model replied once: its sandbox, context or model
+    server failed, not the policy, so it is an error to report, not a reward of 0."""
+    return result.status == "failed" and not result.usage["total"]["calls"]
 
 
 @dataclasses.dataclass
@@ -204,8 +228,6 @@ async def run_rollouts(
         RolloutError: a run failed before any model reply (a sandbox that cannot start, a
             model server that does not answer); the rollouts before it stay recorded.
     """
-    from rlmd.config import Settings, build_run_config
-
     if opts.model == TEACHER and any(t.split == "heldout" for t in tasks):
         raise ValueError("the teacher never plays held-out tasks: pass the train split")
     if not 0.0 <= opts.repair_share <= 1.0:
@@ -257,16 +279,10 @@ async def run_rollouts(
                 root = sample_model(k)
                 # a LoRA adapter's sub-calls go to its base (rlmd.models.registry)
                 sub = opts.sub_model or adapter_sub_model(opts.model) or root
-            config = build_run_config(
-                Settings(), model=root, sandbox=opts.sandbox, budget=dict(opts.budget)
-            )
             # Every model, the teacher too, records the view inference gives it: a repair's
             # prompt shows a mistake that raised as the fold's note (its exception line).
-            config = dataclasses.replace(
-                config,
-                sub_model=sub,
-                record_prompts=True,
-                fold_failed_turns=opts.fold_failed_turns,
+            config = training_run_config(
+                root, sub, opts.sandbox, opts.budget, opts.fold_failed_turns
             )
             check_models(registry, config)
             started = time.monotonic()
@@ -277,10 +293,9 @@ async def run_rollouts(
                 get_model=registry.for_run(),  # per-run models (scripts) start afresh
                 sinks=(store.record,),
             )
-            if result.status == "failed" and not result.usage["total"]["calls"]:
-                # No model reply at all: the sandbox, the context or the model's server
-                # failed, not the policy. Recorded as reward 0, every later rollout failed
-                # alike and a resumed set skipped them all as done (review17).
+            if failed_before_any_reply(result):
+                # Recorded as reward 0, every later rollout failed alike and a resumed set
+                # skipped them all as done (review17).
                 raise RolloutError(
                     f"task {task.id!r} sample {k}: run {result.run_id} failed before any "
                     f"model reply ({result.error}); no rollout is recorded for it. Fix "

@@ -49,7 +49,7 @@ from rlmd.sandbox import BACKENDS
 from rlmd.store import Store
 from rlmd.store.schema import StoreError
 from rlmd.train.rewards import RewardTerms, RunFacts, correctness, reward
-from rlmd.train.rollout import run_facts
+from rlmd.train.rollout import failed_before_any_reply, run_facts, training_run_config
 from rlmd.train.tasks import TrainTask, load_tasks
 
 __all__ = ["RlmdTaskset", "RlmdHarness", "RlmdEnv"]
@@ -294,21 +294,13 @@ class RlmdHarness(vf.Harness[RlmdHarnessConfig]):
         registry = rlmd_config.load(None).registry()
         for spec in self._specs(ctx, endpoint, secret):
             registry.add(spec)
-        run = build_run_config(
-            Settings(),
-            model=POLICY,
-            sandbox=cfg.sandbox,
-            budget={
-                "max_iterations": cfg.max_iterations,
-                "max_depth": cfg.max_depth,
-                "max_seconds": cfg.max_seconds,
-            },
-        )
-        run = dataclasses.replace(
-            run,
-            sub_model=cfg.sub_model or POLICY_DIRECT,
-            record_prompts=True,
-            fold_failed_turns=cfg.fold_failed_turns,
+        budget = {
+            "max_iterations": cfg.max_iterations,
+            "max_depth": cfg.max_depth,
+            "max_seconds": cfg.max_seconds,
+        }
+        run = training_run_config(
+            POLICY, cfg.sub_model or POLICY_DIRECT, cfg.sandbox, budget, cfg.fold_failed_turns
         )
         check_models(registry, run)
         where = Path(cfg.store) if cfg.store else paths.store_path()
@@ -338,9 +330,7 @@ class RlmdHarness(vf.Harness[RlmdHarnessConfig]):
             "error": result.error,
         }
         trace.root_reply = result.answer
-        if result.status == "failed" and not result.usage["total"]["calls"]:
-            # No model reply at all: the sandbox, context or server failed, not the policy
-            # (rlmd.train.rollout raises RolloutError here): an error, not a reward of 0.
+        if failed_before_any_reply(result):  # rlmd.train.rollout raises RolloutError here
             return vf.ProgramResult(1, "", f"rlmd run {result.run_id} failed: {result.error}")
         return vf.ProgramResult(0, result.answer or "", "")
 
