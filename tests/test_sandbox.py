@@ -781,6 +781,65 @@ async def test_upload_and_download(sandbox):
         await sandbox.download("missing.txt")
 
 
+async def test_download_refuses_a_file_over_max_bytes(sandbox):
+    await sandbox.upload("big.bin", b"x" * 1000)
+    assert await sandbox.download("big.bin", max_bytes=1000) == b"x" * 1000
+    with pytest.raises(ValueError, match="larger than the 999 bytes allowed"):
+        await sandbox.download("big.bin", max_bytes=999)
+
+
+async def test_variables_go_to_a_file_and_back_through_the_kernel(sandbox):
+    """A workspace checkpoint's path: the kernel writes the saveable variables' JSON to a
+    file in its folder, the host moves the bytes, the kernel binds them again."""
+    await ok(sandbox, "s = 'text'\nn = [1, {'k': None}]\nt = [(1, 2)]\nf = len\nx = float('nan')")
+    names = ["s", "n", "t", "f", "x", "gone"]
+    out = await sandbox.save_variables(names, ".vars.json", max_var_bytes=100, max_total_bytes=1)
+    assert set(out["saved"]) == {"s", "n"} and out["saved"]["n"]["bytes"] == 14
+    assert out["saved"]["s"] == {"name": "s", "type": "str", "size": 4, "preview": "'text'",
+                                 "bytes": 6}  # fmt: skip
+    assert "changes when written as JSON" in out["skipped"]["t"]
+    assert "a builtin_function_or_method" in out["skipped"]["f"]
+    assert "not JSON-serialisable (ValueError)" in out["skipped"]["x"]  # NaN
+    assert out["skipped"]["gone"] == "vanished during the checkpoint"
+    data = await sandbox.download(".vars.json")
+    assert data == b'{"s":"text","n":[1,{"k":null}]}' and out["bytes"] == len(data)
+    await sandbox.remove_file(".vars.json")
+    await sandbox.remove_file(".vars.json")  # not there: fine
+    with pytest.raises(FileNotFoundError):
+        await sandbox.download(".vars.json")
+
+    await ok(sandbox, "s = 'changed'\ndel n")
+    await sandbox.upload(".back.json", data)
+    back = await sandbox.load_variables(".back.json", ["s", "n"], only_missing=True)
+    assert back == {"restored": ["n"], "missing": {}}  # s exists: left alone
+    r = await ok(sandbox, "print(s, n)")
+    assert r.stdout == "changed [1, {'k': None}]\n"
+    with pytest.raises(FileNotFoundError):  # the kernel removed it
+        await sandbox.download(".back.json")
+    await sandbox.upload(".back.json", data)
+    back = await sandbox.load_variables(".back.json", ["s", "other", "history"])
+    assert back["restored"] == ["s"] and back["missing"]["other"] == "not in the saved values"
+    assert "history" in back["missing"]
+    assert (await ok(sandbox, "print(s)")).stdout == "text\n"
+    await sandbox.upload(".back.json", b"[1, 2]")
+    with pytest.raises(ValueError, match="not a JSON object"):
+        await sandbox.load_variables(".back.json", ["s"])
+    for bad in ("../up.json", "a/b.json", "", ".."):
+        with pytest.raises(ValueError, match="one plain name"):
+            await sandbox.save_variables(["s"], bad, max_var_bytes=100, max_total_bytes=100)
+    assert (await ok(sandbox, "print(s)")).stdout == "text\n"  # the REPL is fine
+
+
+async def test_a_link_planted_where_the_kernel_saves_variables_is_replaced(sandbox):
+    if sandbox.kind == "inprocess":
+        pytest.skip("the in-process REPL runs in the host's folder, not its working folder")
+    await ok(sandbox, "import os\nopen('keep.txt', 'w').write('mine')\n"
+                      "os.symlink('keep.txt', '.vars.json')\nv = 1")  # fmt: skip
+    await sandbox.save_variables(["v"], ".vars.json", max_var_bytes=100, max_total_bytes=100)
+    assert await sandbox.download(".vars.json") == b'{"v":1}'  # a file, not the link
+    assert await sandbox.download("keep.txt") == b"mine"
+
+
 async def test_a_symlink_planted_inside_cannot_leak_host_files(sandbox):
     if sandbox.kind not in ("subprocess", "container"):
         pytest.skip(f"{sandbox.kind}: its working folder is not on the host")

@@ -62,7 +62,11 @@ async def test_idle_checkpoint_then_transparent_restore(daemon, tmp_path):
         assert "changes when written as JSON" in var["not_restored"]["big"]
         ckpt_file = next(w["checkpoint_file"] for w in listed["workspaces"])
         assert oct(os.stat(ckpt_file).st_mode & 0o777) == "0o600"
-        assert json.loads(open(ckpt_file).read())["variables"] == {"a": [1, 2]}
+        on_disk = json.loads(open(ckpt_file).read())
+        assert on_disk["variables"]["a"]["preview"] == "[1, 2]" and var["variables"][0]["size"] == 2
+        values = os.path.join(os.path.dirname(ckpt_file), on_disk["values"]["file"])
+        assert oct(os.stat(values).st_mode & 0o777) == "0o600"
+        assert json.loads(open(values).read()) == {"a": [1, 2]}
 
         echo = await run_to_end(
             c, {"workspace": str(project), "question": "what now?", "models": {"root": ECHO}}

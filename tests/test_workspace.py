@@ -64,8 +64,20 @@ async def test_state_sequence_checkpoint_and_restore_after_a_stop(manager, codeb
     saved = await ws.checkpoint()
     assert saved is not None and saved["variables"] == ["count", "names"]
     assert set(saved["skipped"]) == {"square"}  # modules are never saved, nor listed
-    on_disk = json.loads(ckpt.checkpoint_path(ws.folder).read_text())
-    assert on_disk["variables"]["count"] == 5 and on_disk["workspace"] == ws.folder
+    path = ckpt.checkpoint_path(ws.folder)
+    on_disk = json.loads(path.read_text())
+    assert on_disk["workspace"] == ws.folder and on_disk["version"] == 2
+    assert on_disk["variables"]["count"] == {
+        "type": "int",
+        "size": None,
+        "preview": "5",
+        "bytes": 1,
+    }
+    values = (path.parent / on_disk["values"]["file"]).read_bytes()  # the kernel's JSON
+    assert json.loads(values) == {"count": 5, "names": sorted(json.loads(values)["names"])}
+    assert len(values) == on_disk["values"]["bytes"] and saved["bytes"] > len(values)
+    with pytest.raises(FileNotFoundError):  # the kernel's copy is gone from its folder
+        await ws.sandbox.download(ckpt.SAVE_FILE)
 
     await ws.stop(checkpoint=False, reason="test")
     assert ws.state is WorkspaceState.STOPPED and ws.sandbox is None
@@ -109,6 +121,49 @@ async def test_a_dead_kernel_gets_the_checkpoints_variables_back(manager, codeba
     assert again.stdout == "[1, 2, 3] False 5\n"
     note = await ws.model_note()
     assert "died during a cell run by hand" in note and "kept" in note
+
+
+async def test_a_checkpoint_from_before_version_2_is_still_restored(manager, codebase):
+    """Version 1 (sessions up to 20) kept the values inside ``checkpoint.json``; a daemon
+    updated over one must not lose the REPL's variables."""
+    ws = manager.get(codebase)
+    path = ckpt.checkpoint_path(ws.folder)
+    path.parent.mkdir(parents=True)
+    old = {"version": 1, "workspace": ws.folder, "taken_at": 5.0,
+           "variables": {"rows": [1, "two", None], "label": "x" * 200}, "skipped": {"f": "a function"}}  # fmt: skip
+    path.write_text(json.dumps(old))
+    info = await ws.ensure_started()
+    assert info is not None and sorted(info["restored"]) == ["label", "rows"]
+    assert info["not_restored"] == {"f": "a function"}
+    back = await ws.run_cell("print(rows, len(label))", timeout_s=30)
+    assert back.stdout == "[1, 'two', None] 200\n"
+    listed = ckpt.load(path)  # the description a stopped workspace's listing shows
+    assert listed.variables["label"]["size"] == 200 and listed.variables["label"]["bytes"] == 202
+    assert listed.variables["label"]["preview"].endswith("...")
+    assert len(listed.variables["label"]["preview"]) == 80
+    await ws.checkpoint()  # written again as version 2
+    assert json.loads(path.read_text())["version"] == 2
+
+
+async def test_a_changed_values_file_restores_nothing_and_says_why(manager, codebase):
+    ws = manager.get(codebase)
+    await ws.run_cell("a = 1\nb = 'two'", timeout_s=30)
+    await ws.checkpoint()
+    await ws.stop(checkpoint=False, reason="test")
+    path = ckpt.checkpoint_path(ws.folder)
+    values = path.parent / json.loads(path.read_text())["values"]["file"]
+    values.write_bytes(values.read_bytes().replace(b"two", b"owt"))  # same length, other bytes
+    info = await ws.ensure_started()
+    assert info is not None and info["restored"] == []
+    assert set(info["not_restored"]) == {"a", "b"}
+    assert "changed or cut short" in info["not_restored"]["a"]
+    assert (await ws.run_cell("print('a' in dir())", timeout_s=30)).stdout == "False\n"
+    values.unlink()  # gone: the same, the REPL still starts
+    await ws.stop(checkpoint=False, reason="test")
+    info = await ws.ensure_started()
+    assert info is not None and "No such file" in info["not_restored"]["b"]
+    await ws.reset()  # the checkpoint and every values file go
+    assert list(path.parent.iterdir()) == []
 
 
 async def test_a_task_attaches_to_the_prepared_repl_and_gives_it_back(manager, codebase):
@@ -265,32 +320,57 @@ async def test_a_close_a_cancel_or_a_shutdown_stops_the_codebase_load_of_a_start
     assert (await ws.ensure_started())["files"] == 5  # type: ignore[index]
 
 
-@pytest.mark.parametrize("probe", ["honest", "faked"])
+@pytest.mark.parametrize("probe", ["honest", "faked json", "faked file"])
 async def test_one_value_bound_to_many_names_cannot_blow_up_the_checkpoint(
     manager, codebase, probe
 ):
     """Review19: the per-variable limit was the only one, so one 30 MB string bound to 20
     names (30 MB in the REPL) made a 660 MB checkpoint and the daemon peak at 2.1 GB; with
     200 names, past this machine's memory. All variables together now get at most
-    ``max_total_bytes`` of JSON, counted by the host on what it received, so REPL code that
-    fakes the probe's ``json`` (here: every value "1 byte, unchanged") cannot pass it."""
+    ``max_total_bytes`` of JSON. The kernel writes the values; the host refuses a file longer
+    than that (plus the names), so REPL code that fakes the kernel's ``json`` only saves its
+    own lie, and code that replaces the kernel's writer gets nothing saved."""
     ws = manager.get(codebase)
     code = "big = 'x' * 100_000\nfor i in range(10):\n    globals()['alias%d' % i] = big\n"
     code += "del i\nsmall = [1]"
-    if probe == "faked":  # the probe's dumps(v, allow_nan=False) says 1 byte; loads "equal"
+    if probe == "faked json":  # every value "1 byte, unchanged"
         code += (
             "\nimport sys, types, json as _j\nclass _Same:\n    def __eq__(self, o): return True\n"
             "sys.modules['json'] = types.SimpleNamespace(\n"
             "    dumps=lambda v, **k: '1' if k.get('allow_nan') is False else _j.dumps(v, **k),\n"
             "    loads=lambda t: _Same() if t == '1' else _j.loads(t))"
         )
+    if probe == "faked file":  # the kernel's writer says 1 byte each and writes 2 MB
+        code += (
+            "\nimport sys\nvf = [m for k, m in sys.modules.items() if k.endswith('.varfile')][0]\n"
+            "def _lie(items, workdir, name, *limits, vf=vf):\n"
+            "    with open(vf.file_in(workdir, name), 'w') as f:\n"
+            "        f.write('{\"big\":\"' + 'y' * 2_000_000 + '\"}')\n"
+            "    return {'saved': {k: {'type': 'str', 'size': 1, 'preview': 'y', 'bytes': 1}\n"
+            "                      for k, _ in items}, 'skipped': {}, 'bytes': 1}\n"
+            "vf.save = _lie\ndel vf"
+        )
     assert (await ws.run_cell(code, timeout_s=30)).error is None
     saved = await ckpt.take(ws.sandbox, ws.folder, max_var_bytes=150_000, max_total_bytes=350_000)
+    names = {"big", "small", *(f"alias{i}" for i in range(10))}
+    assert set(saved.variables) | set(saved.skipped) == names
+    with pytest.raises(FileNotFoundError):  # never left in the sandbox's folder
+        await ws.sandbox.download(ckpt.SAVE_FILE)
+    if probe == "faked file":
+        assert saved.variables == {} and saved.values is None
+        assert all(
+            "larger than the 350,118 bytes allowed" in why for why in saved.skipped.values()
+        ), saved.skipped
+        return
+    assert saved.values is not None and len(saved.values) < 350_000 + 1_000
+    if probe == "faked json":  # its own values, as it chose to write them: 1 each
+        assert json.loads(saved.values) == dict.fromkeys(names, 1)
+        return
     big = [n for n in saved.variables if n != "small"]
     assert len(big) == 3 and "small" in saved.variables  # 3 x 100,002 bytes fit in 350,000
+    assert json.loads(saved.values) == {**dict.fromkeys(big, "x" * 100_000), "small": [1]}
     full = [n for n, why in saved.skipped.items() if "350,000 bytes of JSON for all" in why]
     assert len(full) == 8 and not set(full) & set(saved.variables)
-    assert len(json.dumps(saved.to_dict())) < 350_000 + 1_000
     # the total is never below the per-variable limit: one such value still fits
     lone = await ckpt.take(ws.sandbox, ws.folder, max_var_bytes=150_000, max_total_bytes=1)
     assert len([n for n in lone.variables if n != "small"]) == 1

@@ -21,7 +21,7 @@ import time
 import types
 from collections.abc import Callable
 
-from . import cells, protocol
+from . import cells, protocol, varfile
 from .codebase import Codebase, helpers
 
 TYPE_CHECKING = False
@@ -508,6 +508,16 @@ def read_value_file(path: str, fmt: str) -> Any:
         return json.load(f)
 
 
+def _as_value_error(fn: Callable[..., Any], *args: Any) -> Any:
+    """``fn(*args)``, any failure raised as ``ValueError("<type>: <message>")``: a full disk
+    or a ``MemoryError`` while writing a checkpoint, or model code that broke the kernel's
+    modules, is the REPL's problem, which the host reports, not a dead sandbox."""
+    try:
+        return fn(*args)
+    except Exception as exc:  # noqa: BLE001
+        raise ValueError(f"{type(exc).__name__}: {exc}") from None
+
+
 def json_copy(value: Any, what: str) -> Any:
     """A deep copy through JSON (the types the host would see); TypeError if impossible."""
     import json  # here: not imported at every kernel start
@@ -543,12 +553,16 @@ class Kernel:
         capture: ``"global"`` swaps ``sys.stdout``/``sys.stderr`` for the duration of a cell
             (a process of its own); ``"thread"`` routes only the cell thread's writes (a
             process shared with the host).
+        workdir: the working folder, where the files the host exchanges with the kernel go
+            (``save_vars``, ``load_vars``); default: the current folder at construction
+            (a subprocess kernel is started in it; model code may ``chdir`` later).
     """
 
-    def __init__(self, call: CallFn, *, capture: str = "global"):
+    def __init__(self, call: CallFn, *, capture: str = "global", workdir: str | None = None):
         if capture not in ("global", "thread"):
             raise ValueError("capture must be 'global' or 'thread'")
         self._call = call
+        self.workdir = os.path.abspath(workdir or os.getcwd())
         self._capture = _GlobalCapture if capture == "global" else _ThreadCapture
         self.module = types.ModuleType("__main__")
         self.ns: dict[str, Any] = self.module.__dict__
@@ -903,6 +917,35 @@ class Kernel:
     def list_vars(self) -> list[dict]:
         return bounded_var_infos(self.user_items())
 
+    def save_vars(self, req: dict) -> dict[str, Any]:
+        """``save_vars``: the user variables ``names`` (those still defined) written to a
+        file in the working folder (see :func:`varfile.save`)."""
+        names = [n for n in req.get("names") or [] if isinstance(n, str)]
+        items = [
+            (n, self.ns[n]) for n in names if n in self.ns and self.is_user_name(n, self.ns[n])
+        ]
+        limits = int(req.get("max_var_bytes") or 0), int(req.get("max_total_bytes") or 0)
+        out = _as_value_error(varfile.save, items, self.workdir, req.get("path"), *limits, var_info)
+        for n in names:
+            if n not in out["saved"] and n not in out["skipped"]:
+                out["skipped"][n] = "vanished during the checkpoint"
+        return out
+
+    def load_vars(self, req: dict) -> dict[str, Any]:
+        """``load_vars``: bind ``names`` from a file in the working folder (removed after);
+        with ``only_missing``, names the REPL defines already are left as they are."""
+        names = [n for n in req.get("names") or [] if isinstance(n, str)]
+        present = set(self.user_names()) if req.get("only_missing") else set()
+        wanted = [n for n in names if n not in present]
+        return _as_value_error(varfile.load, self.workdir, req.get("path"), wanted, self.set_var)
+
+    def remove_file(self, req: dict) -> None:
+        """``remove_file``: delete a file the kernel wrote in the working folder."""
+        try:
+            os.unlink(varfile.file_in(self.workdir, req.get("path")))
+        except FileNotFoundError:
+            pass
+
     def handle(self, req: dict) -> Any:
         """Run one request (any op but ``exec``, which needs the transport's sentinel)."""
         op = req.get("op")
@@ -923,6 +966,12 @@ class Kernel:
             return {"value": self.get_var(req.get("name", ""))}
         if op == "list_vars":
             return self.list_vars()
+        if op == "save_vars":
+            return self.save_vars(req)
+        if op == "load_vars":
+            return self.load_vars(req)
+        if op == "remove_file":
+            return self.remove_file(req)
         raise ValueError(f"unknown op {op!r}")
 
 

@@ -66,6 +66,15 @@ answers each with one ``done`` frame carrying the same ``id``.
 ``get_var``   ``name: str``                        -> ``{"value": any}``: JSON-able values as
     they are, anything else as its ``repr``. ``etype: "KeyError"`` if there is no such name.
 ``list_vars``                                      -> ``[VarInfo, ...]`` (user variables)
+``save_vars`` ``names: [str]``, ``path: str``, ``max_var_bytes: int``, ``max_total_bytes: int``
+    -> ``{"saved": {name: VarInfo + {"bytes": int}}, "skipped": {name: reason}, "bytes": int}``
+    The saveable ones among the user variables ``names`` are written as one ASCII JSON
+    object to the file ``path`` (a plain name) in the kernel's working folder (a workspace
+    checkpoint; :mod:`varfile` says what is saveable).
+``load_vars`` ``path: str``, ``names: [str]``, ``only_missing: bool``
+    -> ``{"restored": [str], "missing": {name: reason}}``: binds ``names`` from such a file
+    (removed after); with ``only_missing``, not the names the REPL defines already.
+``remove_file`` ``path: str``                     -> ``null`` (a plain name; none there: fine)
 
 Replies to calls: ``{"op": "reply", "call": int, "ok": true, "value": any}`` or
 ``{"op": "reply", "call": int, "ok": false, "error": "message"}``; the kernel raises the

@@ -178,6 +178,48 @@ class Sandbox(abc.ABC):
         """The user's variables (reserved names excluded)."""
 
     @abc.abstractmethod
+    async def save_variables(
+        self, names: list[str], path: str, *, max_var_bytes: int, max_total_bytes: int
+    ) -> dict[str, Any]:
+        """Have the kernel write the saveable ones among the user variables ``names`` as one
+        JSON object to the file ``path`` (one plain name in the working folder); the JSON work
+        happens in the kernel, not in this process (:mod:`rlmd.kernel.varfile`).
+
+        Returns:
+            What the kernel says, unchecked: ``{"saved": {name: {"type", "size", "preview",
+            "bytes"}}, "skipped": {name: reason}, "bytes": int}``.
+
+        Raises:
+            ValueError / OSError / TypeError: the kernel refused or could not write the file.
+            SandboxError: the sandbox failed.
+        """
+
+    @abc.abstractmethod
+    async def load_variables(
+        self, path: str, names: list[str], *, only_missing: bool = False
+    ) -> dict[str, Any]:
+        """Have the kernel bind ``names`` from the JSON object in the file ``path`` (one plain
+        name in the working folder, removed after); with ``only_missing``, names the REPL
+        defines already are left alone.
+
+        Returns:
+            What the kernel says, unchecked: ``{"restored": [name], "missing": {name: reason}}``.
+
+        Raises:
+            ValueError / OSError: the file is unreadable or not a JSON object.
+            SandboxError: the sandbox failed.
+        """
+
+    @abc.abstractmethod
+    async def remove_file(self, path: str) -> None:
+        """Have the kernel delete the file ``path`` (one plain name in the working folder) if
+        it is there.
+
+        Raises:
+            ValueError: a bad ``path``. SandboxError: the sandbox failed.
+        """
+
+    @abc.abstractmethod
     async def close(self) -> None:
         """Stop the kernel and free everything. Safe to call twice."""
 
@@ -230,12 +272,13 @@ class Sandbox(abc.ABC):
         """
 
     @abc.abstractmethod
-    async def download(self, path: str) -> bytes:
-        """The bytes of ``path`` (relative to the working folder).
+    async def download(self, path: str, *, max_bytes: int | None = None) -> bytes:
+        """The bytes of ``path`` (relative to the working folder), at most ``max_bytes``.
 
         Raises:
             FileNotFoundError: no such file. ValueError: ``path`` is absolute or escapes the
-            working folder. SandboxError: the sandbox is not started.
+            working folder, or the file is over ``max_bytes``. SandboxError: the sandbox is
+            not started.
         """
 
     @abc.abstractmethod

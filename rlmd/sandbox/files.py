@@ -320,12 +320,14 @@ def upload_file(
         f.write(data)
 
 
-def download_file(workdir: str | None, path: str) -> bytes:
+def download_file(workdir: str | None, path: str, max_bytes: int | None = None) -> bytes:
     """The bytes of the regular file at ``path`` below the host folder ``workdir``, resolved
-    as :func:`upload_file` does (no symlink at any component, no FIFO or device).
+    as :func:`upload_file` does (no symlink at any component, no FIFO or device); with
+    ``max_bytes``, a longer file is refused without being read whole.
 
     Raises:
-        ValueError: a bad ``path``, or not a regular file. SandboxError: not started.
+        ValueError: a bad ``path``, not a regular file, or over ``max_bytes``.
+        SandboxError: not started.
         OSError: as ``open`` (``ENOENT``; ``ELOOP``/``ENOTDIR``/``EXDEV`` for a symlink).
     """
     parts = parts_of(path)
@@ -335,4 +337,18 @@ def download_file(workdir: str | None, path: str) -> bytes:
     finally:
         os.close(root)
     with os.fdopen(fd, "rb") as f:
-        return f.read()
+        if max_bytes is None:
+            return f.read()
+        data = f.read(max_bytes + 1)  # the file may still be growing: never trust a stat
+    return check_size(data, path, max_bytes)
+
+
+def check_size(data: bytes, path: str, max_bytes: int | None) -> bytes:
+    """``data`` (read from ``path``) if it is at most ``max_bytes`` long.
+
+    Raises:
+        ValueError: it is longer.
+    """
+    if max_bytes is not None and len(data) > max_bytes:
+        raise ValueError(f"{path} is larger than the {max_bytes:,} bytes allowed")
+    return data

@@ -358,8 +358,8 @@ class InProcessSandbox(Sandbox):
         self._handler = handler
         self._loop = asyncio.get_running_loop()
         self._loop_thread = threading.get_ident()
-        self._kernel = self._new_kernel()
         self.workdir = workdirs.make("inprocess")
+        self._kernel = self._new_kernel()
         self.state = SandboxState.READY
 
     async def close(self) -> None:
@@ -410,8 +410,8 @@ class InProcessSandbox(Sandbox):
     async def upload(self, path: str, data: bytes) -> None:
         upload_file(self.workdir, path, bytes(data))
 
-    async def download(self, path: str) -> bytes:
-        return download_file(self.workdir, path)
+    async def download(self, path: str, *, max_bytes: int | None = None) -> bytes:
+        return download_file(self.workdir, path, max_bytes)
 
     async def health(self) -> dict[str, Any]:
         return {
@@ -479,7 +479,7 @@ class InProcessSandbox(Sandbox):
                 raise pending.error
             return pending.value
 
-        return Kernel(call, capture="thread")
+        return Kernel(call, capture="thread", workdir=self.workdir)
 
     @staticmethod
     def _cancel_calls(inflight: set[_HostCall]) -> None:
@@ -540,6 +540,30 @@ class InProcessSandbox(Sandbox):
             infos = self._live().list_vars()
             self.bound.user_names = [v["name"] for v in infos]
             return [VarInfo(**v) for v in infos]
+
+    # In a thread: the file I/O leaves the loop (the JSON calls keep the GIL: in this
+    # process they stall it anyway, as a cell does).
+    async def save_variables(
+        self, names: list[str], path: str, *, max_var_bytes: int, max_total_bytes: int
+    ) -> dict[str, Any]:
+        request = {"names": list(names), "path": path, "max_var_bytes": int(max_var_bytes)}
+        request["max_total_bytes"] = int(max_total_bytes)
+        async with self._lock:
+            return await asyncio.to_thread(self._live().save_vars, request)
+
+    async def load_variables(
+        self, path: str, names: list[str], *, only_missing: bool = False
+    ) -> dict[str, Any]:
+        request = {"path": path, "names": list(names), "only_missing": bool(only_missing)}
+        async with self._lock:
+            out = await asyncio.to_thread(self._live().load_vars, request)
+            for name in out["restored"]:
+                self.bound.note_variable(name, None)
+            return out
+
+    async def remove_file(self, path: str) -> None:
+        async with self._lock:
+            self._live().remove_file({"path": path})
 
     async def execute(
         self, code: str, *, timeout_s: float | None = None, wall_limit_s: float | None = None

@@ -553,13 +553,37 @@ class SandboxSession(Sandbox):
             self.bound.user_names = [v["name"] for v in result]
             return [VarInfo(**v) for v in result]
 
+    async def save_variables(
+        self, names: list[str], path: str, *, max_var_bytes: int, max_total_bytes: int
+    ) -> dict[str, Any]:
+        request: dict[str, Any] = {"op": "save_vars", "names": list(names), "path": path}
+        request.update(max_var_bytes=int(max_var_bytes), max_total_bytes=int(max_total_bytes))
+        async with self._lock:
+            return await self._op(request)
+
+    async def load_variables(
+        self, path: str, names: list[str], *, only_missing: bool = False
+    ) -> dict[str, Any]:
+        request = {"op": "load_vars", "path": path, "names": list(names)}
+        async with self._lock:
+            out = await self._op({**request, "only_missing": bool(only_missing)})
+            restored = out.get("restored") if isinstance(out, dict) else None
+            for name in restored if isinstance(restored, list) else []:
+                if name in names:  # what a kill would lose now
+                    self.bound.note_variable(name, None)
+            return out
+
+    async def remove_file(self, path: str) -> None:
+        async with self._lock:
+            await self._op({"op": "remove_file", "path": path})
+
     async def upload(self, path: str, data: bytes) -> None:
         self._check_started()
         await self.transport.upload(path, bytes(data))
 
-    async def download(self, path: str) -> bytes:
+    async def download(self, path: str, *, max_bytes: int | None = None) -> bytes:
         self._check_started()
-        return await self.transport.download(path)
+        return await self.transport.download(path, max_bytes)
 
     async def health(self) -> dict[str, Any]:
         kernel = self._kernel

@@ -176,7 +176,7 @@ class Transport(abc.ABC):
         """See :meth:`rlmd.sandbox.base.Sandbox.upload`."""
 
     @abc.abstractmethod
-    async def download(self, path: str) -> bytes:
+    async def download(self, path: str, max_bytes: int | None = None) -> bytes:
         """See :meth:`rlmd.sandbox.base.Sandbox.download`."""
 
     @abc.abstractmethod

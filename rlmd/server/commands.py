@@ -467,7 +467,7 @@ async def workspace_variables(core: DaemonCore, p: Params, ctx: CallContext) -> 
             "variables": [v.__dict__ for v in infos],
             "not_restored": ws.last_restore["not_restored"] if ws.last_restore else {},
         }
-    saved = ckpt_mod.load(ckpt_mod.checkpoint_path(folder))
+    saved = await asyncio.to_thread(ckpt_mod.load, ckpt_mod.checkpoint_path(folder))
     if saved is None:
         return {
             "workspace": folder,
@@ -476,22 +476,13 @@ async def workspace_variables(core: DaemonCore, p: Params, ctx: CallContext) -> 
             "not_restored": {},
             "checkpoint_taken_at": None,
         }
-    variables = []
-    for name, value in saved.variables.items():
-        size = len(value) if isinstance(value, str | list | dict) else None
-        preview = repr(value)
-        variables.append(
-            {
-                "name": name,
-                "type": type(value).__name__ if value is not None else "NoneType",
-                "size": size,
-                "preview": preview[:77] + "..." if len(preview) > 80 else preview,
-            }
-        )
     return {
         "workspace": folder,
         "source": "checkpoint",
-        "variables": variables,
+        "variables": [  # as the kernel described them when it wrote them
+            {"name": name, "type": v["type"], "size": v["size"], "preview": v["preview"]}
+            for name, v in saved.variables.items()
+        ],
         "not_restored": saved.skipped,
         "checkpoint_taken_at": saved.taken_at,
     }

@@ -6,34 +6,53 @@ module) whose value is ``str``, ``int``, ``float``, ``bool``, ``None``, ``list``
 or a set, ``NaN``, or a value over ``max_var_bytes`` of JSON is not saved), while all saved
 variables together stay within :data:`MAX_CHECKPOINT_BYTES` of JSON. What is not
 saved is recorded by name with the reason: functions, classes, modules (imports), open files,
-objects of other types, and the values above. The check runs inside the REPL (one private
-cell defining ``_rlmd_checkpoint``), so it sees the real objects, not their JSON copies.
+objects of other types, and the values above.
 
-File: ``<rlmd home>/workspaces/<key>/checkpoint.json`` (mode 0600, written to a temporary
-file and renamed, so a crash leaves the previous checkpoint intact)::
+The kernel does all the JSON work (:mod:`rlmd.kernel.varfile`): it encodes the variables,
+so it sees the real objects, and writes them to a file in its working folder; the host moves
+that file's bytes into the checkpoint without decoding them, and back into the working folder
+for a restore, where the kernel decodes them. Done by the daemon, a 128 MiB ``json.dumps`` or
+``json.loads`` stalled every client for seconds, even in a worker thread: the C call holds the
+GIL throughout (session 20, ``bench/RESULTS.md``). The host bounds what it takes by size; a
+REPL that lies about its own values only loses its own variables.
 
-    {"version": 1, "workspace": "/abs/project", "taken_at": 1730000000.0,
-     "variables": {"name": value, ...}, "skipped": {"name": "reason", ...}}
+Files, in ``<rlmd home>/workspaces/<key>/`` (folder 0700, files 0600, each written to a
+temporary file and renamed, so a crash leaves the previous checkpoint whole):
+
+``checkpoint.json`` (the host's, small)::
+
+    {"version": 2, "workspace": "/abs/project", "taken_at": 1730000000.0,
+     "variables": {"name": {"type": "str", "size": 12, "preview": "'...'", "bytes": 14}, ...},
+     "skipped": {"name": "reason", ...},
+     "values": {"file": "values-<16 hex>.json", "bytes": 123, "sha256": "<64 hex>"} | null}
+
+``values-<16 hex>.json``: the kernel's bytes, ``{"name": value, ...}`` as ASCII JSON, named
+by its SHA-256 (checked before a restore); the one before it is deleted once
+``checkpoint.json`` points at the new one. Version 1 (values inside ``checkpoint.json``,
+before session 21) is still read.
 """
 
 from __future__ import annotations
 
+import asyncio
+import contextlib
 import hashlib
 import json
 import logging
 import os
+import re
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 from rlmd import paths
-from rlmd.sandbox.base import Sandbox, SandboxError
+from rlmd.sandbox.base import Sandbox
 from rlmd.workspace.settings import DEFAULT_MAX_VAR_BYTES  # 32 MiB: largest checkpointed variable
 
 log = logging.getLogger("rlmd.workspace")
 
-VERSION = 1
+VERSION = 2
 
 MAX_CHECKPOINT_BYTES = 4 * DEFAULT_MAX_VAR_BYTES
 """Most JSON text one checkpoint holds, all variables together (128 MiB; at least one
@@ -41,33 +60,14 @@ MAX_CHECKPOINT_BYTES = 4 * DEFAULT_MAX_VAR_BYTES
 a 660 MB checkpoint file and the daemon peak at 2.1 GB (review19): model code could fill the
 daemon's memory and the rlmd home past every sandbox limit."""
 
-_PROBE = """\
-def _rlmd_checkpoint_probe(names, limit):
-    import json
-    g = globals()
-    out = {}
-    for k in names:
-        v = g.get(k)
-        if type(v) not in (str, int, float, bool, type(None), list, dict):
-            out[k] = "a " + type(v).__name__ + ", not JSON data"
-            continue
-        try:
-            text = json.dumps(v, allow_nan=False)
-        except Exception as exc:
-            out[k] = "not JSON-serialisable (" + type(exc).__name__ + ")"
-            continue
-        if len(text) > limit:
-            out[k] = "too large (%d bytes of JSON; the limit is %d)" % (len(text), limit)
-            continue
-        try:
-            same = json.loads(text) == v
-        except Exception:
-            same = False
-        out[k] = len(text) if same else "changes when written as JSON (tuple, set, non-string key...)"
-    return out
-_rlmd_checkpoint = _rlmd_checkpoint_probe(NAMES, LIMIT)
-del _rlmd_checkpoint_probe
-"""
+SAVE_FILE = ".rlmd-checkpoint.json"
+"""The kernel writes the values here in its working folder; removed once the host has them."""
+
+RESTORE_FILE = ".rlmd-restore.json"
+"""The host puts the values here for the kernel to read back (the kernel removes it)."""
+
+_VALUES_NAME = re.compile(r"values-[0-9a-f]{16}\.json")
+_PREVIEW_CHARS = 80
 
 
 @dataclass
@@ -77,22 +77,31 @@ class Checkpoint:
     Attributes:
         workspace: the project folder (absolute).
         taken_at: seconds since the epoch.
-        variables: name → JSON value, restored exactly.
+        variables: name → ``{"type": str, "size": int | None, "preview": str, "bytes": int}``
+            (``bytes``: its JSON's length); restored exactly.
         skipped: name → why it was not saved (not restored).
+        values: the values' JSON bytes while in memory (just taken, or read from a version 1
+            file); ``None`` once on disk.
+        values_file: ``{"file": path, "bytes": int, "sha256": hex}`` of the values on disk,
+            for a loaded checkpoint.
     """
 
     workspace: str
     taken_at: float = field(default_factory=time.time)
-    variables: dict[str, Any] = field(default_factory=dict)
+    variables: dict[str, dict[str, Any]] = field(default_factory=dict)
     skipped: dict[str, str] = field(default_factory=dict)
+    values: bytes | None = None
+    values_file: dict[str, Any] | None = None
 
-    def to_dict(self) -> dict[str, Any]:
+    def to_dict(self, values: dict[str, Any] | None = None) -> dict[str, Any]:
+        """The ``checkpoint.json`` object, ``values`` being the reference to the values file."""
         return {
             "version": VERSION,
             "workspace": self.workspace,
             "taken_at": self.taken_at,
             "variables": self.variables,
             "skipped": self.skipped,
+            "values": values,
         }
 
 
@@ -114,9 +123,9 @@ async def take(
     *,
     max_var_bytes: int = DEFAULT_MAX_VAR_BYTES,
     max_total_bytes: int = MAX_CHECKPOINT_BYTES,
-    timeout_s: float = 60.0,
 ) -> Checkpoint:
-    """Read the saveable variables out of a started sandbox.
+    """Read the saveable variables out of a started sandbox: the kernel writes their JSON to
+    :data:`SAVE_FILE` in its working folder, the host takes the file's bytes as they are.
 
     Args:
         sandbox: a started sandbox (the caller holds the workspace, so no run uses it).
@@ -124,78 +133,111 @@ async def take(
         max_var_bytes: variables with more JSON text than this are skipped.
         max_total_bytes: JSON text of all saved variables together, at most (raised to
             ``max_var_bytes`` if lower); a variable that would pass it is skipped, in the
-            REPL's order, and a later smaller one may still fit. Measured by the host on what
-            it received, so code in the REPL that fakes the probe cannot pass it.
-        timeout_s: limit for the probe cell, seconds.
+            REPL's order, and a later smaller one may still fit. The host refuses a file
+            longer than this plus the names' keys, so REPL code that fakes the kernel's
+            count cannot pass it (every variable is then skipped, saying so).
 
     Returns:
-        The :class:`Checkpoint` (not yet written).
+        The :class:`Checkpoint`, its ``values`` in memory (not yet written).
 
     Raises:
-        SandboxError: the sandbox failed (a failed probe cell is not an error: every
-            variable is then listed as skipped with the cell's error).
+        SandboxError: the sandbox failed (a kernel that refuses or fails the request is not
+            an error: every variable is then listed as skipped with the reason).
     """
     infos = await sandbox.list_variables()
     names = [v.name for v in infos]
     ckpt = Checkpoint(workspace)
     if not names:
         return ckpt
-    code = _PROBE.replace("NAMES", repr(names)).replace("LIMIT", str(int(max_var_bytes)))
-    result = await sandbox.execute(code, timeout_s=timeout_s)
-    if result.error or result.kernel_restarted:
-        reason = (
-            f"the checkpoint probe failed: {(result.error or 'kernel restarted').strip()[-200:]}"
-        )
-        ckpt.skipped = dict.fromkeys(names, reason)
-        return ckpt
-    verdicts = await sandbox.get_variable("_rlmd_checkpoint")
-    if not isinstance(verdicts, dict):
-        ckpt.skipped = dict.fromkeys(names, "the checkpoint probe returned no verdicts")
-        return ckpt
     room = max(max_total_bytes, max_var_bytes)
-    full = f"not saved: the checkpoint's limit of {room:,} bytes of JSON for all variables"
-    for name in names:
-        verdict = verdicts.get(name, "vanished during the checkpoint")
-        if not isinstance(verdict, int) or isinstance(verdict, bool):
-            ckpt.skipped[name] = str(verdict)
-            continue
-        if verdict > room:  # as the probe measured it: not even fetched
-            ckpt.skipped[name] = full
-            continue
-        try:
-            value = await sandbox.get_variable(name)
-        except KeyError:
-            ckpt.skipped[name] = "vanished during the checkpoint"
-            continue
-        except (TypeError, ValueError) as exc:  # REPL code broke the kernel's json (it may)
-            ckpt.skipped[name] = f"could not be read: {exc}"[:200]
-            continue
-        size = len(json.dumps(value, separators=(",", ":")))  # the host's own count
-        if size > room:
-            ckpt.skipped[name] = (
-                full
-                if size <= max_var_bytes
-                else (f"too large ({size} bytes of JSON; the limit is {max_var_bytes})")
-            )
-            continue
-        ckpt.variables[name] = value
-        room -= size
+    try:
+        out = await sandbox.save_variables(
+            names, SAVE_FILE, max_var_bytes=max_var_bytes, max_total_bytes=room
+        )
+        data = await sandbox.download(SAVE_FILE, max_bytes=room + _keys_bytes(names))
+    except (ValueError, TypeError, KeyError, OSError) as exc:  # the REPL's doing
+        ckpt.skipped = dict.fromkeys(names, f"not saved: the checkpoint failed ({exc})"[:300])
+        return ckpt
+    finally:
+        with contextlib.suppress(ValueError, TypeError, KeyError, OSError):
+            await sandbox.remove_file(SAVE_FILE)  # it would hold the sandbox's disk
+    ckpt.variables, ckpt.skipped = _verdicts(out, names)
+    ckpt.values = data if ckpt.variables else None
     return ckpt
 
 
-def save(ckpt: Checkpoint, path: Path) -> int:
-    """Write ``ckpt`` to ``path`` atomically with mode 0600; returns the bytes written.
+def _keys_bytes(names: list[str]) -> int:
+    """Bytes of the values file that are not values: braces, each ``"name":`` and comma."""
+    return 2 + sum(len(json.dumps(name)) + 2 for name in names)
 
-    Not fsynced: the file survives a killed daemon (the page cache is the kernel's), not
+
+def _verdicts(out: Any, names: list[str]) -> tuple[dict[str, dict[str, Any]], dict[str, str]]:
+    """The kernel's answer to ``save_vars``, checked (model code could have changed it):
+    ``(saved infos, skipped reasons)`` for exactly ``names``."""
+    saved = out.get("saved") if isinstance(out, dict) else None
+    skipped = out.get("skipped") if isinstance(out, dict) else None
+    saved = saved if isinstance(saved, dict) else {}
+    skipped = skipped if isinstance(skipped, dict) else {}
+    variables: dict[str, dict[str, Any]] = {}
+    reasons: dict[str, str] = {}
+    for name in names:
+        info = _clean_info(saved.get(name))
+        if info is not None:
+            variables[name] = info
+        elif name in skipped:
+            reasons[name] = str(skipped[name])[:300]
+        else:
+            reasons[name] = "vanished during the checkpoint"
+    return variables, reasons
+
+
+def _clean_info(info: Any) -> dict[str, Any] | None:
+    """A saved variable's ``{"type", "size", "preview", "bytes"}`` with each field of its
+    type and bounded, or ``None`` if ``info`` is not such a dict."""
+    if not isinstance(info, dict):
+        return None
+    size, count = info.get("size"), info.get("bytes")
+    preview = str(info.get("preview", ""))
+    return {
+        "type": str(info.get("type", "?"))[:100],
+        "size": size if isinstance(size, int) and not isinstance(size, bool) else None,
+        "preview": preview[: _PREVIEW_CHARS - 3] + "..." if len(preview) > 80 else preview,
+        "bytes": count if isinstance(count, int) and not isinstance(count, bool) else 0,
+    }
+
+
+def save(ckpt: Checkpoint, path: Path) -> int:
+    """Write ``ckpt`` to ``path`` (``checkpoint.json``) and its values beside it; returns the
+    bytes of both. Each file is written atomically with mode 0600, the values first; values
+    files no longer referenced are then deleted. Call it in a worker thread: hashing and
+    writing release the GIL.
+
+    Not fsynced: the files survive a killed daemon (the page cache is the kernel's), not
     necessarily a power cut, where the previous checkpoint or none may be found.
 
     Raises:
-        OSError: the folder or file cannot be written.
+        OSError: the folder or a file cannot be written.
     """
-    path.parent.mkdir(parents=True, exist_ok=True)
-    os.chmod(path.parent, 0o700)
-    _remove_dead_writers_files(path)
-    data = json.dumps(ckpt.to_dict(), separators=(",", ":")).encode("utf-8")
+    folder = path.parent
+    folder.mkdir(parents=True, exist_ok=True)
+    os.chmod(folder, 0o700)
+    _remove_dead_writers_files(folder)
+    ref = ckpt.values_file
+    if ckpt.values is not None:
+        digest = hashlib.sha256(ckpt.values).hexdigest()
+        ref = {"file": f"values-{digest[:16]}.json", "bytes": len(ckpt.values), "sha256": digest}
+        _write_atomic(folder / ref["file"], ckpt.values)
+    elif not ckpt.variables:
+        ref = None
+    meta = json.dumps(ckpt.to_dict(ref), separators=(",", ":")).encode("utf-8")
+    _write_atomic(path, meta)
+    for old in folder.glob("values-*.json"):
+        if ref is None or old.name != ref["file"]:
+            old.unlink(missing_ok=True)
+    return len(meta) + (ref["bytes"] if ref else 0)
+
+
+def _write_atomic(path: Path, data: bytes) -> None:
     tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
     fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
     try:
@@ -205,14 +247,21 @@ def save(ckpt: Checkpoint, path: Path) -> int:
     except BaseException:
         tmp.unlink(missing_ok=True)
         raise
-    return len(data)
 
 
-def _remove_dead_writers_files(path: Path) -> None:
-    """Delete ``.<name>.<pid>.tmp`` files next to ``path`` whose pid is not a live process:
-    a daemon killed while writing left one (up to the checkpoint's size) for good."""
-    for tmp in path.parent.glob(f".{path.name}.*.tmp"):
-        pid = tmp.name[len(path.name) + 2 : -len(".tmp")]
+def remove(folder: str | Path) -> None:
+    """Delete the checkpoint of project ``folder`` (its values included), if any."""
+    path = checkpoint_path(folder)
+    path.unlink(missing_ok=True)
+    for values in path.parent.glob("values-*.json"):
+        values.unlink(missing_ok=True)
+
+
+def _remove_dead_writers_files(folder: Path) -> None:
+    """Delete ``.<name>.<pid>.tmp`` files in ``folder`` whose pid is not a live process: a
+    daemon killed while writing left one (up to the checkpoint's size) for good."""
+    for tmp in folder.glob(".*.tmp"):
+        pid = tmp.name[: -len(".tmp")].rpartition(".")[2]
         if not pid.isdigit() or int(pid) == os.getpid():
             continue
         try:
@@ -224,26 +273,37 @@ def _remove_dead_writers_files(path: Path) -> None:
 
 
 def load(path: Path) -> Checkpoint | None:
-    """The checkpoint at ``path``, or ``None`` if there is none. A file that does not parse
-    is renamed to ``checkpoint.json.corrupt`` (kept for inspection), logged, and ``None``
-    returned."""
+    """The checkpoint at ``path`` (``checkpoint.json``; the values file is not read), or
+    ``None`` if there is none. A file that does not parse is renamed to
+    ``checkpoint.json.corrupt`` (kept for inspection), logged, and ``None`` returned. A
+    version 1 file comes back with its values in memory (:attr:`Checkpoint.values`)."""
     try:
         raw = json.loads(path.read_text(encoding="utf-8"))
-        if not isinstance(raw, dict) or raw.get("version") != VERSION:
+        if not isinstance(raw, dict) or raw.get("version") not in (1, VERSION):
             raise ValueError(f"unknown checkpoint version {raw.get('version')!r}")
         variables = raw.get("variables") or {}
         skipped = raw.get("skipped") or {}
         if not isinstance(variables, dict) or not isinstance(skipped, dict):
             raise ValueError("variables/skipped must be objects")
-        return Checkpoint(
+        ckpt = Checkpoint(
             workspace=str(raw.get("workspace") or ""),
             taken_at=float(raw.get("taken_at") or 0.0),
-            variables=variables,
             skipped={str(k): str(v) for k, v in skipped.items()},
         )
+        if raw["version"] == 1:  # the values themselves: encode them as a kernel would
+            ckpt.values = json.dumps(variables, separators=(",", ":")).encode("ascii")
+            variables = {name: _info_of(value) for name, value in variables.items()}
+        else:
+            ckpt.values_file = _values_ref(raw.get("values"), path.parent, bool(variables))
+        for name, info in variables.items():
+            clean = _clean_info(info)
+            if clean is None:
+                raise ValueError(f"variable {name!r}: its description is not an object")
+            ckpt.variables[str(name)] = clean
+        return ckpt
     except FileNotFoundError:
         return None
-    except (OSError, ValueError, TypeError) as exc:
+    except (OSError, ValueError, TypeError, KeyError) as exc:
         log.warning("checkpoint %s is unreadable (%s); ignoring it", path, exc)
         try:
             os.replace(path, path.with_name(path.name + ".corrupt"))
@@ -252,10 +312,58 @@ def load(path: Path) -> Checkpoint | None:
         return None
 
 
+def _info_of(value: Any) -> dict[str, Any]:
+    """What the kernel says of a saved value (a version 1 file holds only the values)."""
+    text = repr(value)
+    return {
+        "type": type(value).__name__,
+        "size": len(value) if isinstance(value, str | list | dict) else None,
+        "preview": text,
+        "bytes": len(json.dumps(value, separators=(",", ":"))),
+    }
+
+
+def _values_ref(ref: Any, folder: Path, needed: bool) -> dict[str, Any] | None:
+    """The ``values`` entry of a version 2 file, checked, with ``file`` made a full path.
+
+    Raises:
+        ValueError: malformed, or missing while variables are listed.
+    """
+    if ref is None and not needed:
+        return None
+    if not isinstance(ref, dict) or not _VALUES_NAME.fullmatch(str(ref.get("file"))):
+        raise ValueError("the values file reference is malformed")
+    size, digest = ref.get("bytes"), ref.get("sha256")
+    if not isinstance(size, int) or size < 0 or not re.fullmatch(r"[0-9a-f]{64}", str(digest)):
+        raise ValueError("the values file reference is malformed")
+    return {"file": str(folder / ref["file"]), "bytes": size, "sha256": digest}
+
+
+def read_values(ckpt: Checkpoint) -> bytes:
+    """The checkpoint's values as JSON bytes: from memory, or read from its values file and
+    checked against the checkpoint (length and SHA-256). Call it in a worker thread.
+
+    Raises:
+        ValueError: the file is not the one the checkpoint was written with.
+        OSError: it cannot be read (``FileNotFoundError``: deleted).
+    """
+    if ckpt.values is not None:
+        return ckpt.values
+    ref = ckpt.values_file
+    if ref is None:
+        return b"{}"
+    with open(ref["file"], "rb") as f:
+        data = f.read(ref["bytes"] + 1)
+    if len(data) != ref["bytes"] or hashlib.sha256(data).hexdigest() != ref["sha256"]:
+        raise ValueError("its values file was changed or cut short since it was written")
+    return data
+
+
 async def restore(
     sandbox: Sandbox, ckpt: Checkpoint, *, only_missing: bool = False
 ) -> tuple[list[str], dict[str, str]]:
-    """Bind the checkpoint's variables in a started sandbox.
+    """Bind the checkpoint's variables in a started sandbox: the values file's bytes go to
+    :data:`RESTORE_FILE` in its working folder, the kernel decodes and binds them.
 
     Args:
         only_missing: skip names the REPL already defines (used after a kernel restart in the
@@ -263,24 +371,32 @@ async def restore(
 
     Returns:
         ``(restored names, {name: why it was not restored})``; the second dict holds the
-        checkpoint's ``skipped`` entries plus any variable the sandbox refused.
+        checkpoint's ``skipped`` entries plus any variable that could not be set (all of
+        them, with the reason, when the values file is unreadable or the kernel refused it).
 
     Raises:
         SandboxError: the sandbox failed.
     """
-    present: set[str] = set()
-    if only_missing:
-        present = {v.name for v in await sandbox.list_variables()}
-    restored: list[str] = []
     missing = dict(ckpt.skipped)
-    for name, value in ckpt.variables.items():
-        if name in present:
-            continue
-        try:
-            await sandbox.set_variable(name, value)
-            restored.append(name)
-        except (ValueError, TypeError, KeyError) as exc:
-            missing[name] = f"could not be set again: {exc}"
-        except SandboxError:
-            raise
+    names = list(ckpt.variables)
+    if not names:
+        return [], missing
+    try:
+        data = await asyncio.to_thread(read_values, ckpt)
+        await sandbox.upload(RESTORE_FILE, data)
+        out = await sandbox.load_variables(RESTORE_FILE, names, only_missing=only_missing)
+    except (ValueError, TypeError, KeyError, OSError) as exc:
+        with contextlib.suppress(ValueError, TypeError, KeyError, OSError):
+            await sandbox.remove_file(RESTORE_FILE)
+        present = {v.name for v in await sandbox.list_variables()} if only_missing else set()
+        why = f"could not be set again: {exc}"[:300]
+        missing.update({name: why for name in names if name not in present})
+        return [], missing
+    wanted = set(names)
+    said = out.get("restored") if isinstance(out, dict) else None
+    said = said if isinstance(said, list) else []
+    restored = list(dict.fromkeys(n for n in said if isinstance(n, str) and n in wanted))
+    refused = out.get("missing") if isinstance(out, dict) else None
+    if isinstance(refused, dict):
+        missing.update({n: str(why)[:300] for n, why in refused.items() if n in wanted})
     return restored, missing

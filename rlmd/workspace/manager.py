@@ -400,7 +400,7 @@ class Workspace:
         """Stop without a checkpoint and delete the saved one: the next use starts a fresh
         REPL with only ``context``."""
         await self.stop(checkpoint=False, reason="reset")
-        ckpt_mod.checkpoint_path(self.folder).unlink(missing_ok=True)
+        await asyncio.to_thread(ckpt_mod.remove, self.folder)
         self.pending_notes.clear()
         self.last_checkpoint = None
         self._emit("reset")

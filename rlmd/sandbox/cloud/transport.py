@@ -30,6 +30,7 @@ from rlmd.kernel import KERNEL_DIR, protocol
 from rlmd.sandbox.base import CallHandler, SandboxError
 from rlmd.sandbox.channel import StderrDrain
 from rlmd.sandbox.cloud.provider import Provider, RemoteProcess
+from rlmd.sandbox.files import check_size
 from rlmd.sandbox.limits import Limits
 from rlmd.sandbox.transport import Death, KernelHandle, Transport
 
@@ -420,20 +421,22 @@ class CloudTransport(Transport):
         except Exception as exc:  # noqa: BLE001 - provider errors come in many classes
             raise SandboxError(f"{self.kind}: upload of {path!r} failed: {exc}") from exc
 
-    async def download(self, path: str) -> bytes:
-        """The bytes of ``path`` under the kernel's working folder in the VM.
+    async def download(self, path: str, max_bytes: int | None = None) -> bytes:
+        """The bytes of ``path`` under the kernel's working folder in the VM (the providers'
+        APIs read a file whole: ``max_bytes`` is checked after).
 
         Raises:
-            FileNotFoundError: no such file. ValueError: ``path`` escapes the working folder.
-            SandboxError: the provider failed.
+            FileNotFoundError: no such file. ValueError: ``path`` escapes the working folder,
+            or the file is over ``max_bytes``. SandboxError: the provider failed.
         """
         target = self._vm_path(path)
         try:
-            return await self.provider.read_file(target)
+            data = await self.provider.read_file(target)
         except FileNotFoundError:
             raise FileNotFoundError(f"no such file in the sandbox: {path}") from None
         except Exception as exc:  # noqa: BLE001
             raise SandboxError(f"{self.kind}: download of {path!r} failed: {exc}") from exc
+        return check_size(data, path, max_bytes)
 
     async def close(self) -> None:
         """Destroy the VM."""

@@ -421,6 +421,6 @@ class ContainerTransport(Transport):
         own_fd = functools.partial(own, user=self.user)
         await asyncio.to_thread(upload_file, folder, rel, data, own_fd)
 
-    async def download(self, path: str) -> bytes:
+    async def download(self, path: str, max_bytes: int | None = None) -> bytes:
         folder, rel = self._host_folder(path)
-        return await asyncio.to_thread(download_file, folder, rel)
+        return await asyncio.to_thread(download_file, folder, rel, max_bytes)

@@ -518,8 +518,8 @@ class ProcessTransport(Transport):
         own = None if uid is None else functools.partial(_give, uid=uid)
         await asyncio.to_thread(upload_file, self._workdir, path, data, own)
 
-    async def download(self, path: str) -> bytes:
-        return await asyncio.to_thread(download_file, self._workdir, path)
+    async def download(self, path: str, max_bytes: int | None = None) -> bytes:
+        return await asyncio.to_thread(download_file, self._workdir, path, max_bytes)
 
     async def close(self) -> None:
         if self._workdir_finalizer is not None:

@@ -1,0 +1,147 @@
+"""The REPL's variables written to, and read back from, one JSON file in the working folder.
+
+A workspace checkpoint (``rlmd.workspace.checkpoint``) has the kernel do all the JSON work:
+it encodes every saveable variable here and writes the text to a file, and after a restart
+it reads such a file and binds the names again. The host moves the file's bytes between the
+working folder and the checkpoint without decoding them: a 128 MiB ``json.dumps`` or
+``json.loads`` holds the GIL for its whole C call, so the daemon's event loop would stall for
+seconds even in a worker thread (measured in session 20, ``bench/RESULTS.md``).
+
+Nothing here is trusted by the host: model code runs in this process and may replace
+``json`` or the file. The host bounds what it reads by size, and a bad file only loses the
+REPL's own variables.
+"""
+
+from __future__ import annotations
+
+import os
+
+TYPE_CHECKING = False
+if TYPE_CHECKING:
+    from typing import Any
+
+SAVEABLE_TYPES = (str, int, float, bool, type(None), list, dict)
+"""Exact types a checkpoint saves (a subclass is not saved: its methods would be lost)."""
+
+
+def file_in(workdir: str, name: object) -> str:
+    """``name`` (one plain file name) in ``workdir``; ValueError for anything else."""
+    if not isinstance(name, str) or not name or "/" in name or name in (".", ".."):
+        raise ValueError(f"bad file name {name!r}: one plain name in the working folder")
+    return os.path.join(workdir, name)
+
+
+def _write_new(path: str, pieces: list[str]) -> None:
+    """Write ``pieces`` (ASCII) to a new file at ``path``: whatever was there is removed first
+    and no symlink is followed, so a planted link cannot send the text elsewhere."""
+    try:
+        os.unlink(path)
+    except FileNotFoundError:
+        pass
+    flags = os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC
+    with open(os.open(path, flags, 0o600), "w", encoding="ascii") as f:
+        f.writelines(pieces)
+
+
+def save(
+    items: list[tuple[str, Any]],
+    workdir: str,
+    name: object,
+    max_var_bytes: int,
+    max_total_bytes: int,
+    info: Any,
+) -> dict[str, Any]:
+    """Encode the saveable variables among ``items`` and write them as one JSON object
+    ``{"name": value, ...}`` (ASCII, no spaces) to the file ``name`` in ``workdir``.
+
+    A variable is saved when its type is one of :data:`SAVEABLE_TYPES`, its JSON (no NaN or
+    infinity) is at most ``max_var_bytes`` and decodes equal to it, and it still fits in
+    ``max(max_total_bytes, max_var_bytes)`` bytes for all saved values together, in the
+    order of ``items``.
+
+    Args:
+        items: ``[(name, value)]`` of the REPL's user variables.
+        info: ``info(name, value) -> {"name", "type", "size", "preview"}`` for a saved one.
+
+    Returns:
+        ``{"saved": {name: info + {"bytes": int}}, "skipped": {name: reason},
+        "bytes": int}``, ``bytes`` being the file's length.
+
+    Raises:
+        ValueError: a bad ``name``. OSError: the file cannot be written (a full disk).
+    """
+    import json  # here: not imported at every kernel start
+
+    path = file_in(workdir, name)
+    room = max(int(max_total_bytes), int(max_var_bytes))
+    full = f"not saved: the checkpoint's limit of {room:,} bytes of JSON for all variables"
+    saved: dict[str, Any] = {}
+    skipped: dict[str, str] = {}
+    pieces = ["{"]
+    for key, value in items:
+        if type(value) not in SAVEABLE_TYPES:
+            skipped[key] = f"a {type(value).__name__}, not JSON data"
+            continue
+        try:
+            text = json.dumps(value, allow_nan=False, separators=(",", ":"))
+        except Exception as exc:  # noqa: BLE001 - circular, too deep, a bad key...
+            skipped[key] = f"not JSON-serialisable ({type(exc).__name__})"
+            continue
+        if len(text) > max_var_bytes:
+            skipped[key] = f"too large ({len(text)} bytes of JSON; the limit is {max_var_bytes})"
+            continue
+        if len(text) > room:
+            skipped[key] = full
+            continue
+        try:
+            same = json.loads(text) == value
+        except Exception:  # noqa: BLE001 - a value whose == raises
+            same = False
+        if not same:
+            skipped[key] = "changes when written as JSON (tuple, set, non-string key...)"
+            continue
+        pieces.append(("," if len(pieces) > 1 else "") + json.dumps(key) + ":" + text)
+        saved[key] = {**info(key, value), "bytes": len(text)}
+        room -= len(text)
+    pieces.append("}")
+    _write_new(path, pieces)
+    return {"saved": saved, "skipped": skipped, "bytes": sum(map(len, pieces))}
+
+
+def load(workdir: str, name: object, names: list[str], bind: Any) -> dict[str, Any]:
+    """Read the file ``name`` in ``workdir`` (written by :func:`save`, through the host) and
+    bind each of ``names`` found in it with ``bind(name, value)``; the file is removed.
+
+    Returns:
+        ``{"restored": [name], "missing": {name: reason}}``.
+
+    Raises:
+        ValueError: a bad ``name``, or the file is not a JSON object. OSError: unreadable.
+    """
+    import json  # here: not imported at every kernel start
+
+    path = file_in(workdir, name)
+    try:
+        fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_CLOEXEC)
+        with open(fd, encoding="utf-8") as f:
+            values = json.load(f)
+    finally:
+        try:
+            os.unlink(path)
+        except OSError:
+            pass
+    if not isinstance(values, dict):
+        raise ValueError("the saved values are not a JSON object")
+    restored: list[str] = []
+    missing: dict[str, str] = {}
+    for key in names:
+        if key not in values:
+            missing[key] = "not in the saved values"
+            continue
+        try:
+            bind(key, values[key])
+        except (ValueError, TypeError) as exc:
+            missing[key] = f"could not be set again: {exc}"
+            continue
+        restored.append(key)
+    return {"restored": restored, "missing": missing}
