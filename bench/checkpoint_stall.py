@@ -168,7 +168,13 @@ async def main_async(args) -> int:
         )
     out = ROOT / "bench" / "out"
     out.mkdir(exist_ok=True)
-    report = {"phases": phases, "daemon_peak_rss_mib": hwm, "idle_p99_ms": floor, "peer_s": round(peer, 3), "load": load0}
+    report = {
+        "phases": phases,
+        "daemon_peak_rss_mib": hwm,
+        "idle_p99_ms": floor,
+        "peer_s": round(peer, 3),
+        "load": load0,
+    }
     (out / "checkpoint_stall.json").write_text(json.dumps(report, indent=1))
     if not came_back:
         print("FAILED: the variables did not come back whole", file=sys.stderr)

@@ -132,7 +132,12 @@ class OpenAIModel(Model):
         )
         request: dict[str, Any] = {
             "model": self.spec.model,
-            "messages": messages,
+            # The SDK's request transform walks every message against its param types,
+            # ~0.4 ms a message (17 ms for a 40-message history; openai 3.60, measured in
+            # session 21): plain JSON already, the messages go as ``extra_body``, which
+            # replaces the body's key as sent.
+            "messages": [],
+            "extra_body": {"messages": messages},
             param: max_tokens,
         }
         if stop:
