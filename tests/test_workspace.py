@@ -351,17 +351,17 @@ async def test_one_value_bound_to_many_names_cannot_blow_up_the_checkpoint(
             "vf.save = _lie\ndel vf"
         )
     assert (await ws.run_cell(code, timeout_s=30)).error is None
+    if probe == "faked file":  # nothing to save (the previous checkpoint is kept)
+        with pytest.raises(ckpt.NotTaken, match="larger than the 350,118 bytes allowed"):
+            await ckpt.take(ws.sandbox, ws.folder, max_var_bytes=150_000, max_total_bytes=350_000)
+        with pytest.raises(FileNotFoundError):  # never left in the sandbox's folder
+            await ws.sandbox.download(ckpt.SAVE_FILE)
+        return
     saved = await ckpt.take(ws.sandbox, ws.folder, max_var_bytes=150_000, max_total_bytes=350_000)
     names = {"big", "small", *(f"alias{i}" for i in range(10))}
     assert set(saved.variables) | set(saved.skipped) == names
     with pytest.raises(FileNotFoundError):  # never left in the sandbox's folder
         await ws.sandbox.download(ckpt.SAVE_FILE)
-    if probe == "faked file":
-        assert saved.variables == {} and saved.values is None
-        assert all(
-            "larger than the 350,118 bytes allowed" in why for why in saved.skipped.values()
-        ), saved.skipped
-        return
     assert saved.values is not None and len(saved.values) < 350_000 + 1_000
     if probe == "faked json":  # its own values, as it chose to write them: 1 each
         assert json.loads(saved.values) == dict.fromkeys(names, 1)
@@ -395,3 +395,36 @@ def test_a_killed_writers_temp_file_is_removed_by_the_next_save(tmp_path):
     assert not left.exists()
     assert live.exists() and other.exists()
     assert ckpt.load(path).workspace == "w"
+
+
+@pytest.mark.parametrize("how", ["folder planted", "disk full", "json broken"])
+async def test_a_checkpoint_the_repl_could_not_write_keeps_the_previous_one(manager, codebase, how):
+    """Review21: when the kernel could not write its values file (its folder full, a folder
+    where the file goes, model code that broke ``json``), every variable came back "skipped"
+    and that empty checkpoint replaced the previous good one (its values file deleted); an
+    idle stop then stopped the REPL too: the variables were gone from both. Now the previous
+    checkpoint stays and the REPL keeps running, as for a full rlmd home."""
+    from rlmd.workspace.manager import CheckpointNotWritten
+
+    ws = manager.get(codebase)
+    await ws.run_cell("kept = 'from the first task'", timeout_s=30)
+    await ws.checkpoint()
+    path = ckpt.checkpoint_path(ws.folder)
+    before = path.read_bytes()
+    breakers = {
+        "folder planted": f"import os\nos.mkdir({ckpt.SAVE_FILE!r})\nos.mkdir('{ckpt.SAVE_FILE}/x')",
+        "disk full": "import resource\nresource.setrlimit(resource.RLIMIT_FSIZE, (3, 3))",
+        "json broken": "import sys\nsys.modules['json'] = None",
+    }
+    made = await ws.run_cell(f"made = 'later'\n{breakers[how]}", timeout_s=30)
+    assert made.error is None, made.error
+    with pytest.raises(CheckpointNotWritten, match="previous checkpoint is kept"):
+        await ws.checkpoint()
+    notes = await ws.finish_task()
+    assert len(notes) == 1 and "previous checkpoint is kept" in notes[0]
+    assert ws.state is WorkspaceState.READY
+    assert (await ws.run_cell("print(made)", timeout_s=30)).stdout == "later\n"
+    assert path.read_bytes() == before
+    await ws.stop(checkpoint=False, reason="test")
+    info = await ws.ensure_started()
+    assert info is not None and info["restored"] == ["kept"]

@@ -940,11 +940,9 @@ class Kernel:
         return _as_value_error(varfile.load, self.workdir, req.get("path"), wanted, self.set_var)
 
     def remove_file(self, req: dict) -> None:
-        """``remove_file``: delete a file the kernel wrote in the working folder."""
-        try:
-            os.unlink(varfile.file_in(self.workdir, req.get("path")))
-        except FileNotFoundError:
-            pass
+        """``remove_file``: delete a file the kernel wrote in the working folder (a folder
+        model code made there is a ``ValueError``, not a failed kernel)."""
+        _as_value_error(varfile.remove, self.workdir, req.get("path"))
 
     def handle(self, req: dict) -> Any:
         """Run one request (any op but ``exec``, which needs the transport's sentinel)."""

@@ -31,6 +31,14 @@ def file_in(workdir: str, name: object) -> str:
     return os.path.join(workdir, name)
 
 
+def remove(workdir: str, name: object) -> None:
+    """Delete the file ``name`` in ``workdir`` if it is there."""
+    try:
+        os.unlink(file_in(workdir, name))
+    except FileNotFoundError:
+        pass
+
+
 def _write_new(path: str, pieces: list[str]) -> None:
     """Write ``pieces`` (ASCII) to a new file at ``path``: whatever was there is removed first
     and no symlink is followed, so a planted link cannot send the text elsewhere."""

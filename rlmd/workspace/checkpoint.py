@@ -135,14 +135,16 @@ async def take(
             ``max_var_bytes`` if lower); a variable that would pass it is skipped, in the
             REPL's order, and a later smaller one may still fit. The host refuses a file
             longer than this plus the names' keys, so REPL code that fakes the kernel's
-            count cannot pass it (every variable is then skipped, saying so).
+            count cannot pass it (:class:`NotTaken`).
 
     Returns:
         The :class:`Checkpoint`, its ``values`` in memory (not yet written).
 
     Raises:
-        SandboxError: the sandbox failed (a kernel that refuses or fails the request is not
-            an error: every variable is then listed as skipped with the reason).
+        NotTaken: the kernel could not write the values file (its folder full, something
+            planted at :data:`SAVE_FILE`, model code that broke ``json``) or the host refused
+            it: nothing to save, and the previous checkpoint must stay.
+        SandboxError: the sandbox failed.
     """
     infos = await sandbox.list_variables()
     names = [v.name for v in infos]
@@ -156,14 +158,19 @@ async def take(
         )
         data = await sandbox.download(SAVE_FILE, max_bytes=room + _keys_bytes(names))
     except (ValueError, TypeError, KeyError, OSError) as exc:  # the REPL's doing
-        ckpt.skipped = dict.fromkeys(names, f"not saved: the checkpoint failed ({exc})"[:300])
-        return ckpt
+        raise NotTaken(f"the REPL could not write its variables: {exc}"[:500]) from None
     finally:
         with contextlib.suppress(ValueError, TypeError, KeyError, OSError):
             await sandbox.remove_file(SAVE_FILE)  # it would hold the sandbox's disk
     ckpt.variables, ckpt.skipped = _verdicts(out, names)
     ckpt.values = data if ckpt.variables else None
     return ckpt
+
+
+class NotTaken(Exception):
+    """The kernel wrote no values file the host could take (:func:`take`): a full sandbox
+    folder, a planted file, broken REPL modules, a file over the limit. Written as a
+    checkpoint with every variable "skipped", it replaced the previous good one (review21)."""
 
 
 def _keys_bytes(names: list[str]) -> int:
@@ -231,9 +238,10 @@ def save(ckpt: Checkpoint, path: Path) -> int:
         ref = None
     meta = json.dumps(ckpt.to_dict(ref), separators=(",", ":")).encode("utf-8")
     _write_atomic(path, meta)
-    for old in folder.glob("values-*.json"):
+    for old in folder.glob("values-*.json"):  # the checkpoint is written: this is tidying
         if ref is None or old.name != ref["file"]:
-            old.unlink(missing_ok=True)
+            with contextlib.suppress(OSError):
+                old.unlink(missing_ok=True)
     return len(meta) + (ref["bytes"] if ref else 0)
 
 

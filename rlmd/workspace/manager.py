@@ -347,14 +347,21 @@ class Workspace:
         """
         if self.sandbox is None:
             return None
-        saved = await ckpt_mod.take(
-            self.sandbox, self.folder, max_var_bytes=self.settings.max_var_bytes
-        )
+        try:
+            saved = await ckpt_mod.take(
+                self.sandbox, self.folder, max_var_bytes=self.settings.max_var_bytes
+            )
+        except ckpt_mod.NotTaken as exc:
+            raise CheckpointNotWritten(
+                f"the checkpoint was not written: {exc}; the previous checkpoint is kept"
+            ) from exc
         path = ckpt_mod.checkpoint_path(self.folder)
         try:
             size = await asyncio.to_thread(ckpt_mod.save, saved, path)
         except OSError as exc:
-            raise CheckpointNotWritten(f"the checkpoint was not written: {exc}") from exc
+            raise CheckpointNotWritten(
+                f"the checkpoint was not written: {exc}; the previous checkpoint is kept"
+            ) from exc
         self.last_checkpoint = {
             "taken_at": saved.taken_at,
             "variables": sorted(saved.variables),
