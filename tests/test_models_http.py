@@ -120,6 +120,31 @@ async def test_openai_usage_cost_and_request(openai_server: FakeServer, key: str
     assert request["body"]["model"] == "m"
 
 
+async def test_models_on_one_server_share_one_client_until_the_last_closes(
+    openai_server: FakeServer, key: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A root and its sub-model on one server use one ``AsyncOpenAI`` (making one costs
+    ~47 ms); it is closed with the last of them, and another key gets its own."""
+    root = OpenAIModel(openai_spec(openai_server, name="root", model="big"))
+    sub = OpenAIModel(openai_spec(openai_server, name="sub", model="small"))
+    other = OpenAIModel(openai_spec(openai_server, name="other", api_key_env="RLMD_OTHER_KEY"))
+    monkeypatch.setenv("RLMD_OTHER_KEY", "another-key")
+    try:
+        for model in (root, sub, other):
+            assert (await model.complete(USER, max_tokens=5)).text == "hello"
+        assert root._client is sub._client and other._client is not root._client
+        shared = root._client
+        await root.aclose()
+        assert not shared.is_closed() and (await sub.complete(USER, max_tokens=5)).text == "hello"
+        await sub.aclose()
+        assert shared.is_closed()
+    finally:
+        for model in (root, sub, other):
+            await model.aclose()
+    assert [r["body"]["model"] for r in openai_server.requests] == ["big", "small", "m", "small"]
+    assert openai_server.requests[2]["headers"]["authorization"] == "Bearer another-key"
+
+
 async def test_a_calls_own_sampling_goes_over_the_specs(
     openai_server: FakeServer, anthropic_server: FakeServer, key: str
 ) -> None:
