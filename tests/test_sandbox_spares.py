@@ -135,3 +135,24 @@ def test_a_refill_left_for_later_starts_at_refill_due_or_the_next_take():
     assert made == ["a", "a", "a", "a"]
     pool.refill_due()  # closed: makes nothing
     assert made == ["a", "a", "a", "a"] and pool._due == set()
+
+
+def test_settle_waits_for_the_spare_being_made():
+    """``settle`` (a benchmark's pause between timed runs) returns once the background
+    make is done, and says ``False`` when its time ran out first."""
+    release = threading.Event()
+
+    def make(spec: str) -> str:
+        release.wait(60)
+        return f"spare of {spec}"
+
+    pool: SparePool[str, str] = SparePool(
+        make, lambda item: None, errors=OSError, what="test", join_s=60.0
+    )
+    assert pool.settle(0.0) is True  # nothing being made
+    pool.prepare("s")
+    assert pool.settle(0.01) is False
+    release.set()
+    assert pool.settle(60.0) is True
+    assert pool.take("s") == "spare of s"
+    pool.close(final=True)

@@ -134,6 +134,16 @@ class SparePool(Generic[S, T]):
         for item in unused:
             self._discard(item)
 
+    def settle(self, timeout_s: float) -> bool:
+        """Wait up to ``timeout_s`` for the spares being made (a benchmark, between timed
+        runs, so that one run's background refill does not land in the next); ``True``
+        when none is being made any more."""
+        with self._lock:
+            launching = list(self._launching.values())
+        for thread in launching:
+            thread.join(timeout_s)
+        return not any(thread.is_alive() for thread in launching)
+
     def forget(self) -> None:
         """In a forked child: the spares are the parent's; forget them and start afresh."""
         self._lock = threading.Lock()
