@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import os
 from pathlib import Path
 from typing import Any
 
@@ -379,7 +380,6 @@ async def test_one_value_bound_to_many_names_cannot_blow_up_the_checkpoint(
 def test_a_killed_writers_temp_file_is_removed_by_the_next_save(tmp_path):
     """Review19: a daemon killed while writing a checkpoint left ``.checkpoint.json.<pid>.tmp``
     (up to 128 MiB) behind for good. The next save removes a dead writer's; a live one's stays."""
-    import os
     import subprocess
     import sys
 
@@ -428,3 +428,66 @@ async def test_a_checkpoint_the_repl_could_not_write_keeps_the_previous_one(mana
     await ws.stop(checkpoint=False, reason="test")
     info = await ws.ensure_started()
     assert info is not None and info["restored"] == ["kept"]
+
+
+@pytest.mark.parametrize(
+    "content",
+    [
+        b"[" * 100_000,  # nested past the decoder's recursion limit
+        b'{"version": 2, "variables": {"a": ' + b"[" * 100_000 + b"]}",
+        b'{"version": 2, "variables": {}, "skipped": {}, "values": null, "pad": "'
+        + b"x" * 2_000
+        + b'"}',
+        b"\xff\xfe not text",
+        b'{"version": 2, "taken_at": {"a": 1}}',
+    ],
+    ids=["deep", "deep inside", "huge", "not utf-8", "bad taken_at"],
+)
+def test_a_corrupt_checkpoint_json_is_set_aside_not_raised(tmp_path, monkeypatch, content):
+    """Review21: a ``checkpoint.json`` nested too deep raised ``RecursionError`` out of
+    ``load`` (every open of the workspace failed, the listing too) and a huge one was read
+    whole into the daemon. Each is now set aside as ``.corrupt`` and ignored."""
+    monkeypatch.setattr(ckpt, "MAX_METADATA_BYTES", 1_000, raising=False)
+    path = tmp_path / "checkpoint.json"
+    path.write_bytes(content)
+    assert ckpt.load(path) is None
+    assert not path.exists() and (tmp_path / "checkpoint.json.corrupt").exists()
+
+
+def test_a_checkpoint_json_over_the_limit_is_not_written(tmp_path, monkeypatch):
+    """What ``load`` would set aside is never written: the previous checkpoint stays."""
+    monkeypatch.setattr(ckpt, "MAX_METADATA_BYTES", 1_000, raising=False)
+    path = tmp_path / "checkpoint.json"
+    ckpt.save(ckpt.Checkpoint(workspace="w", taken_at=1.0, skipped={"a": "x"}), path)
+    many = ckpt.Checkpoint(workspace="w", taken_at=2.0, skipped={f"v{i}": "x" for i in range(200)})
+    with pytest.raises(OSError, match="too large"):
+        ckpt.save(many, path)
+    assert ckpt.load(path).skipped == {"a": "x"}
+
+
+@pytest.mark.parametrize("size", [2**62, 10**30, "fifo"])
+async def test_a_values_reference_with_an_absurd_length_restores_nothing_and_says_why(
+    manager, codebase, size
+):
+    """Review21: ``read_values`` read ``bytes + 1`` from the values file, so a
+    ``checkpoint.json`` claiming 2**62 bytes raised ``MemoryError`` (10**30:
+    ``OverflowError``) out of the restore: the workspace could not be opened at all; a FIFO
+    in place of the values file blocked the restore (and the workspace) for good."""
+    ws = manager.get(codebase)
+    await ws.run_cell("a = 1", timeout_s=30)
+    await ws.checkpoint()
+    await ws.stop(checkpoint=False, reason="test")
+    path = ckpt.checkpoint_path(ws.folder)
+    meta = json.loads(path.read_text())
+    if size == "fifo":
+        values = path.parent / meta["values"]["file"]
+        values.unlink()
+        os.mkfifo(values)
+    else:
+        meta["values"]["bytes"] = size
+        path.write_text(json.dumps(meta))
+    info = await asyncio.wait_for(ws.ensure_started(), 60)
+    assert info is not None and info["restored"] == []
+    assert "changed or cut short" in info["not_restored"]["a"] or (
+        "not a regular file" in info["not_restored"]["a"]
+    )

@@ -36,11 +36,13 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import errno
 import hashlib
 import json
 import logging
 import os
 import re
+import stat
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -59,6 +61,10 @@ MAX_CHECKPOINT_BYTES = 4 * DEFAULT_MAX_VAR_BYTES
 ``max_var_bytes``). Without it, one 30 MB string bound to 20 names (30 MB in the REPL) made
 a 660 MB checkpoint file and the daemon peak at 2.1 GB (review19): model code could fill the
 daemon's memory and the rlmd home past every sandbox limit."""
+
+MAX_METADATA_BYTES = MAX_CHECKPOINT_BYTES + 64 * 1024 * 1024
+"""Longest ``checkpoint.json`` read (or written): a version 1 file holds the values too. A
+longer one is set aside as corrupt rather than read whole into the daemon."""
 
 SAVE_FILE = ".rlmd-checkpoint.json"
 """The kernel writes the values here in its working folder; removed once the host has them."""
@@ -237,6 +243,14 @@ def save(ckpt: Checkpoint, path: Path) -> int:
     elif not ckpt.variables:
         ref = None
     meta = json.dumps(ckpt.to_dict(ref), separators=(",", ":")).encode("utf-8")
+    if len(meta) > MAX_METADATA_BYTES:  # load would set it aside: keep the previous one
+        if ckpt.values is not None and ref is not None:
+            (folder / ref["file"]).unlink(missing_ok=True)
+        raise OSError(
+            errno.EFBIG,
+            f"its description is too large ({len(meta):,} bytes; the limit is "
+            f"{MAX_METADATA_BYTES:,}): too many variables",
+        )
     _write_atomic(path, meta)
     for old in folder.glob("values-*.json"):  # the checkpoint is written: this is tidying
         if ref is None or old.name != ref["file"]:
@@ -286,7 +300,12 @@ def load(path: Path) -> Checkpoint | None:
     ``checkpoint.json.corrupt`` (kept for inspection), logged, and ``None`` returned. A
     version 1 file comes back with its values in memory (:attr:`Checkpoint.values`)."""
     try:
-        raw = json.loads(path.read_text(encoding="utf-8"))
+        with open(path, "rb") as f:
+            text = f.read(MAX_METADATA_BYTES + 1)
+        if len(text) > MAX_METADATA_BYTES:
+            raise ValueError(f"larger than {MAX_METADATA_BYTES:,} bytes")
+        raw = json.loads(text.decode("utf-8"))
+        del text
         if not isinstance(raw, dict) or raw.get("version") not in (1, VERSION):
             raise ValueError(f"unknown checkpoint version {raw.get('version')!r}")
         variables = raw.get("variables") or {}
@@ -311,7 +330,7 @@ def load(path: Path) -> Checkpoint | None:
         return ckpt
     except FileNotFoundError:
         return None
-    except (OSError, ValueError, TypeError, KeyError) as exc:
+    except (OSError, ValueError, TypeError, KeyError, RecursionError) as exc:  # nested too deep
         log.warning("checkpoint %s is unreadable (%s); ignoring it", path, exc)
         try:
             os.replace(path, path.with_name(path.name + ".corrupt"))
@@ -360,10 +379,19 @@ def read_values(ckpt: Checkpoint) -> bytes:
     ref = ckpt.values_file
     if ref is None:
         return b"{}"
-    with open(ref["file"], "rb") as f:
-        data = f.read(ref["bytes"] + 1)
+    changed = ValueError("its values file was changed or cut short since it was written")
+    # no link followed, and a FIFO found there does not block the open (nor the restore)
+    fd = os.open(ref["file"], os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC)
+    with open(fd, "rb") as f:
+        st = os.fstat(fd)
+        if not stat.S_ISREG(st.st_mode):
+            raise ValueError("its values file is not a regular file")
+        size = st.st_size
+        if size != ref["bytes"]:  # read(bytes + 1) of a forged 2**62: MemoryError
+            raise changed
+        data = f.read(size + 1)
     if len(data) != ref["bytes"] or hashlib.sha256(data).hexdigest() != ref["sha256"]:
-        raise ValueError("its values file was changed or cut short since it was written")
+        raise changed
     return data
 
 
