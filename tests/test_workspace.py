@@ -491,3 +491,39 @@ async def test_a_values_reference_with_an_absurd_length_restores_nothing_and_say
     assert "changed or cut short" in info["not_restored"]["a"] or (
         "not a regular file" in info["not_restored"]["a"]
     )
+
+
+def test_two_saves_of_one_checkpoint_at_once_leave_a_whole_one(tmp_path, monkeypatch):
+    """Review21: a save is a thread the event loop does not wait for once its caller is
+    cancelled (a task cancelled while checkpointing), so the next holder's save could run at
+    the same time. The later one deleted every values file but its own, the first one's
+    included, and the first then pointed ``checkpoint.json`` at it: no checkpoint was left.
+    Saves of one folder now take turns."""
+    import threading
+
+    path = tmp_path / "checkpoint.json"
+    paused, go = threading.Event(), threading.Event()
+    write = ckpt._write_atomic
+
+    def slow_first(target, data):
+        write(target, data)
+        if data == b'{"a":1}':  # the first save, its values written
+            paused.set()
+            go.wait(30)
+
+    monkeypatch.setattr(ckpt, "_write_atomic", slow_first)
+    info = {"type": "int", "size": None, "preview": "1", "bytes": 1}
+    first = ckpt.Checkpoint("w", 1.0, {"a": info}, values=b'{"a":1}')
+    second = ckpt.Checkpoint("w", 2.0, {"b": info}, values=b'{"b":2}')
+    one = threading.Thread(target=ckpt.save, args=(first, path))
+    one.start()
+    assert paused.wait(30)
+    two = threading.Thread(target=ckpt.save, args=(second, path))
+    two.start()
+    two.join(1)  # done at once before (racing), waiting its turn now
+    go.set()
+    one.join(30)
+    two.join(30)
+    back = ckpt.load(path)
+    assert back is not None and back.taken_at == 2.0
+    assert ckpt.read_values(back) == b'{"b":2}'

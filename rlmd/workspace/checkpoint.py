@@ -43,6 +43,7 @@ import logging
 import os
 import re
 import stat
+import threading
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -219,6 +220,18 @@ def _clean_info(info: Any) -> dict[str, Any] | None:
     }
 
 
+_folder_locks: dict[str, threading.Lock] = {}
+_folder_locks_lock = threading.Lock()
+
+
+def _turn(folder: Path) -> threading.Lock:
+    """The lock that makes writes to one checkpoint folder take turns: a save runs in a
+    thread that goes on after its caller is cancelled (a task cancelled while it
+    checkpoints), so the next holder's save or a reset could otherwise run beside it."""
+    with _folder_locks_lock:
+        return _folder_locks.setdefault(str(folder), threading.Lock())
+
+
 def save(ckpt: Checkpoint, path: Path) -> int:
     """Write ``ckpt`` to ``path`` (``checkpoint.json``) and its values beside it; returns the
     bytes of both. Each file is written atomically with mode 0600, the values first; values
@@ -231,6 +244,11 @@ def save(ckpt: Checkpoint, path: Path) -> int:
     Raises:
         OSError: the folder or a file cannot be written.
     """
+    with _turn(path.parent):
+        return _save(ckpt, path)
+
+
+def _save(ckpt: Checkpoint, path: Path) -> int:
     folder = path.parent
     folder.mkdir(parents=True, exist_ok=True)
     os.chmod(folder, 0o700)
@@ -274,9 +292,10 @@ def _write_atomic(path: Path, data: bytes) -> None:
 def remove(folder: str | Path) -> None:
     """Delete the checkpoint of project ``folder`` (its values included), if any."""
     path = checkpoint_path(folder)
-    path.unlink(missing_ok=True)
-    for values in path.parent.glob("values-*.json"):
-        values.unlink(missing_ok=True)
+    with _turn(path.parent):  # after a save still running, not before it
+        path.unlink(missing_ok=True)
+        for values in path.parent.glob("values-*.json"):
+            values.unlink(missing_ok=True)
 
 
 def _remove_dead_writers_files(folder: Path) -> None:
