@@ -924,3 +924,19 @@ async def test_a_large_codebase_goes_through_a_file_off_the_event_loop(monkeypat
         assert not [f for f in os.listdir(sb.workdir) if f.startswith(".rlmd-context")]
     finally:
         await sb.close()
+
+
+async def test_a_values_file_cannot_bind_reserved_or_private_names(sandbox):
+    """Review21: ``load_vars`` bound any name the host listed with ``set_var``, which sets
+    ``history`` (and a value tool's name) for the host: a ``checkpoint.json`` naming them
+    replaced the REPL's history, and ``_``-names (``__builtins__``) were bound too. A
+    checkpoint only ever holds user variables, so only those are bound back."""
+    await sandbox.set_variable("history", [{"role": "user", "content": "hi"}])
+    data = b'{"history": "forged", "__builtins__": {}, "_hidden": 1, "fine": 2}'
+    await sandbox.upload(".back.json", data)
+    names = ["history", "__builtins__", "_hidden", "fine"]
+    back = await sandbox.load_variables(".back.json", names)
+    assert back["restored"] == ["fine"]
+    assert all("not a user variable" in back["missing"][n] for n in names[:3]), back
+    r = await ok(sandbox, "print(history[0]['content'], fine, len(dir(__builtins__)) > 10)")
+    assert r.stdout == "hi 2 True\n"

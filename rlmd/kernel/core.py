@@ -936,8 +936,14 @@ class Kernel:
         with ``only_missing``, names the REPL defines already are left as they are."""
         names = [n for n in req.get("names") or [] if isinstance(n, str)]
         present = set(self.user_names()) if req.get("only_missing") else set()
-        wanted = [n for n in names if n not in present]
-        return _as_value_error(varfile.load, self.workdir, req.get("path"), wanted, self.set_var)
+        # a checkpoint holds user variables only: set_var would also set history (and a
+        # value tool) for the host, and a _name, from a forged checkpoint
+        refused = [n for n in names if n.startswith("_") or n in self._reserved]
+        wanted = [n for n in names if n not in present and n not in refused]
+        out = _as_value_error(varfile.load, self.workdir, req.get("path"), wanted, self.set_var)
+        for n in refused:
+            out["missing"][n] = "not a user variable (reserved by the REPL or starting with _)"
+        return out
 
     def remove_file(self, req: dict) -> None:
         """``remove_file``: delete a file the kernel wrote in the working folder (a folder
