@@ -527,3 +527,33 @@ def test_two_saves_of_one_checkpoint_at_once_leave_a_whole_one(tmp_path, monkeyp
     back = ckpt.load(path)
     assert back is not None and back.taken_at == 2.0
     assert ckpt.read_values(back) == b'{"b":2}'
+
+
+async def test_a_restore_that_failed_as_a_whole_does_not_let_the_next_checkpoint_drop_it(
+    manager, codebase
+):
+    """Review21: the values go back through a file in the sandbox's folder; when that cannot
+    be written (its folder full, something in the way), nothing was restored after a kernel
+    death, and the checkpoint after the task replaced the good one with what the new kernel
+    held: the variables were gone from both. The next checkpoint now tries the restore
+    again first and, while it fails, keeps the previous checkpoint (and the REPL)."""
+    from rlmd.workspace.manager import CheckpointNotWritten
+
+    ws = manager.get(codebase)
+    await ws.run_cell("kept = 'from the first task'", timeout_s=30)
+    await ws.checkpoint()
+    path = ckpt.checkpoint_path(ws.folder)
+    before = path.read_bytes()
+    crash = f"import os\nos.mkdir({ckpt.RESTORE_FILE!r})\nos.mkdir('{ckpt.RESTORE_FILE}/x')\n"
+    r = await ws.run_cell(crash + "os._exit(3)", timeout_s=30)
+    assert r.kernel_restarted
+    assert "kept" in ws.last_restore["not_restored"]
+    await ws.run_cell("made = 'after the restart'", timeout_s=30)
+    with pytest.raises(CheckpointNotWritten, match="previous checkpoint is kept"):
+        await ws.checkpoint()
+    assert path.read_bytes() == before
+    await ws.run_cell(f"import shutil\nshutil.rmtree({ckpt.RESTORE_FILE!r})", timeout_s=30)
+    saved = await ws.checkpoint()  # restored first, then written with both
+    assert saved is not None and saved["variables"] == ["kept", "made"]
+    back = await ws.run_cell("print(kept, made)", timeout_s=30)
+    assert back.stdout == "from the first task after the restart\n"

@@ -416,7 +416,7 @@ def read_values(ckpt: Checkpoint) -> bytes:
 
 async def restore(
     sandbox: Sandbox, ckpt: Checkpoint, *, only_missing: bool = False
-) -> tuple[list[str], dict[str, str]]:
+) -> tuple[list[str], dict[str, str], str | None]:
     """Bind the checkpoint's variables in a started sandbox: the values file's bytes go to
     :data:`RESTORE_FILE` in its working folder, the kernel decodes and binds them.
 
@@ -425,9 +425,12 @@ async def restore(
             middle of a task, when the task may have made new values since).
 
     Returns:
-        ``(restored names, {name: why it was not restored})``; the second dict holds the
+        ``(restored names, {name: why it was not restored}, blocked)``; the dict holds the
         checkpoint's ``skipped`` entries plus any variable that could not be set (all of
-        them, with the reason, when the values file is unreadable or the kernel refused it).
+        them, with the reason, when the values file is unreadable or the kernel refused it);
+        ``blocked`` says why the values file could not be put in the sandbox's folder (full,
+        something in the way), else ``None``: then the checkpoint is whole and a restore
+        later may work (a checkpoint written meanwhile would lose its variables).
 
     Raises:
         SandboxError: the sandbox failed.
@@ -435,18 +438,23 @@ async def restore(
     missing = dict(ckpt.skipped)
     names = list(ckpt.variables)
     if not names:
-        return [], missing
+        return [], missing, None
+    blocked = None
     try:
         data = await asyncio.to_thread(read_values, ckpt)
-        await sandbox.upload(RESTORE_FILE, data)
+        try:
+            await sandbox.upload(RESTORE_FILE, data)
+        except (ValueError, TypeError, KeyError, OSError) as exc:
+            blocked = f"{RESTORE_FILE} could not be written in the sandbox's folder: {exc}"
+            raise
         out = await sandbox.load_variables(RESTORE_FILE, names, only_missing=only_missing)
     except (ValueError, TypeError, KeyError, OSError) as exc:
         with contextlib.suppress(ValueError, TypeError, KeyError, OSError):
             await sandbox.remove_file(RESTORE_FILE)
         present = {v.name for v in await sandbox.list_variables()} if only_missing else set()
-        why = f"could not be set again: {exc}"[:300]
+        why = f"could not be set again: {blocked or exc}"[:300]
         missing.update({name: why for name in names if name not in present})
-        return [], missing
+        return [], missing, blocked and blocked[:300]
     wanted = set(names)
     said = out.get("restored") if isinstance(out, dict) else None
     said = said if isinstance(said, list) else []
@@ -454,4 +462,4 @@ async def restore(
     refused = out.get("missing") if isinstance(out, dict) else None
     if isinstance(refused, dict):
         missing.update({n: str(why)[:300] for n, why in refused.items() if n in wanted})
-    return restored, missing
+    return restored, missing, None

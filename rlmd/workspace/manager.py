@@ -155,6 +155,9 @@ class Workspace:
         self.last_restore: RestoreInfo | None = None
         self.kernel_restarts = 0
         self._restarts_seen = 0
+        # a checkpoint whose values could not be put back in the sandbox (its folder full):
+        # restored before the next checkpoint, which must not replace it meanwhile
+        self._unrestored: ckpt_mod.Checkpoint | None = None
         self._loading: threading.Event | None = None  # set: the codebase load stops
         self._stop_loads = False  # a close is coming: a load that starts now stops at once
 
@@ -271,7 +274,8 @@ class Workspace:
         }
         saved = await asyncio.to_thread(ckpt_mod.load, ckpt_mod.checkpoint_path(self.folder))
         if saved is not None:
-            restored, missing = await ckpt_mod.restore(sandbox, saved)
+            restored, missing, blocked = await ckpt_mod.restore(sandbox, saved)
+            self._unrestored = saved if blocked else None
             info["restored"], info["not_restored"] = restored, missing
             info["checkpoint_taken_at"] = saved.taken_at
             self.last_restore = {"at": time.time(), **info}
@@ -347,6 +351,7 @@ class Workspace:
         """
         if self.sandbox is None:
             return None
+        await self._restore_unrestored()
         try:
             saved = await ckpt_mod.take(
                 self.sandbox, self.folder, max_var_bytes=self.settings.max_var_bytes
@@ -370,6 +375,30 @@ class Workspace:
         }
         self._emit("checkpointed", **self.last_checkpoint)
         return self.last_checkpoint
+
+    async def _restore_unrestored(self) -> None:
+        """Put back the variables of a checkpoint whose values could not reach the sandbox
+        (only those the REPL lacks), so the checkpoint about to be written holds them.
+
+        Raises:
+            CheckpointNotWritten: still blocked; the previous checkpoint must stay.
+            SandboxError: the sandbox failed.
+        """
+        saved = self._unrestored
+        if saved is None or self.sandbox is None:
+            return
+        restored, missing, blocked = await ckpt_mod.restore(self.sandbox, saved, only_missing=True)
+        if blocked:
+            raise CheckpointNotWritten(
+                "the checkpoint was not written: the previous checkpoint's variables are not "
+                f"back in the REPL ({blocked}); the previous checkpoint is kept (reset the "
+                "workspace to discard it)"
+            )
+        self._unrestored = None
+        self.last_restore = {"at": time.time(), "restored": restored, "not_restored": missing}
+        self._emit("restored", restored=restored, not_restored=missing, after="a blocked restore")
+        if restored:
+            self.pending_notes.append(_restore_note(saved.taken_at, restored, missing))
 
     async def stop(self, *, checkpoint: bool, reason: str, keep_unsaved: bool = False) -> None:
         """Stop the sandbox (after a checkpoint if ``checkpoint``).
@@ -399,6 +428,7 @@ class Workspace:
             if problem:
                 log.warning("workspace %s: %s", self.folder, problem)
         sandbox, self.sandbox, self.context = self.sandbox, None, None
+        self._unrestored = None  # the next start restores from the file again
         await asyncio.shield(sandbox.close())
         self.state = WorkspaceState.STOPPED
         self._emit("stopped", reason=reason, checkpoint_error=problem)
@@ -503,7 +533,10 @@ class Workspace:
                 "there was no checkpoint to restore variables from."
             )
         else:
-            restored, missing = await ckpt_mod.restore(self.sandbox, saved, only_missing=True)
+            restored, missing, blocked = await ckpt_mod.restore(
+                self.sandbox, saved, only_missing=True
+            )
+            self._unrestored = saved if blocked else None
             self.last_restore = {"at": time.time(), "restored": restored, "not_restored": missing}
             self._emit("restored", restored=restored, not_restored=missing, after=during)
             note = f"The REPL process died during {during} and was restarted. " + _restore_note(
