@@ -458,11 +458,14 @@ def test_a_checkpoint_json_over_the_limit_is_not_written(tmp_path, monkeypatch):
     """What ``load`` would set aside is never written: the previous checkpoint stays."""
     monkeypatch.setattr(ckpt, "MAX_METADATA_BYTES", 1_000, raising=False)
     path = tmp_path / "checkpoint.json"
-    ckpt.save(ckpt.Checkpoint(workspace="w", taken_at=1.0, skipped={"a": "x"}), path)
-    many = ckpt.Checkpoint(workspace="w", taken_at=2.0, skipped={f"v{i}": "x" for i in range(200)})
+    info = {"type": "int", "size": None, "preview": "1", "bytes": 1}
+    ckpt.save(ckpt.Checkpoint("w", 1.0, {"a": info}, {"b": "x"}, values=b'{"a":1}'), path)
+    skipped = {f"v{i}": "x" for i in range(200)}
+    many = ckpt.Checkpoint("w", 2.0, {"a": info}, skipped, values=b'{"a":1}')  # same values
     with pytest.raises(OSError, match="too large"):
         ckpt.save(many, path)
-    assert ckpt.load(path).skipped == {"a": "x"}
+    assert ckpt.load(path).skipped == {"b": "x"}
+    assert ckpt.read_values(ckpt.load(path)) == b'{"a":1}'
 
 
 @pytest.mark.parametrize("size", [2**62, 10**30, "fifo"])
@@ -557,3 +560,27 @@ async def test_a_restore_that_failed_as_a_whole_does_not_let_the_next_checkpoint
     assert saved is not None and saved["variables"] == ["kept", "made"]
     back = await ws.run_cell("print(kept, made)", timeout_s=30)
     assert back.stdout == "from the first task after the restart\n"
+
+
+def test_a_save_that_fails_after_its_values_file_leaves_no_orphan(tmp_path, monkeypatch):
+    """Review21: when ``checkpoint.json`` could not be written (a full rlmd home) after the
+    new values file was, that file (up to 128 MiB) stayed, unreferenced, on the full disk:
+    each retry then needed room for a second copy. It is removed; the previous one stays."""
+    path = tmp_path / "checkpoint.json"
+    info = {"type": "int", "size": None, "preview": "1", "bytes": 1}
+    ckpt.save(ckpt.Checkpoint("w", 1.0, {"a": info}, values=b'{"a":1}'), path)
+    before = sorted(p.name for p in tmp_path.iterdir())
+    write = ckpt._write_atomic
+
+    def full(target, data):
+        if target.name == "checkpoint.json":
+            raise OSError(28, "No space left on device")
+        write(target, data)
+
+    monkeypatch.setattr(ckpt, "_write_atomic", full)
+    with pytest.raises(OSError, match="No space"):
+        ckpt.save(ckpt.Checkpoint("w", 2.0, {"b": info}, values=b'{"b":2}'), path)
+    with pytest.raises(OSError, match="No space"):  # the same values again: kept, not lost
+        ckpt.save(ckpt.Checkpoint("w", 2.0, {"a": info}, values=b'{"a":1}'), path)
+    assert sorted(p.name for p in tmp_path.iterdir()) == before
+    assert ckpt.read_values(ckpt.load(path)) == b'{"a":1}'

@@ -257,19 +257,26 @@ def _save(ckpt: Checkpoint, path: Path) -> int:
     if ckpt.values is not None:
         digest = hashlib.sha256(ckpt.values).hexdigest()
         ref = {"file": f"values-{digest[:16]}.json", "bytes": len(ckpt.values), "sha256": digest}
-        _write_atomic(folder / ref["file"], ckpt.values)
     elif not ckpt.variables:
         ref = None
     meta = json.dumps(ckpt.to_dict(ref), separators=(",", ":")).encode("utf-8")
     if len(meta) > MAX_METADATA_BYTES:  # load would set it aside: keep the previous one
-        if ckpt.values is not None and ref is not None:
-            (folder / ref["file"]).unlink(missing_ok=True)
         raise OSError(
             errno.EFBIG,
             f"its description is too large ({len(meta):,} bytes; the limit is "
             f"{MAX_METADATA_BYTES:,}): too many variables",
         )
-    _write_atomic(path, meta)
+    fresh = None  # a values file this save adds: removed if checkpoint.json is not written
+    if ckpt.values is not None and ref is not None:
+        target = folder / ref["file"]
+        fresh = None if os.path.lexists(target) else target  # else: the previous one's
+        _write_atomic(target, ckpt.values)
+    try:
+        _write_atomic(path, meta)
+    except BaseException:  # a full disk: an orphan would keep it full for every retry
+        if fresh is not None:
+            fresh.unlink(missing_ok=True)
+        raise
     for old in folder.glob("values-*.json"):  # the checkpoint is written: this is tidying
         if ref is None or old.name != ref["file"]:
             with contextlib.suppress(OSError):
