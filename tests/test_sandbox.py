@@ -940,3 +940,15 @@ async def test_a_values_file_cannot_bind_reserved_or_private_names(sandbox):
     assert all("not a user variable" in back["missing"][n] for n in names[:3]), back
     r = await ok(sandbox, "print(history[0]['content'], fine, len(dir(__builtins__)) > 10)")
     assert r.stdout == "hi 2 True\n"
+
+
+async def test_a_fifo_where_the_kernel_reads_variables_is_refused_not_waited_on(sandbox):
+    """Review21: ``load_vars`` opened the file without ``O_NONBLOCK``: a FIFO that model code
+    (a thread of its own) put there after the host's upload blocked the kernel until the
+    operation timed out and the kernel was killed with every variable."""
+    if sandbox.kind == "inprocess":
+        pytest.skip("the in-process REPL runs in the host's folder, not its working folder")
+    await ok(sandbox, "import os\nos.mkfifo('.back.json')\nkeep = 1")
+    with pytest.raises(ValueError, match="not a regular file"):
+        await asyncio.wait_for(sandbox.load_variables(".back.json", ["keep"]), 20)
+    assert (await ok(sandbox, "print(keep)")).stdout == "1\n"

@@ -128,10 +128,15 @@ def load(workdir: str, name: object, names: list[str], bind: Any) -> dict[str, A
     """
     import json  # here: not imported at every kernel start
 
+    import stat
+
     path = file_in(workdir, name)
     try:
-        fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_CLOEXEC)
+        # no link followed; a FIFO put there does not block the open (nor the kernel)
+        fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC)
         with open(fd, encoding="utf-8") as f:
+            if not stat.S_ISREG(os.fstat(fd).st_mode):
+                raise ValueError(f"{name} is not a regular file")
             values = json.load(f)
     finally:
         try:
