@@ -15,6 +15,7 @@ REPL's own variables.
 from __future__ import annotations
 
 import os
+import stat
 
 TYPE_CHECKING = False
 if TYPE_CHECKING:
@@ -127,8 +128,6 @@ def load(workdir: str, name: object, names: list[str], bind: Any) -> dict[str, A
         ValueError: a bad ``name``, or the file is not a JSON object. OSError: unreadable.
     """
     import json  # here: not imported at every kernel start
-
-    import stat
 
     path = file_in(workdir, name)
     try:
