@@ -584,3 +584,40 @@ def test_a_save_that_fails_after_its_values_file_leaves_no_orphan(tmp_path, monk
         ckpt.save(ckpt.Checkpoint("w", 2.0, {"a": info}, values=b'{"a":1}'), path)
     assert sorted(p.name for p in tmp_path.iterdir()) == before
     assert ckpt.read_values(ckpt.load(path)) == b'{"a":1}'
+
+
+@pytest.mark.parametrize("failure", ["sandbox", "cancelled"])
+async def test_a_restore_that_fails_with_the_sandbox_stops_the_start_and_keeps_the_checkpoint(
+    manager, codebase, monkeypatch, failure
+):
+    """Review21: the restore ran after the workspace took the sandbox, so one that failed
+    with it (the kernel killed while decoding the values: "load_vars failed ... restarted")
+    or was cancelled left the workspace "starting" for good with a REPL lacking the
+    variables, and its next checkpoint (at the latest the daemon's shutdown) replaced the
+    checkpoint that had them. The start now fails and stops; the checkpoint stays."""
+    from rlmd.sandbox.base import SandboxError
+
+    ws = manager.get(codebase)
+    await ws.run_cell("a = 1", timeout_s=30)
+    await ws.checkpoint()
+    await ws.stop(checkpoint=False, reason="test")
+    path = ckpt.checkpoint_path(ws.folder)
+    before = path.read_bytes()
+    restore = ckpt.restore
+
+    async def broken(*args, **kwargs):
+        if failure == "cancelled":
+            raise asyncio.CancelledError
+        raise SandboxError("load_vars failed: the kernel died; the kernel was restarted")
+
+    monkeypatch.setattr(ckpt, "restore", broken)
+    with pytest.raises(SandboxError if failure == "sandbox" else asyncio.CancelledError) as e:
+        await ws.ensure_started()
+    if failure == "sandbox":
+        assert "checkpoint's variables could not be restored: load_vars failed" in str(e.value)
+    assert ws.state is WorkspaceState.STOPPED and ws.sandbox is None
+    await manager.shutdown()  # checkpoints every running workspace: none
+    assert path.read_bytes() == before
+    monkeypatch.setattr(ckpt, "restore", restore)
+    info = await manager.get(codebase).ensure_started()
+    assert info is not None and info["restored"] == ["a"]

@@ -252,10 +252,28 @@ class Workspace:
             if gap:
                 log.warning("workspace %s: %s", self.folder, gap)
             sandbox.warm()
+            restoring = False
             try:
                 ctx = await self._load()
                 await sandbox.start(_no_calls)
                 await sandbox.load_context(ctx.value, codebase=True)
+                path = ckpt_mod.checkpoint_path(self.folder)
+                saved = await asyncio.to_thread(ckpt_mod.load, path)
+                # here: a restore that fails with the sandbox (its kernel killed while it
+                # decodes the values) or is cancelled left the workspace "starting" with a
+                # running REPL whose next checkpoint replaced the one not restored
+                blocked: str | None = None
+                if saved is not None:
+                    restoring = True
+                    restored, missing, blocked = await ckpt_mod.restore(sandbox, saved)
+            except SandboxError as exc:
+                await asyncio.shield(sandbox.close())
+                if restoring:
+                    raise SandboxError(
+                        f"the checkpoint's variables could not be restored: {exc} (it is "
+                        "kept; reset the workspace to start without it)"
+                    ) from exc
+                raise
             except BaseException:
                 await asyncio.shield(sandbox.close())
                 raise
@@ -272,9 +290,7 @@ class Workspace:
             "not_restored": {},
             "checkpoint_taken_at": None,
         }
-        saved = await asyncio.to_thread(ckpt_mod.load, ckpt_mod.checkpoint_path(self.folder))
         if saved is not None:
-            restored, missing, blocked = await ckpt_mod.restore(sandbox, saved)
             self._unrestored = saved if blocked else None
             info["restored"], info["not_restored"] = restored, missing
             info["checkpoint_taken_at"] = saved.taken_at
