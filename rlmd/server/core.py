@@ -11,6 +11,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import os
+import threading
 import time
 from dataclasses import dataclass
 from pathlib import Path
@@ -71,6 +72,14 @@ class DaemonOptions:
         return max(0.2, min(30.0, self.idle_timeout_s / 4))
 
 
+def _import_engine() -> None:
+    """Import what a run uses, in a thread: done by the first task on the event loop, it
+    held every client up (a 27-35 ms callback in ``bench/daemon_load.py --big-only
+    --slow-callbacks``, session 21). A thread's import lets the loop run every 5 ms (the
+    GIL's switch interval)."""
+    import rlmd.engine.loop  # noqa: F401
+
+
 class DaemonCore:
     """Everything the commands act on (see the module docstring)."""
 
@@ -106,10 +115,12 @@ class DaemonCore:
     # -- life cycle -----------------------------------------------------------------------
 
     def start(self) -> None:
-        """Start background work (the idle sweeper). Call from the running loop."""
+        """Start background work (the idle sweeper, the engine's import). Call from the
+        running loop."""
         self._sweeper = asyncio.get_running_loop().create_task(
             self.workspaces.run_sweeper(self.options.sweep_every()), name="idle-sweeper"
         )
+        threading.Thread(target=_import_engine, name="rlmd-import-engine", daemon=True).start()
 
     async def shutdown(self) -> None:
         """Cancel live tasks (recorded as cancelled), checkpoint and stop every workspace,
