@@ -621,3 +621,27 @@ async def test_a_restore_that_fails_with_the_sandbox_stops_the_start_and_keeps_t
     monkeypatch.setattr(ckpt, "restore", restore)
     info = await manager.get(codebase).ensure_started()
     assert info is not None and info["restored"] == ["a"]
+
+
+@pytest.mark.parametrize("kind", ["fifo", "symlink"])
+def test_a_fifo_or_link_at_checkpoint_json_is_set_aside_not_waited_on(tmp_path, kind):
+    """Review21: ``load`` opened ``checkpoint.json`` blocking and following links: a FIFO
+    there blocked the workspace's open (its worker thread) for good; a link made the daemon
+    read whatever it points at. Both are now set aside like any unreadable file."""
+    import threading
+
+    path = tmp_path / "checkpoint.json"
+    target = tmp_path / "elsewhere.json"
+    target.write_text('{"version": 2, "workspace": "w", "variables": {}, "skipped": {}}')
+    if kind == "fifo":
+        os.mkfifo(path)
+    else:
+        path.symlink_to(target)
+    got: list[Any] = []
+    reader = threading.Thread(target=lambda: got.append(ckpt.load(path)), daemon=True)
+    reader.start()
+    reader.join(20)
+    if reader.is_alive():  # let the old code's reader go
+        os.close(os.open(path, os.O_WRONLY | os.O_NONBLOCK))
+    assert got == [None]
+    assert (tmp_path / "checkpoint.json.corrupt").exists() and target.exists()

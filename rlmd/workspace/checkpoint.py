@@ -326,7 +326,11 @@ def load(path: Path) -> Checkpoint | None:
     ``checkpoint.json.corrupt`` (kept for inspection), logged, and ``None`` returned. A
     version 1 file comes back with its values in memory (:attr:`Checkpoint.values`)."""
     try:
-        with open(path, "rb") as f:
+        # no link followed, and a FIFO there does not block the open (nor the workspace)
+        fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC)
+        with open(fd, "rb") as f:
+            if not stat.S_ISREG(os.fstat(fd).st_mode):
+                raise ValueError("not a regular file")
             text = f.read(MAX_METADATA_BYTES + 1)
         if len(text) > MAX_METADATA_BYTES:
             raise ValueError(f"larger than {MAX_METADATA_BYTES:,} bytes")
