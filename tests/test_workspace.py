@@ -645,3 +645,23 @@ def test_a_fifo_or_link_at_checkpoint_json_is_set_aside_not_waited_on(tmp_path, 
         os.close(os.open(path, os.O_WRONLY | os.O_NONBLOCK))
     assert got == [None]
     assert (tmp_path / "checkpoint.json.corrupt").exists() and target.exists()
+
+
+@pytest.mark.parametrize("taken_at", ["1e300", "NaN", "-Infinity"])
+async def test_a_checkpoint_with_an_impossible_time_still_restores(manager, codebase, taken_at):
+    """Review21: ``taken_at`` was any float: 1e300 or NaN made the restore note's
+    ``time.localtime`` raise (``OverflowError``/``ValueError``) after the sandbox had started,
+    so the open failed and the workspace stayed "starting", and the value is not JSON a
+    client can read. An impossible time now reads as 0."""
+    ws = manager.get(codebase)
+    await ws.run_cell("a = 1", timeout_s=30)
+    await ws.checkpoint()
+    await ws.stop(checkpoint=False, reason="test")
+    path = ckpt.checkpoint_path(ws.folder)
+    meta = json.loads(path.read_text())
+    path.write_text(
+        json.dumps(meta).replace(f'"taken_at": {meta["taken_at"]}', f'"taken_at": {taken_at}')
+    )
+    info = await ws.ensure_started()
+    assert info is not None and info["restored"] == ["a"] and info["checkpoint_taken_at"] == 0.0
+    assert ws.state is WorkspaceState.READY

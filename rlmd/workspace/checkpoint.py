@@ -40,6 +40,7 @@ import errno
 import hashlib
 import json
 import logging
+import math
 import os
 import re
 import stat
@@ -344,7 +345,7 @@ def load(path: Path) -> Checkpoint | None:
             raise ValueError("variables/skipped must be objects")
         ckpt = Checkpoint(
             workspace=str(raw.get("workspace") or ""),
-            taken_at=float(raw.get("taken_at") or 0.0),
+            taken_at=_time(raw.get("taken_at")),
             skipped={str(k): str(v) for k, v in skipped.items()},
         )
         if raw["version"] == 1:  # the values themselves: encode them as a kernel would
@@ -367,6 +368,13 @@ def load(path: Path) -> Checkpoint | None:
         except OSError:
             pass
         return None
+
+
+def _time(value: Any) -> float:
+    """``taken_at`` as read: a time ``time.localtime`` can show (and JSON can carry), else 0
+    (1e300 or NaN raised out of the restore's note after the sandbox had started)."""
+    t = float(value or 0.0)
+    return t if math.isfinite(t) and 0 <= t < 2**40 else 0.0
 
 
 def _info_of(value: Any) -> dict[str, Any]:
