@@ -145,6 +145,26 @@ async def test_models_on_one_server_share_one_client_until_the_last_closes(
     assert openai_server.requests[2]["headers"]["authorization"] == "Bearer another-key"
 
 
+async def test_anthropic_models_on_one_server_share_one_client_too(
+    anthropic_server: FakeServer, key: str
+) -> None:
+    root = AnthropicModel(anthropic_spec(anthropic_server, name="root", model="big"))
+    sub = AnthropicModel(anthropic_spec(anthropic_server, name="sub", model="small"))
+    try:
+        for model in (root, sub):
+            assert (await model.complete(USER, max_tokens=5)).text == "hello"
+        assert root._client is sub._client
+        shared = root._client
+        await root.aclose()
+        assert not shared.is_closed() and (await sub.complete(USER, max_tokens=5)).text == "hello"
+        await sub.aclose()
+        assert shared.is_closed()
+    finally:
+        await root.aclose()
+        await sub.aclose()
+    assert [r["body"]["model"] for r in anthropic_server.requests] == ["big", "small", "small"]
+
+
 async def test_a_calls_own_sampling_goes_over_the_specs(
     openai_server: FakeServer, anthropic_server: FakeServer, key: str
 ) -> None:

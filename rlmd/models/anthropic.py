@@ -17,6 +17,7 @@ import os
 import time
 from typing import Any
 
+from rlmd.models import clients
 from rlmd.models.base import (
     Completion,
     EmptyReply,
@@ -91,14 +92,16 @@ class AnthropicModel(Model):
         if not key:
             raise ModelNotAvailable(f"{self.name}: set {self.key_env}")
         if self._client is None:
-            import anthropic
+            base_url, timeout = self.spec.base_url, self.spec.timeout_s
 
-            self._client = anthropic.AsyncAnthropic(
-                api_key=key,
-                base_url=self.spec.base_url,
-                timeout=self.spec.timeout_s,
-                max_retries=0,
-            )
+            def make() -> Any:
+                import anthropic
+
+                return anthropic.AsyncAnthropic(
+                    api_key=key, base_url=base_url, timeout=timeout, max_retries=0
+                )
+
+            self._client = clients.acquire(("anthropic", key, base_url, timeout), make)
         return self._client, key
 
     async def _complete(
@@ -175,7 +178,7 @@ class AnthropicModel(Model):
         )
 
     async def aclose(self) -> None:
-        """Close the HTTP client."""
+        """Let go of the HTTP client (closed once no model of this loop uses it)."""
         if self._client is not None:
             client, self._client = self._client, None
-            await client.close()
+            await clients.release(client)

@@ -29,13 +29,12 @@ Retries, timeouts and error redaction: :mod:`rlmd.models.retry`.
 
 from __future__ import annotations
 
-import asyncio
 import json
 import os
 import time
-import weakref
 from typing import Any
 
+from rlmd.models import clients
 from rlmd.models.base import (
     Completion,
     EmptyReply,
@@ -99,7 +98,16 @@ class OpenAIModel(Model):
             key = self._api_key()
             if key is None:
                 raise ModelNotAvailable(f"{self.name}: set {self.key_env}")
-            self._client = _CLIENTS.acquire(key, self.spec.base_url, self.spec.timeout_s)
+            base_url, timeout = self.spec.base_url, self.spec.timeout_s
+
+            def make() -> Any:
+                import openai
+
+                return openai.AsyncOpenAI(
+                    api_key=key, base_url=base_url, timeout=timeout, max_retries=0
+                )
+
+            self._client = clients.acquire(("openai", key, base_url, timeout), make)
         return self._client
 
     async def _complete(
@@ -182,50 +190,7 @@ class OpenAIModel(Model):
         """Let go of the HTTP client (closed once no model of this loop uses it)."""
         if self._client is not None:
             client, self._client = self._client, None
-            await _CLIENTS.release(client)
-
-
-class _SharedClients:
-    """One ``AsyncOpenAI`` per event loop, key, server and timeout, shared by the models that
-    use it (a root and its sub-model on one server, the common case) and closed with the last
-    of them. Making one costs ~47 ms (httpx loads the CA store; openai 3.60, session 21),
-    which a one-off run paid once per model. The model name is a per-request field, so one
-    client serves them all; a client never crosses event loops (its connections belong to
-    one)."""
-
-    def __init__(self) -> None:
-        self._by_loop: weakref.WeakKeyDictionary[Any, dict[tuple[Any, ...], list[Any]]] = (
-            weakref.WeakKeyDictionary()
-        )
-
-    def acquire(self, key: str, base_url: str | None, timeout_s: float) -> Any:
-        """The client for these settings on the running loop (made if needed), counted."""
-        import openai
-
-        clients = self._by_loop.setdefault(asyncio.get_running_loop(), {})
-        entry = clients.get((key, base_url, timeout_s))
-        if entry is None:
-            client = openai.AsyncOpenAI(
-                api_key=key, base_url=base_url, timeout=timeout_s, max_retries=0
-            )
-            entry = clients[(key, base_url, timeout_s)] = [client, 0]
-        entry[1] += 1
-        return entry[0]
-
-    async def release(self, client: Any) -> None:
-        """One user fewer; the last one closes it."""
-        for clients in list(self._by_loop.values()):
-            for settings, entry in list(clients.items()):
-                if entry[0] is client:
-                    entry[1] -= 1
-                    if entry[1] > 0:
-                        return
-                    del clients[settings]
-                    break
-        await client.close()
-
-
-_CLIENTS = _SharedClients()
+            await clients.release(client)
 
 
 def _is_json(response: Any) -> bool:
