@@ -1,9 +1,9 @@
 """Daemon stall while a workspace checkpoints and restores large variables (issue 16 item 2).
 
-Run: ``.venv/bin/python bench/checkpoint_stall.py [--mb 90] [--rows 300000]`` (under a
+Run: ``.venv/bin/python bench/checkpoint_stall.py [--mb 40] [--rows 300000]`` (under a
 minute on 2 cores). Starts a real ``rlmd serve`` on its own socket and home, opens a workspace
 on a one-file project, makes large REPL variables with ``rlmd.workspace.exec`` (two strings
-of ``--mb``/3 MB each and ``--rows`` small dicts), then sends ``rlmd.health`` every 20 ms
+of ``--mb``/2 MB each and ``--rows`` small dicts), then sends ``rlmd.health`` every 20 ms
 from a second client while the first one
 
 1. **closes** the workspace with a checkpoint (the kernel encodes the variables, the daemon
@@ -42,7 +42,7 @@ HEALTH_TARGET_MS = 50.0
 
 
 def make_code(mb: int, rows: int) -> str:
-    each = mb * 1_000_000 // 3
+    each = mb * 1_000_000 // 2
     return (
         f"a = 'x' * {each}\nb = 'y' * {each}\n"
         f"rows = [{{'id': i, 'name': 'n%d' % i}} for i in range({rows})]\n"
@@ -138,7 +138,7 @@ async def main_async(args) -> int:
             "rlmd.workspace.exec",
             {**ws, "code": "print(len(a), len(b), len(rows), rows[-1]['name'])"},
         )
-        each = args.mb * 1_000_000 // 3
+        each = args.mb * 1_000_000 // 2
         came_back = check["stdout"] == f"{each} {each} {args.rows} n{args.rows - 1}\n"
         hwm = peak_rss_mib(proc.pid)
         await c.close()
@@ -185,7 +185,7 @@ async def main_async(args) -> int:
 
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--mb", type=int, default=60, help="MB of strings in two variables")
+    ap.add_argument("--mb", type=int, default=40, help="MB of text in two string variables")
     ap.add_argument("--rows", type=int, default=300_000, help="small dicts in one list")
     ap.add_argument("--daemon-root", help="run the daemon from this checkout's rlmd package")
     return asyncio.run(main_async(ap.parse_args()))
