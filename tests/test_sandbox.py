@@ -952,3 +952,28 @@ async def test_a_fifo_where_the_kernel_reads_variables_is_refused_not_waited_on(
     with pytest.raises(ValueError, match="not a regular file"):
         await asyncio.wait_for(sandbox.load_variables(".back.json", ["keep"]), 20)
     assert (await ok(sandbox, "print(keep)")).stdout == "1\n"
+
+
+async def test_a_cloud_download_over_max_bytes_is_refused_before_it_is_read(sandbox, monkeypatch):
+    """Review21: the providers' APIs read a file whole, so ``max_bytes`` was checked only
+    after the whole file was in the daemon's memory: model code that wrote gigabytes where
+    the kernel saves the variables (its VM's disk is not capped by rlmd) filled the daemon.
+    The file's size is now checked in the VM first."""
+    transport = getattr(sandbox, "transport", None)
+    if not hasattr(transport, "provider"):
+        pytest.skip(f"{sandbox.kind}: not a cloud VM")
+    await ok(sandbox, "open('big.bin', 'wb').write(b'x' * 5000)")
+    reads = []
+    read_file = transport.provider.read_file
+
+    async def counted(path):
+        reads.append(path)
+        return await read_file(path)
+
+    monkeypatch.setattr(transport.provider, "read_file", counted)
+    with pytest.raises(ValueError, match="larger than the 4,999 bytes allowed"):
+        await sandbox.download("big.bin", max_bytes=4999)
+    assert reads == []
+    assert await sandbox.download("big.bin", max_bytes=5000) == b"x" * 5000
+    with pytest.raises(FileNotFoundError):
+        await sandbox.download("none.bin", max_bytes=5000)

@@ -224,6 +224,12 @@ class CloudKernel(KernelHandle):
         return Death(how)
 
 
+_TOO_LARGE = 3
+_SIZE_CHECK = '[ -f "$1" ] || exit 0; n=$(wc -c < "$1") || exit 0; [ "$n" -le "$2" ] || exit 3'
+"""Exit status 3 when the regular file ``$1`` in the VM is longer than ``$2`` bytes (run
+before a bounded download; anything else is left to the read)."""
+
+
 class CloudTransport(Transport):
     """Kernels in one cloud VM (see the module docstring); a provider module subclasses it
     to build its :class:`~rlmd.sandbox.cloud.provider.Provider`.
@@ -422,14 +428,24 @@ class CloudTransport(Transport):
             raise SandboxError(f"{self.kind}: upload of {path!r} failed: {exc}") from exc
 
     async def download(self, path: str, max_bytes: int | None = None) -> bytes:
-        """The bytes of ``path`` under the kernel's working folder in the VM (the providers'
-        APIs read a file whole: ``max_bytes`` is checked after).
+        """The bytes of ``path`` under the kernel's working folder in the VM. The providers'
+        APIs read a file whole, so with ``max_bytes`` its size is checked in the VM first (a
+        file of gigabytes would fill the daemon) and again after (it may have grown).
 
         Raises:
             FileNotFoundError: no such file. ValueError: ``path`` escapes the working folder,
             or the file is over ``max_bytes``. SandboxError: the provider failed.
         """
         target = self._vm_path(path)
+        if max_bytes is not None:
+            try:
+                code = await self.provider.run(
+                    ["sh", "-c", _SIZE_CHECK, "sh", target, str(max_bytes)]
+                )
+            except Exception as exc:  # noqa: BLE001
+                raise SandboxError(f"{self.kind}: size check of {path!r} failed: {exc}") from exc
+            if code == _TOO_LARGE:
+                raise ValueError(f"{path} is larger than the {max_bytes:,} bytes allowed")
         try:
             data = await self.provider.read_file(target)
         except FileNotFoundError:
