@@ -830,6 +830,20 @@ async def test_variables_go_to_a_file_and_back_through_the_kernel(sandbox):
     assert (await ok(sandbox, "print(s)")).stdout == "text\n"  # the REPL is fine
 
 
+async def test_saving_variables_runs_none_of_their_methods(sandbox):
+    """The round trip's ``==`` ran model code: a list holding an ``int`` subclass whose
+    ``__eq__`` never returns held ``save_vars`` until the op timeout (the kernel restarted,
+    the workspace stopped; review21). Exact types are checked instead."""
+    await ok(sandbox, "class Stuck(int):\n    def __eq__(self, other):\n        while True: pass\n"
+                      "    __hash__ = int.__hash__\n"
+                      "odd = [Stuck(1)]\nkeyed = {Stuck(2): 'x'}\nfine = [1, {'a': [True, None, 2.5]}]")  # fmt: skip
+    names = ["odd", "keyed", "fine"]
+    out = await sandbox.save_variables(names, ".vars.json", max_var_bytes=100, max_total_bytes=100)
+    assert list(out["saved"]) == ["fine"]
+    assert all("changes when written as JSON" in out["skipped"][n] for n in ("odd", "keyed"))
+    assert await sandbox.download(".vars.json") == b'{"fine":[1,{"a":[true,null,2.5]}]}'
+
+
 async def test_a_link_planted_where_the_kernel_saves_variables_is_replaced(sandbox):
     if sandbox.kind == "inprocess":
         pytest.skip("the in-process REPL runs in the host's folder, not its working folder")
