@@ -187,6 +187,24 @@ async def test_a_calls_own_sampling_goes_over_the_specs(
     assert "temperature" not in sent and "seed" not in sent
 
 
+async def test_sampling_keys_the_sdk_has_no_parameter_for_reach_the_server(
+    openai_server: FakeServer, key: str
+) -> None:
+    """``top_k``, ``min_p``, ``repeat_penalty`` (vLLM's, llama.cpp server's): every call
+    raised ``TypeError: create() got an unexpected keyword argument 'top_k'`` before."""
+    extras = {"top_k": 20, "min_p": 0.05, "repeat_penalty": 1.1}
+    model = OpenAIModel(openai_spec(openai_server, sampling={"temperature": 0, **extras}))
+    try:
+        assert (await model.complete(USER, max_tokens=5, stop=["END"])).text == "hello"
+        await model.complete(USER, max_tokens=5, sampling={"top_k": 40})
+    finally:
+        await model.aclose()
+    first, second = (r["body"] for r in openai_server.requests)
+    assert {k: first[k] for k in extras} == extras and first["temperature"] == 0
+    assert (first["max_tokens"], first["stop"], first["messages"]) == (5, ["END"], USER)
+    assert second["top_k"] == 40 and second["min_p"] == 0.05  # the call's over the spec's
+
+
 async def test_openai_without_usage_counts_tokens(openai_server: FakeServer, key: str) -> None:
     openai_server.replies.append(openai_reply("x" * 40, usage=False))
     model = OpenAIModel(openai_spec(openai_server))

@@ -29,6 +29,8 @@ Retries, timeouts and error redaction: :mod:`rlmd.models.retry`.
 
 from __future__ import annotations
 
+import functools
+import inspect
 import json
 import os
 import time
@@ -55,7 +57,8 @@ DUMMY_KEY = "rlmd-no-key"
 class OpenAIModel(Model):
     """A model behind the OpenAI chat completions API.
 
-    ``spec.sampling`` is passed to the request as is (``temperature``, ``top_p``, ``seed``...).
+    ``spec.sampling`` is passed to the request as is (``temperature``, ``top_p``, ``seed``...;
+    a key the SDK has no parameter for, such as vLLM's ``top_k``, in the body).
     ``spec.options``: ``max_tokens_param`` (see the module docstring), ``retry_base_delay_s``
     (first backoff in seconds, default 0.5).
     """
@@ -141,8 +144,15 @@ class OpenAIModel(Model):
         request: dict[str, Any] = {"model": self.spec.model, "messages": [], "extra_body": body}
         if stop:
             body["stop"] = list(stop)[:4]
-        request.update(self.spec.sampling)
-        request.update(sampling or {})
+        # A sampling key ``create()`` has no parameter for (``top_k``, ``min_p``,
+        # ``repeat_penalty``: vLLM's and llama.cpp's) raised TypeError on every call; it goes
+        # in the body as is, as the config promises.
+        known = _create_params()
+        for name, value in {**self.spec.sampling, **(sampling or {})}.items():
+            if name in known:
+                request[name] = value
+            else:
+                body.setdefault(name, value)
         stream = self.streams
         if stream:
             request["stream"] = True
@@ -191,6 +201,14 @@ class OpenAIModel(Model):
         if self._client is not None:
             client, self._client = self._client, None
             await clients.release(client)
+
+
+@functools.cache
+def _create_params() -> frozenset[str]:
+    """The keyword parameters of the SDK's ``chat.completions.create``."""
+    from openai.resources.chat.completions import AsyncCompletions
+
+    return frozenset(inspect.signature(AsyncCompletions.create).parameters)
 
 
 def _is_json(response: Any) -> bool:
