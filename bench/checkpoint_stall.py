@@ -26,6 +26,7 @@ import argparse
 import asyncio
 import json
 import os
+import shutil
 import subprocess
 import sys
 import tempfile
@@ -36,6 +37,7 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
 from bench.daemon_load import pct  # noqa: E402
+from rlmd import paths  # noqa: E402
 from rlmd.server.client import Client  # noqa: E402
 
 HEALTH_TARGET_MS = 50.0
@@ -96,14 +98,19 @@ async def main_async(args) -> int:
     proc = subprocess.Popen(
         cmd, env=env, stdout=log, stderr=log, stdin=subprocess.DEVNULL, cwd=work
     )
-    sock = home / "run" / "rlmd.sock"
+    # run/rlmd.sock, or a short name elsewhere when that path is too long for a socket (a
+    # long $TMPDIR): looked for only there, the run waited 20 s and failed to connect
+    os.environ["RLMD_HOME"] = str(home)
+    sock = paths.socket_path()
     phases: dict[str, dict] = {}
     came_back = False
     try:
         for _ in range(400):
-            if sock.exists():
+            if sock.exists() or proc.poll() is not None:
                 break
             await asyncio.sleep(0.05)
+        if not sock.exists():
+            raise SystemExit(f"the daemon did not listen at {sock} (exit code {proc.poll()})")
         c, probe = await Client.connect(sock), await Client.connect(sock)
         ws = {"workspace": str(project)}
         await c.command("rlmd.workspace.open", ws)
@@ -146,6 +153,11 @@ async def main_async(args) -> int:
     finally:
         proc.terminate()
         proc.wait(timeout=30)
+        log.close()
+        if came_back:  # the home holds the checkpoint (tens of MB): each run left one in /tmp
+            shutil.rmtree(work, ignore_errors=True)
+        else:
+            print(f"the daemon's home and log are kept in {work}", file=sys.stderr)
     peer = peer_seconds(args.mb, args.rows)
     floor = round(pct(idle, 99) * 1e3, 2)
     print(

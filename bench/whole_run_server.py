@@ -25,6 +25,7 @@ import argparse
 import asyncio
 import json
 import os
+import shutil
 import subprocess
 import sys
 import tempfile
@@ -171,6 +172,7 @@ async def main_async(args: argparse.Namespace) -> int:
         await measure(impls, args.reps, args.warmup, rounds=args.reps)
     finally:
         server.close()
+        shutil.rmtree(tmp, ignore_errors=True)  # the store and the server's script
     load1 = os.getloadavg()[0]
     answer = {i.name: summarize(i.to_answer) for i in impls}
     wall = {i.name: summarize(i.samples) for i in impls}
