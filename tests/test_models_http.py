@@ -215,6 +215,47 @@ async def test_openai_without_usage_counts_tokens(openai_server: FakeServer, key
     assert c.cost_usd == pytest.approx(model.spec.cost_usd(c.input_tokens, c.output_tokens))
 
 
+@pytest.mark.parametrize("stream", [True, False])
+@pytest.mark.parametrize(
+    "usage",
+    [
+        {"prompt_tokens": "ten", "completion_tokens": None},  # was TypeError: can't multiply
+        {"prompt_tokens": -1_000_000, "completion_tokens": -5},  # gave tokens back
+        {"prompt_tokens": True, "completion_tokens": 2.5},
+    ],
+)
+async def test_openai_usage_that_is_not_a_count_is_counted_locally(
+    openai_server: FakeServer, key: str, usage: dict[str, Any], stream: bool
+) -> None:
+    status, body, headers = openai_reply("x" * 40)
+    body["usage"] = {**usage, "total_tokens": 0}
+    openai_server.replies.append((status, body, headers))
+    model = OpenAIModel(openai_spec(openai_server, options={"stream": stream}))
+    try:
+        c = await model.complete(USER)
+    finally:
+        await model.aclose()
+    assert c.text == "x" * 40
+    assert (c.input_tokens, c.output_tokens) == (
+        model.count_messages(USER),
+        model.count_tokens("x" * 40),
+    )
+    assert c.cost_usd == pytest.approx(model.spec.cost_usd(c.input_tokens, c.output_tokens))
+    assert openai_server.requests[0]["body"].get("stream", False) is stream
+
+
+async def test_a_whole_float_count_is_taken(openai_server: FakeServer, key: str) -> None:
+    status, body, headers = openai_reply()
+    body["usage"] = {"prompt_tokens": 11.0, "completion_tokens": 7, "total_tokens": 18}
+    openai_server.replies.append((status, body, headers))
+    model = OpenAIModel(openai_spec(openai_server))
+    try:
+        c = await model.complete(USER)
+    finally:
+        await model.aclose()
+    assert (c.input_tokens, c.output_tokens) == (11, 7) and type(c.input_tokens) is int
+
+
 async def test_openai_429_then_200_is_retried(openai_server: FakeServer, key: str) -> None:
     openai_server.replies.append((429, {"error": {"message": "slow down"}}, {"retry-after": "0"}))
     model = OpenAIModel(openai_spec(openai_server))

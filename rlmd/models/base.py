@@ -338,7 +338,12 @@ class Model(abc.ABC):
         stop_sequence: str | None = None,
     ) -> Completion:
         """The :class:`Completion` of one call: token counts the provider did not report are
-        counted here (:meth:`count_messages`, :meth:`count_tokens`), and priced by the spec."""
+        counted here (:meth:`count_messages`, :meth:`count_tokens`), and priced by the spec.
+        A reported count that is not a whole number >= 0 counts as not reported: a server's
+        ``"prompt_tokens": "ten"`` failed the run with ``TypeError: can't multiply sequence
+        by non-int``, and a negative one gave tokens back to the budget."""
+        input_tokens = _reported(input_tokens)
+        output_tokens = _reported(output_tokens)
         if input_tokens is None:
             input_tokens = self.count_messages(messages)
         if output_tokens is None:
@@ -388,3 +393,15 @@ class Model(abc.ABC):
 
     async def aclose(self) -> None:  # noqa: B027 (optional hook; the default has nothing to release)
         """Release clients, threads and loaded weights."""
+
+
+def _reported(count: Any) -> int | None:
+    """A token count as a provider reported it, if it is one: a whole number >= 0 (``12.0``
+    too); else ``None`` (a string, a bool, a negative or fractional number)."""
+    if isinstance(count, bool):
+        return None
+    if isinstance(count, int):
+        return count if count >= 0 else None
+    if isinstance(count, float) and count.is_integer() and count >= 0:
+        return int(count)
+    return None
