@@ -992,6 +992,29 @@ async def test_an_extracted_answer_may_show_a_python_snippet():
     assert result.answer_source == "extraction" and "```python" in (result.answer or "")
 
 
+@pytest.mark.parametrize(
+    ("reply", "answer"),
+    [
+        ("FINAL('src/a.py')", "src/a.py"),
+        ("  FINAL(42)\n", "42"),
+        ("It is in FINAL(src/a.py) or so", "It is in FINAL(src/a.py) or so"),  # prose stays
+        ("FINAL_VAR(result)", "FINAL_VAR(result)"),  # no REPL read after the end
+    ],
+)
+async def test_an_extracted_final_call_gives_its_value(reply: str, answer: str):
+    """The extraction asks for the answer only, but the system prompt taught FINAL(...):
+    a small model answers with it, and the wrapper was the run's answer."""
+
+    def root(messages):
+        if "Work so far" in last_user(messages):
+            return reply
+        return repl("print(len(context))")
+
+    reg = scripted_registry(root=root, sub=root)
+    result = await go(reg, "q", "abc", config(budget={"max_iterations": 1}))
+    assert (result.answer_source, result.answer) == ("extraction", answer)
+
+
 def test_the_child_run_example_takes_a_part_of_the_inputs_shape():
     """When a child run fits is shown for every shape, with the part written for that shape
     (a codebase folder, a text section, a group of lines, an item) and never the question's

@@ -75,7 +75,13 @@ async def extract(
         # No code will run any more, and code is not an answer (the reference library's
         # 0.1.3 made such a block the run's answer): better no answer than a fabricated one.
         return None, None
-    return parsing.unfence(text), "extraction"
+    answer = parsing.unfence(text)
+    # The system prompt taught the model to answer with FINAL(...), and a small one does so
+    # here too: "FINAL('src/a.py')" was the run's answer, wrapper and quotes included.
+    found = parsing.find_prose_final(answer)
+    if found and found[0] == "final" and answer.startswith("FINAL(") and answer.endswith(")"):
+        answer = found[1]
+    return answer, "extraction"
 
 
 async def maybe_compact(
