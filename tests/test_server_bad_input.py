@@ -338,3 +338,34 @@ async def test_a_request_after_shutdown_is_answered_not_dropped(daemon):
         assert c.closed and daemon.alive
     finally:
         await c.close()
+
+
+async def test_shutdown_with_commands_in_flight_answers_every_request(daemon):
+    """pygls cancelled the requests in flight while iterating their dict, and a cancel
+    removes its entry at once: ``shutdown`` was answered ``-32603`` "dictionary changed
+    size during iteration", and the requests after the first cancelled one got no answer."""
+    c = await daemon.client()
+    replies: dict = {}
+    orig = c._dispatch
+
+    def grab(msg):
+        if "id" in msg and "method" not in msg:
+            replies[msg["id"]] = msg
+        orig(msg)
+
+    c._dispatch = grab
+    try:
+        health = [_request(n, "workspace/executeCommand", command="rlmd.health") for n in (1, 2, 3)]
+        c.send_raw(b"".join(health) + _request(4, "shutdown"))  # one read: all in flight
+        for _ in range(250):
+            if len(replies) == 4:
+                break
+            await asyncio.sleep(0.02)
+        assert replies[4].get("error") is None and replies[4]["result"] is None, replies[4]
+        for n in (1, 2, 3):  # answered, or cancelled by the shutdown: never left waiting
+            assert "result" in replies[n] or replies[n]["error"]["code"] == -32800, replies[n]
+        c.notify("exit")
+    finally:
+        c._dispatch = orig
+        await c.close()
+    assert daemon.alive

@@ -17,6 +17,7 @@ import asyncio
 import json
 import logging
 import re
+from collections.abc import Generator
 from typing import Any
 
 from lsprotocol import types
@@ -47,6 +48,21 @@ class RlmdProtocol(LanguageServerProtocol):
     def lsp_exit(self, *args: Any) -> None:  # type: ignore[override]  # pygls takes plain handlers too
         """End this client's connection (never the daemon's process)."""
         self._server.connection.drop("exit")
+
+    @lsp_method(types.SHUTDOWN)
+    def lsp_shutdown(self, *args: Any) -> Generator[Any, Any, None]:
+        """pygls' own, over a copy of the requests in flight: cancelling one runs its done
+        callback at once, which removes it from the dict pygls was iterating, so a
+        ``shutdown`` sent while a command ran was answered ``-32603`` "dictionary changed
+        size during iteration" and the other requests in flight were never answered."""
+        if (user_handler := self.fm.features.get(types.SHUTDOWN)) is not None:
+            yield user_handler, args, None
+        current_id = self.msg_id
+        for msg_id, future in list(self._request_futures.items()):
+            if msg_id != current_id and not future.done():
+                future.cancel()
+        self._shutdown = True
+        return None
 
     @lsp_method(types.WORKSPACE_EXECUTE_COMMAND)
     def lsp_workspace__execute_command(self, params: types.ExecuteCommandParams):
