@@ -256,6 +256,42 @@ async def test_a_whole_float_count_is_taken(openai_server: FakeServer, key: str)
     assert (c.input_tokens, c.output_tokens) == (11, 7) and type(c.input_tokens) is int
 
 
+@pytest.mark.parametrize("how", ["json", "ignores stream", "streamed"])
+async def test_openai_content_parts_are_read_as_their_text(
+    openai_server: FakeServer, key: str, how: str
+) -> None:
+    """The content-parts form (``[{"type": "text", "text": ...}]``) failed the run with
+    ``AttributeError: 'list' object has no attribute 'find'``."""
+    status, body, headers = openai_reply()
+    parts = [{"type": "text", "text": "hel"}, {"type": "text", "text": "lo"}, "!"]
+    body["choices"][0]["message"]["content"] = parts
+    openai_server.replies.append((status, body, headers))
+    openai_server.ignores_stream = how == "ignores stream"
+    model = OpenAIModel(openai_spec(openai_server, options={"stream": how != "json"}))
+    try:
+        c = await model.complete(USER, stop=["\n```\n"])
+    finally:
+        await model.aclose()
+    assert c.text == "hello!" and c.finish_reason == "stop"
+
+
+@pytest.mark.parametrize("content", [12345, {"text": "hi"}, [{"type": "image_url"}]])
+async def test_openai_content_that_is_not_text_is_an_error_naming_the_server(
+    openai_server: FakeServer, key: str, content: Any
+) -> None:
+    status, body, headers = openai_reply()
+    body["choices"][0]["message"]["content"] = content
+    openai_server.replies.append((status, body, headers))
+    model = OpenAIModel(openai_spec(openai_server, options={"stream": False}))
+    try:
+        with pytest.raises(ModelError, match="sent a reply that is not text") as info:
+            await model.complete(USER)
+    finally:
+        await model.aclose()
+    assert f"127.0.0.1:{openai_server.port}" in str(info.value)
+    assert len(openai_server.requests) == 1  # not retried: it answers so every time
+
+
 async def test_openai_429_then_200_is_retried(openai_server: FakeServer, key: str) -> None:
     openai_server.replies.append((429, {"error": {"message": "slow down"}}, {"retry-after": "0"}))
     model = OpenAIModel(openai_spec(openai_server))

@@ -42,6 +42,7 @@ from rlmd.models.base import (
     EmptyReply,
     Message,
     Model,
+    ModelError,
     ModelNotAvailable,
     ModelSpec,
     cut_at_stop,
@@ -170,6 +171,10 @@ class OpenAIModel(Model):
                     reply = _read_completion(response)
             except json.JSONDecodeError:
                 raise EmptyReply(str(client.base_url), "the body is not JSON") from None
+            except _NotText as exc:
+                raise ModelError(
+                    f"{client.base_url} sent a reply that is not text ({exc})"
+                ) from None
             if not reply[0] and reply[1] is None:
                 raise EmptyReply(str(client.base_url), "no text and no finish reason")
             return reply
@@ -211,6 +216,31 @@ def _create_params() -> frozenset[str]:
     return frozenset(inspect.signature(AsyncCompletions.create).parameters)
 
 
+class _NotText(ValueError):
+    """A reply's content is neither text nor a list of text parts."""
+
+
+def _text(content: Any) -> str:
+    """A message's (or a streamed delta's) content as text: a string; the text parts of a
+    list, the content-parts form some servers answer with (it failed the run with
+    ``AttributeError: 'list' object has no attribute 'find'``); ``""`` for none.
+
+    Raises:
+        _NotText: any other value (a number, an object).
+    """
+    if content is None or isinstance(content, str):
+        return content or ""
+    if isinstance(content, list):
+        parts = []
+        for part in content:
+            text = part.get("text") if isinstance(part, dict) else getattr(part, "text", part)
+            if not isinstance(text, str):
+                raise _NotText(f"a content part of type {type(part).__name__}")
+            parts.append(text)
+        return "".join(parts)
+    raise _NotText(f"its content is of type {type(content).__name__}")
+
+
 def _is_json(response: Any) -> bool:
     """Whether an HTTP response's ``content-type`` is JSON (not ``text/event-stream``)."""
     content_type = response.headers.get("content-type", "").split(";")[0].strip()
@@ -237,7 +267,7 @@ def _read_completion(response: Any) -> tuple[str, str | None, Any, str | None]:
     text and no finish reason when it has no choices (or is not a chat completion)."""
     choices = getattr(response, "choices", None)
     choice = choices[0] if choices else None
-    text = (choice.message.content if choice and choice.message else None) or ""
+    text = _text(choice.message.content if choice and choice.message else None)
     usage = getattr(response, "usage", None)
     return text, (choice.finish_reason if choice else None), usage, None
 
@@ -264,7 +294,7 @@ async def _consume(
             if not chunk.choices:
                 continue
             choice = chunk.choices[0]
-            delta = getattr(choice.delta, "content", None) if choice.delta else None
+            delta = _text(getattr(choice.delta, "content", None) if choice.delta else None)
             if delta:
                 parts.append(delta)
                 if stop:
