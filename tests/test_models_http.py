@@ -547,6 +547,26 @@ async def test_anthropic_request_usage_cost(anthropic_server: FakeServer, key: s
     assert request["body"]["max_tokens"] == 64 and request["body"]["model"] == "claude-test"
 
 
+async def test_anthropic_sampling_reaches_the_server(
+    anthropic_server: FakeServer, key: str
+) -> None:
+    """anthropic 2.16's ``messages.create()`` has no ``temperature`` parameter: a model
+    configured with ``temperature = 0`` failed every call with TypeError."""
+    sampling = {"temperature": 0, "top_p": 0.9, "top_k": 5}
+    model = AnthropicModel(anthropic_spec(anthropic_server, sampling=sampling))
+    try:
+        assert (await model.complete(USER, max_tokens=9, stop=["END"])).text == "hello"
+    finally:
+        await model.aclose()
+    (body,) = (r["body"] for r in anthropic_server.requests)
+    assert {k: body[k] for k in sampling} == sampling
+    assert (body["max_tokens"], body["stop_sequences"], body["model"]) == (
+        9,
+        ["END"],
+        "claude-test",
+    )
+
+
 async def test_anthropic_max_tokens_stop_is_length(anthropic_server: FakeServer, key: str) -> None:
     anthropic_server.replies.append(anthropic_reply("cut", stop="max_tokens"))
     model = AnthropicModel(anthropic_spec(anthropic_server))

@@ -12,6 +12,8 @@ Retries, timeouts and error redaction: :mod:`rlmd.models.retry`.
 
 from __future__ import annotations
 
+import functools
+import inspect
 import json
 import os
 import time
@@ -54,6 +56,14 @@ def to_anthropic(messages: list[Message]) -> tuple[str | None, list[dict[str, st
     return ("\n\n".join(system) if system else None), merged
 
 
+@functools.cache
+def _create_params() -> frozenset[str]:
+    """The keyword parameters of the SDK's ``messages.create``."""
+    from anthropic.resources.messages import AsyncMessages
+
+    return frozenset(inspect.signature(AsyncMessages.create).parameters)
+
+
 def _text(response: Any) -> str:
     """The text blocks of a Messages API response, joined."""
     return "".join(
@@ -66,7 +76,8 @@ def _text(response: Any) -> str:
 class AnthropicModel(Model):
     """A Claude model.
 
-    ``spec.sampling`` is passed to ``messages.create`` as is (``temperature``, ``top_p``...).
+    ``spec.sampling`` is sent as is (``temperature``, ``top_p``...): as ``messages.create``
+    arguments where it has them, else in the body (``extra_body``).
     ``spec.options["retry_base_delay_s"]``: first backoff in seconds (default 0.5).
     """
 
@@ -131,7 +142,17 @@ class AnthropicModel(Model):
             request["system"] = system
         if stop:
             request["stop_sequences"] = list(stop)
-        request.update(self.spec.sampling)
+        # A sampling key ``create()`` has no parameter for goes in the body as is: anthropic
+        # 2.16's ``create()`` has none for ``temperature``, ``top_p`` or ``top_k``, so a
+        # model configured with ``temperature = 0`` failed every call with TypeError.
+        known, extra = _create_params(), {}
+        for name, value in self.spec.sampling.items():
+            if name in known:
+                request[name] = value
+            else:
+                extra[name] = value
+        if extra:
+            request["extra_body"] = extra
         # ``sampling`` (a re-sample's temperature and seed) is not sent: the Messages API of
         # this SDK takes neither, and its models do not decode greedily, so asking again is
         # a re-sample already.
