@@ -665,3 +665,24 @@ async def test_a_checkpoint_with_an_impossible_time_still_restores(manager, code
     info = await ws.ensure_started()
     assert info is not None and info["restored"] == ["a"] and info["checkpoint_taken_at"] == 0.0
     assert ws.state is WorkspaceState.READY
+
+
+async def test_an_unreadable_checkpoint_is_reported_and_each_one_kept(manager, codebase):
+    """A corrupt ``checkpoint.json`` was set aside with only a log line: the start said
+    nothing, the model was not told, and a second corrupt one overwrote the first
+    ``.corrupt`` (found by user21)."""
+    ws = manager.get(codebase)
+    path = ckpt.checkpoint_path(ws.folder)
+    path.parent.mkdir(parents=True)
+    for n, aside in ((1, "checkpoint.json.corrupt"), (2, "checkpoint.json.corrupt-2")):
+        path.write_text(f"{{not json {n}")
+        info = await ws.ensure_started()
+        assert info is not None and info["restored"] == [] and info["checkpoint_error"]
+        assert "unreadable" in info["checkpoint_error"] and aside in info["checkpoint_error"]
+        assert (path.parent / aside).read_text() == f"{{not json {n}"
+        note = await ws.model_note()
+        assert "No variables were restored" in note and aside in note
+        await ws.stop(checkpoint=False, reason="test")
+    assert (path.parent / "checkpoint.json.corrupt").read_text() == "{not json 1"
+    info = await ws.ensure_started()  # nothing there now: no error
+    assert info is not None and info["checkpoint_error"] is None

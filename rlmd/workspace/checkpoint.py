@@ -321,11 +321,13 @@ def _remove_dead_writers_files(folder: Path) -> None:
             pass
 
 
-def load(path: Path) -> Checkpoint | None:
+def load(path: Path, problems: list[str] | None = None) -> Checkpoint | None:
     """The checkpoint at ``path`` (``checkpoint.json``; the values file is not read), or
     ``None`` if there is none. A file that does not parse is renamed to
-    ``checkpoint.json.corrupt`` (kept for inspection), logged, and ``None`` returned. A
-    version 1 file comes back with its values in memory (:attr:`Checkpoint.values`)."""
+    ``checkpoint.json.corrupt`` (``.corrupt-2`` and on when that exists: kept for
+    inspection), logged, said in ``problems`` (one line: what, why, where it went), and
+    ``None`` returned. A version 1 file comes back with its values in memory
+    (:attr:`Checkpoint.values`)."""
     try:
         # no link followed, and a FIFO there does not block the open (nor the workspace)
         fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC)
@@ -363,10 +365,17 @@ def load(path: Path) -> Checkpoint | None:
         return None
     except (OSError, ValueError, TypeError, KeyError, RecursionError) as exc:  # nested too deep
         log.warning("checkpoint %s is unreadable (%s); ignoring it", path, exc)
+        aside = path.with_name(path.name + ".corrupt")
+        for n in range(2, 1000):
+            if not os.path.lexists(aside):
+                break
+            aside = path.with_name(f"{path.name}.corrupt-{n}")
         try:
-            os.replace(path, path.with_name(path.name + ".corrupt"))
+            os.replace(path, aside)
         except OSError:
-            pass
+            aside = path
+        if problems is not None:
+            problems.append(f"the checkpoint was unreadable ({exc}) and is kept as {aside}"[:500])
         return None
 
 

@@ -72,6 +72,7 @@ class StartInfo(TypedDict):
     restored: list[str]
     not_restored: dict[str, str]
     checkpoint_taken_at: float | None
+    checkpoint_error: str | None
 
 
 class CheckpointInfo(TypedDict):
@@ -94,6 +95,7 @@ class RestoreInfo(TypedDict):
     chars: NotRequired[int]
     sandbox: NotRequired[str]
     checkpoint_taken_at: NotRequired[float | None]
+    checkpoint_error: NotRequired[str | None]
 
 
 class WorkspaceInfo(TypedDict):
@@ -258,7 +260,8 @@ class Workspace:
                 await sandbox.start(_no_calls)
                 await sandbox.load_context(ctx.value, codebase=True)
                 path = ckpt_mod.checkpoint_path(self.folder)
-                saved = await asyncio.to_thread(ckpt_mod.load, path)
+                problems: list[str] = []
+                saved = await asyncio.to_thread(ckpt_mod.load, path, problems)
                 # here: a restore that fails with the sandbox (its kernel killed while it
                 # decodes the values) or is cancelled left the workspace "starting" with a
                 # running REPL whose next checkpoint replaced the one not restored
@@ -289,7 +292,12 @@ class Workspace:
             "restored": [],
             "not_restored": {},
             "checkpoint_taken_at": None,
+            "checkpoint_error": problems[0] if problems else None,
         }
+        if problems:  # the model and the user are told, not just the log
+            self.pending_notes.append(
+                f"No variables were restored: {problems[0]}. The REPL starts with only `context`."
+            )
         if saved is not None:
             self._unrestored = saved if blocked else None
             info["restored"], info["not_restored"] = restored, missing
