@@ -468,6 +468,16 @@ def test_a_checkpoint_json_over_the_limit_is_not_written(tmp_path, monkeypatch):
     assert ckpt.read_values(ckpt.load(path)) == b'{"a":1}'
 
 
+async def _checkpointed_and_stopped(manager, codebase):
+    """The workspace of ``codebase`` with ``a = 1`` checkpointed, stopped without another
+    checkpoint; returns it and its ``checkpoint.json`` path."""
+    ws = manager.get(codebase)
+    await ws.run_cell("a = 1", timeout_s=30)
+    await ws.checkpoint()
+    await ws.stop(checkpoint=False, reason="test")
+    return ws, ckpt.checkpoint_path(ws.folder)
+
+
 @pytest.mark.parametrize("size", [2**62, 10**30, "fifo"])
 async def test_a_values_reference_with_an_absurd_length_restores_nothing_and_says_why(
     manager, codebase, size
@@ -476,11 +486,7 @@ async def test_a_values_reference_with_an_absurd_length_restores_nothing_and_say
     ``checkpoint.json`` claiming 2**62 bytes raised ``MemoryError`` (10**30:
     ``OverflowError``) out of the restore: the workspace could not be opened at all; a FIFO
     in place of the values file blocked the restore (and the workspace) for good."""
-    ws = manager.get(codebase)
-    await ws.run_cell("a = 1", timeout_s=30)
-    await ws.checkpoint()
-    await ws.stop(checkpoint=False, reason="test")
-    path = ckpt.checkpoint_path(ws.folder)
+    ws, path = await _checkpointed_and_stopped(manager, codebase)
     meta = json.loads(path.read_text())
     if size == "fifo":
         values = path.parent / meta["values"]["file"]
@@ -597,11 +603,7 @@ async def test_a_restore_that_fails_with_the_sandbox_stops_the_start_and_keeps_t
     checkpoint that had them. The start now fails and stops; the checkpoint stays."""
     from rlmd.sandbox.base import SandboxError
 
-    ws = manager.get(codebase)
-    await ws.run_cell("a = 1", timeout_s=30)
-    await ws.checkpoint()
-    await ws.stop(checkpoint=False, reason="test")
-    path = ckpt.checkpoint_path(ws.folder)
+    ws, path = await _checkpointed_and_stopped(manager, codebase)
     before = path.read_bytes()
     restore = ckpt.restore
 
@@ -653,11 +655,7 @@ async def test_a_checkpoint_with_an_impossible_time_still_restores(manager, code
     ``time.localtime`` raise (``OverflowError``/``ValueError``) after the sandbox had started,
     so the open failed and the workspace stayed "starting", and the value is not JSON a
     client can read. An impossible time now reads as 0."""
-    ws = manager.get(codebase)
-    await ws.run_cell("a = 1", timeout_s=30)
-    await ws.checkpoint()
-    await ws.stop(checkpoint=False, reason="test")
-    path = ckpt.checkpoint_path(ws.folder)
+    ws, path = await _checkpointed_and_stopped(manager, codebase)
     meta = json.loads(path.read_text())
     path.write_text(
         json.dumps(meta).replace(f'"taken_at": {meta["taken_at"]}', f'"taken_at": {taken_at}')
