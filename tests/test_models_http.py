@@ -222,6 +222,10 @@ async def test_openai_without_usage_counts_tokens(openai_server: FakeServer, key
         {"prompt_tokens": "ten", "completion_tokens": None},  # was TypeError: can't multiply
         {"prompt_tokens": -1_000_000, "completion_tokens": -5},  # gave tokens back
         {"prompt_tokens": True, "completion_tokens": 2.5},
+        # taken as is, the store could not write the call (SQLite integers end at 2**63 - 1):
+        # the trajectory lost its reply, tokens and cost (review22)
+        {"prompt_tokens": 10**30, "completion_tokens": 1e300},
+        {"prompt_tokens": 2**63, "completion_tokens": float("inf")},
     ],
 )
 async def test_openai_usage_that_is_not_a_count_is_counted_locally(
@@ -242,6 +246,34 @@ async def test_openai_usage_that_is_not_a_count_is_counted_locally(
     )
     assert c.cost_usd == pytest.approx(model.spec.cost_usd(c.input_tokens, c.output_tokens))
     assert openai_server.requests[0]["body"].get("stream", False) is stream
+
+
+@pytest.mark.parametrize(
+    "usage",
+    [
+        {"input_tokens": "ten", "output_tokens": 5},  # was TypeError out of complete()
+        {"input_tokens": 10, "output_tokens": 5, "cache_read_input_tokens": "x"},  # the same
+        {"input_tokens": 10, "output_tokens": 5, "cache_creation_input_tokens": 10**30},
+        {"input_tokens": 10, "output_tokens": 5, "cache_read_input_tokens": -50},
+    ],
+)
+async def test_anthropic_usage_that_is_not_a_count_is_left_out(
+    anthropic_server: FakeServer, key: str, usage: dict[str, Any]
+) -> None:
+    """Review22: a usage field of the wrong type raised TypeError out of the call (the
+    cache counts were added as they came); a count that is not one is now left out, and an
+    input count that is not one is counted locally, as for OpenAI."""
+    status, body, headers = anthropic_reply()
+    body["usage"] = usage
+    anthropic_server.replies.append((status, body, headers))
+    model = AnthropicModel(anthropic_spec(anthropic_server))
+    try:
+        c = await model.complete(USER)
+    finally:
+        await model.aclose()
+    assert c.text == "hello" and c.output_tokens == 5
+    expected = model.count_messages(USER) if usage["input_tokens"] == "ten" else 10
+    assert c.input_tokens == expected
 
 
 async def test_a_whole_float_count_is_taken(openai_server: FakeServer, key: str) -> None:

@@ -28,6 +28,7 @@ from rlmd.models.base import (
     ModelError,
     ModelNotAvailable,
     ModelSpec,
+    reported_tokens,
 )
 from rlmd.models.retry import DEFAULT_BASE_DELAY_S, call_with_retries
 from rlmd.redact import remove_values
@@ -179,11 +180,14 @@ class AnthropicModel(Model):
         latency = time.monotonic() - start
 
         text = remove_values(_text(response), (key,))  # a server that echoes the key back
-        usage = response.usage
-        input_tokens = getattr(usage, "input_tokens", None)
-        if input_tokens is not None:  # prompt-cache reads and writes are input tokens too
-            input_tokens += getattr(usage, "cache_creation_input_tokens", None) or 0
-            input_tokens += getattr(usage, "cache_read_input_tokens", None) or 0
+        usage = getattr(response, "usage", None)
+        # prompt-cache reads and writes are input tokens too; a count that is not one (a
+        # string: TypeError out of the call, review22) is left out, as _completion does
+        fresh, *cached = (
+            reported_tokens(getattr(usage, name, None))
+            for name in ("input_tokens", "cache_creation_input_tokens", "cache_read_input_tokens")
+        )
+        input_tokens = None if fresh is None else fresh + sum(n or 0 for n in cached)
         return self._completion(
             messages,
             text,

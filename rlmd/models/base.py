@@ -339,11 +339,12 @@ class Model(abc.ABC):
     ) -> Completion:
         """The :class:`Completion` of one call: token counts the provider did not report are
         counted here (:meth:`count_messages`, :meth:`count_tokens`), and priced by the spec.
-        A reported count that is not a whole number >= 0 counts as not reported: a server's
-        ``"prompt_tokens": "ten"`` failed the run with ``TypeError: can't multiply sequence
-        by non-int``, and a negative one gave tokens back to the budget."""
-        input_tokens = _reported(input_tokens)
-        output_tokens = _reported(output_tokens)
+        A reported count that is not a whole number from 0 to :data:`MAX_REPORTED_TOKENS`
+        counts as not reported: a server's ``"prompt_tokens": "ten"`` failed the run with
+        ``TypeError: can't multiply sequence by non-int``, a negative one gave tokens back to
+        the budget, and 1e30 made a call the store could not write."""
+        input_tokens = reported_tokens(input_tokens)
+        output_tokens = reported_tokens(output_tokens)
         if input_tokens is None:
             input_tokens = self.count_messages(messages)
         if output_tokens is None:
@@ -395,13 +396,21 @@ class Model(abc.ABC):
         """Release clients, threads and loaded weights."""
 
 
-def _reported(count: Any) -> int | None:
-    """A token count as a provider reported it, if it is one: a whole number >= 0 (``12.0``
-    too); else ``None`` (a string, a bool, a negative or fractional number)."""
+MAX_REPORTED_TOKENS = 10**9
+"""Largest token count taken from a provider for one call: a thousand times the largest
+context windows. A server's ``"prompt_tokens": 1e30`` (or 2**63) was taken as is: the run's
+totals and cost became absurd, and the store could not write the call (SQLite integers end
+at 2**63 - 1), so the trajectory lost the reply, its tokens and its cost (review22)."""
+
+
+def reported_tokens(count: Any) -> int | None:
+    """A token count as a provider reported it, if it is one: a whole number from 0 to
+    :data:`MAX_REPORTED_TOKENS` (``12.0`` too); else ``None`` (a string, a bool, a negative,
+    fractional or impossibly large number)."""
     if isinstance(count, bool):
         return None
-    if isinstance(count, int):
-        return count if count >= 0 else None
-    if isinstance(count, float) and count.is_integer() and count >= 0:
-        return int(count)
+    if isinstance(count, float) and count.is_integer():
+        count = int(count)
+    if isinstance(count, int) and 0 <= count <= MAX_REPORTED_TOKENS:
+        return count
     return None
