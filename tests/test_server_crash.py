@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import json
 import os
 import signal
 import sqlite3
@@ -232,3 +233,55 @@ async def test_sighup_stops_the_daemon_as_sigterm_does(tmp_path):
     (status,) = db.execute("SELECT status FROM runs WHERE id = ?", [st["run_id"]]).fetchone()
     db.close()
     assert status == "cancelled"
+
+
+async def test_sigterm_while_a_cell_run_by_hand_runs_keeps_its_workspaces_variables(
+    tmp_path, monkeypatch
+):
+    """Review22: SIGTERM while an ``rlmd.workspace.exec`` cell ran: the shutdown waited for
+    the cell up to 30 s, then stopped the sandbox without a checkpoint (every variable set
+    since the last one was lost), and a cell queued behind it ran after the shutdown began.
+    Now the running cell is interrupted, the queued one is answered ``SHUTTING_DOWN``
+    without running, and the checkpoint holds the variables."""
+    from rlmd.server.client import RpcError
+    from rlmd.server.errors import SHUTTING_DOWN
+    from rlmd.workspace.checkpoint import checkpoint_path
+
+    home = tmp_path / "home"
+    home.mkdir()
+    d = Daemon(home, "--idle-timeout", "0").start()
+    project = make_project(tmp_path)
+    c = await d.client()
+
+    def exec_(code: str):
+        return asyncio.ensure_future(
+            c.command("rlmd.workspace.exec", {"workspace": str(project), "code": code}, timeout=80)
+        )
+
+    async def workspace() -> dict:
+        listed = await c.command("rlmd.workspace.list")
+        return next(w for w in listed["workspaces"] if w["workspace"] == str(project))
+
+    try:
+        assert (await exec_("kept = 'set by hand'"))["error"] is None
+        running = exec_("import time\nwhile True:\n    time.sleep(0.05)")
+        while not str((await workspace())["holder"]).startswith("cell-"):
+            await asyncio.sleep(0.05)
+        queued = exec_("late = 'after the shutdown began'")
+        while not (await workspace())["queued"]:
+            await asyncio.sleep(0.05)
+        d.proc.send_signal(signal.SIGTERM)
+        try:  # interrupted in the kernel, or stopped on its way there
+            assert "KeyboardInterrupt" in (await running)["error"]
+        except RpcError as exc:
+            assert exc.code == SHUTTING_DOWN
+        with pytest.raises(RpcError) as refused:
+            await queued
+        assert refused.value.code == SHUTTING_DOWN and "not run" in refused.value.message
+        assert await asyncio.to_thread(d.proc.wait, 60) == 0
+    finally:
+        await c.close()
+        d.stop()
+    monkeypatch.setenv("RLMD_HOME", str(home))
+    saved = json.loads(checkpoint_path(project).read_text())["variables"]
+    assert sorted(saved) == ["kept"]

@@ -684,3 +684,34 @@ async def test_an_unreadable_checkpoint_is_reported_and_each_one_kept(manager, c
     assert (path.parent / "checkpoint.json.corrupt").read_text() == "{not json 1"
     info = await ws.ensure_started()  # nothing there now: no error
     assert info is not None and info["checkpoint_error"] is None
+
+
+async def test_the_shutdown_stops_a_cell_run_by_hand_and_keeps_the_variables(manager, codebase):
+    """Review22: SIGTERM while a cell sent with ``rlmd.workspace.exec`` ran: the shutdown
+    waited for the cell up to its 30 s, then stopped the sandbox without a checkpoint, and
+    every variable since the last one was lost; a cell queued behind it ran after the
+    shutdown had begun. The running cell is now interrupted (its variables kept), the
+    queued one is not run, and the checkpoint holds the variables."""
+    from rlmd.sandbox.base import SandboxError
+    from rlmd.sandbox.session import SandboxState
+
+    ws = manager.get(codebase)
+
+    async def exec_(code: str):  # as rlmd.workspace.exec does
+        async with ws.hold(f"cell-{len(code)}"):
+            return await ws.run_cell(code, timeout_s=600)
+
+    await exec_("kept = 'set by hand'")
+    running = asyncio.ensure_future(exec_("import time\nwhile True:\n    time.sleep(0.05)"))
+    queued = asyncio.ensure_future(exec_("late = 'after the shutdown began'"))
+    while ws.sandbox is None or ws.sandbox.state is not SandboxState.RUNNING:
+        await asyncio.sleep(0.01)
+    assert not queued.done()
+
+    await manager.shutdown()
+    result = await running
+    assert "KeyboardInterrupt" in (result.error or "") and not result.kernel_restarted
+    with pytest.raises(SandboxError, match="daemon is stopping: the cell was not run"):
+        await queued
+    path = ckpt.checkpoint_path(ws.folder)
+    assert sorted(json.loads(path.read_text())["variables"]) == ["kept"]

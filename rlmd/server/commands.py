@@ -29,6 +29,7 @@ from rlmd.server.errors import (
     BUSY,
     CHECKPOINT_FAILED,
     SANDBOX_FAILED,
+    SHUTTING_DOWN,
     UNAVAILABLE,
     CommandError,
     invalid,
@@ -39,7 +40,7 @@ from rlmd.server.params import Params
 from rlmd.server.tasks import Task
 from rlmd.store.queries import RunQueryError
 from rlmd.workspace import checkpoint as ckpt_mod
-from rlmd.workspace.manager import CheckpointNotWritten, Workspace
+from rlmd.workspace.manager import CellNotRun, CheckpointNotWritten, Workspace
 
 PROGRESS_MODES = ("all", "own", "none")
 MAX_QUESTION = 200_000
@@ -505,6 +506,8 @@ async def workspace_exec(core: DaemonCore, p: Params, ctx: CallContext) -> dict[
         waited = time.monotonic() - t0
         try:
             result = await ws.run_cell(code or "", timeout)
+        except CellNotRun as exc:
+            raise CommandError(SHUTTING_DOWN, str(exc)) from None
         except (SandboxError, OSError) as exc:
             raise CommandError(SANDBOX_FAILED, f"the sandbox failed: {exc}") from None
     out = dict(result.__dict__)

@@ -52,6 +52,11 @@ class CheckpointNotWritten(OSError):
     its REPL is unharmed."""
 
 
+class CellNotRun(SandboxError):
+    """A human cell (:meth:`Workspace.run_cell`) that did not run, or was stopped before it
+    reached the kernel, because the daemon is stopping (:meth:`Workspace.stop_cells`)."""
+
+
 ChangeCallback = Callable[["Workspace", str, dict[str, Any]], None]
 
 
@@ -162,6 +167,8 @@ class Workspace:
         self._unrestored: ckpt_mod.Checkpoint | None = None
         self._loading: threading.Event | None = None  # set: the codebase load stops
         self._stop_loads = False  # a close is coming: a load that starts now stops at once
+        self._cell: asyncio.Task[Any] | None = None  # the task in run_cell's execute
+        self._no_cells = False  # the daemon is stopping: no human cell starts any more
 
     def stop_loading(self) -> None:
         """Stop the codebase load :meth:`ensure_started` is waiting for, if any (within one
@@ -485,7 +492,18 @@ class Workspace:
         """
         await self.ensure_started()
         assert self.sandbox is not None
-        result = await self.sandbox.execute(code, timeout_s=timeout_s)
+        if self._no_cells:
+            raise CellNotRun("the daemon is stopping: the cell was not run")
+        self._cell = task = asyncio.current_task()
+        try:
+            result = await self.sandbox.execute(code, timeout_s=timeout_s)
+        except asyncio.CancelledError:
+            if not self._no_cells or task is None or task.cancelling() > 1:
+                raise
+            task.uncancel()  # stop_cells' cancel, and only it: the cell never ran
+            raise CellNotRun("the daemon is stopping: the cell was stopped before it ran") from None
+        finally:
+            self._cell = None
         if result.kernel_restarted:
             await self._after_restart("a cell run by hand")
         self._emit(
@@ -496,6 +514,20 @@ class Workspace:
             kernel_restarted=result.kernel_restarted,
         )
         return result
+
+    async def stop_cells(self) -> None:
+        """The daemon is stopping: no human cell starts from now on (:class:`CellNotRun`),
+        and one that runs is interrupted (``KeyboardInterrupt`` in it, variables kept; one
+        that will not stop gets the kernel restarted and the checkpoint's variables bound
+        again), so the shutdown's checkpoint can follow at once. It waited for the cell
+        instead, up to its 30 s, then stopped the sandbox without a checkpoint: every
+        variable since the last one was lost (review22)."""
+        self._no_cells = True
+        cell, sandbox = self._cell, self.sandbox
+        if cell is None or sandbox is None:
+            return
+        if not await sandbox.interrupt() and not cell.done():
+            cell.cancel()  # still on its way to the kernel: it never runs
 
     async def model_note(self) -> str:
         """What the next task's model is told about the REPL: restores and restarts since the
@@ -720,9 +752,13 @@ class WorkspaceManager:
                 log.exception("idle sweep failed")
 
     async def shutdown(self) -> None:
-        """Checkpoint and stop every workspace (tasks must be stopped first)."""
+        """Checkpoint and stop every workspace (tasks must be stopped first; human cells
+        are stopped here: :meth:`Workspace.stop_cells`)."""
         for ws in list(self.workspaces.values()):
             ws.stop_loading()
+        await asyncio.gather(
+            *(ws.stop_cells() for ws in self.workspaces.values()), return_exceptions=True
+        )
         for ws in list(self.workspaces.values()):
             try:
                 await asyncio.wait_for(self.close(ws, checkpoint=True), 30)
