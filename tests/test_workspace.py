@@ -715,3 +715,29 @@ async def test_the_shutdown_stops_a_cell_run_by_hand_and_keeps_the_variables(man
         await queued
     path = ckpt.checkpoint_path(ws.folder)
     assert sorted(json.loads(path.read_text())["variables"]) == ["kept"]
+
+
+async def test_a_value_nested_too_deep_to_read_back_is_not_saved(manager, codebase):
+    """Review22: ``json.dumps`` nests as deep as the REPL's recursion limit allows, a fresh
+    kernel's ``json.loads`` only to the default one: after ``sys.setrecursionlimit(20000)``
+    a list nested 5000 deep was saved, and the restore failed as a whole ("maximum recursion
+    depth exceeded while decoding a JSON array"), so no variable came back. Such a value is
+    now skipped, saying why, and the others are restored."""
+    ws = manager.get(codebase)
+    nest = "def nest(n):\n    v = []\n    for _ in range(n):\n        v = [v]\n    return v\n"
+    made = await ws.run_cell(
+        nest + "import sys\nsys.setrecursionlimit(20000)\n"  # edge: within MAX_NESTING (500)
+        "deep = nest(5000)\nloop = []\nloop.append(loop)\nedge = nest(499)\n"
+        "shared = [nest(10)] * 3\nkept = 'a plain string'\n",
+        timeout_s=60,
+    )
+    assert made.error is None
+    saved = await ws.checkpoint()
+    assert saved is not None and sorted(saved["variables"]) == ["edge", "kept", "shared"]
+    assert "nested more than" in saved["skipped"]["deep"]
+    assert "circular" in saved["skipped"]["loop"]
+    await ws.stop(checkpoint=False, reason="test")
+    info = await ws.ensure_started()
+    assert info is not None and sorted(info["restored"]) == ["edge", "kept", "shared"]
+    back = await ws.run_cell("print(kept, shared[2] == shared[0], len(edge))", timeout_s=30)
+    assert back.stdout == "a plain string True 1\n"

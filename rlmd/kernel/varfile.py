@@ -27,32 +27,48 @@ SAVEABLE_TYPES = (str, int, float, bool, type(None), list, dict)
 
 _LEAVES = frozenset({str, int, float, bool, type(None)})
 
+MAX_NESTING = 500
+"""Deepest nesting of lists and dicts a checkpoint saves. ``json.loads`` in a fresh kernel
+stops near the default recursion limit (1000), while ``json.dumps`` goes as deep as the REPL's
+limit: a value nested 5000 deep under ``sys.setrecursionlimit(20000)`` was saved, and its
+restore failed the whole file, so no variable came back (review22)."""
 
-def changes_in_json(value: Any) -> bool:
-    """Whether ``value`` holds anything a JSON round trip would change: a container or a key
-    of another exact type (a tuple comes back a list, an int key a string, a ``str``
-    subclass a ``str``). Only exact types are checked, so no method of the value runs: a
+CHANGES = "changes when written as JSON (tuple, set, non-string key...)"
+TOO_DEEP = f"nested more than {MAX_NESTING} levels deep (or circular): it could not be read back"
+
+
+def json_problem(value: Any, max_depth: int = MAX_NESTING) -> str | None:
+    """Why ``value`` cannot be saved as it is, else ``None``: it holds a container or a key
+    of another exact type (a JSON round trip would change it: a tuple comes back a list, an
+    int key a string, a ``str`` subclass a ``str``), or lists and dicts nested more than
+    ``max_depth`` deep. Only exact types are checked, so no method of the value runs: a
     hostile ``__eq__`` cannot hold the kernel, as the round trip's ``==`` could (review21).
-    Each container is looked at once, shared ones too; NaN is left to ``json.dumps``."""
-    seen: set[int] = set()
-    stack = [value]
+    A shared container is looked at again only when reached deeper than before; NaN is left
+    to ``json.dumps``."""
+    if type(value) in _LEAVES:
+        return None
+    deepest: dict[int, int] = {}
+    stack = [(value, 1)]
     while stack:
-        item = stack.pop()
+        item, depth = stack.pop()
         kind = type(item)
-        if kind in _LEAVES:
-            continue
         if kind is not list and kind is not dict:
-            return True
-        if id(item) in seen:
+            return CHANGES
+        if depth > max_depth:
+            return TOO_DEEP
+        if deepest.get(id(item), 0) >= depth:
             continue
-        seen.add(id(item))
-        if kind is list:
-            stack.extend(item)
-        elif any(type(key) is not str for key in item):
-            return True
+        deepest[id(item)] = depth
+        if kind is dict:
+            if any(type(key) is not str for key in item):
+                return CHANGES
+            children = item.values()
         else:
-            stack.extend(item.values())
-    return False
+            children = item
+        for child in children:
+            if type(child) not in _LEAVES:
+                stack.append((child, depth + 1))
+    return None
 
 
 def file_in(workdir: str, name: object) -> str:
@@ -94,7 +110,8 @@ def save(
     ``{"name": value, ...}`` (ASCII, no spaces) to the file ``name`` in ``workdir``.
 
     A variable is saved when its type is one of :data:`SAVEABLE_TYPES`, a JSON round trip
-    would not change it (:func:`changes_in_json`), its JSON (no NaN or infinity) is at most
+    would not change it and it is nested at most :data:`MAX_NESTING` deep
+    (:func:`json_problem`), its JSON (no NaN or infinity) is at most
     ``max_var_bytes``, and it still fits in
     ``max(max_total_bytes, max_var_bytes)`` bytes for all saved values together, in the
     order of ``items``.
@@ -122,8 +139,9 @@ def save(
         if type(value) not in SAVEABLE_TYPES:
             skipped[key] = f"a {type(value).__name__}, not JSON data"
             continue
-        if changes_in_json(value):
-            skipped[key] = "changes when written as JSON (tuple, set, non-string key...)"
+        problem = json_problem(value)
+        if problem is not None:
+            skipped[key] = problem
             continue
         try:
             text = json.dumps(value, allow_nan=False, separators=(",", ":"))

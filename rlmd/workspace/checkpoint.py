@@ -3,7 +3,8 @@
 What is saved: every user variable (a name not starting with ``_``, not reserved, not a
 module) whose value is ``str``, ``int``, ``float``, ``bool``, ``None``, ``list`` or ``dict``
 **and** survives a JSON round trip unchanged (so a dict with int keys, a list holding a tuple
-or a set, ``NaN``, or a value over ``max_var_bytes`` of JSON is not saved), while all saved
+or a set, ``NaN``, lists nested more than 500 deep, or a value over ``max_var_bytes`` of JSON
+is not saved), while all saved
 variables together stay within :data:`MAX_CHECKPOINT_BYTES` of JSON. What is not
 saved is recorded by name with the reason: functions, classes, modules (imports), open files,
 objects of other types, and the values above.
