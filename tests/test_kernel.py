@@ -11,7 +11,7 @@ import pytest
 
 from rlmd.kernel import protocol
 from rlmd.kernel.codebase import Codebase, path_matcher, split_lines
-from rlmd.kernel.core import Capture, Kernel, format_exception, preview, size_of
+from rlmd.kernel.core import Capture, Kernel, format_exception, json_copy, preview, size_of
 from rlmd.sandbox import base
 
 KERNEL_DIR = Path(protocol.__file__).parent
@@ -260,3 +260,58 @@ def test_plain_values_are_previewed_inline_and_others_after_the_ran_signal():
         ran.clear()
     sys.set_int_max_str_digits(digits)
     assert [v["preview"] for v in kernel.list_vars() if v["name"] == "e"] == ["mine"]
+
+
+# -- json_copy: what the in-process sandbox copies each host call's arguments and answer with
+
+
+class _Str(str):
+    pass
+
+
+class _Int(int):
+    pass
+
+
+@pytest.mark.parametrize(
+    "value",
+    [
+        "a prompt \udcff é 😀",
+        {"prompt": "p", "model": None},
+        {"prompts": ["a", "b"], "n": [1, 2.5, True, None, float("nan")], "d": {"e": {}}},
+        ("tuple", ("nested", [1])),
+        {1: "int key", None: "none key", False: "bool key", 2.5: "float key"},
+        {"s": _Str("subclass"), "i": _Int(3), "l": [_Str("x")]},
+        [10**40, -0.0, float("inf")],
+    ],
+)
+def test_json_copy_gives_what_the_json_round_trip_gives(value: object) -> None:
+    copy = json_copy(value, "it")
+    expected = json.loads(json.dumps(value))
+    assert json.dumps(copy) == json.dumps(expected)
+    assert _types(copy) == _types(expected)  # only exact built-in types, as JSON gives
+
+
+def _types(value: object) -> object:
+    if isinstance(value, dict):
+        return {k: _types(v) for k, v in value.items()} | {"__type__": type(value).__name__}
+    if isinstance(value, list):
+        return [type(value).__name__, *(_types(v) for v in value)]
+    return type(value).__name__
+
+
+def test_json_copy_is_a_copy_of_containers() -> None:
+    inner = {"k": ["v"]}
+    value = {"a": inner, "b": [inner]}
+    copy = json_copy(value, "it")
+    inner["k"].append("changed")
+    assert copy == {"a": {"k": ["v"]}, "b": [{"k": ["v"]}]}
+    assert copy["a"] is not copy["b"][0]
+
+
+def test_json_copy_refuses_what_json_refuses() -> None:
+    cycle: list = []
+    cycle.append(cycle)
+    for bad in ({"x": object()}, {"s": {1, 2}}, cycle, {"b": b"x"}):
+        with pytest.raises(TypeError, match="it must be JSON-serialisable"):
+            json_copy(bad, "it")

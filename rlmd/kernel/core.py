@@ -519,13 +519,48 @@ def _as_value_error(fn: Callable[..., Any], *args: Any) -> Any:
 
 
 def json_copy(value: Any, what: str) -> Any:
-    """A deep copy through JSON (the types the host would see); TypeError if impossible."""
+    """A deep copy through JSON (the types the host would see); TypeError if impossible.
+
+    Values made only of the exact built-in JSON types (``str``, ``int``, ``float``,
+    ``bool``, ``None``, lists and tuples of them, dicts with ``str`` keys) are copied
+    directly, with the result the round trip gives (tuples become lists; an immutable
+    ``str`` or number is the same object): the in-process sandbox copies every host call's
+    arguments and answer, and ``json.loads(json.dumps(...))`` of a short prompt costs
+    several microseconds of Python around the C codec. Anything else (a subclass, another
+    type, a non-``str`` key, nesting too deep, a dict changed while copied) takes the JSON
+    way, with its conversions and errors."""
+    try:
+        return _plain_copy(value)
+    except (_NotPlain, RecursionError, RuntimeError):
+        pass
     import json  # here: not imported at every kernel start
 
     try:
         return json.loads(json.dumps(value))
     except (TypeError, ValueError, RecursionError) as exc:
         raise TypeError(f"{what} must be JSON-serialisable: {exc}") from None
+
+
+class _NotPlain(Exception):
+    """:func:`_plain_copy` met a value that is not of an exact built-in JSON type."""
+
+
+def _plain_copy(value: Any) -> Any:
+    """``json.loads(json.dumps(value))`` for values of the exact JSON types (see
+    :func:`json_copy`); raises :class:`_NotPlain` for anything else."""
+    kind = type(value)
+    if kind is str or kind is int or kind is float or kind is bool or value is None:
+        return value
+    if kind is dict:
+        out = {}
+        for key, item in value.items():
+            if type(key) is not str:
+                raise _NotPlain
+            out[key] = _plain_copy(item)
+        return out
+    if kind is list or kind is tuple:
+        return [_plain_copy(item) for item in value]
+    raise _NotPlain
 
 
 _ECHO = "__rlmd_echo__"
