@@ -991,6 +991,29 @@ def test_count_messages_counts_each_message_once_as_history_grows() -> None:
     assert len(counted) == len(history)  # not 1 + 2 + ... + 51
 
 
+async def test_a_reply_counted_as_output_is_not_counted_again_as_history() -> None:
+    """A reply's output tokens (counted when the provider reports none) are remembered: the
+    loop sends the reply back as an assistant message with the next turn."""
+    counted: list[str] = []
+
+    class Counting(ScriptedModel):
+        def count_tokens(self, text: str) -> int:
+            counted.append(text)
+            return super().count_tokens(text)
+
+    reply = "Step 1.\n```repl\nprint(len(context))\n```" * 3
+    spec = ModelSpec(
+        name="c", provider="scripted", model="c", options={"callable": lambda m: reply}
+    )
+    model = Counting(spec)
+    c = await model.complete(user("the question"))
+    prompt = [m["content"] for m in user("the question")]
+    assert c.output_tokens == count_tokens(reply) and counted == [*prompt, reply]
+    history = [*user("the question"), {"role": "assistant", "content": reply}]
+    assert model.count_messages(history) == c.input_tokens + count_tokens(reply) + 4
+    assert counted == [*prompt, reply]  # none counted again
+
+
 def test_a_run_trees_models_pickle_for_a_cluster_node(tmp_path):
     """``Registry.for_run()`` goes to cluster nodes pickled (a closure over live instances,
     which hold locks, could not); the copy makes its own scripted instance there."""

@@ -348,7 +348,9 @@ class Model(abc.ABC):
         if input_tokens is None:
             input_tokens = self.count_messages(messages)
         if output_tokens is None:
-            output_tokens = self.count_tokens(text)
+            # Remembered like a message's content: the loop sends this reply back as one
+            # with the next turn (it was counted twice, once here and once there).
+            output_tokens = self._content_tokens(text)
         return Completion(
             text=text,
             input_tokens=input_tokens,
@@ -382,11 +384,19 @@ class Model(abc.ABC):
             content = m.get("content") or ""
             n = memo.get(content)
             if n is None:
-                n = memo[content] = self.count_tokens(content)
-                if len(memo) > self.MESSAGE_TOKENS_REMEMBERED:
-                    del memo[next(iter(memo))]  # the oldest
+                n = self._content_tokens(content)
             total += n + 4
         return total
+
+    def _content_tokens(self, content: str) -> int:
+        """:meth:`count_tokens` of ``content``, remembered (see :meth:`count_messages`)."""
+        memo = self._message_tokens
+        n = memo.get(content)
+        if n is None:
+            n = memo[content] = self.count_tokens(content)
+            if len(memo) > self.MESSAGE_TOKENS_REMEMBERED:
+                del memo[next(iter(memo))]  # the oldest
+        return n
 
     def availability(self) -> str | None:
         """``None`` when usable now, else a one-line reason with the fix."""
