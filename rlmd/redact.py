@@ -127,6 +127,27 @@ def text_redactor(secrets: Iterable[str] = ()) -> Callable[[str], str]:
     return lambda text: _scrub(text, literals)
 
 
+def may_redact_json(text: str, secrets: Iterable[str] = ()) -> bool:
+    """Whether :func:`text_redactor` (with ``secrets``) might change a string held in the
+    value whose compact ASCII JSON (``ensure_ascii``) is ``text``: ``False`` only when it
+    changes none, so a caller can skip walking the value. A key-shaped match holds one of
+    :data:`_KEY_MARKS`, and a secret is looked for as it is; both are printable ASCII
+    without ``"`` or ``\\`` (a secret that is not is always "might"), which JSON writes
+    as themselves: a string holding one puts it in ``text``."""
+    for mark in _KEY_MARKS:
+        if mark in text:
+            return True
+    for value in _literals(secrets):
+        if value in text or not _as_itself_in_json(value):
+            return True
+    return False
+
+
+def _as_itself_in_json(value: str) -> bool:
+    """Whether ASCII JSON writes every character of ``value`` as itself."""
+    return value.isascii() and value.isprintable() and '"' not in value and "\\" not in value
+
+
 def _literals(secrets: Iterable[str]) -> tuple[str, ...]:
     """The environment's secret values and the credible ``secrets``, longest first."""
     literals: tuple[str, ...] = _env_secrets()

@@ -6,12 +6,13 @@ from __future__ import annotations
 
 import asyncio
 import json
+import os
 import sqlite3
 from pathlib import Path
 from types import SimpleNamespace
 from typing import Any
 
-from helpers.store_events import record_three_depths
+from helpers.store_events import Emitter, record_three_depths
 
 from rlmd.engine.events import (
     CellStarted,
@@ -244,3 +245,71 @@ def test_a_start_and_finish_are_not_paired_across_the_end_of_the_run():
             *[(e, None) for e, _ in middle],
             (end, None),
         ]
+
+
+def _files(path: Path) -> bytes:
+    """The bytes of the database's files and its journals."""
+    folder = Path(folder_of(str(path)))
+    files = [*path.parent.iterdir(), *(folder.iterdir() if folder.exists() else [])]
+    return b"".join(f.read_bytes() for f in files if f.is_file())
+
+
+def test_batched_secrets_never_reach_the_journal_or_the_file(tmp_path, monkeypatch):
+    """Steps whose data is kept as JSON text (no walk at the event) still lose their
+    secrets: a step with an environment secret, one with a key-shaped string, one with a
+    secret in only one of its events; each looked at in the journal while the store is
+    open, and in every file after."""
+    secret = "s3cr3t-" + os.urandom(12).hex()
+    key = "sk-proj-" + os.urandom(24).hex()
+    monkeypatch.setenv("FOO_API_KEY", secret)
+    path = tmp_path / "db" / "rlmd.db"
+    path.parent.mkdir()
+    journalled: list[bytes] = []
+
+    async def record() -> Store:
+        store = Store(path)
+        e = Emitter(store.record_batched)
+        e.start(f"use key {secret} please", budget={"key": secret, "n": 3})
+        it = e.iteration(0)
+        e.call(it, "root", [{"role": "user", "content": f"the key is {key}"}], "plain", 10, 5)
+        c = e.cell_start(it, 0, "print(1)")  # journals the call: its prompt holds the key
+        e.cell_finish(c, it, 0, "print(1)", stdout=f"{secret}\n")
+        it = e.iteration(1)  # journals the finish: its output holds the secret
+        e.call(it, "root", [{"role": "user", "content": "nothing"}], f"I saw {key}", 10, 5)
+        journalled.append(_files(path))
+        e.finish(answer="done")
+        return store
+
+    store = asyncio.run(record())
+    assert not store.errors
+    run = store.get_run(store.list_runs()[0]["id"])
+    assert run is not None and run["question"] == "use key [REDACTED] please"
+    store.close()
+    for blob in (journalled[0], _files(path)):
+        assert secret.encode() not in blob and key.encode() not in blob
+        assert b"[REDACTED]" in blob
+
+
+def test_a_kept_event_is_stored_as_it_was_when_emitted(tmp_path):
+    """The engine may change an event's objects after emitting it (a folded turn's message
+    gets a note): what is kept for the next step start is a copy."""
+    path = tmp_path / "rlmd.db"
+    message = {"role": "user", "content": "as sent"}
+
+    async def record() -> Store:
+        store = Store(path)
+        e = Emitter(store.record_batched)
+        e.start("q")
+        it = e.iteration(0)
+        e.call(it, "sub", [message], "ok", 1, 1)  # kept, not a step start
+        message["content"] += " and changed after"
+        e.cell_start(it, 0, "x = 1")
+        e.finish(answer="a")
+        return store
+
+    store = asyncio.run(record())
+    assert not store.errors
+    run_id = store.list_runs()[0]["id"]
+    calls = [n for n in store.nodes(run_id) if n["kind"] == "model_call"]
+    assert [m["content"] for m in calls[0]["data"]["messages"]] == ["as sent"]
+    store.close()

@@ -172,16 +172,16 @@ def test_without_a_journal_folder_steps_go_to_the_database_at_once(tmp_path, cap
 
 
 def test_a_failing_journal_write_loses_nothing(tmp_path, monkeypatch, caplog):
-    real = Journal.append
+    real = Journal.append_json  # what the store writes a step with
     calls = []
 
-    def full_disk(self: Journal, records: list[Any]) -> None:
+    def full_disk(self: Journal, records: list[str]) -> None:
         calls.append(len(records))
         if len(calls) == 3:
             raise OSError(28, "No space left on device")
         real(self, records)
 
-    monkeypatch.setattr(Journal, "append", full_disk)
+    monkeypatch.setattr(Journal, "append_json", full_disk)
     path = tmp_path / "s.db"
     events = _events()
     store = Store(path)

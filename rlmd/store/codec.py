@@ -121,6 +121,55 @@ def dumps(obj: Any) -> str:
     return "".join(_C_ENCODE(obj, 0))
 
 
+try:  # ASCII (the journal's encoding), refusing NaN and infinities (see plain_json)
+    from _json import encode_basestring_ascii as _c_encode_ascii
+    from _json import make_encoder as _c_make_ascii_encoder
+
+    _C_ASCII: Callable[[Any, int], Any] | None = _c_make_ascii_encoder(
+        None, _ENCODER.default, _c_encode_ascii, None, ":", ",", False, False, False
+    )
+except ImportError:  # pragma: no cover - an interpreter without the C accelerator
+    _C_ASCII = None
+
+
+def ascii_json(obj: Any) -> str:
+    """Compact ASCII JSON text for ``obj`` (already :func:`to_jsonable`, so finite floats
+    only); what the step journal writes.
+
+    Raises:
+        TypeError / ValueError: ``obj`` holds a value JSON cannot encode.
+    """
+    if _C_ASCII is None:
+        return json.dumps(obj, separators=(",", ":"), allow_nan=False)
+    return "".join(_C_ASCII(obj, 0))
+
+
+def plain_json(obj: Any) -> str | None:
+    """The compact ASCII JSON (:func:`ascii_json`) of ``obj`` when :func:`to_jsonable`
+    (without ``on_text``) would return it as it is, or an equal copy; else ``None``: a value
+    of another type than ``dict``, ``list``, ``tuple``, ``str``, ``int``, ``float``,
+    ``bool``, ``None`` (a dataclass, a set, bytes...), a non-finite float, a ``True``,
+    ``False`` or ``None`` dict key (JSON writes ``"true"``, :func:`to_jsonable` ``"True"``),
+    a ``str`` holding a surrogate (or a character past U+D000, whose ``\\uXXXX`` escape is
+    not told apart from one), nesting too deep. One C call where :func:`to_jsonable` walks
+    the value in Python; secrets are not looked for (see
+    :func:`rlmd.redact.may_redact_json`). Decoding the text (:func:`loads`) gives the data
+    :func:`to_jsonable` makes."""
+    if _C_ASCII is None:
+        return None
+    try:
+        text = "".join(_C_ASCII(obj, 0))
+    except (TypeError, ValueError, RecursionError):
+        return None
+    # ensure_ascii writes a surrogate as "\\udXXX" (to_jsonable escapes a lone one as text).
+    # A key made a string by JSON is the str() of it, as to_jsonable makes it, for an int
+    # or a float; for True, False and None it is not. Inside a string, a quote is escaped,
+    # so '"true":' there ends a key too (a false alarm: the walk then does it).
+    if "\\ud" in text or '"true":' in text or '"false":' in text or '"null":' in text:
+        return None
+    return text
+
+
 def loads(text: Any) -> Any:
     """Decode a JSON column: ``None`` stays ``None``; text that is not JSON is returned as is."""
     if text is None or not isinstance(text, str):

@@ -70,6 +70,7 @@ checkpoint. A killed process leaves its nodes pending; the next of those catches
 from __future__ import annotations
 
 import asyncio
+import json
 import logging
 import os
 import sqlite3
@@ -97,14 +98,16 @@ from rlmd.engine.events import (
     new_id,
     type_of,
 )
-from rlmd.redact import text_redactor
+from rlmd.redact import may_redact_json, text_redactor
 from rlmd.store import schema
 from rlmd.store.codec import (
     FINAL_IS_ANSWER,
     NODE_TEXT_COLUMNS,
+    ascii_json,
     dumps,
     loads,
     merge_text,
+    plain_json,
     split_text,
     to_jsonable,
 )
@@ -241,12 +244,14 @@ class Store(Queries, Rollouts):
         self._checkpointer: _Checkpointer | None = None
         self._wal = False
         self._events = 0
-        self._pending: list[tuple[Event, dict[str, Any]]] = []  # see record_batched
+        # Kept by record_batched: (event, data, None), or (event, None, its data's ASCII
+        # JSON) while the data needs no conversion (see _prepare_kept)
+        self._pending: list[_Kept] = []
         # The step journal (made at the first step kept): its events not yet in the database,
         # and how many of its records are (the count the database keeps for it).
         self._journal: Journal | None = None
         self._journal_off = self.path == ":memory:"  # also set when the journal failed
-        self._unapplied: list[tuple[Event, dict[str, Any]]] = []
+        self._unapplied: list[_Kept] = []
         self._applied = 0
         self._pid = os.getpid()  # the recording process; a replay's while it writes
         self._flush_loop: asyncio.AbstractEventLoop | None = None  # a flush is scheduled there
@@ -389,18 +394,18 @@ class Store(Queries, Rollouts):
             self.record(event)
             return
         try:
-            data = self._prepare(event)
+            prepared = self._prepare_kept(event)
         except Exception as exc:
             self._failed(event, exc)
             return
         with self._lock:
-            self._pending.append((event, data))
+            self._pending.append(prepared)
             kept = len(self._pending)
         if isinstance(event, RunFinished):
             self.flush()  # a run's end is in the database when its sinks see it
         elif kept >= MAX_KEPT or (
             isinstance(event, STEP_STARTS)
-            and not (isinstance(event, ModelCallStarted) and data.get("role") == "sub")
+            and not (isinstance(event, ModelCallStarted) and event.role == "sub")
         ):
             self._persist()
         if (self._pending or self._unapplied) and self._flush_loop is not loop:
@@ -419,7 +424,7 @@ class Store(Queries, Rollouts):
         each, so only the failing one is lost, as with :meth:`record`). Never raises."""
         with self._lock:
             self._persist()
-            batch, self._unapplied = self._unapplied, []
+            batch, self._unapplied = _decoded(self._unapplied), []
             journal = self._journal
             if journal is None or not batch:
                 self._write_batch(batch)
@@ -432,9 +437,10 @@ class Store(Queries, Rollouts):
         """Journal the kept events with one ``write()`` (the crash promise: they survive a
         SIGKILL from then on), or, without a journal, write them to the database."""
         with self._lock:
-            pending, self._pending = self._pending, []
-            if not pending:
+            kept, self._pending = self._pending, []
+            if not kept:
                 return
+            pending = _redacted(kept)
             if self._journal is None and not self._journal_off:
                 try:
                     self._journal = Journal(self.path)
@@ -443,16 +449,16 @@ class Store(Queries, Rollouts):
                     self._journal_off = True
             journal = self._journal
             if journal is None:
-                self._write_batch(pending)
+                self._write_batch(_decoded(pending))
                 return
             try:
-                journal.append([_record(event, data) for event, data in pending])
+                journal.append_json([_record_json(*kept) for kept in pending])
             except Exception as exc:  # stop journalling (its last line may be torn)
                 log.warning("step journal %s failed; steps written at once: %r", journal.path, exc)
                 self.flush()
                 self._journal_off = True
                 self._close_journal()
-                self._write_batch(pending)
+                self._write_batch(_decoded(pending))
                 return
             self._unapplied += pending
             if len(self._unapplied) >= MAX_UNAPPLIED:
@@ -564,6 +570,19 @@ class Store(Queries, Rollouts):
         raw = event.data
         data = to_jsonable(raw if isinstance(raw, dict) else {"value": raw}, text_redactor())
         return data if isinstance(data, dict) else {"value": data}
+
+    def _prepare_kept(self, event: Event) -> _Kept:
+        """The event as :meth:`record_batched` keeps it: when its data needs no conversion
+        (most events), ``(event, None, text)``, ``text`` its ASCII JSON from one C call
+        (:func:`~rlmd.store.codec.plain_json`), not yet looked at for secrets (the step is,
+        in one scan: see :func:`_redacted`); else ``(event, data, None)``, :meth:`_prepare`'s
+        walk. What is kept is a copy either way: the engine may change the event's objects
+        later (a message's content, when a turn is folded)."""
+        raw = event.data
+        text = plain_json(raw if isinstance(raw, dict) else {"value": raw})
+        if text is None:
+            return event, self._prepare(event), None
+        return event, None, text
 
     def _write_one(
         self, event: Event, data: dict[str, Any], journal: str | None = None, count: int = 0
@@ -1224,9 +1243,48 @@ def _model_name(spec: Any) -> str | None:
     return _text(spec)
 
 
-def _record(event: Event, data: dict[str, Any]) -> Record:
-    """An event as journalled (:data:`rlmd.store.journal.Record`)."""
-    return [event.kind, event.run_id, event.depth, event.node_id, event.parent_id, event.ts, data]
+_Kept = tuple[Event, "dict[str, Any] | None", "str | None"]
+"""An event as :meth:`Store.record_batched` keeps it: ``(event, data, None)``, or ``(event,
+None, text)``, ``text`` the ASCII JSON of data that needs no conversion (see
+:meth:`Store._prepare_kept`)."""
+
+
+def _record_json(event: Event, data: dict[str, Any] | None, text: str | None) -> str:
+    """The event as journalled (:data:`rlmd.store.journal.Record`), as ASCII JSON: its
+    data's ``text`` put in as it is (made from ``data`` without one)."""
+    header = [event.kind, event.run_id, event.depth, event.node_id, event.parent_id, event.ts]
+    try:
+        head = ascii_json(header)
+    except ValueError:  # a time that is not finite: written as json.dumps writes it
+        head = json.dumps(header)
+    return f"{head[:-1]},{ascii_json(data) if text is None else text}]"
+
+
+def _redacted(kept: list[_Kept]) -> list[_Kept]:
+    """``kept`` (a step's events) with their secrets removed. The data kept as JSON text
+    is looked at together, in the text of it all (one scan for each key shape and secret,
+    :func:`~rlmd.redact.may_redact_json`); only if one might be there is it walked with the
+    redaction, as :meth:`Store._prepare` walks every event."""
+    texts = [text for _, _, text in kept if text is not None]
+    if not texts or not may_redact_json(",".join(texts)):
+        return kept
+    redact = text_redactor()
+    return [
+        (event, data, None) if text is None else (event, _walked(loads(text), redact), None)
+        for event, data, text in kept
+    ]
+
+
+def _walked(data: Any, redact: Any) -> dict[str, Any]:
+    """Data (as :func:`~rlmd.store.codec.plain_json` passed it) made as
+    :meth:`Store._prepare` makes an event's."""
+    out = to_jsonable(data, redact)
+    return out if isinstance(out, dict) else {"value": out}
+
+
+def _decoded(kept: list[_Kept]) -> list[tuple[Event, dict[str, Any]]]:
+    """Kept events with their data as dicts, to write to the database."""
+    return [(event, loads(text) if data is None else data) for event, data, text in kept]
 
 
 def _events(records: list[Record]) -> list[tuple[Event, dict[str, Any]]]:
