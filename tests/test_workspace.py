@@ -741,3 +741,42 @@ async def test_a_value_nested_too_deep_to_read_back_is_not_saved(manager, codeba
     assert info is not None and sorted(info["restored"]) == ["edge", "kept", "shared"]
     back = await ws.run_cell("print(kept, shared[2] == shared[0], len(edge))", timeout_s=30)
     assert back.stdout == "a plain string True 1\n"
+
+
+async def test_a_checkpoint_of_many_variables_restores_and_is_told_in_short(manager, codebase):
+    """Review22: the next task's system prompt named every restored variable (all 200,000 a
+    cell of model code can make); it now names 40, as the list of the REPL's variables."""
+    ws = manager.get(codebase)
+    made = await ws.run_cell("globals().update({f'v{i}': i for i in range(20_000)})", 60)
+    assert made.error is None
+    saved = await ws.checkpoint()
+    assert saved is not None and len(saved["variables"]) == 20_000
+    await ws.stop(checkpoint=False, reason="test")
+    info = await ws.ensure_started()
+    assert info is not None and len(info["restored"]) == 20_000
+    assert len(ws.sandbox.bound.user_names) == 20_000  # what a kill would lose
+    note = await ws.model_note()
+    assert "v38, v39 and 19960 more." in note and "v40" not in note and len(note) < 4000
+
+
+@pytest.mark.timeout(60)  # far more than one pass takes; the quadratic one took over an hour
+@pytest.mark.parametrize("backend", ["subprocess", "inprocess"])
+async def test_the_host_records_restored_variables_in_one_pass(backend, monkeypatch):
+    """Review22: the host recorded each name a restore bound by looking it up in two lists,
+    so a checkpoint of 200,000 variables (one cell of model code makes them) held the
+    daemon's event loop, and every client with it, for ten minutes at the next start."""
+    from rlmd.sandbox import create_sandbox
+
+    sandbox = create_sandbox(backend)
+    names = [f"v{i}" for i in range(500_000)]
+
+    async def bound_all(request):  # the kernel's answer, without a kernel
+        return {"restored": list(request["names"]), "missing": {}}
+
+    if backend == "subprocess":
+        monkeypatch.setattr(sandbox, "_op", bound_all)
+    else:
+        kernel = type("K", (), {"load_vars": lambda self, req: asyncio.run(bound_all(req))})()
+        monkeypatch.setattr(sandbox, "_live", lambda: kernel)
+    out = await sandbox.load_variables("values.json", names)
+    assert len(out["restored"]) == 500_000 and sandbox.bound.user_names == names

@@ -557,8 +557,7 @@ class InProcessSandbox(Sandbox):
         request = {"path": path, "names": list(names), "only_missing": bool(only_missing)}
         async with self._lock:
             out = await asyncio.to_thread(self._live().load_vars, request)
-            for name in out["restored"]:
-                self.bound.note_variable(name, None)
+            self.bound.note_restored(out["restored"], names)
             return out
 
     async def remove_file(self, path: str) -> None:

@@ -176,6 +176,22 @@ class Bindings:
         elif name not in self.user_names:
             self.user_names.append(name)
 
+    def note_restored(self, names: Any, wanted: list[str]) -> None:
+        """Record the variables a ``load_vars`` says it bound: the strings of ``names`` that
+        are among ``wanted``. In one pass: :meth:`note_variable` per name looked each up in
+        the list of names, so a checkpoint of 200,000 variables held the daemon's event loop
+        (every client) for hours (review22)."""
+        asked = set(wanted)
+        known = set(self.user_names)
+        for name in names if isinstance(names, list) else ():
+            if not isinstance(name, str) or name not in asked:
+                continue
+            if name == "history" or name in self.tool_values:
+                self.note_variable(name, None)
+            elif name not in known:
+                known.add(name)
+                self.user_names.append(name)
+
     def take_notice(self) -> tuple[str, list[str]] | None:
         """The pending restart notice (cleared)."""
         notice, self.notice = self.notice, None
@@ -568,9 +584,7 @@ class SandboxSession(Sandbox):
         async with self._lock:
             out = await self._op({**request, "only_missing": bool(only_missing)})
             restored = out.get("restored") if isinstance(out, dict) else None
-            for name in restored if isinstance(restored, list) else []:
-                if name in names:  # what a kill would lose now
-                    self.bound.note_variable(name, None)
+            self.bound.note_restored(restored, names)  # what a kill would lose now
             return out
 
     async def remove_file(self, path: str) -> None:

@@ -629,7 +629,10 @@ def _restarts(sandbox: Sandbox) -> int:
 def _restore_note(taken_at: float, restored: list[str], missing: dict[str, str]) -> str:
     when = time.strftime("%Y-%m-%d %H:%M:%S", time.localtime(taken_at))
     parts = [f"Variables were restored from the workspace checkpoint of {when}:"]
-    parts.append(", ".join(restored) if restored else "none")
+    # at most 40 names, as the list of the REPL's variables: all 200,000 of a checkpoint
+    # went into the next task's system prompt (review22)
+    more = f" and {len(restored) - 40} more" if len(restored) > 40 else ""
+    parts.append((", ".join(restored[:40]) + more) if restored else "none")
     parts[-1] += "."
     if missing:
         lost = ", ".join(f"{n} ({why})" for n, why in list(missing.items())[:20])
