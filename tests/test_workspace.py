@@ -478,7 +478,7 @@ async def _checkpointed_and_stopped(manager, codebase):
     return ws, ckpt.checkpoint_path(ws.folder)
 
 
-@pytest.mark.parametrize("size", [2**62, 10**30, "fifo"])
+@pytest.mark.parametrize("size", [2**62, 10**30, "fifo", "folder"])
 async def test_a_values_reference_with_an_absurd_length_restores_nothing_and_says_why(
     manager, codebase, size
 ):
@@ -488,18 +488,20 @@ async def test_a_values_reference_with_an_absurd_length_restores_nothing_and_say
     in place of the values file blocked the restore (and the workspace) for good."""
     ws, path = await _checkpointed_and_stopped(manager, codebase)
     meta = json.loads(path.read_text())
-    if size == "fifo":
+    if size in ("fifo", "folder"):  # a folder: "Is a directory: 16" (review22)
         values = path.parent / meta["values"]["file"]
         values.unlink()
-        os.mkfifo(values)
+        os.mkfifo(values) if size == "fifo" else values.mkdir()
     else:
         meta["values"]["bytes"] = size
         path.write_text(json.dumps(meta))
     info = await asyncio.wait_for(ws.ensure_started(), 60)
     assert info is not None and info["restored"] == []
-    assert "changed or cut short" in info["not_restored"]["a"] or (
-        "not a regular file" in info["not_restored"]["a"]
-    )
+    why = info["not_restored"]["a"]
+    if isinstance(size, int):
+        assert "changed or cut short" in why
+    else:
+        assert f"its values file is not a regular file (a {size.replace('fifo', 'FIFO')})" in why
 
 
 def test_two_saves_of_one_checkpoint_at_once_leave_a_whole_one(tmp_path, monkeypatch):
@@ -625,7 +627,7 @@ async def test_a_restore_that_fails_with_the_sandbox_stops_the_start_and_keeps_t
     assert info is not None and info["restored"] == ["a"]
 
 
-@pytest.mark.parametrize("kind", ["fifo", "symlink"])
+@pytest.mark.parametrize("kind", ["fifo", "symlink", "folder"])
 def test_a_fifo_or_link_at_checkpoint_json_is_set_aside_not_waited_on(tmp_path, kind):
     """Review21: ``load`` opened ``checkpoint.json`` blocking and following links: a FIFO
     there blocked the workspace's open (its worker thread) for good; a link made the daemon
@@ -637,16 +639,21 @@ def test_a_fifo_or_link_at_checkpoint_json_is_set_aside_not_waited_on(tmp_path, 
     target.write_text('{"version": 2, "workspace": "w", "variables": {}, "skipped": {}}')
     if kind == "fifo":
         os.mkfifo(path)
+    elif kind == "folder":
+        path.mkdir()
     else:
         path.symlink_to(target)
     got: list[Any] = []
-    reader = threading.Thread(target=lambda: got.append(ckpt.load(path)), daemon=True)
+    problems: list[str] = []
+    reader = threading.Thread(target=lambda: got.append(ckpt.load(path, problems)), daemon=True)
     reader.start()
     reader.join(20)
     if reader.is_alive():  # let the old code's reader go
         os.close(os.open(path, os.O_WRONLY | os.O_NONBLOCK))
     assert got == [None]
     assert (tmp_path / "checkpoint.json.corrupt").exists() and target.exists()
+    if kind == "folder":  # review22: it said "[Errno 21] Is a directory: 17", the descriptor
+        assert "not a regular file (a folder)" in problems[0]
 
 
 @pytest.mark.parametrize("taken_at", ["1e300", "NaN", "-Infinity"])

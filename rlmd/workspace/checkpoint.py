@@ -331,10 +331,8 @@ def load(path: Path, problems: list[str] | None = None) -> Checkpoint | None:
     (:attr:`Checkpoint.values`)."""
     try:
         # no link followed, and a FIFO there does not block the open (nor the workspace)
-        fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC)
+        fd = _open_regular(path, "not a regular file")
         with open(fd, "rb") as f:
-            if not stat.S_ISREG(os.fstat(fd).st_mode):
-                raise ValueError("not a regular file")
             text = f.read(MAX_METADATA_BYTES + 1)
         if len(text) > MAX_METADATA_BYTES:
             raise ValueError(f"larger than {MAX_METADATA_BYTES:,} bytes")
@@ -378,6 +376,39 @@ def load(path: Path, problems: list[str] | None = None) -> Checkpoint | None:
         if problems is not None:
             problems.append(f"the checkpoint was unreadable ({exc}) and is kept as {aside}"[:500])
         return None
+
+
+def _open_regular(path: str | Path, refusal: str) -> int:
+    """A descriptor of the regular file at ``path``, opened for reading without following a
+    link or blocking on a FIFO.
+
+    Raises:
+        ValueError: ``refusal``, when something else is there (checked before Python's
+            ``open``, which said of a folder "Is a directory: 16", naming the descriptor).
+        OSError: it cannot be opened (``FileNotFoundError``, a link: ``ELOOP``).
+    """
+    fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC)
+    try:
+        mode = os.fstat(fd).st_mode
+    except BaseException:
+        os.close(fd)
+        raise
+    if not stat.S_ISREG(mode):
+        os.close(fd)
+        raise ValueError(f"{refusal} (a {_kind(mode)})")
+    return fd
+
+
+def _kind(mode: int) -> str:
+    """What a file that is not a regular one is, in a word."""
+    for test, word in (
+        (stat.S_ISDIR, "folder"),
+        (stat.S_ISFIFO, "FIFO"),
+        (stat.S_ISSOCK, "socket"),
+    ):
+        if test(mode):
+            return word
+    return "device"
 
 
 def _time(value: Any) -> float:
@@ -429,12 +460,9 @@ def read_values(ckpt: Checkpoint) -> bytes:
         return b"{}"
     changed = ValueError("its values file was changed or cut short since it was written")
     # no link followed, and a FIFO found there does not block the open (nor the restore)
-    fd = os.open(ref["file"], os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC)
+    fd = _open_regular(ref["file"], "its values file is not a regular file")
     with open(fd, "rb") as f:
-        st = os.fstat(fd)
-        if not stat.S_ISREG(st.st_mode):
-            raise ValueError("its values file is not a regular file")
-        size = st.st_size
+        size = os.fstat(fd).st_size
         if size != ref["bytes"]:  # read(bytes + 1) of a forged 2**62: MemoryError
             raise changed
         data = f.read(size + 1)
