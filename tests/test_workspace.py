@@ -787,3 +787,19 @@ async def test_the_host_records_restored_variables_in_one_pass(backend, monkeypa
         monkeypatch.setattr(sandbox, "_live", lambda: kernel)
     out = await sandbox.load_variables("values.json", names)
     assert len(out["restored"]) == 500_000 and sandbox.bound.user_names == names
+
+
+def test_a_reset_removes_the_checkpoint_past_a_folder_named_like_a_values_file(
+    tmp_path, monkeypatch
+):
+    """Review22: ``rlmd.workspace.reset`` answered ``-32603`` (IsADirectoryError) when a
+    folder was named like a values file, after removing ``checkpoint.json`` but before the
+    real values file, which stayed for good."""
+    monkeypatch.setenv("RLMD_HOME", str(tmp_path / "home"))
+    folder = tmp_path / "proj"
+    path = ckpt.checkpoint_path(folder)
+    saved = ckpt.Checkpoint(str(folder), variables={"a": {"type": "int"}}, values=b'{"a":1}')
+    ckpt.save(saved, path)
+    (path.parent / "values-0000000000000000.json").mkdir()
+    ckpt.remove(folder)
+    assert sorted(p.name for p in path.parent.iterdir()) == ["values-0000000000000000.json"]
