@@ -324,6 +324,48 @@ async def test_openai_content_that_is_not_text_is_an_error_naming_the_server(
     assert len(openai_server.requests) == 1  # not retried: it answers so every time
 
 
+@pytest.mark.parametrize(
+    ("reply", "said"),
+    [
+        ({"choices": "abc"}, "its choices are a str, not a list"),
+        ({"choices": [5]}, "a choice of type int"),
+        ({"choices": [{"message": "hi", "finish_reason": "stop"}]}, "a message of type str"),
+        ({"events": [{"choices": "abc"}]}, "its choices are a str, not a list"),
+        ({"events": [{"choices": [5]}]}, "a choice of type int"),
+        ({"events": [{"choices": [{"index": 0, "delta": "hi"}]}]}, "a delta of type str"),
+    ],
+)
+async def test_openai_choices_of_the_wrong_shape_are_an_error_naming_the_server(
+    openai_server: FakeServer, key: str, reply: dict[str, Any], said: str
+) -> None:
+    """Review22: they failed the call with ``AttributeError: 'str' object has no attribute
+    'message'`` (or ``'delta'``), naming neither the server nor what was wrong."""
+    openai_server.replies.append((200, {"id": "c1", "model": "m", **reply}, {}))
+    model = OpenAIModel(openai_spec(openai_server, options={"stream": "events" in reply}))
+    try:
+        with pytest.raises(ModelError, match="sent a reply that is not text") as info:
+            await model.complete(USER)
+    finally:
+        await model.aclose()
+    assert said in str(info.value) and f"127.0.0.1:{openai_server.port}" in str(info.value)
+
+
+@pytest.mark.parametrize("stream", [True, False])
+async def test_openai_a_finish_reason_that_is_not_text_is_none(
+    openai_server: FakeServer, key: str, stream: bool
+) -> None:
+    """Review22: ``"finish_reason": {"x": 1}`` went into the trajectory as it was."""
+    status, body, headers = openai_reply()
+    body["choices"][0]["finish_reason"] = {"x": 1}
+    openai_server.replies.append((status, body, headers))
+    model = OpenAIModel(openai_spec(openai_server, options={"stream": stream}))
+    try:
+        c = await model.complete(USER)
+    finally:
+        await model.aclose()
+    assert c.text == "hello" and c.finish_reason is None
+
+
 async def test_openai_429_then_200_is_retried(openai_server: FakeServer, key: str) -> None:
     openai_server.replies.append((429, {"error": {"message": "slow down"}}, {"retry-after": "0"}))
     model = OpenAIModel(openai_spec(openai_server))

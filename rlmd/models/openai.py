@@ -265,11 +265,45 @@ async def _read_body(stream: Any) -> Any:
 def _read_completion(response: Any) -> tuple[str, str | None, Any, str | None]:
     """``(text, finish_reason, usage, None)`` of a non-streamed chat completion; empty
     text and no finish reason when it has no choices (or is not a chat completion)."""
-    choices = getattr(response, "choices", None)
-    choice = choices[0] if choices else None
-    text = _text(choice.message.content if choice and choice.message else None)
+    choice = _first_choice(getattr(response, "choices", None))
+    message = _part(getattr(choice, "message", None), "message")
+    text = _text(getattr(message, "content", None))
     usage = getattr(response, "usage", None)
-    return text, (choice.finish_reason if choice else None), usage, None
+    return text, _reason(getattr(choice, "finish_reason", None)), usage, None
+
+
+def _reason(value: Any) -> str | None:
+    """A finish reason as the server gave it, if it is text (``{"x": 1}`` went into the
+    trajectory as it was)."""
+    return value if isinstance(value, str) and value else None
+
+
+_JSON_VALUES = (str, int, float, bool, list, dict)
+
+
+def _first_choice(choices: Any) -> Any:
+    """The first of a reply's (or a chunk's) ``choices``, ``None`` when it has none.
+
+    Raises:
+        _NotText: ``choices`` is not a list of objects: it failed the run with
+            ``AttributeError: 'str' object has no attribute 'message'`` (review22).
+    """
+    if not choices:
+        return None
+    if not isinstance(choices, list):
+        raise _NotText(f"its choices are a {type(choices).__name__}, not a list")
+    return _part(choices[0], "choice")
+
+
+def _part(value: Any, what: str) -> Any:
+    """``value`` (a choice, a message, a delta) if it is an object or ``None``.
+
+    Raises:
+        _NotText: a plain JSON value where the object should be.
+    """
+    if isinstance(value, _JSON_VALUES):
+        raise _NotText(f"a {what} of type {type(value).__name__}")
+    return value
 
 
 async def _consume(
@@ -291,10 +325,10 @@ async def _consume(
         async for chunk in stream:
             if getattr(chunk, "usage", None) is not None:
                 usage = chunk.usage
-            if not chunk.choices:
+            choice = _first_choice(getattr(chunk, "choices", None))
+            if choice is None:
                 continue
-            choice = chunk.choices[0]
-            delta = _text(getattr(choice.delta, "content", None) if choice.delta else None)
+            delta = _text(getattr(_part(getattr(choice, "delta", None), "delta"), "content", None))
             if delta:
                 parts.append(delta)
                 if stop:
@@ -304,8 +338,7 @@ async def _consume(
                         return text, "stop", usage, hit
                 if guard is not None and guard.feed(delta):
                     return guard.kept or "", FINISH_REASON, usage, None
-            if choice.finish_reason:
-                finish = choice.finish_reason
+            finish = _reason(getattr(choice, "finish_reason", None)) or finish
     finally:
         await stream.close()
     return "".join(parts), finish, usage, None

@@ -50,7 +50,8 @@ class FakeServer:
                     return
                 status, body, headers = reply
                 streamed = request["body"].get("stream") and not server.ignores_stream
-                if streamed and status == 200 and isinstance(body, dict) and "choices" in body:
+                chat = isinstance(body, dict) and ("choices" in body or "events" in body)
+                if streamed and status == 200 and chat:
                     self.stream(request, body)
                     return
                 data = body if isinstance(body, bytes) else json.dumps(body).encode()
@@ -63,11 +64,15 @@ class FakeServer:
 
             def stream(self, request: dict[str, Any], body: dict[str, Any]) -> None:
                 """Serve a chat.completion body as server-sent chunks of 3 characters,
-                ``server.chunk_delay_s`` apart; count what got written before the client
-                went away in ``server.chunks_sent``."""
+                ``server.chunk_delay_s`` apart (a body ``{"events": [...]}``: those chunks as
+                they are); count what got written before the client went away in
+                ``server.chunks_sent``."""
                 self.send_response(200)
                 self.send_header("content-type", "text/event-stream")
                 self.end_headers()
+                if "events" in body:
+                    self.send_events(body["events"])
+                    return
                 text = body["choices"][0]["message"]["content"]
                 base = {"id": "c1", "object": "chat.completion.chunk", "created": 0}
                 base["model"] = body["model"]
@@ -82,6 +87,9 @@ class FakeServer:
                 wants_usage = (request["body"].get("stream_options") or {}).get("include_usage")
                 if body.get("usage") and wants_usage:
                     events.append({**base, "choices": [], "usage": body["usage"]})
+                self.send_events(events)
+
+            def send_events(self, events: list[Any]) -> None:
                 try:
                     for event in events:
                         self.wfile.write(b"data: " + json.dumps(event).encode() + b"\n\n")
