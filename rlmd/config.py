@@ -381,6 +381,16 @@ def check_project_models(
                     f"the built-ins define ({key} {was!r}); a project's file may only tighten "
                     f"it (sampling, lower limits); {HINT}"
                 )
+    sampling = entry.get("sampling")
+    for key in sampling if isinstance(sampling, dict) else ():
+        if key not in SAMPLING_NUMBERS:
+            raise ValueError(
+                f"{where}.sampling.{key}: may only be set in the user config "
+                f"({paths.user_config_path()}); a project's file may set the sampling numbers "
+                f"({', '.join(SAMPLING_NUMBERS)}): another key goes to the provider as it is "
+                '(store = true, service_tier = "priority", reasoning_effort... could keep '
+                "your prompts on its side or make calls cost more)"
+            )
     for key in LOWER_ONLY_MODEL_KEYS:
         ceiling = base.get(key, _SPEC_DEFAULTS[key])
         if key in entry and not entry[key] <= ceiling:
@@ -711,6 +721,29 @@ SAMPLING_NUMBERS: dict[str, tuple[float, float]] = {
 """Sampling keys whose value must be a finite number in the given range (inclusive); any
 other ``sampling`` key is passed to the provider as is."""
 
+REQUEST_KEYS = frozenset(
+    {
+        "model",
+        "messages",
+        "system",
+        "stream",
+        "stream_options",
+        "stop",
+        "stop_sequences",
+        "max_tokens",
+        "max_completion_tokens",
+        "n",
+        "extra_body",
+        "extra_headers",
+        "extra_query",
+        "timeout",
+    }
+)
+"""Request fields rlmd sets itself, refused as ``sampling`` keys in any config: passed as
+they were, ``model`` sent the calls to another model than the one priced, ``n`` made the
+server write (and bill) n replies for the one read, and ``extra_body`` replaced the messages
+(review22)."""
+
 SAMPLING_WHOLE = ("top_k", "seed")
 """Sampling keys that take a whole number."""
 
@@ -725,6 +758,10 @@ def _check_sampling(sampling: Any, where: str) -> None:
     if not isinstance(sampling, dict):
         return  # the caller's type check names it
     for key, value in sampling.items():
+        if key in REQUEST_KEYS:
+            raise ValueError(
+                f"{where}.{key}: rlmd sets {key!r} in each request itself; it is not a sampling key"
+            )
         if key not in SAMPLING_NUMBERS:
             continue
         low, high = SAMPLING_NUMBERS[key]

@@ -338,6 +338,38 @@ def test_a_project_sampling_table_is_checked_too(rlmd_home: Path, tmp_path: Path
     assert "sampling.temperature: must be a number >= 0, got 'hot'" in str(info.value)
 
 
+@pytest.mark.parametrize("key", ["model", "n", "extra_body", "extra_headers", "stream"])
+def test_a_request_field_is_not_a_sampling_key(rlmd_home: Path, key: str) -> None:
+    """Review22: a ``sampling`` table's keys were put into the request as they were, so
+    ``model = "..."`` sent the calls to another model than the one priced, ``n = 7`` had the
+    server write (and bill) seven replies for the one read, ``extra_body`` replaced the
+    messages and ``extra_headers`` added headers."""
+    value = {"model": '"o1-pro"', "n": "7", "stream": "true"}.get(key, '{ "x" = "1" }')
+    path = write(
+        rlmd_home / "config.toml",
+        f'[models.x]\nprovider = "openai"\n[models.x.sampling]\n{key} = {value}\n',
+    )
+    with pytest.raises(ValueError) as info:
+        config.load()
+    assert str(path) in str(info.value)
+    assert f"[models.x].sampling.{key}: rlmd sets '{key}' in each request" in str(info.value)
+
+
+def test_a_project_may_set_only_the_sampling_numbers(rlmd_home: Path, tmp_path: Path) -> None:
+    """Review22: a project's ``.rlmd.toml`` (it comes with the code asked about) could set
+    any other sampling key for your models, and it went to the provider as it was:
+    ``store = true`` (your prompts kept on OpenAI's side), ``service_tier = "priority"``
+    (calls billed higher than the price max_usd counts)."""
+    write(rlmd_home / "config.toml", '[models.x]\nprovider = "openai"\nprice_input = 1\n')
+    project = write_project(tmp_path, "[models.x.sampling]\ntemperature = 0.2\nstore = true\n")
+    with pytest.raises(ValueError) as info:
+        config.load(project)
+    assert str(project / ".rlmd.toml") in str(info.value)
+    assert "[models.x].sampling.store: may only be set in the user config" in str(info.value)
+    (project / ".rlmd.toml").write_text("[models.x.sampling]\ntemperature = 0.2\ntop_k = 40\n")
+    assert config.load(project).models["x"]["sampling"] == {"temperature": 0.2, "top_k": 40}
+
+
 def test_run_config_is_the_run_table_under_the_overrides(rlmd_home: Path) -> None:
     write(
         rlmd_home / "config.toml",
