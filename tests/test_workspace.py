@@ -656,7 +656,7 @@ def test_a_fifo_or_link_at_checkpoint_json_is_set_aside_not_waited_on(tmp_path, 
         assert "not a regular file (a folder)" in problems[0]
 
 
-@pytest.mark.parametrize("taken_at", ["1e300", "NaN", "-Infinity"])
+@pytest.mark.parametrize("taken_at", ["1e300", "NaN", "-Infinity", "1" + "0" * 400])
 async def test_a_checkpoint_with_an_impossible_time_still_restores(manager, codebase, taken_at):
     """Review21: ``taken_at`` was any float: 1e300 or NaN made the restore note's
     ``time.localtime`` raise (``OverflowError``/``ValueError``) after the sandbox had started,

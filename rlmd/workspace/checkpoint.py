@@ -365,7 +365,7 @@ def load(path: Path, problems: list[str] | None = None) -> Checkpoint | None:
         return ckpt
     except FileNotFoundError:
         return None
-    except (OSError, ValueError, TypeError, KeyError, RecursionError) as exc:  # nested too deep
+    except (OSError, ValueError, TypeError, KeyError, ArithmeticError, RecursionError) as exc:
         log.warning("checkpoint %s is unreadable (%s); ignoring it", path, exc)
         aside = path.with_name(path.name + ".corrupt")
         for n in range(2, 1000):
@@ -416,8 +416,13 @@ def _kind(mode: int) -> str:
 
 def _time(value: Any) -> float:
     """``taken_at`` as read: a time ``time.localtime`` can show (and JSON can carry), else 0
-    (1e300 or NaN raised out of the restore's note after the sandbox had started)."""
-    t = float(value or 0.0)
+    (1e300 or NaN raised out of the restore's note after the sandbox had started; an integer
+    of 400 digits raised ``OverflowError`` out of :func:`load`, so the workspace could not be
+    opened at all, review22)."""
+    try:
+        t = float(value or 0.0)
+    except OverflowError:
+        return 0.0
     return t if math.isfinite(t) and 0 <= t < 2**40 else 0.0
 
 
