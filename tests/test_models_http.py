@@ -276,6 +276,55 @@ async def test_anthropic_usage_that_is_not_a_count_is_left_out(
     assert c.input_tokens == expected
 
 
+@pytest.mark.parametrize(
+    ("content", "said"),
+    [
+        ("hello", "its content is a str, not a list of blocks"),  # was read as no text
+        (["hello"], "a content block of type str"),  # the same
+        ([{"type": "text", "text": 5}], "a text block whose text is a int"),  # was TypeError
+    ],
+)
+async def test_anthropic_content_that_is_not_text_is_an_error_naming_the_server(
+    anthropic_server: FakeServer, key: str, content: Any, said: str
+) -> None:
+    """Review22: a content string (or a list of strings) was read as a reply with no text,
+    and a text block's number failed the call with ``TypeError: sequence item 0: expected
+    str instance, int found``."""
+    status, body, headers = anthropic_reply()
+    body["content"] = content
+    anthropic_server.replies.append((status, body, headers))
+    model = AnthropicModel(anthropic_spec(anthropic_server))
+    try:
+        with pytest.raises(ModelError, match="sent a reply that is not text") as info:
+            await model.complete(USER)
+    finally:
+        await model.aclose()
+    assert said in str(info.value) and f"127.0.0.1:{anthropic_server.port}" in str(info.value)
+    assert len(anthropic_server.requests) == 1  # not retried: it answers so every time
+
+
+async def test_anthropic_reads_text_past_blocks_it_does_not_know_and_odd_stop_fields(
+    anthropic_server: FakeServer, key: str
+) -> None:
+    """Review22: ``"stop_reason": {"a": 1}`` raised ``TypeError: unhashable type: 'dict'``
+    out of the call (not a ModelError); a stop sequence that is not text is none."""
+    status, body, headers = anthropic_reply()
+    body["content"] = [{"type": "block_of_the_future", "x": 1}, {"type": "text", "text": "ok"}]
+    body["stop_reason"] = {"a": 1}
+    anthropic_server.replies.append((status, body, headers))
+    status, second, headers = anthropic_reply()
+    second.update(stop_reason="stop_sequence", stop_sequence=5)
+    anthropic_server.replies.append((status, second, headers))
+    model = AnthropicModel(anthropic_spec(anthropic_server))
+    try:
+        first = await model.complete(USER)
+        again = await model.complete(USER, stop=["END"])
+    finally:
+        await model.aclose()
+    assert (first.text, first.finish_reason) == ("ok", None)
+    assert (again.text, again.finish_reason, again.stop_sequence) == ("hello", "stop", None)
+
+
 async def test_a_whole_float_count_is_taken(openai_server: FakeServer, key: str) -> None:
     status, body, headers = openai_reply()
     body["usage"] = {"prompt_tokens": 11.0, "completion_tokens": 7, "total_tokens": 18}

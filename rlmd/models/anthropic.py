@@ -65,13 +65,42 @@ def _create_params() -> frozenset[str]:
     return frozenset(inspect.signature(AsyncMessages.create).parameters)
 
 
+class _NotText(ValueError):
+    """A reply's content is not a list of blocks, or a text block's text is not text."""
+
+
 def _text(response: Any) -> str:
-    """The text blocks of a Messages API response, joined."""
-    return "".join(
-        getattr(block, "text", "") or ""
-        for block in getattr(response, "content", None) or []
-        if getattr(block, "type", None) == "text"
-    )
+    """The text blocks of a Messages API response, joined (other blocks, such as
+    ``thinking``, are left out).
+
+    Raises:
+        _NotText: content that is not a list of blocks (a string was read as no text at
+            all), or a text block whose text is not a string (it failed the call with
+            ``TypeError: sequence item 0: expected str instance``; review22).
+    """
+    content = getattr(response, "content", None)
+    if content is None:
+        return ""
+    if not isinstance(content, list):
+        raise _NotText(f"its content is a {type(content).__name__}, not a list of blocks")
+    parts = []
+    for block in content:
+        if isinstance(block, str | int | float | bool | list) or block is None:
+            raise _NotText(f"a content block of type {type(block).__name__}")
+        get = block.get if isinstance(block, dict) else functools.partial(getattr, block)
+        if get("type", None) != "text":  # a block type the SDK does not know stays a dict
+            continue
+        text = get("text", None)
+        if not isinstance(text, str):
+            raise _NotText(f"a text block whose text is a {type(text).__name__}")
+        parts.append(text)
+    return "".join(parts)
+
+
+def _word(value: Any) -> str | None:
+    """A stop reason or stop sequence as the server gave it, if it is text (a dict raised
+    ``TypeError: unhashable type`` out of the call, review22)."""
+    return value if isinstance(value, str) and value else None
 
 
 class AnthropicModel(Model):
@@ -158,17 +187,22 @@ class AnthropicModel(Model):
         # this SDK takes neither, and its models do not decode greedily, so asking again is
         # a re-sample already.
 
-        async def attempt() -> Any:
+        async def attempt() -> tuple[Any, str]:
             try:
                 response = await client.messages.create(**request)
+                text = _text(response)
             except json.JSONDecodeError:
                 raise EmptyReply(str(client.base_url), "the body is not JSON") from None
-            if not _text(response) and getattr(response, "stop_reason", None) is None:
+            except _NotText as exc:
+                raise ModelError(
+                    f"{client.base_url} sent a reply that is not text ({exc})"
+                ) from None
+            if not text and _word(getattr(response, "stop_reason", None)) is None:
                 raise EmptyReply(str(client.base_url), "no text and no stop reason")
-            return response
+            return response, text
 
         start = time.monotonic()
-        response = await call_with_retries(
+        response, text = await call_with_retries(
             attempt,
             what=self.name,
             max_retries=self.spec.max_retries,
@@ -179,7 +213,7 @@ class AnthropicModel(Model):
         )
         latency = time.monotonic() - start
 
-        text = remove_values(_text(response), (key,))  # a server that echoes the key back
+        text = remove_values(text, (key,))  # a server that echoes the key back
         usage = getattr(response, "usage", None)
         # prompt-cache reads and writes are input tokens too; a count that is not one (a
         # string: TypeError out of the call, review22) is left out, as _completion does
@@ -188,16 +222,17 @@ class AnthropicModel(Model):
             for name in ("input_tokens", "cache_creation_input_tokens", "cache_read_input_tokens")
         )
         input_tokens = None if fresh is None else fresh + sum(n or 0 for n in cached)
+        reason = _word(getattr(response, "stop_reason", None))
         return self._completion(
             messages,
             text,
             input_tokens=input_tokens,
             output_tokens=getattr(usage, "output_tokens", None),
             latency_s=latency,
-            finish_reason=_FINISH.get(response.stop_reason or "", response.stop_reason),
+            finish_reason=_FINISH.get(reason or "", reason),
             stop_sequence=(
-                getattr(response, "stop_sequence", None)
-                if response.stop_reason == "stop_sequence"
+                _word(getattr(response, "stop_sequence", None))
+                if reason == "stop_sequence"
                 else None
             ),
         )
