@@ -285,3 +285,40 @@ async def test_sigterm_while_a_cell_run_by_hand_runs_keeps_its_workspaces_variab
     monkeypatch.setenv("RLMD_HOME", str(home))
     saved = json.loads(checkpoint_path(project).read_text())["variables"]
     assert sorted(saved) == ["kept"]
+
+
+async def test_sigterm_refuses_a_cell_queued_behind_a_running_task(tmp_path):
+    """Review22: the shutdown cancelled the task first, and a cell queued behind it took the
+    workspace in that gap and ran after the shutdown had begun; it is now answered
+    ``SHUTTING_DOWN`` without running."""
+    from rlmd.server.client import RpcError
+    from rlmd.server.errors import SHUTTING_DOWN
+
+    home = tmp_path / "home"
+    home.mkdir()
+    d = Daemon(home, "--idle-timeout", "0").start()
+    project = make_project(tmp_path)
+    c = await d.client()
+    try:
+        st = await c.command("rlmd.task.start", params(project, "import time\ntime.sleep(60)"))
+        await c.wait_for(event(st["run_id"], "cell.started"))
+        queued = asyncio.ensure_future(
+            c.command(
+                "rlmd.workspace.exec",
+                {"workspace": str(project), "code": "open('ran', 'w').close()"},
+                timeout=80,
+            )
+        )
+        while True:
+            listed = await c.command("rlmd.workspace.list")
+            if any(w["queued"] for w in listed["workspaces"]):
+                break
+            await asyncio.sleep(0.05)
+        d.proc.send_signal(signal.SIGTERM)
+        with pytest.raises(RpcError) as refused:
+            await queued
+        assert refused.value.code == SHUTTING_DOWN and "not run" in refused.value.message
+        assert await asyncio.to_thread(d.proc.wait, 60) == 0
+    finally:
+        await c.close()
+        d.stop()

@@ -130,6 +130,7 @@ class DaemonCore:
         self.stopping = True
         if self._sweeper is not None:
             self._sweeper.cancel()
+        self.workspaces.refuse_cells()  # a cell queued behind a task must not run meanwhile
         await self.tasks.shutdown()
         await self.workspaces.shutdown()
         if self.tracing is not None:  # send the spans of the tasks that just ended

@@ -515,6 +515,12 @@ class Workspace:
         )
         return result
 
+    def refuse_cells(self) -> None:
+        """No human cell starts from now on (:class:`CellNotRun`): the daemon is stopping.
+        Set before its tasks are cancelled, so a cell queued behind a task does not run in
+        the gap before :meth:`stop_cells`."""
+        self._no_cells = True
+
     async def stop_cells(self) -> None:
         """The daemon is stopping: no human cell starts from now on (:class:`CellNotRun`),
         and one that runs is interrupted (``KeyboardInterrupt`` in it, variables kept; one
@@ -753,6 +759,11 @@ class WorkspaceManager:
                 raise
             except Exception:
                 log.exception("idle sweep failed")
+
+    def refuse_cells(self) -> None:
+        """No human cell starts in any workspace from now on (the daemon is stopping)."""
+        for ws in self.workspaces.values():
+            ws.refuse_cells()
 
     async def shutdown(self) -> None:
         """Checkpoint and stop every workspace (tasks must be stopped first; human cells
