@@ -803,3 +803,20 @@ def test_a_reset_removes_the_checkpoint_past_a_folder_named_like_a_values_file(
     (path.parent / "values-0000000000000000.json").mkdir()
     ckpt.remove(folder)
     assert sorted(p.name for p in path.parent.iterdir()) == ["values-0000000000000000.json"]
+
+
+async def test_a_command_that_waited_behind_a_close_says_the_workspace_was_closed(
+    manager, codebase
+):
+    """Review22: an exec or open queued behind ``rlmd.workspace.close`` then tried to start
+    the closed workspace and failed with "... was closed while its codebase was loading",
+    although nothing was loading."""
+    from rlmd.sandbox.base import SandboxError
+
+    ws = manager.get(codebase)
+    await ws.ensure_started()
+    await manager.close(ws)
+    with pytest.raises(SandboxError, match="was closed while this waited in line"):
+        await ws.run_cell("print(1)", timeout_s=30)
+    again = manager.get(codebase)  # a new command opens it anew
+    assert again is not ws and (await again.run_cell("print(1)", timeout_s=30)).stdout == "1\n"

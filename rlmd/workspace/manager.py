@@ -252,6 +252,11 @@ class Workspace:
         """
         if self.sandbox is not None:
             return None
+        if self.state is WorkspaceState.CLOSED:  # a command that waited in line behind close
+            raise SandboxError(
+                f"the workspace {self.folder} was closed while this waited in line (send it "
+                "again to open it anew)"
+            )
         self.state = WorkspaceState.STARTING
         try:
             # In a thread: the first sandbox of a kind detects the isolation the host
