@@ -126,7 +126,12 @@ def _parser(command: str | None = None) -> argparse.ArgumentParser:
     r.add_argument(
         "--json", action="store_true", help="print one JSON object instead of the answer"
     )
-    r.add_argument("--quiet", "-q", action="store_true", help="no progress on stderr")
+    r.add_argument(
+        "--quiet",
+        "-q",
+        action="store_true",
+        help="no progress on stderr (warnings, the answer's notices and the trajectory line stay)",
+    )
     r.add_argument(
         "--cluster",
         nargs="?",
