@@ -95,7 +95,7 @@ def test_plain_json_of_a_cycle_or_deep_nesting_is_none() -> None:
     ("text", "secrets", "might"),
     [
         ('{"a":"nothing here"}', (), False),
-        ('{"a":"key sk-abcdefghijklmnopqrstuv"}', (), True),  # a key shape's mark
+        ('{"a":"key sk-' + "x" * 22 + '"}', (), True),  # a key shape's mark
         ('{"a":"hf_ then ghp_"}', (), True),
         ('{"a":"x s3cr3t-value x"}', ("s3cr3t-value",), True),
         ('{"a":"x"}', ("s3cr3t-value",), False),
