@@ -36,7 +36,7 @@ from pathlib import Path
 from typing import NoReturn
 
 from rlmd import isolation, paths
-from rlmd.cli.term import LazyConsole, markup, message, visible
+from rlmd.cli.term import LazyConsole, markup, message
 from rlmd.sandbox import BACKENDS
 
 err = LazyConsole(stderr=True, highlight=False, soft_wrap=True)
@@ -636,68 +636,20 @@ def _run_command(args: argparse.Namespace) -> int:
     except (KeyError, ValueError) as exc:
         err.print(f"[red]error:[/] {markup(message(exc))}")
         return 2
-    if args.json:
-        from rlmd.store.codec import to_jsonable  # lone surrogates as in the store
+    from rlmd.cli.ending import report
 
-        print(
-            json.dumps(
-                to_jsonable(
-                    {
-                        "run_id": result.run_id,
-                        "status": result.status,
-                        "answer": result.answer,
-                        "answer_source": result.answer_source,
-                        "iterations": result.iterations,
-                        "usage": result.usage,
-                        "error": result.error,
-                        "vote": result.vote,
-                        "store": str(paths.store_path()),
-                    }
-                )
-            )
-        )
-    else:
-        from rlmd.cli.outcome import answer_note, budget_note
-
-        ended = {
-            "status": result.status,
-            "answer": result.answer,
-            "answer_source": result.answer_source,
-            "usage": result.usage,
-            "budget": run_config.budget.to_dict(),
-        }
-        if result.answer is not None:
-            note = answer_note(ended)
-            if note:  # before the answer, so a reader of the terminal sees it first
-                err.print(f"[bold yellow]{markup(note[0].upper() + note[1:])}.[/]")
-            elif result.answer_source == "unverified":
-                err.print(
-                    "[yellow]Unverified answer: the checks doubted it (an error or 'not "
-                    "found' text, a missing file, a count over nothing, or a value no output "
-                    "showed) and the model gave it anyway; check it before relying on it.[/]"
-                )
-            if result.vote is not None:
-                tally = ", ".join(f"{v:g}x {k[:40]!r}" for k, v in result.vote["tally"].items())
-                err.print(
-                    f"[dim]vote over {len(result.vote['samples'])} samples: {markup(tally)}[/]"
-                )
-            write_answer(result.answer)
-        else:
-            err.print(f"[yellow]no answer[/] ({result.status}: {markup(str(result.error))})")
-            if budget_note(ended):
-                err.print(f"[yellow]{markup(budget_note(ended))}[/]")
-        err.print(f"[dim]trajectory: rlmd show {result.run_id}  (store {paths.store_path()})[/]")
-    return 0 if result.status == "completed" else 1
-
-
-def write_answer(answer: str) -> None:
-    """The answer on stdout: as is when piped (byte for byte what the run returned, lone
-    surrogates as backslash escapes), with control characters made visible on a terminal."""
-    if sys.stdout.isatty():
-        answer = visible(answer)
-    sys.stdout.flush()
-    sys.stdout.buffer.write((answer + "\n").encode("utf-8", errors="backslashreplace"))
-    sys.stdout.buffer.flush()
+    ended = {
+        "run_id": result.run_id,
+        "status": result.status,
+        "answer": result.answer,
+        "answer_source": result.answer_source,
+        "iterations": result.iterations,
+        "usage": result.usage,
+        "error": result.error,
+        "vote": result.vote,
+        "budget": run_config.budget.to_dict(),
+    }
+    return report(ended, err, as_json=args.json)
 
 
 def _store():
