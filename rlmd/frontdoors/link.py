@@ -27,7 +27,7 @@ from rlmd.engine.events import (
 )
 from rlmd.server import auth
 from rlmd.server.client import Client
-from rlmd.server.launch import connect_or_start
+from rlmd.server.launch import START_TIMEOUT_S, connect_or_start
 
 #: notifications of tasks nobody follows (yet) are kept for this many tasks: a task's first
 #: notifications can arrive in the same read as the answer to its ``rlmd.task.start``. Other
@@ -56,15 +56,18 @@ class DaemonLink:
         self._early: OrderedDict[str, list[dict[str, Any]]] = OrderedDict()
 
     @classmethod
-    async def open(cls, *, autostart: bool = True) -> DaemonLink:
+    async def open(
+        cls, *, autostart: bool = True, timeout_s: float = START_TIMEOUT_S
+    ) -> DaemonLink:
         """Connect to the daemon of this rlmd home, starting one when none runs and
-        ``autostart``.
+        ``autostart`` (and waiting up to ``timeout_s`` seconds for it to listen).
 
         Raises:
             ConnectionError: no daemon could be reached or started (the message says where
                 its log is).
+            PermissionError: the socket's folder is not safe to use (another user's).
         """
-        sock = await asyncio.to_thread(connect_or_start, autostart=autostart)
+        sock = await asyncio.to_thread(connect_or_start, autostart=autostart, timeout_s=timeout_s)
         reader, writer = await asyncio.open_unix_connection(sock=sock, limit=2**26)
         token = auth.token_for(paths.socket_path())
         if token:

@@ -13,7 +13,6 @@ import time
 from pathlib import Path
 
 from rlmd import paths
-from rlmd.server import daemon
 
 START_TIMEOUT_S = 15.0
 
@@ -69,8 +68,13 @@ def connect_or_start(
         if sock is not None:
             return sock
         code = proc.poll()
-        if code is not None and code != daemon.EXIT_ALREADY_RUNNING:
-            break
+        if code is not None:
+            # imported only here: the daemon's module loads pygls and lsprotocol (~0.4 s of
+            # a client's start-up), which a client that found its daemon never needs
+            from rlmd.server.daemon import EXIT_ALREADY_RUNNING
+
+            if code != EXIT_ALREADY_RUNNING:
+                break
         time.sleep(0.05)
     raise ConnectionError(
         f"could not start the rlmd daemon (socket {path}); see {paths.log_path()}"
