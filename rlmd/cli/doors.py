@@ -50,6 +50,16 @@ def _models_and_budgets(args: argparse.Namespace) -> tuple[dict[str, str], dict[
     return models, budgets
 
 
+def folder_problem(workspace: Path) -> str | None:
+    """Why ``--workspace`` (resolved) cannot be a workspace, else ``None``: no such folder,
+    or not a folder (a file was "no such folder" too, review17)."""
+    if workspace.is_dir():
+        return None
+    if workspace.exists():
+        return f"--workspace {workspace} is not a folder"
+    return f"--workspace: no such folder: {workspace}"
+
+
 def _stdio_problem() -> str | None:
     """Why stdin/stdout cannot carry ACP (the SDK's asyncio pipes take only pipes, sockets
     and terminals: not a file nor /dev/null), else ``None``."""
@@ -74,12 +84,8 @@ def run_door_command(args: argparse.Namespace) -> int:
             from rlmd.frontdoors import mcp_server
 
             workspace = Path(args.workspace or ".").expanduser().resolve()
-            if not workspace.is_dir():  # a file was "no such folder" too (review17)
-                said = (
-                    f"--workspace {workspace} is not a folder"
-                    if workspace.exists()
-                    else f"--workspace: no such folder: {workspace}"
-                )
+            said = folder_problem(workspace)
+            if said:
                 print(f"rlmd mcp: {said}", file=sys.stderr)
                 return 2
 

@@ -3,6 +3,8 @@
     rlmd run QUESTION [--context PATH] [--model NAME] [--sub-model NAME] [--sandbox NAME]
              [--max-depth N] [--max-iterations N] [--max-tokens N] [--max-usd X]
              [--max-seconds S] [--max-subcalls N] [--cell-timeout S] [--threads N] [--json]
+    rlmd ask QUESTION [--workspace DIR] [--model NAME] [--sub-model NAME] [--max-... N]
+             [--json] [--quiet] [--no-queue] [--no-start]
     rlmd runs [--limit N] [--status S] [--search TEXT]
     rlmd show RUN
     rlmd export RUN [--format json|jsonl|otlp] [--output FILE] [--endpoint URL]
@@ -15,8 +17,10 @@
     rlmd sandbox build NAME | ls [--json] | reap
     rlmd train tasks|rollout|summary|export|export-rollouts|import-rollouts|sft|grpo|convert
 
-Exit codes: 0 success (``run``: the run completed), 1 the run ended without completing
-(budget, failure), 2 bad usage or configuration (unknown model, model not installed).
+Exit codes: 0 success (``run``, ``ask``: the run completed), 1 the run ended without
+completing (budget, failure; ``ask``: also the daemon went away), 2 bad usage or
+configuration (unknown model, model not installed; ``ask``: the daemon refused the task or
+could not be reached), 130 Ctrl-C, 143 SIGTERM.
 """
 
 from __future__ import annotations
@@ -85,8 +89,9 @@ class _Parser(argparse.ArgumentParser):
 
 
 def _parser(command: str | None = None) -> argparse.ArgumentParser:
-    """The ``rlmd`` parser; with ``command="run"`` only ``run``'s subcommand is added (all
-    the others cost ~20 ms of ``rlmd run``'s start-up, most of it in gettext look-ups)."""
+    """The ``rlmd`` parser; with ``command="run"`` or ``"ask"`` only ``run`` and ``ask`` are
+    added (all the others cost ~20 ms of ``rlmd run``'s start-up, most of it in gettext
+    look-ups)."""
     p = _Parser(prog="rlmd", description="Recursive Language Models as a local tool.")
     sub = p.add_subparsers(dest="command", required=True)
 
@@ -147,7 +152,10 @@ def _parser(command: str | None = None) -> argparse.ArgumentParser:
         help=f"self-consistency: K root runs in parallel, answers voted (default 1, at most "
         f"{MAX_SAMPLES})",
     )
-    if command == "run":
+    from rlmd.cli.ask import add_parser as add_ask_command
+
+    add_ask_command(sub)
+    if command in ("run", "ask"):
         return p
 
     ls = sub.add_parser("runs", help="list recorded runs, newest first")
@@ -275,6 +283,7 @@ def _main(argv: list[str] | None) -> int:
     try:
         return {
             "run": cmd_run,
+            "ask": cmd_ask,
             "runs": cmd_runs,
             "show": cmd_show,
             "export": cmd_export,
@@ -339,6 +348,7 @@ _NOT_EMPTY = {
     "export": ("output",),
     "serve": ("log_file",),
     "mcp": ("workspace",),
+    "ask": ("workspace",),
     "tui": ("store", "socket"),
 }
 """Options whose empty value is a mistake (an unset shell variable): ``--context ""`` loaded
@@ -364,6 +374,10 @@ def _check_args(args: argparse.Namespace) -> str | None:
             value = getattr(args, name, None)
             if value is not None and not (math.isfinite(value) and value >= 0):
                 return f"--{name.replace('_', '-')} must be a number >= 0, got {value}"
+    if args.command == "ask":
+        from rlmd.cli.ask import problem
+
+        return problem(args)
     if args.command in ("mcp", "acp"):  # their budgets apply to every task they start
         from rlmd.cli.budget_flags import RUN_FLAGS, budget_flag_problem
 
@@ -792,6 +806,12 @@ def cmd_server(args: argparse.Namespace) -> int:
     from rlmd.cli.serve import run_server_command
 
     return run_server_command(args)
+
+
+def cmd_ask(args: argparse.Namespace) -> int:
+    from rlmd.cli.ask import run
+
+    return run(args, err)
 
 
 def cmd_door(args: argparse.Namespace) -> int:

@@ -1,0 +1,398 @@
+"""``rlmd ask`` end to end: a real ``rlmd`` process asking a real daemon over its Unix socket
+(the scripted model), checked against what the daemon and its store say.
+
+No timing assumptions: every wait is on a condition (a line on the command's stderr, a task
+the daemon lists), with generous deadlines; the scripted model's ``gate`` holds a run in a
+model call for exactly as long as a test needs.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import os
+import signal
+import sys
+from pathlib import Path
+
+import pytest
+from helpers.server import CELLS, Daemon, make_project, question
+
+from rlmd.cli.ask import NOT_CARRIED
+from rlmd.cli.ending import JSON_KEYS
+from rlmd.server.client import Client
+
+pytestmark = pytest.mark.timeout(300)
+
+WAIT_S = 120.0
+"""Deadline of every wait on a condition (they end as soon as it holds)."""
+
+
+@pytest.fixture(scope="module")
+def daemon(tmp_path_factory):
+    d = Daemon(tmp_path_factory.mktemp("home"), "--idle-timeout", "0").start()
+    yield d
+    d.stop()
+
+
+class Ask:
+    """A running ``rlmd ask`` process; its stderr is read as it comes."""
+
+    def __init__(self, proc: asyncio.subprocess.Process) -> None:
+        self.proc = proc
+        self.err = ""
+        self._reader = asyncio.create_task(self._read_err())
+        self._out = asyncio.create_task(proc.stdout.read())  # type: ignore[union-attr]
+
+    async def _read_err(self) -> None:
+        assert self.proc.stderr is not None
+        while line := await self.proc.stderr.readline():
+            self.err += line.decode("utf-8", "replace")
+
+    async def stderr_has(self, text: str) -> None:
+        """Wait until ``text`` is on the command's stderr (fails if it ends without it)."""
+        deadline = asyncio.get_running_loop().time() + WAIT_S
+        while text not in self.err:
+            if self._reader.done() or asyncio.get_running_loop().time() > deadline:
+                raise AssertionError(f"{text!r} never came on stderr:\n{self.err}")
+            await asyncio.sleep(0.02)
+
+    async def result(self) -> tuple[int, str, str]:
+        """Exit code, stdout, stderr once the command ended."""
+        code = await asyncio.wait_for(self.proc.wait(), WAIT_S)
+        out = await self._out
+        await self._reader
+        return code, out.decode("utf-8", "replace"), self.err
+
+
+async def start_ask(*args: str, home: Path, cwd: Path | None = None) -> Ask:
+    env = {**os.environ, "RLMD_HOME": str(home), "COLUMNS": "200"}
+    proc = await asyncio.create_subprocess_exec(
+        sys.executable,
+        "-m",
+        "rlmd",
+        "ask",
+        *args,
+        cwd=cwd,
+        env=env,
+        stdin=asyncio.subprocess.DEVNULL,
+        stdout=asyncio.subprocess.PIPE,
+        stderr=asyncio.subprocess.PIPE,
+    )
+    return Ask(proc)
+
+
+async def ask(*args: str, home: Path, cwd: Path | None = None) -> tuple[int, str, str]:
+    """``rlmd ask ARGS`` to its end: exit code, stdout, stderr."""
+    return await (await start_ask(*args, home=home, cwd=cwd)).result()
+
+
+async def until(check, what: str):
+    """Poll the coroutine function ``check`` until it returns something truthy."""
+    deadline = asyncio.get_running_loop().time() + WAIT_S
+    while asyncio.get_running_loop().time() < deadline:
+        found = await check()
+        if found:
+            return found
+        await asyncio.sleep(0.05)
+    raise AssertionError(f"timed out waiting for {what}")
+
+
+def run_id_of(stderr: str) -> str:
+    line = next(x for x in stderr.splitlines() if x.startswith("trajectory: rlmd show "))
+    return line.split()[3]
+
+
+async def test_the_answer_comes_on_stdout_and_the_next_ask_sees_the_workspace_warm(
+    daemon, tmp_path
+):
+    project = make_project(tmp_path)
+    code, out, err = await ask(
+        question("marker = 41\nprint(marker)", "FINAL(str(marker))"),
+        "--model",
+        CELLS,
+        home=daemon.home,
+        cwd=project,  # the workspace is the current folder by default
+    )
+    assert code == 0, err
+    assert out == "41\n"
+    run_id = run_id_of(err)
+    assert f"▶ run {run_id} · depth 0" in err  # rlmd run's progress, on stderr
+    assert "■ completed (FINAL accepted)" in err
+    assert f"(store {daemon.home / 'rlmd.db'})" in err
+
+    # a second ask, from elsewhere with -w, runs in the same REPL: the variable is there
+    code, out, err = await ask(
+        question("print(marker + 1)\nFINAL(str(marker + 1))"),
+        "-w",
+        str(project),
+        "-m",
+        CELLS,
+        "--quiet",
+        home=daemon.home,
+        cwd=tmp_path,
+    )
+    assert code == 0, err
+    assert out == "42\n"
+    assert "▶ run" not in err and "trajectory: rlmd show" in err  # --quiet
+
+    client = await daemon.client()
+    try:
+        stored = await client.command("rlmd.runs.get", {"run_id": run_id})
+    finally:
+        await client.close()
+    assert stored["run"]["answer"] == "41"
+    assert stored["run"]["workspace"] == str(project.resolve())
+
+
+async def test_json_is_one_object_shaped_like_rlmd_run_json(daemon, tmp_path):
+    project = make_project(tmp_path)
+    code, out, err = await ask(
+        question("print('ok')\nFINAL('ok')"),
+        "-w",
+        str(project),
+        "-m",
+        CELLS,
+        "--json",
+        "--max-iterations",
+        "4",
+        home=daemon.home,
+    )
+    assert code == 0, err
+    obj = json.loads(out)  # the whole of stdout is one JSON object
+    assert list(obj) == [*JSON_KEYS, "store", "workspace", "notes"]
+    assert obj["status"] == "completed" and obj["answer"] == "ok"
+    assert obj["answer_source"] == "final" and obj["iterations"] == 1
+    assert obj["error"] is None and obj["vote"] is None and obj["notes"] == []
+    assert obj["store"] == str(daemon.home / "rlmd.db")
+    assert obj["workspace"] == str(project.resolve())
+    assert "trajectory: rlmd show" not in err  # as rlmd run --json
+
+    client = await daemon.client()
+    try:
+        stored = (await client.command("rlmd.runs.get", {"run_id": obj["run_id"]}))["run"]
+    finally:
+        await client.close()
+    assert obj["usage"] == stored["usage"]  # the tree's usage, as rlmd run --json has it
+    assert stored["budget"]["max_iterations"] == 4  # the flag reached the task
+
+    # rlmd run --json has the same keys (less the two a workspace adds)
+    responses = tmp_path / "run.json"
+    responses.write_text(json.dumps(["```repl\nprint(context)\nFINAL('abc')\n```"]))
+    proc = await asyncio.create_subprocess_exec(
+        sys.executable,
+        "-m",
+        "rlmd",
+        "run",
+        "q",
+        "--context",
+        "-",
+        "--model",
+        f"scripted:{responses}",
+        "--json",
+        env={**os.environ, "RLMD_HOME": str(tmp_path / "run-home")},
+        stdin=asyncio.subprocess.PIPE,
+        stdout=asyncio.subprocess.PIPE,
+        stderr=asyncio.subprocess.PIPE,
+    )
+    run_out, run_err = await asyncio.wait_for(proc.communicate(b"abc"), WAIT_S)
+    assert proc.returncode == 0, run_err
+    assert list(json.loads(run_out)) == [k for k in obj if k not in ("workspace", "notes")]
+
+
+@pytest.mark.parametrize("attr", sorted(NOT_CARRIED))
+async def test_a_run_flag_the_daemon_cannot_carry_is_refused_by_name(daemon, tmp_path, attr):
+    flag, _ = NOT_CARRIED[attr]
+    value = {"--no-extraction": [], "--cluster": [], "--samples": ["2"]}.get(flag, ["1"])
+    client = await daemon.client()
+    try:
+        before = (await client.command("rlmd.health"))["tasks"]["started"]
+        code, out, err = await ask(
+            "q", "-w", str(tmp_path), "-m", CELLS, flag, *value, home=daemon.home
+        )
+        after = (await client.command("rlmd.health"))["tasks"]["started"]
+    finally:
+        await client.close()
+    assert code == 2 and out == ""
+    assert f"error: rlmd ask cannot pass {flag} to the daemon" in err
+    assert "rlmd run" in err  # says where the flag does work
+    assert after == before  # refused before the daemon was asked
+
+
+async def test_the_daemons_refusal_is_printed(daemon, tmp_path):
+    project = make_project(tmp_path)
+    code, out, err = await ask(
+        "q", "-w", str(project), "-m", CELLS, "--sandbox", "inprocess", home=daemon.home
+    )
+    assert code == 2 and out == ""
+    assert "the rlmd daemon refused the task: the 'inprocess' sandbox runs model code" in err
+
+    # a busy workspace: refused with --no-queue, waited for without it
+    gate = tmp_path / "gate"
+    client = await daemon.client()
+    try:
+        held = await client.command(
+            "rlmd.task.start",
+            {"workspace": str(project), "question": question(gate=gate), "models": {"root": CELLS}},
+        )
+        code, out, err = await ask(
+            question("FINAL('after')"),
+            "-w",
+            str(project),
+            "-m",
+            CELLS,
+            "--no-queue",
+            home=daemon.home,
+        )
+        assert code == 2 and out == ""
+        assert f"the rlmd daemon refused the task: workspace {project.resolve()} is busy" in err
+
+        queued = await start_ask(
+            question("print('after')\nFINAL('after')"),
+            "-w",
+            str(project),
+            "-m",
+            CELLS,
+            home=daemon.home,
+        )
+        await queued.stderr_has("waiting for the workspace: 1 task ahead of this one")
+        gate.touch()  # the held task ends; the queued ask runs
+        code, out, err = await queued.result()
+        assert code == 0, err
+        assert out == "after\n"
+        status = await client.command("rlmd.task.status", {"run_id": held["run_id"]})
+        assert status["status"] == "completed"
+    finally:
+        gate.touch()
+        await client.close()
+
+
+async def test_ctrl_c_cancels_the_task_and_leaves_the_daemon_and_workspace_up(daemon, tmp_path):
+    project = make_project(tmp_path)
+    code, out, err = await ask(
+        question("keep = 7\nprint(keep)", "FINAL(str(keep))"),
+        "-w",
+        str(project),
+        "-m",
+        CELLS,
+        home=daemon.home,
+    )
+    assert code == 0 and out == "7\n", err
+
+    held = await start_ask(
+        question(gate=tmp_path / "never"),  # its model call waits for a file nobody makes
+        "-w",
+        str(project),
+        "-m",
+        CELLS,
+        home=daemon.home,
+    )
+    await held.stderr_has("iteration 1")  # the task runs (its first model call waits)
+    held.proc.send_signal(signal.SIGINT)
+    code, out, err = await held.result()
+    assert code == 130, err
+    assert out == ""
+    run_id = run_id_of(err)
+    assert f"cancelling run {run_id}" in err
+    assert "■ cancelled" in err and "no answer (cancelled" in err
+
+    client = await daemon.client()
+    try:
+        status = await client.command("rlmd.task.status", {"run_id": run_id})
+        assert status["state"] == "finished" and status["status"] == "cancelled"
+        health = await client.command("rlmd.health")
+        assert health["ok"] is True and health["tasks"]["running"] == 0
+        # the workspace kept its REPL: the variable the first ask set is still there
+        variables = await client.command("rlmd.workspace.variables", {"workspace": str(project)})
+    finally:
+        await client.close()
+    assert "keep" in {v["name"] for v in variables["variables"]}
+    assert daemon.alive
+
+
+async def test_a_daemon_that_is_not_running_is_started(tmp_path):
+    home = tmp_path / "home"
+    home.mkdir()
+    project = make_project(tmp_path)
+    code, out, err = await ask("q", "-w", str(project), "-m", CELLS, "--no-start", home=home)
+    assert code == 2 and out == ""
+    assert "no rlmd daemon listens on" in err
+
+    pid_file = home / "run" / "daemon.pid"
+    try:
+        code, out, err = await ask(
+            question("print('up')\nFINAL('up')"),
+            "-w",
+            str(project),
+            "-m",
+            CELLS,
+            "--start-timeout",
+            str(WAIT_S),
+            home=home,
+        )
+        assert code == 0, err
+        assert out == "up\n"
+        client = await Client.connect(home / "run" / "rlmd.sock")
+        try:
+            health = await client.command("rlmd.health")
+        finally:
+            await client.close()
+        assert health["ok"] and health["home"] == str(home)
+        assert health["tasks"]["finished"] == 1
+    finally:
+        await _stop_started_daemon(pid_file)
+
+
+async def _stop_started_daemon(pid_file: Path) -> None:
+    """SIGTERM the daemon ``rlmd ask`` started (it outlives the command) and wait for it."""
+    if not pid_file.exists():
+        return
+    pid = int(pid_file.read_text().strip())
+    try:
+        os.kill(pid, signal.SIGTERM)
+    except ProcessLookupError:
+        return
+
+    async def gone() -> bool:
+        try:
+            os.kill(pid, 0)
+        except ProcessLookupError:
+            return True
+        return False
+
+    await until(gone, f"the started daemon {pid} to stop")
+
+
+async def test_a_workspace_that_is_no_folder_is_bad_usage(tmp_path):
+    home = tmp_path / "home"
+    home.mkdir()
+    code, out, err = await ask("q", "-w", str(tmp_path / "nope"), home=home)
+    assert code == 2 and out == ""
+    assert f"error: --workspace: no such folder: {tmp_path / 'nope'}" in err
+    (tmp_path / "file.txt").write_text("x")
+    code, out, err = await ask("q", "--workspace", str(tmp_path / "file.txt"), home=home)
+    assert code == 2 and f"--workspace {tmp_path / 'file.txt'} is not a folder" in err
+    assert not (home / "run" / "rlmd.sock").exists()  # no daemon was started for a typo
+
+
+async def test_a_daemon_that_dies_mid_task_is_a_clear_error(tmp_path):
+    (tmp_path / "home-dies").mkdir()
+    d = Daemon(tmp_path / "home-dies").start()
+    try:
+        project = make_project(tmp_path)
+        held = await start_ask(
+            question(gate=tmp_path / "never"),
+            "-w",
+            str(project),
+            "-m",
+            CELLS,
+            home=d.home,
+        )
+        await held.stderr_has("iteration 1")
+        d.kill()  # SIGKILL, as a crash
+        code, out, err = await held.result()
+    finally:
+        d.stop()
+    assert code == 1 and out == ""
+    assert "error: lost the rlmd daemon while run" in err
+    assert "rlmd show" in err
