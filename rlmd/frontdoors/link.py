@@ -3,7 +3,8 @@
 A front door (``rlmd mcp``, ``rlmd acp``) is a long-lived process speaking another protocol
 on stdio; every question it gets becomes an ``rlmd.task.start`` on the user's daemon, so the
 workspace stays warm between calls and the run lands in the same trajectory store as
-everything else. The daemon is found (or started) the way ``rlmd attach`` does it.
+everything else. ``rlmd ask`` (:mod:`rlmd.cli.ask`) is the one-question door from the shell
+over the same link. The daemon is found (or started) the way ``rlmd attach`` does it.
 """
 
 from __future__ import annotations
