@@ -353,12 +353,11 @@ async def _stop_started_daemon(pid_file: Path) -> None:
     except ProcessLookupError:
         return
 
-    async def gone() -> bool:
+    async def gone() -> bool:  # not our child: a zombie waiting for init counts as gone
         try:
-            os.kill(pid, 0)
-        except ProcessLookupError:
+            return Path(f"/proc/{pid}/stat").read_text().split(")")[-1].split()[0] == "Z"
+        except OSError:
             return True
-        return False
 
     await until(gone, f"the started daemon {pid} to stop")
 
