@@ -313,6 +313,62 @@ async def test_big_output(sb):
     assert len(r.stdout) == 5_000_001
 
 
+async def test_a_warm_cell_allocates_no_big_read_buffer(sb):
+    # asyncio's pipe transport asked 256 KiB per read and shrank the bytes: at glibc's mmap
+    # threshold that was an mmap + mremap + munmap per frame (a quarter of the host's CPU per
+    # warm cell). A frame of a trivial cell now lands in a buffer of at most READ_BYTES.
+    import tracemalloc
+
+    from rlmd.sandbox.transport import READ_BYTES
+
+    await ok(sb, "x = 1")
+    tracemalloc.start()
+    try:
+        for i in range(20):
+            r = await ok(sb, f"x = {i}\nprint(x)")
+            assert r.stdout == f"{i}\n"
+        _, peak = tracemalloc.get_traced_memory()
+    finally:
+        tracemalloc.stop()
+    assert peak < READ_BYTES + 128 * 1024 < 256 * 1024, peak
+    r = await ok(sb, "print('y' * 2_000_000)")  # big frames still arrive whole
+    assert len(r.stdout) == 2_000_001
+
+
+def test_small_reads_reach_asyncio_socket_transports():
+    # The container backend's attach socket: the same asyncio attribute on another class.
+    import socket
+
+    from rlmd.sandbox.transport import READ_BYTES, small_reads
+
+    got: list[int] = []
+
+    class Sink(asyncio.Protocol):
+        def __init__(self):
+            self.done = asyncio.get_running_loop().create_future()
+
+        def connection_made(self, transport):
+            small_reads(transport)
+
+        def data_received(self, data):
+            got.append(len(data))
+
+        def connection_lost(self, exc):
+            self.done.set_result(None)
+
+    async def main():
+        a, b = socket.socketpair()
+        loop = asyncio.get_running_loop()
+        _, proto = await loop.create_connection(Sink, sock=a)
+        await loop.run_in_executor(None, b.sendall, b"z" * 1_000_000)  # the loop reads meanwhile
+        b.close()
+        await asyncio.wait_for(proto.done, 60)
+
+    asyncio.run(main())
+    assert sum(got) == 1_000_000
+    assert max(got) <= READ_BYTES
+
+
 async def test_unicode_and_surrogates(sb):
     r = await ok(
         sb, "print('héllo \\u4e16\\u754c')\nbad = b'\\xff'.decode('utf-8', 'surrogateescape')"

@@ -21,6 +21,21 @@ from rlmd.sandbox.channel import KernelChannel, KernelDied
 from rlmd.sandbox.files import ContextFile
 from rlmd.sandbox.limits import Limits
 
+#: bytes asked of a kernel's pipe or socket per read. asyncio's transports ask 256 KiB and
+#: shrink the bytes to what came; at or above glibc's mmap threshold (128 KiB until a large
+#: block happens to be freed) that is an mmap, an mremap and a munmap for every frame: ~30 us
+#: of system time per warm cell, a quarter of the host's CPU (session 23, strace of 5,000
+#: cells; bench/RESULTS.md). Below the threshold the buffer comes from the heap.
+READ_BYTES = 64 * 1024
+
+
+def small_reads(transport: asyncio.BaseTransport) -> None:
+    """Make ``transport`` (asyncio's read-pipe or socket transport) read at most
+    :data:`READ_BYTES` per call. Their ``max_size`` is a class attribute read through the
+    instance on every read (CPython 3.10-3.14); any other transport is left as it is."""
+    if isinstance(getattr(type(transport), "max_size", None), int):
+        transport.max_size = READ_BYTES  # type: ignore[attr-defined]
+
 
 @dataclass(frozen=True)
 class Death:

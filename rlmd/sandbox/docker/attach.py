@@ -16,7 +16,7 @@ from typing import Any
 from rlmd.kernel import protocol
 from rlmd.sandbox.base import CallHandler
 from rlmd.sandbox.channel import KernelDied, StderrDrain
-from rlmd.sandbox.transport import KernelHandle
+from rlmd.sandbox.transport import KernelHandle, small_reads
 
 __all__ = ["KernelConnection", "KernelDied", "StderrDrain"]
 
@@ -49,6 +49,7 @@ class KernelConnection(KernelHandle, asyncio.Protocol):
 
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
         self.transport = transport  # type: ignore[assignment]
+        small_reads(transport)
 
     def data_received(self, data: bytes) -> None:
         mux = self._mux

@@ -56,7 +56,7 @@ from rlmd.sandbox.process.launch import (
     killpg,
     site_args,
 )
-from rlmd.sandbox.transport import Cleanup, Death, KernelHandle, Transport
+from rlmd.sandbox.transport import Cleanup, Death, KernelHandle, Transport, small_reads
 
 log = logging.getLogger(__name__)
 _CLOCK_TICKS = os.sysconf("SC_CLK_TCK")
@@ -179,6 +179,7 @@ class ProcessKernel(KernelHandle):
         self.pipes.append(self.stdin)
         for fd, pipe in ((1, popen.stdout), (2, popen.stderr)):
             transport, _ = await loop.connect_read_pipe(functools.partial(_Pipe, self, fd), pipe)
+            small_reads(transport)
             self.pipes.append(transport)
         threading.Thread(
             target=self._wait_exit, name=f"rlmd-kernel-{self.pid}-waiter", daemon=True
