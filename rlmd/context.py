@@ -19,7 +19,7 @@ import re
 import stat
 import threading
 from collections import Counter
-from collections.abc import Callable, Iterable, Iterator
+from collections.abc import Callable, Collection, Iterable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, BinaryIO, NotRequired, TypedDict
@@ -361,6 +361,8 @@ def load_codebase(
     stop: threading.Event | None = None,
     previous: Context | None = None,
     spool: Spool | None = None,
+    on_folder: Callable[[str, str, os.stat_result], None] | None = None,
+    reread: Collection[str] = (),
 ) -> Context:
     """Load a folder as a codebase context.
 
@@ -380,7 +382,14 @@ def load_codebase(
     modification time (ns) are those recorded in ``previous.stamps`` is not opened: its text
     is taken from ``previous`` (the same ``str`` object, so the symbol index knows it is
     unchanged at a glance); an unchanged file skipped as binary last time is counted as
-    binary again without being opened. Unreadable and special files are examined again.
+    binary again without being opened. Unreadable and special files are examined again. A
+    file whose relative path is in ``reread`` is read again whatever its stamps say (a
+    change that left its size and times as they were: within the file system's time
+    granularity).
+
+    ``on_folder(path, rel, lstat)`` is called for the root (``rel`` ``""``) and for every
+    folder below it that is not ignored (``rel`` ends with ``/``), before the folder is
+    listed or looked into (:class:`rlmd.workspace.watch.FolderWatch` adds its watch there).
 
     With ``spool`` (and no ``previous``), each file's bytes go to it as the file is read
     (see :class:`Spool`).
@@ -401,6 +410,8 @@ def load_codebase(
         raise ValueError(f"{root} is inside the rlmd home; it holds the store, not a codebase")
     if previous is not None:
         spool = None  # unchanged files are not read: their bytes never come by
+    if on_folder is not None:
+        on_folder(str(root), "", os.stat(root))
     protected = paths.protected_files()
     skipped = Counter(
         {"ignored": 0, "binary": 0, "oversized": 0, "unreadable": 0, "special": 0, "protected": 0}
@@ -460,7 +471,13 @@ def load_codebase(
             if stat.S_ISDIR(st.st_mode):
                 if (st.st_dev, st.st_ino) in protected:
                     skipped["protected"] += 1
-                elif ignored(rel, True) or os.path.isfile(os.path.join(entry.path, "pyvenv.cfg")):
+                    continue
+                if ignored(rel, True):
+                    skipped["ignored"] += 1
+                    continue
+                if on_folder is not None:  # before the pyvenv.cfg check: a removed one is seen
+                    on_folder(entry.path, rel + "/", st)
+                if os.path.isfile(os.path.join(entry.path, "pyvenv.cfg")):
                     skipped["ignored"] += 1  # a virtualenv under any name, too
                 else:
                     subdirs.append((entry.path, rel + "/"))
@@ -478,7 +495,7 @@ def load_codebase(
                 # time; ctime and inode too, which no utime() forges (a file replaced by
                 # another, or by a FIFO, with the old size and mtime)
                 stamp = (st.st_size, st.st_mtime_ns, st.st_ctime_ns, st.st_ino)
-                if old_stamps.get(rel) == stamp:
+                if old_stamps.get(rel) == stamp and rel not in reread:
                     stamps[rel] = stamp
                     if rel in old_files:
                         files[rel] = old_files[rel]
@@ -530,12 +547,19 @@ def ignore_matcher(lines: Iterable[str]) -> Callable[[str], bool]:
     return lambda path: rx.match(path) is not None
 
 
-def refresh_codebase(context: Context, stop: threading.Event | None = None) -> Context | None:
+def refresh_codebase(
+    context: Context,
+    stop: threading.Event | None = None,
+    *,
+    on_folder: Callable[[str, str, os.stat_result], None] | None = None,
+    reread: Collection[str] = (),
+) -> Context | None:
     """The codebase ``context`` as its folder is now, re-reading only the files whose size
     or modification time changed (and new ones); ``None`` when nothing changed (no file
     added, removed or changed: a file touched but with the same text counts as unchanged,
     and ``context`` keeps its new stamp so it is not read again). The symbol index, if ``context`` has one, moves to the new
-    context and is updated in place: only changed files are parsed again.
+    context and is updated in place: only changed files are parsed again. ``on_folder`` and
+    ``reread``: as :func:`load_codebase`'s.
 
     Blocking (walks the folder): call it in a worker thread.
 
@@ -546,7 +570,9 @@ def refresh_codebase(context: Context, stop: threading.Event | None = None) -> C
     """
     if not context.is_codebase or not context.source:
         raise ValueError("only a codebase loaded from a folder can be refreshed")
-    fresh = load_codebase(Path(context.source), stop=stop, previous=context)
+    fresh = load_codebase(
+        Path(context.source), stop=stop, previous=context, on_folder=on_folder, reread=reread
+    )
     old = context.value
     if len(fresh.value) == len(old) and all(old.get(p) is t for p, t in fresh.value.items()):
         context.stamps = fresh.stamps  # a touched file is not read again next time

@@ -43,6 +43,7 @@ from rlmd.sandbox import create_sandbox
 from rlmd.sandbox.base import CallError, CellResult, Sandbox, SandboxError, VarInfo
 from rlmd.workspace import checkpoint as ckpt_mod
 from rlmd.workspace.settings import WorkspaceSettings
+from rlmd.workspace.watch import FolderWatch, open_watch
 
 log = logging.getLogger("rlmd.workspace")
 
@@ -120,6 +121,7 @@ class WorkspaceInfo(TypedDict):
     last_checkpoint: CheckpointInfo | None
     last_restore: RestoreInfo | None
     checkpoint_file: str
+    watched_folders: int | None
 
 
 class WorkspaceState(enum.StrEnum):
@@ -166,6 +168,9 @@ class Workspace:
         # restored before the next checkpoint, which must not replace it meanwhile
         self._unrestored: ckpt_mod.Checkpoint | None = None
         self._loading: threading.Event | None = None  # set: the codebase load stops
+        # what the kernel tells of changes in the folder since the codebase was read (None:
+        # the folder is walked before every task; see rlmd.workspace.watch)
+        self._watch: FolderWatch | None = None
         self._stop_loads = False  # a close is coming: a load that starts now stops at once
         self._cell: asyncio.Task[Any] | None = None  # the task in run_cell's execute
         self._no_cells = False  # the daemon is stopping: no human cell starts any more
@@ -267,8 +272,9 @@ class Workspace:
                 log.warning("workspace %s: %s", self.folder, gap)
             sandbox.warm()
             restoring = False
+            watch: FolderWatch | None = None
             try:
-                ctx = await self._load()
+                ctx, watch = await self._load()
                 await sandbox.start(_no_calls)
                 await sandbox.load_context(ctx.value, codebase=True)
                 path = ckpt_mod.checkpoint_path(self.folder)
@@ -283,6 +289,8 @@ class Workspace:
                     restored, missing, blocked = await ckpt_mod.restore(sandbox, saved)
             except SandboxError as exc:
                 await asyncio.shield(sandbox.close())
+                if watch is not None:
+                    watch.close()
                 if restoring:
                     raise SandboxError(
                         f"the checkpoint's variables could not be restored: {exc} (it is "
@@ -291,11 +299,13 @@ class Workspace:
                 raise
             except BaseException:
                 await asyncio.shield(sandbox.close())
+                if watch is not None:
+                    watch.close()
                 raise
         except BaseException:
             self.state = WorkspaceState.STOPPED
             raise
-        self.sandbox, self.context = sandbox, ctx
+        self.sandbox, self.context, self._watch = sandbox, ctx, watch
         self._restarts_seen = _restarts(sandbox)
         info: StartInfo = {
             "files": len(ctx.value),
@@ -321,9 +331,11 @@ class Workspace:
         self._emit("started", **info)
         return info
 
-    async def _load(self) -> Context:
+    async def _load(self) -> tuple[Context, FolderWatch | None]:
         """The codebase of the folder, loaded in a worker thread that stops (within one file)
-        when the caller is cancelled or :meth:`stop_loading` is called.
+        when the caller is cancelled or :meth:`stop_loading` is called, and the watch on its
+        folders that the load filled (``None``: none could be kept, see
+        :mod:`rlmd.workspace.watch`).
 
         Raises:
             SandboxError: the load was stopped.
@@ -333,7 +345,7 @@ class Workspace:
         if self._stop_loads:
             stop.set()
         try:
-            return await asyncio.to_thread(load_codebase, Path(self.folder), stop=stop)
+            return await asyncio.to_thread(_watched_load, Path(self.folder), stop)
         except asyncio.CancelledError:
             stop.set()  # the thread would go on reading the folder after nobody waits
             raise
@@ -358,10 +370,14 @@ class Workspace:
 
     async def refresh(self) -> dict[str, int] | None:
         """Re-read the files of the folder that changed since the codebase was loaded (size
-        or modification time), add new ones, drop removed ones, and bind the result as
-        ``context`` again; the symbol index is updated for the changed files only. Returns
-        ``{"files", "read"}`` (files now, files read) or ``None`` when nothing changed or
-        the sandbox is stopped. Variables in the REPL are kept.
+        or modification time, or named by the folder's watch), add new ones, drop removed
+        ones, and bind the result as ``context`` again; the symbol index is updated for the
+        changed files only. Returns ``{"files", "read"}`` (files now, files read) or ``None``
+        when nothing changed or the sandbox is stopped. Variables in the REPL are kept.
+
+        With a watch on the folder (:mod:`rlmd.workspace.watch`) that saw no change, the
+        folder is not walked at all (a few system calls, whatever its size); else it is
+        walked, stating every file, and a new watch is filled by that walk.
 
         Raises:
             SandboxError: the sandbox failed while taking the new codebase.
@@ -369,11 +385,21 @@ class Workspace:
         """
         if self.sandbox is None or self.context is None:
             return None
-        fresh = await asyncio.to_thread(refresh_codebase, self.context)
+        fresh, watch = await asyncio.to_thread(_watched_refresh, self.context, self._watch)
+        if fresh is not None:
+            try:
+                await self.sandbox.load_context(fresh.value, codebase=True)
+            except BaseException:  # the old watch, which saw the change, stays: walked again
+                if watch is not None and watch is not self._watch:
+                    watch.close()
+                raise
+            self.context = fresh
+        if watch is not self._watch:  # the walk's watch replaces the one that saw the change
+            if self._watch is not None:
+                self._watch.close()
+            self._watch = watch
         if fresh is None:
             return None
-        await self.sandbox.load_context(fresh.value, codebase=True)
-        self.context = fresh
         info = {"files": len(fresh.value), "read": fresh.files_read}
         self._emit("refreshed", **info)
         return info
@@ -464,6 +490,9 @@ class Workspace:
             if problem:
                 log.warning("workspace %s: %s", self.folder, problem)
         sandbox, self.sandbox, self.context = self.sandbox, None, None
+        if self._watch is not None:
+            self._watch.close()
+            self._watch = None
         self._unrestored = None  # the next start restores from the file again
         await asyncio.shield(sandbox.close())
         self.state = WorkspaceState.STOPPED
@@ -629,7 +658,60 @@ class Workspace:
             "last_checkpoint": self.last_checkpoint,
             "last_restore": self.last_restore,
             "checkpoint_file": str(ckpt_mod.checkpoint_path(self.folder)),
+            "watched_folders": self._watch.folders if self._watch is not None else None,
         }
+
+
+def _watched_load(folder: Path, stop: threading.Event) -> tuple[Context, FolderWatch | None]:
+    """:func:`load_codebase` of ``folder`` with a :class:`FolderWatch` on its folders, or
+    without one where none can be kept. Blocking: run it in a worker thread.
+
+    Raises:
+        LoadStopped, NotADirectoryError, ValueError: as :func:`load_codebase`.
+    """
+    watch = open_watch()
+    try:
+        ctx = load_codebase(folder, stop=stop, on_folder=watch.add if watch else None)
+    except BaseException:
+        if watch is not None:
+            watch.close()
+        raise
+    return ctx, _kept(watch, folder)
+
+
+def _watched_refresh(
+    context: Context, watch: FolderWatch | None
+) -> tuple[Context | None, FolderWatch | None]:
+    """``(fresh, watch)``: :func:`refresh_codebase` of ``context`` when ``watch`` saw a
+    change (or there is none), with a new watch filled by that walk; ``(None, watch)`` at once
+    when ``watch`` saw nothing. Blocking: run it in a worker thread.
+
+    Raises:
+        NotADirectoryError: the folder is gone (``watch`` keeps what it saw: the next call
+            walks again).
+    """
+    reread = watch.changed() if watch is not None else set()
+    if reread is None:
+        return None, watch
+    fresh_watch = open_watch()
+    try:
+        fresh = refresh_codebase(
+            context, on_folder=fresh_watch.add if fresh_watch else None, reread=reread
+        )
+    except BaseException:
+        if fresh_watch is not None:
+            fresh_watch.close()
+        raise
+    return fresh, _kept(fresh_watch, Path(str(context.source)))
+
+
+def _kept(watch: FolderWatch | None, folder: Path) -> FolderWatch | None:
+    """``watch`` if it saw the whole walk, else ``None`` (closed; the reason logged)."""
+    if watch is not None and watch.broken is not None:
+        log.info("workspace %s: walked before each task, not watched: %s", folder, watch.broken)
+        watch.close()
+        return None
+    return watch
 
 
 def _restarts(sandbox: Sandbox) -> int:
