@@ -18,6 +18,14 @@ What is measured (each client has its own project folder, so its own workspace a
   2,450 files, 104 MB; ``--big-files N``: N generated ~3 KB files), and ``rlmd.health`` is sent every 20 ms from another client until
   that task's first model request; p50/p99/max against health on the idle daemon measured
   just before (the floor). **Target:** p99 <= 50 ms. ``--big-only`` runs just this part.
+* **a question in a warm workspace over a big folder** (issue 16): the same one-cell
+  question, alternately in a warm workspace over ``--warm-files`` generated files (30,000;
+  or ``--warm-folder DIR``) and in one over 150 generated files (the peer), each from
+  ``rlmd.task.start`` to the first model request (what the daemon does before the model
+  sees the question: the folder's changes brought in) and to the task's end (checkpoint,
+  store). **Target:** the big folder's median adds <= 0.1 s to the peer's. ``--before
+  CHECKOUT`` times a daemon of another checkout in the same alternating rounds;
+  ``--warm-only`` runs just this part.
 * **peer**: the same task run by the engine directly in this process, in a warm sandbox,
   no daemon, no store, one at a time: the per-task floor. ``ratio`` = daemon time per task
   (wall time of the whole load / tasks) / direct time per task; below 1 the daemon's
@@ -32,6 +40,7 @@ import json
 import os
 import shutil
 import signal
+import statistics
 import subprocess
 import sys
 import tempfile
@@ -255,6 +264,102 @@ async def health_while_big_loads(sock: Path, big: Path) -> dict:
     }
 
 
+WARM_TARGET_S = 0.1
+
+
+async def warm_questions(socks: dict[str, Path], big: Path, small: Path, rounds: int) -> dict:
+    """Seconds from ``rlmd.task.start`` to the first model request and to the end of the
+    task, for a question in a warm workspace over ``big`` and over ``small``, per daemon
+    (``socks``: label -> socket), in alternating rounds after one warm-up question each."""
+    question = json.dumps({"cells": ["FINAL(str(len(context)))"]})
+    clients = {k: await Client.connect(s) for k, s in socks.items()}
+    times: dict[str, dict[str, list[tuple[float, float]]]] = {
+        k: {"big": [], "small": []} for k in socks
+    }
+    answers: dict[str, set[str]] = {"big": set(), "small": set()}
+
+    async def ask(c: Client, folder: Path) -> tuple[float, float, str]:
+        t0 = time.perf_counter()
+        st = await c.command(
+            "rlmd.task.start",
+            {"workspace": str(folder), "question": question, "models": {"root": CELLS}},
+        )
+        run = st["run_id"]
+        await c.wait_for(
+            lambda n: (
+                n["method"] == "rlmd/event"
+                and n["params"]["task_id"] == run
+                and n["params"]["kind"] == ModelCallStarted.kind
+            ),
+            timeout=600,
+        )
+        first = time.perf_counter() - t0
+        note = await c.wait_for(
+            lambda n: (
+                n["method"] == "rlmd/taskStatus"
+                and n["params"]["run_id"] == run
+                and n["params"]["state"] == "finished"
+            ),
+            timeout=600,
+        )
+        c.notifications.clear()
+        if note["params"]["status"] != "completed":
+            raise SystemExit(f"a warm question did not complete: {note['params']}")
+        return first, time.perf_counter() - t0, str(note["params"]["answer"])
+
+    try:
+        for c in clients.values():
+            await c.command("rlmd.subscribe", {"events": "summary", "progress": "none"})
+            for folder in (big, small):  # loads the workspace
+                await ask(c, folder)
+        for _ in range(rounds):
+            for label, c in clients.items():
+                for kind, folder in (("big", big), ("small", small)):
+                    first, total, answer = await ask(c, folder)
+                    times[label][kind].append((first, total))
+                    answers[kind].add(answer)
+    finally:
+        for c in clients.values():
+            await c.close()
+    if len(answers["big"]) != 1 or len(answers["small"]) != 1:
+        raise SystemExit(f"the daemons answered differently: {answers}")
+    med = lambda v, i: round(statistics.median(x[i] for x in v), 4)  # noqa: E731
+    return {
+        "daemons": {
+            label: {
+                kind: {"to_first_request_s": med(v, 0), "to_end_s": med(v, 1), "n": len(v)}
+                for kind, v in by_kind.items()
+            }
+            for label, by_kind in times.items()
+        },
+        "files": {
+            "big": int(next(iter(answers["big"]))),
+            "small": int(next(iter(answers["small"]))),
+        },
+    }
+
+
+def print_warm(w: dict) -> bool:
+    """Prints the warm-question part; whether the target was met (by ``after``)."""
+    files = w["files"]
+    met = True
+    for label, by_kind in w["daemons"].items():
+        big, small = by_kind["big"], by_kind["small"]
+        added = big["to_first_request_s"] - small["to_first_request_s"]
+        ok = added <= WARM_TARGET_S
+        if label == "after":
+            met = ok
+        print(
+            f"warm question, {label}: {files['big']:,} files {big['to_first_request_s']:.3f} s to "
+            f"the first model request ({big['to_end_s']:.3f} s to the end); peer {files['small']} "
+            f"files {small['to_first_request_s']:.3f} s ({small['to_end_s']:.3f} s); added "
+            f"{added:.3f} s, ratio {big['to_first_request_s'] / small['to_first_request_s']:.2f}"
+            f" (medians of {big['n']})"
+            + (f"; target <= {WARM_TARGET_S:g} s added: {'met' if ok else 'MISSED'}")
+        )
+    return met
+
+
 def print_big(b: dict) -> bool:
     idle, load = b["idle_ms"], b["loading_ms"]
     met = load["p99"] <= HEALTH_TARGET_MS
@@ -268,7 +373,63 @@ def print_big(b: dict) -> bool:
     return met
 
 
+async def warm_only(args) -> int:
+    """The warm-question part alone (``--warm-only``), with ``--before``'s daemon too."""
+    from bench.scale_curve import make_codebase
+
+    load0 = os.getloadavg()
+    work = Path(tempfile.mkdtemp(prefix="rlmd-warm-"))
+    procs = []
+    try:
+        big = args.warm_folder or make_codebase(work / "big", args.warm_files)
+        small = make_codebase(work / "small", 150)
+        roots = {"after": ROOT} | ({"before": args.before} if args.before else {})
+        socks = {}
+        for label, root in roots.items():
+            home = work / f"home-{label}"
+            home.mkdir()
+            env = {**os.environ, "RLMD_HOME": str(home), "PYTHONPATH": str(root)}
+            log = open(work / f"daemon-{label}.log", "wb")  # noqa: SIM115
+            procs.append(
+                subprocess.Popen(
+                    [sys.executable, "-m", "rlmd", "serve", "--idle-timeout", "0"],
+                    env=env,
+                    stdout=log,
+                    stderr=log,
+                    stdin=subprocess.DEVNULL,
+                    cwd=work,  # not a checkout: -m rlmd imports PYTHONPATH's
+                )
+            )
+            socks[label] = home / "run" / "rlmd.sock"
+            for _ in range(400):
+                if socks[label].exists():
+                    break
+                await asyncio.sleep(0.05)
+        report = await warm_questions(socks, big, small, args.warm_rounds)
+    finally:
+        for proc in procs:
+            proc.send_signal(signal.SIGTERM)
+            try:
+                proc.wait(30)
+            except subprocess.TimeoutExpired:
+                proc.kill()
+        shutil.rmtree(work, ignore_errors=True)
+    report["load_average"] = {"start": load0, "end": os.getloadavg()}
+    report["before_root"] = str(args.before) if args.before else None
+    out = ROOT / "bench" / "out"
+    out.mkdir(exist_ok=True)
+    (out / "daemon_load_warm.json").write_text(json.dumps(report, indent=1))
+    met = print_warm(report)
+    print(
+        f"load average {load0[0]:.2f} at start, {report['load_average']['end'][0]:.2f} at the "
+        f"end, on {os.cpu_count()} cores"
+    )
+    return 0 if met else 1
+
+
 async def main_async(args) -> int:
+    if args.warm_only:
+        return await warm_only(args)
     load0 = os.getloadavg()[0]
     work = Path(tempfile.mkdtemp(prefix="rlmd-load-"))
     home = work / "home"
@@ -447,7 +608,10 @@ async def main_async(args) -> int:
         print("FAILED: lost, unfinished tasks or missed events", file=sys.stderr)
     if not health_met:
         print("MISSED TARGET: health p99 while a big workspace loads", file=sys.stderr)
-    return 0 if ok and health_met else 1
+    warm_met = await warm_only(args) == 0
+    if not warm_met:
+        print("MISSED TARGET: a question in a warm big workspace", file=sys.stderr)
+    return 0 if ok and health_met and warm_met else 1
 
 
 def main() -> int:
@@ -468,6 +632,15 @@ def main() -> int:
         "--big-files",
         type=int,
         help="the big workspace: this many generated ~3 KB files (default: a stdlib copy)",
+    )
+    ap.add_argument(
+        "--warm-only", action="store_true", help="only a question in a warm big workspace"
+    )
+    ap.add_argument("--warm-files", type=int, default=30_000, help="the warm big workspace's files")
+    ap.add_argument("--warm-folder", type=Path, help="the warm big workspace (default: generated)")
+    ap.add_argument("--warm-rounds", type=int, default=10)
+    ap.add_argument(
+        "--before", type=Path, help="another rlmd checkout's daemon, timed in the same rounds"
     )
     ap.add_argument(
         "--slow-callbacks",
