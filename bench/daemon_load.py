@@ -267,14 +267,18 @@ async def health_while_big_loads(sock: Path, big: Path) -> dict:
 WARM_TARGET_S = 0.1
 
 
-async def warm_questions(socks: dict[str, Path], big: Path, small: Path, rounds: int) -> dict:
+async def warm_questions(homes: dict[str, Path], big: Path, small: Path, rounds: int) -> dict:
     """Seconds from ``rlmd.task.start`` to the first model request and to the end of the
     task, for a question in a warm workspace over ``big`` and over ``small``, per daemon
-    (``socks``: label -> socket), in alternating rounds after one warm-up question each."""
+    (``homes``: label -> its rlmd home), in alternating rounds after one warm-up question
+    each."""
     question = json.dumps({"cells": ["FINAL(str(len(context)))"]})
-    clients = {k: await Client.connect(s) for k, s in socks.items()}
+    clients = {}
+    for label, home in homes.items():
+        token = (home / "run" / "daemon.token").read_text().strip()
+        clients[label] = await Client.connect(daemon_socket(home), token=token)
     times: dict[str, dict[str, list[tuple[float, float]]]] = {
-        k: {"big": [], "small": []} for k in socks
+        k: {"big": [], "small": []} for k in homes
     }
     answers: dict[str, set[str]] = {"big": set(), "small": set()}
 
@@ -373,6 +377,22 @@ def print_big(b: dict) -> bool:
     return met
 
 
+def daemon_socket(home: Path) -> Path:
+    """Where the daemon of rlmd home ``home`` listens (a short path elsewhere when
+    ``home``'s is too long for a Unix socket)."""
+    from rlmd import paths
+
+    old = os.environ.get("RLMD_HOME")
+    os.environ["RLMD_HOME"] = str(home)
+    try:
+        return paths.socket_path()
+    finally:
+        if old is None:
+            del os.environ["RLMD_HOME"]
+        else:
+            os.environ["RLMD_HOME"] = old
+
+
 async def warm_only(args) -> int:
     """The warm-question part alone (``--warm-only``), with ``--before``'s daemon too."""
     from bench.scale_curve import make_codebase
@@ -384,11 +404,12 @@ async def warm_only(args) -> int:
         big = args.warm_folder or make_codebase(work / "big", args.warm_files)
         small = make_codebase(work / "small", 150)
         roots = {"after": ROOT} | ({"before": args.before} if args.before else {})
-        socks = {}
+        homes = {}
         for label, root in roots.items():
-            home = work / f"home-{label}"
+            home = work / label[0]  # short: a Unix socket's path is at most 107 bytes
             home.mkdir()
-            env = {**os.environ, "RLMD_HOME": str(home), "PYTHONPATH": str(root)}
+            path = os.pathsep.join(filter(None, [str(root), os.environ.get("PYTHONPATH")]))
+            env = {**os.environ, "RLMD_HOME": str(home), "PYTHONPATH": path}
             log = open(work / f"daemon-{label}.log", "wb")  # noqa: SIM115
             procs.append(
                 subprocess.Popen(
@@ -400,12 +421,16 @@ async def warm_only(args) -> int:
                     cwd=work,  # not a checkout: -m rlmd imports PYTHONPATH's
                 )
             )
-            socks[label] = home / "run" / "rlmd.sock"
-            for _ in range(400):
-                if socks[label].exists():
+            homes[label], sock = home, daemon_socket(home)
+            for _ in range(1200):
+                if sock.exists() or procs[-1].poll() is not None:
                     break
                 await asyncio.sleep(0.05)
-        report = await warm_questions(socks, big, small, args.warm_rounds)
+            if not sock.exists():
+                log.close()
+                tail = (work / f"daemon-{label}.log").read_text(errors="replace")[-2000:]
+                raise SystemExit(f"the {label} daemon did not start:\n{tail}")
+        report = await warm_questions(homes, big, small, args.warm_rounds)
     finally:
         for proc in procs:
             proc.send_signal(signal.SIGTERM)

@@ -41,3 +41,15 @@ def test_whole_run_server_removes_its_store(tmp_path: Path) -> None:
     done, scratch = run_bench(tmp_path, "whole_run_server.py", "--reps", "1", "--warmup", "0")
     assert "== whole run over one OpenAI-compatible server" in done.stdout, done.stderr
     assert not list(scratch.glob("rlmd-wrs-*")), "the store was left behind"
+
+
+def test_daemon_load_warm_part_cleans_up(tmp_path: Path) -> None:
+    """The warm-question part (its exit code is the target's, so not asserted: a loaded
+    machine may miss it)."""
+    (tmp_path / "tests" / "helpers").mkdir(parents=True)  # its scripted model
+    shutil.copy(ROOT / "tests" / "helpers" / "scripted_models.py", tmp_path / "tests" / "helpers")
+    done, scratch = run_bench(
+        tmp_path, "daemon_load.py", "--warm-only", "--warm-files", "60", "--warm-rounds", "1"
+    )
+    assert "warm question, after: 60 files" in done.stdout, done.stdout + done.stderr
+    assert not list(scratch.glob("rlmd-warm-*")), "the folders or daemon homes were left behind"
