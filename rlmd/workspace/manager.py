@@ -702,13 +702,16 @@ def _watched_refresh(
         if fresh_watch is not None:
             fresh_watch.close()
         raise
-    return fresh, _kept(fresh_watch, Path(str(context.source)))
+    return fresh, _kept(fresh_watch, Path(str(context.source)), level=logging.DEBUG)
 
 
-def _kept(watch: FolderWatch | None, folder: Path) -> FolderWatch | None:
-    """``watch`` if it saw the whole walk, else ``None`` (closed; the reason logged)."""
+def _kept(watch: FolderWatch | None, folder: Path, level: int = logging.INFO) -> FolderWatch | None:
+    """``watch`` if it saw the whole walk, else ``None`` (closed; the reason logged at
+    ``level``: each walk tries again, so only a workspace's first load says it at info)."""
     if watch is not None and watch.broken is not None:
-        log.info("workspace %s: walked before each task, not watched: %s", folder, watch.broken)
+        log.log(
+            level, "workspace %s: walked before each task, not watched: %s", folder, watch.broken
+        )
         watch.close()
         return None
     return watch

@@ -45,9 +45,7 @@ _IN_CREATE = 0x100
 _IN_DELETE = 0x200
 _IN_DELETE_SELF = 0x400
 _IN_MOVE_SELF = 0x800
-_IN_UNMOUNT = 0x2000
-_IN_Q_OVERFLOW = 0x4000
-_IN_IGNORED = 0x8000
+_IN_IGNORED = 0x8000  # comes unasked, as do IN_UNMOUNT and IN_Q_OVERFLOW: changes too
 _IN_ONLYDIR = 0x01000000
 _IN_DONT_FOLLOW = 0x02000000
 _IN_NONBLOCK = 0o4000
@@ -132,6 +130,8 @@ class FolderWatch:
         OSError: inotify is not available here (not Linux, or the user's inotify
             instances are used up).
     """
+
+    _fd = -1  # what close() and __del__ see of an instance whose __init__ raised
 
     def __init__(self) -> None:
         lib = _lib()
