@@ -9,7 +9,9 @@ written, touched, created, deleted, renamed; a folder made, removed, renamed, it
 changed) is queued by the kernel before the system call that made it returns. A task that
 starts after the change therefore finds it in the queue; when the queue is empty and the
 folder's path still leads to the folder that was watched, nothing in the codebase changed
-and the walk is skipped.
+and the walk is skipped. (Why not ``watchdog`` or ``watchfiles``: they hand events over from a
+thread or after a debounce, so neither can say whether a change made just before a task has
+been read yet; this queue is read in the task's own path, so it can.)
 
 Where inotify would not see every change, no watch is kept and the workspace walks the
 folder before each task, as without one: a folder on a file system that is not a known
