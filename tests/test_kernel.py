@@ -233,6 +233,42 @@ def test_handle_unknown_op():
     assert k.handle({"op": "ping"})["pid"] > 0
 
 
+def test_a_page_of_variables_is_sorted_by_name_counts_all_and_previews_only_its_own():
+    k = Kernel(lambda fn, args: None, capture="thread")
+    code = (
+        "import os\nB = 1\na = 2\n_hidden = 3\nzeta = 4\nalpha2 = 5\n"
+        "class Loud:\n    def __repr__(self):\n        seen.append(1)\n        return 'loud'\n"
+        "seen = []\nloud = Loud()\n"
+    )
+    assert k.exec_cell(code)["error"] is None
+    k.ns[1] = "not a name"  # what globals()[1] = ... leaves (set here: a cell trips on it)
+    k.ns["seen"].clear()  # the cell's own report previewed loud
+    page = k.handle({"op": "list_vars_page", "offset": 0, "limit": 3, "match": ""})
+    # code point order: capitals first; modules, _names and the int key are no variables
+    assert [v["name"] for v in page["variables"]] == ["B", "Loud", "a"]
+    assert page["total"] == 7
+    assert k.ns["seen"] == []  # loud's __repr__ was not called for a page without it
+    rest = k.handle({"op": "list_vars_page", "offset": 3, "limit": 10, "match": ""})
+    assert [v["name"] for v in rest["variables"]] == ["alpha2", "loud", "seen", "zeta"]
+    assert k.ns["seen"] == [1]
+    found = k.handle({"op": "list_vars_page", "offset": 0, "limit": 10, "match": "a"})
+    assert [v["name"] for v in found["variables"]] == ["a", "alpha2", "zeta"]
+    assert found["total"] == 3
+    assert k.handle({"op": "list_vars_page", "offset": 99, "limit": 10, "match": ""}) == {
+        "total": 7,
+        "variables": [],
+    }
+    assert k.handle({"op": "list_vars_page", "offset": 0, "limit": 0}) == {
+        "total": 7,
+        "variables": [],
+    }
+    for bad in ({"offset": -1, "limit": 1}, {"offset": 0, "limit": True}, {"limit": "2"}):
+        with pytest.raises(ValueError, match="must be an integer"):
+            k.handle({"op": "list_vars_page", **bad})
+    with pytest.raises(ValueError, match="match must be a string"):
+        k.handle({"op": "list_vars_page", "offset": 0, "limit": 1, "match": 3})
+
+
 def test_plain_values_are_previewed_inline_and_others_after_the_ran_signal():
     # Previews of builtin scalars run no model code, so the cell needs no helper thread and
     # no separate "ran" frame; anything else keeps both (its __repr__ is model code).

@@ -441,6 +441,35 @@ async def test_set_get_list_variables(sandbox):
         await sandbox.set_variable("bad", {1, 2})
 
 
+async def test_variables_page_through_every_backend_alike(sandbox):
+    await ok(
+        sandbox,
+        "import json\nfor i in range(25):\n    globals()[f'v{i:02d}'] = i\ndel i\nZ = 'z'\n_x = 1",
+    )
+    seen, offset, pages = [], 0, 0
+    while offset is not None:
+        page = await sandbox.list_variables_page(offset, 10)
+        assert page.total == 26 and page.offset == offset and len(page.variables) <= 10
+        seen += [v.name for v in page.variables]
+        offset, pages = page.next_offset, pages + 1
+    assert pages == 3 and seen == ["Z", *(f"v{i:02d}" for i in range(25))]
+    assert {v.name: v.preview for v in (await sandbox.list_variables_page(0, 2)).variables} == {
+        "Z": "'z'",
+        "v00": "0",
+    }
+    found = await sandbox.list_variables_page(0, 5, "v1")
+    assert [v.name for v in found.variables] == [f"v{i}" for i in range(10, 15)]
+    assert found.total == 10 and found.next_offset == 5
+    counted = await sandbox.list_variables_page(0, 0)
+    assert counted.total == 26 and counted.variables == [] and counted.next_offset is None
+    past = await sandbox.list_variables_page(30, 10)
+    assert past.variables == [] and past.next_offset is None and past.total == 26
+    for offset, limit in ((-1, 10), (0, -1), (0, 5001), (True, 10)):
+        with pytest.raises(ValueError):
+            await sandbox.list_variables_page(offset, limit)
+    assert len(await sandbox.list_variables()) == 26  # the full listing is as it was
+
+
 async def test_big_string_context(sandbox):
     big = "abcdefghij" * 1_000_000  # 10 MB
     t0 = time.perf_counter()

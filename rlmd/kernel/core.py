@@ -20,6 +20,7 @@ import threading
 import time
 import types
 from collections.abc import Callable
+from operator import itemgetter
 
 from . import cells, protocol, varfile
 from .codebase import Codebase, helpers
@@ -952,6 +953,42 @@ class Kernel:
     def list_vars(self) -> list[dict]:
         return bounded_var_infos(self.user_items())
 
+    def list_vars_page(self, req: dict) -> dict[str, Any]:
+        """``list_vars_page``: the user variables whose names contain ``match`` (all when it
+        is empty or absent), sorted by name (code point order); ``limit`` of them from
+        ``offset`` get a VarInfo (previews bounded as in :func:`bounded_var_infos`).
+
+        Returns:
+            ``{"total": int, "variables": [VarInfo, ...]}``; ``total`` counts every
+            variable that matches, not only this page's.
+
+        Raises:
+            ValueError: ``offset`` or ``limit`` is not an integer >= 0, or ``match`` is not
+                a string.
+        """
+        offset, limit, match = req.get("offset", 0), req.get("limit"), req.get("match") or ""
+        for key, value in (("offset", offset), ("limit", limit)):
+            if type(value) is not int or value < 0:
+                raise ValueError(f"{key} must be an integer >= 0, got {value!r}")
+        if not isinstance(match, str):
+            raise ValueError(f"match must be a string, got {type(match).__name__}")
+        # is_user_name inlined (one pass over a namespace that may hold 100,000s of names);
+        # a key that is not a string (``globals()[1] = 2``) names no variable.
+        reserved, module = self._reserved, types.ModuleType
+        items = [
+            (name, value)
+            for name, value in list(self.ns.items())
+            if type(name) is str
+            and match in name
+            and not name.startswith("_")
+            and name not in reserved
+            and not isinstance(value, module)
+        ]
+        if limit == 0:  # how many, nothing else (no sort)
+            return {"total": len(items), "variables": []}
+        items.sort(key=itemgetter(0))  # names are unique: the order is total
+        return {"total": len(items), "variables": bounded_var_infos(items[offset : offset + limit])}
+
     def save_vars(self, req: dict) -> dict[str, Any]:
         """``save_vars``: the user variables ``names`` (those still defined) written to a
         file in the working folder (see :func:`varfile.save`)."""
@@ -1005,6 +1042,8 @@ class Kernel:
             return {"value": self.get_var(req.get("name", ""))}
         if op == "list_vars":
             return self.list_vars()
+        if op == "list_vars_page":
+            return self.list_vars_page(req)
         if op == "save_vars":
             return self.save_vars(req)
         if op == "load_vars":

@@ -66,6 +66,11 @@ answers each with one ``done`` frame carrying the same ``id``.
 ``get_var``   ``name: str``                        -> ``{"value": any}``: JSON-able values as
     they are, anything else as its ``repr``. ``etype: "KeyError"`` if there is no such name.
 ``list_vars``                                      -> ``[VarInfo, ...]`` (user variables)
+``list_vars_page`` ``offset: int``, ``limit: int``, ``match: str``
+    -> ``{"total": int, "variables": [VarInfo, ...]}``: the user variables whose names
+    contain ``match`` (all for ``""``), sorted by name (code point order), ``limit`` of them
+    from ``offset`` (previews are made for those only); ``total`` counts all that match.
+    ``limit: 0`` only counts them.
 ``save_vars`` ``names: [str]``, ``path: str``, ``max_var_bytes: int``, ``max_total_bytes: int``
     -> ``{"saved": {name: VarInfo + {"bytes": int}}, "skipped": {name: reason}, "bytes": int}``
     The saveable ones among the user variables ``names`` are written as one ASCII JSON
@@ -122,6 +127,12 @@ PROTOCOL_VERSION = 1
 
 HEADER_SIZE = 4
 MAX_FRAME = 2**32 - 1
+
+VARS_PAGE = 1000
+"""Variables per ``list_vars_page`` reply when the client names no ``limit``."""
+
+MAX_VARS_PAGE = 5000
+"""Most variables one ``list_vars_page`` (and one ``rlmd.workspace.variables`` reply) holds."""
 
 DEFAULT_MAX_OUTPUT = 32 * 1024 * 1024
 """Default cap, in characters, on the text captured per stream per cell."""

@@ -33,6 +33,17 @@ RESERVED_NAMES = protocol.RESERVED_NAMES
 CODEBASE_HELPERS = protocol.CODEBASE_HELPERS
 
 
+def check_page(offset: int, limit: int) -> None:
+    """Raise ``ValueError`` unless ``offset >= 0`` and ``0 <= limit <= MAX_VARS_PAGE``
+    (integers, not booleans)."""
+    if type(offset) is not int or offset < 0:
+        raise ValueError(f"offset must be an integer >= 0, got {offset!r}")
+    if type(limit) is not int or not 0 <= limit <= protocol.MAX_VARS_PAGE:
+        raise ValueError(
+            f"limit must be an integer from 0 to {protocol.MAX_VARS_PAGE}, got {limit!r}"
+        )
+
+
 class CallError(Exception):
     """Raised by a :data:`CallHandler` to make the call fail inside the REPL with this message."""
 
@@ -50,6 +61,47 @@ class VarInfo:
     type: str
     size: int | None = None
     preview: str = ""
+
+
+@dataclass
+class VarPage:
+    """One page of a REPL's variables (:meth:`Sandbox.list_variables_page`).
+
+    Attributes:
+        variables: at most ``limit`` variables, sorted by name (code point order).
+        total: how many variables match (all pages together), not only this page's.
+        offset: the position of ``variables[0]`` among all that match.
+    """
+
+    variables: list[VarInfo]
+    total: int
+    offset: int
+
+    @property
+    def next_offset(self) -> int | None:
+        """Where the next page starts, ``None`` when this one is the last."""
+        end = self.offset + len(self.variables)
+        return end if self.variables and end < self.total else None
+
+    @classmethod
+    def from_kernel(cls, out: Any, offset: int, limit: int) -> VarPage:
+        """The kernel's ``list_vars_page`` answer, checked (model code runs in the kernel).
+
+        Raises:
+            SandboxError: it is not ``{"total": int, "variables": [VarInfo dict, ...]}``
+                with at most ``limit`` entries.
+        """
+        try:
+            total, raw = out["total"], out["variables"]
+            if type(total) is not int or not isinstance(raw, list) or len(raw) > limit:
+                raise TypeError("a page must hold an int total and at most limit variables")
+            infos = [VarInfo(**v) for v in raw]
+            if not all(isinstance(v.name, str) for v in infos):
+                raise TypeError("a variable's name must be a string")
+        except (KeyError, TypeError) as exc:
+            raise SandboxError(f"the kernel sent a malformed variables page: {exc}") from None
+        # a total below what this page shows would end the paging early: at least that
+        return cls(infos, max(total, offset + len(infos)) if infos else max(total, 0), offset)
 
 
 @dataclass
@@ -175,7 +227,31 @@ class Sandbox(abc.ABC):
 
     @abc.abstractmethod
     async def list_variables(self) -> list[VarInfo]:
-        """The user's variables (reserved names excluded)."""
+        """The user's variables (reserved names excluded), every one of them, in the REPL's
+        order. A REPL may hold 100,000s: to show them, use :meth:`list_variables_page`."""
+
+    async def list_variables_page(
+        self, offset: int = 0, limit: int = protocol.VARS_PAGE, match: str = ""
+    ) -> VarPage:
+        """One page of the user's variables whose names contain ``match`` (all for ``""``),
+        sorted by name (code point order): ``limit`` of them from ``offset``. ``limit=0``
+        only counts them. The backends page in the kernel, so previews are made for one page
+        only; this default pages :meth:`list_variables` here.
+
+        Args:
+            offset: how many matching variables to skip, >= 0.
+            limit: at most this many variables, 0..``protocol.MAX_VARS_PAGE``.
+            match: a substring the names must contain (case-sensitive).
+
+        Raises:
+            ValueError: ``offset`` or ``limit`` is out of range.
+            SandboxError: the sandbox is stopped or failed.
+        """
+        check_page(offset, limit)
+        infos = sorted(
+            (v for v in await self.list_variables() if match in v.name), key=lambda v: v.name
+        )
+        return VarPage(infos[offset : offset + limit] if limit else [], len(infos), offset)
 
     @abc.abstractmethod
     async def save_variables(

@@ -18,9 +18,19 @@ import time
 from collections.abc import Callable
 from typing import Any
 
+from rlmd.kernel import protocol
 from rlmd.kernel.core import CellInterrupted, Kernel, json_copy
 from rlmd.sandbox import workdirs
-from rlmd.sandbox.base import CallError, CallHandler, CellResult, Sandbox, SandboxError, VarInfo
+from rlmd.sandbox.base import (
+    CallError,
+    CallHandler,
+    CellResult,
+    Sandbox,
+    SandboxError,
+    VarInfo,
+    VarPage,
+    check_page,
+)
 from rlmd.sandbox.channel import result_from_kernel, wait
 from rlmd.sandbox.clock import CallClock, CellTimeout, timeout_cause, wait_cell
 from rlmd.sandbox.files import download_file, upload_file
@@ -540,6 +550,17 @@ class InProcessSandbox(Sandbox):
             infos = self._live().list_vars()
             self.bound.user_names = [v["name"] for v in infos]
             return [VarInfo(**v) for v in infos]
+
+    async def list_variables_page(
+        self, offset: int = 0, limit: int = protocol.VARS_PAGE, match: str = ""
+    ) -> VarPage:
+        # In a thread: the pass over a large namespace leaves the loop (the sort keeps the
+        # GIL, ~40 ms for 200,000 names), and so does the preview helper's wait.
+        check_page(offset, limit)
+        request = {"offset": offset, "limit": limit, "match": match}
+        async with self._lock:
+            out = await asyncio.to_thread(self._live().list_vars_page, request)
+        return VarPage.from_kernel(out, offset, limit)
 
     # In a thread: the file I/O leaves the loop (the JSON calls keep the GIL: in this
     # process they stall it anyway, as a cell does).

@@ -28,8 +28,17 @@ import os
 import time
 from typing import Any
 
+from rlmd.kernel import protocol
 from rlmd.sandbox import workdirs
-from rlmd.sandbox.base import CallHandler, CellResult, Sandbox, SandboxError, VarInfo
+from rlmd.sandbox.base import (
+    CallHandler,
+    CellResult,
+    Sandbox,
+    SandboxError,
+    VarInfo,
+    VarPage,
+    check_page,
+)
 from rlmd.sandbox.channel import KernelDied, exec_done_problem, result_from_kernel, wait
 from rlmd.sandbox.clock import CellTimeout, timeout_cause, wait_cell
 from rlmd.sandbox.files import ContextFile, context_file_request
@@ -568,6 +577,15 @@ class SandboxSession(Sandbox):
             result = await self._op({"op": "list_vars"})
             self.bound.user_names = [v["name"] for v in result]
             return [VarInfo(**v) for v in result]
+
+    async def list_variables_page(
+        self, offset: int = 0, limit: int = protocol.VARS_PAGE, match: str = ""
+    ) -> VarPage:
+        check_page(offset, limit)
+        request = {"op": "list_vars_page", "offset": offset, "limit": limit, "match": match}
+        async with self._lock:
+            out = await self._op(request)
+        return VarPage.from_kernel(out, offset, limit)
 
     async def save_variables(
         self, names: list[str], path: str, *, max_var_bytes: int, max_total_bytes: int
