@@ -443,15 +443,71 @@ async def test_a_checkpoint_the_repl_could_not_write_keeps_the_previous_one(mana
     ],
     ids=["deep", "deep inside", "huge", "not utf-8", "bad taken_at"],
 )
-def test_a_corrupt_checkpoint_json_is_set_aside_not_raised(tmp_path, monkeypatch, content):
+@pytest.mark.parametrize("stepwise", [False, True], ids=["one-call", "stepwise"])
+def test_a_corrupt_checkpoint_json_is_set_aside_not_raised(
+    tmp_path, monkeypatch, content, stepwise
+):
     """Review21: a ``checkpoint.json`` nested too deep raised ``RecursionError`` out of
     ``load`` (every open of the workspace failed, the listing too) and a huge one was read
-    whole into the daemon. Each is now set aside as ``.corrupt`` and ignored."""
+    whole into the daemon. Each is now set aside as ``.corrupt`` and ignored, also when
+    read member by member (a large file)."""
     monkeypatch.setattr(ckpt, "MAX_METADATA_BYTES", 1_000, raising=False)
+    if stepwise:
+        monkeypatch.setattr(ckpt, "STEPWISE_FROM", 0)
     path = tmp_path / "checkpoint.json"
     path.write_bytes(content)
     assert ckpt.load(path) is None
     assert not path.exists() and (tmp_path / "checkpoint.json.corrupt").exists()
+
+
+def test_a_large_checkpoint_json_is_read_member_by_member_as_json_loads_reads_it(monkeypatch):
+    """A ``checkpoint.json`` of 200,000 variables decoded by one ``json.loads`` held the GIL
+    0.3 s: every client of the daemon waited. ``loads_stepwise`` decodes it in small steps
+    and must read exactly what ``json.loads`` reads, and refuse what it refuses."""
+    import random
+
+    monkeypatch.setattr(ckpt, "STEPWISE_FROM", 0)
+    rnd = random.Random(16)
+
+    def value(depth: int) -> Any:
+        kinds: list[Any] = [
+            lambda: None,
+            lambda: rnd.random() < 0.5,
+            lambda: rnd.uniform(-1e6, 1e6),
+            lambda: rnd.randrange(-(10**20), 10**20),
+            lambda: 's\u00e9\U0001f600\\"\n x',
+            lambda: float("nan"),
+        ]
+        if depth < 3:
+            kinds.append(lambda: [value(depth + 1) for _ in range(rnd.randrange(3))])
+            kinds.append(lambda: {f"k{rnd.randrange(4)}": value(depth + 1) for _ in range(3)})
+        return rnd.choice(kinds)()
+
+    for _ in range(2_000):
+        obj = {f"k{rnd.randrange(6)}": value(0) for _ in range(rnd.randrange(6))}
+        text = json.dumps(obj, indent=rnd.choice([None, 1]), ensure_ascii=rnd.random() < 0.5)
+        assert json.dumps(ckpt.loads_stepwise(text)) == json.dumps(json.loads(text)), text
+    assert ckpt.loads_stepwise(' {"a": 1, "a": {"b": 1, "b": 2}} ') == {"a": {"b": 2}}
+    assert ckpt.loads_stepwise("[1, 2]") == [1, 2]
+    for bad in (
+        "{",
+        '{"a"',
+        '{"a":}',
+        '{"a":1,}',
+        '{"a":1 "b":2}',
+        '{"a":1}x',
+        "{a:1}",
+        '{"a":{"b":1,}}',
+        '{"a":{"b" 1}}',
+        '{"a":{',
+        '\ufeff{"a":1}',
+        '{"a":"\x01"}',
+        "",
+    ):
+        with pytest.raises(ValueError):
+            json.loads(bad)
+        with pytest.raises(ValueError):
+            ckpt.loads_stepwise(bad)
 
 
 def test_a_checkpoint_json_over_the_limit_is_not_written(tmp_path, monkeypatch):

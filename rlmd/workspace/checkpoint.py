@@ -339,7 +339,7 @@ def load(path: Path, problems: list[str] | None = None) -> Checkpoint | None:
             text = f.read(MAX_METADATA_BYTES + 1)
         if len(text) > MAX_METADATA_BYTES:
             raise ValueError(f"larger than {MAX_METADATA_BYTES:,} bytes")
-        raw = json.loads(text.decode("utf-8"))
+        raw = loads_stepwise(text.decode("utf-8"))
         del text
         if not isinstance(raw, dict) or raw.get("version") not in (1, VERSION):
             raise ValueError(f"unknown checkpoint version {raw.get('version')!r}")
@@ -379,6 +379,70 @@ def load(path: Path, problems: list[str] | None = None) -> Checkpoint | None:
         if problems is not None:
             problems.append(f"the checkpoint was unreadable ({exc}) and is kept as {aside}"[:500])
         return None
+
+
+STEPWISE_FROM = 1024 * 1024
+"""Characters of JSON text from which :func:`loads_stepwise` decodes member by member."""
+
+_WS = re.compile(r"[ \t\n\r]*")
+_DECODER = json.JSONDecoder()
+_scanstring = json.decoder.scanstring  # type: ignore[attr-defined]  # the C one, not in stubs
+
+
+def _skip(text: str, pos: int) -> int:
+    """The position of the first character at or after ``pos`` that is not JSON whitespace."""
+    return _WS.match(text, pos).end()  # type: ignore[union-attr]  # "*" always matches
+
+
+def loads_stepwise(text: str) -> Any:
+    """``json.loads(text)``, in many small C calls when ``text`` is long
+    (:data:`STEPWISE_FROM`) and holds an object: its members are decoded one by one, and so
+    are the members of an object-valued member (``variables``, ``skipped``). Called in a
+    worker thread, it hands the GIL back to the event loop between them: one ``json.loads``
+    of the ``checkpoint.json`` of 200,000 variables (13 MB) held it 0.3 s, stalling every
+    client (one C call keeps the GIL throughout).
+
+    Returns what ``json.loads`` returns for the same text (a repeated key: the last wins).
+
+    Raises:
+        ValueError: ``text`` is not valid JSON (a ``json.JSONDecodeError``).
+    """
+    start = _skip(text, 0)
+    if len(text) < STEPWISE_FROM or text[start : start + 1] != "{":
+        return json.loads(text)
+    value, end = _members(text, start, 1)
+    if _skip(text, end) != len(text):
+        raise json.JSONDecodeError("Extra data", text, end)
+    return value
+
+
+def _members(text: str, pos: int, depth: int) -> tuple[dict[str, Any], int]:
+    """The object at ``text[pos] == "{"`` and the position after it, each member's value
+    decoded by one ``raw_decode`` (by this function again, ``depth`` levels down)."""
+    out: dict[str, Any] = {}
+    pos = _skip(text, pos + 1)
+    if text[pos : pos + 1] == "}":
+        return out, pos + 1
+    while True:
+        if text[pos : pos + 1] != '"':
+            raise json.JSONDecodeError(
+                "Expecting property name enclosed in double quotes", text, pos
+            )
+        key, pos = _scanstring(text, pos + 1, True)
+        pos = _skip(text, pos)
+        if text[pos : pos + 1] != ":":
+            raise json.JSONDecodeError("Expecting ':' delimiter", text, pos)
+        pos = _skip(text, pos + 1)
+        if depth > 0 and text[pos : pos + 1] == "{":
+            out[key], pos = _members(text, pos, depth - 1)
+        else:
+            out[key], pos = _DECODER.raw_decode(text, pos)
+        pos = _skip(text, pos)
+        if text[pos : pos + 1] == "}":
+            return out, pos + 1
+        if text[pos : pos + 1] != ",":
+            raise json.JSONDecodeError("Expecting ',' delimiter", text, pos)
+        pos = _skip(text, pos + 1)
 
 
 def _open_regular(path: str | Path, refusal: str) -> int:
