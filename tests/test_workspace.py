@@ -876,3 +876,40 @@ async def test_a_command_that_waited_behind_a_close_says_the_workspace_was_close
         await ws.run_cell("print(1)", timeout_s=30)
     again = manager.get(codebase)  # a new command opens it anew
     assert again is not ws and (await again.run_cell("print(1)", timeout_s=30)).stdout == "1\n"
+
+
+async def test_a_stopped_workspaces_listing_is_read_once_kept_a_while_then_dropped(
+    tmp_path, monkeypatch
+):
+    """``rlmd.workspace.variables`` on a stopped workspace pages its checkpoint: the sorted
+    listing is read once for a walk through the pages (200,000 descriptions take ~1.6 s),
+    read again when the file changes, and dropped when unused (it holds ~75 MB then)."""
+    from rlmd.workspace import listing as listing_mod
+
+    reads: list[Path] = []
+    read = listing_mod.read_listing
+    monkeypatch.setattr(listing_mod, "read_listing", lambda p: reads.append(p) or read(p))
+    paths = []
+    for i in range(3):
+        c = ckpt.Checkpoint(f"/p{i}")
+        c.variables = {n: {"type": "int", "size": None, "preview": "1", "bytes": 1} for n in "cab"}
+        c.values = b'{"a":1,"b":1,"c":1}'
+        paths.append(tmp_path / f"w{i}" / "checkpoint.json")
+        ckpt.save(c, paths[-1])
+    listings = listing_mod.Listings(size=2, keep_s=0.3)
+    first = await listings.get(paths[0])
+    assert first is not None and first.names == ["a", "b", "c"]
+    assert await listings.get(paths[0]) is first and reads == [paths[0]]
+    c = ckpt.load(paths[0])
+    assert c is not None
+    c.variables["d"] = c.variables["a"]
+    c.values = b'{"a":1,"b":1,"c":1,"d":1}'
+    ckpt.save(c, paths[0])  # a new checkpoint: a new file
+    again = await listings.get(paths[0])
+    assert again is not None and again.names == ["a", "b", "c", "d"] and len(reads) == 2
+    await listings.get(paths[1])
+    await listings.get(paths[2])  # the least recently used (paths[0]) goes
+    assert set(listings._entries) == {paths[1], paths[2]}
+    await asyncio.sleep(0.6)
+    assert listings._entries == {}  # dropped unused, with no call to notice it
+    assert await listings.get(tmp_path / "none" / "checkpoint.json") is None

@@ -20,6 +20,7 @@ from rlmd import config, paths
 from rlmd.config import BUDGET_KEYS, build_run_config
 from rlmd.engine.budget import COUNT_FIELDS, BudgetError
 from rlmd.engine.events import new_id
+from rlmd.kernel import protocol
 from rlmd.models.base import ModelNotAvailable
 from rlmd.runner import check_models
 from rlmd.sandbox import BACKENDS
@@ -40,12 +41,15 @@ from rlmd.server.params import Params
 from rlmd.server.tasks import Task
 from rlmd.store.queries import RunQueryError
 from rlmd.workspace import checkpoint as ckpt_mod
+from rlmd.workspace.listing import matching
 from rlmd.workspace.manager import CellNotRun, CheckpointNotWritten, Workspace
 
 PROGRESS_MODES = ("all", "own", "none")
 MAX_QUESTION = 200_000
 MAX_CODE = 1_000_000
 VARIABLES_WAIT_S = 5.0
+MAX_OFFSET = 10**9
+MAX_MATCH = 200
 
 
 @dataclass
@@ -450,12 +454,21 @@ async def workspace_list(core: DaemonCore, p: Params, ctx: CallContext) -> dict[
 
 @command("rlmd.workspace.variables")
 async def workspace_variables(core: DaemonCore, p: Params, ctx: CallContext) -> dict[str, Any]:
+    """One page of a workspace's variables, sorted by name (see ``docs/protocol.md``):
+    the live REPL's when its sandbox runs (paged in the kernel: previews are made for this
+    page only), else its checkpoint's (read once for a walk through the pages)."""
     folder = _folder(p, exists=False)
+    offset = p.integer("offset", default=0, minimum=0, maximum=MAX_OFFSET)
+    limit = p.integer(
+        "limit", default=protocol.VARS_PAGE, minimum=1, maximum=protocol.MAX_VARS_PAGE
+    )
+    match = p.text("match", default="", max_len=MAX_MATCH, allow_empty=True)
     p.done()
+    assert offset is not None and limit is not None and match is not None
     ws = core.workspaces.find(folder)
     if ws is not None and ws.sandbox is not None:
         try:
-            infos = await asyncio.wait_for(ws.variables(), VARIABLES_WAIT_S)
+            page = await asyncio.wait_for(ws.variables(offset, limit, match), VARIABLES_WAIT_S)
         except TimeoutError:
             raise CommandError(
                 BUSY, "a cell is running in this workspace; ask again when it is done"
@@ -465,28 +478,44 @@ async def workspace_variables(core: DaemonCore, p: Params, ctx: CallContext) -> 
         return {
             "workspace": ws.folder,
             "source": "repl",
-            "variables": [v.__dict__ for v in infos],
+            "variables": [v.__dict__ for v in page.variables],
+            "total": page.total,
+            "offset": offset,
+            "next_offset": page.next_offset,
             "not_restored": ws.last_restore["not_restored"] if ws.last_restore else {},
         }
-    saved = await asyncio.to_thread(ckpt_mod.load, ckpt_mod.checkpoint_path(folder))
-    if saved is None:
+    listing = await core.checkpoint_listings.get(ckpt_mod.checkpoint_path(folder))
+    if listing is None:
         return {
             "workspace": folder,
             "source": "none",
             "variables": [],
+            "total": 0,
+            "offset": offset,
+            "next_offset": None,
             "not_restored": {},
             "checkpoint_taken_at": None,
         }
+    names = listing.names
+    if match:  # a pass over every name: in a thread when there are many
+        names = await _maybe_in_thread(len(names), matching, names, match)
+    variables = listing.page(names, offset, limit)  # as the kernel described them when saved
+    end = offset + len(variables)
     return {
         "workspace": folder,
         "source": "checkpoint",
-        "variables": [  # as the kernel described them when it wrote them
-            {"name": name, "type": v["type"], "size": v["size"], "preview": v["preview"]}
-            for name, v in saved.variables.items()
-        ],
-        "not_restored": saved.skipped,
-        "checkpoint_taken_at": saved.taken_at,
+        "variables": variables,
+        "total": len(names),
+        "offset": offset,
+        "next_offset": end if variables and end < len(names) else None,
+        "not_restored": listing.skipped,
+        "checkpoint_taken_at": listing.taken_at,
     }
+
+
+async def _maybe_in_thread(n: int, fn: Callable[..., Any], *args: Any) -> Any:
+    """``fn(*args)``, in a worker thread when it goes over ``n`` > 10,000 items."""
+    return await asyncio.to_thread(fn, *args) if n > 10_000 else fn(*args)
 
 
 @command("rlmd.workspace.exec")

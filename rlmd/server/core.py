@@ -26,6 +26,7 @@ from rlmd.server.errors import SHUTTING_DOWN, CommandError
 from rlmd.server.hub import Hub
 from rlmd.server.tasks import TaskManager
 from rlmd.store import Store
+from rlmd.workspace.listing import Listings
 from rlmd.workspace.manager import Workspace, WorkspaceManager, WorkspaceSettings
 
 log = logging.getLogger("rlmd.server")
@@ -92,6 +93,8 @@ class DaemonCore:
         self.interrupted_at_start = self.store.mark_interrupted()
         self._configs: dict[str, tuple[tuple, config.Settings, Registry]] = {}
         self.workspaces = WorkspaceManager(self._settings_for, self._workspace_changed)
+        #: stopped workspaces' checkpoints, sorted for rlmd.workspace.variables' pages
+        self.checkpoint_listings = Listings()
         self.tasks = TaskManager(
             self._record, self.hub, self.workspaces, executor=self.options.executor
         )

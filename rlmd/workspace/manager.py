@@ -39,8 +39,9 @@ from typing import Any, NotRequired, TypedDict
 
 from rlmd import isolation
 from rlmd.context import Context, LoadStopped, load_codebase, refresh_codebase
+from rlmd.kernel.protocol import VARS_PAGE
 from rlmd.sandbox import create_sandbox
-from rlmd.sandbox.base import CallError, CellResult, Sandbox, SandboxError, VarInfo
+from rlmd.sandbox.base import CallError, CellResult, Sandbox, SandboxError, VarPage
 from rlmd.workspace import checkpoint as ckpt_mod
 from rlmd.workspace.settings import WorkspaceSettings
 from rlmd.workspace.watch import FolderWatch, open_watch
@@ -507,15 +508,17 @@ class Workspace:
         self.last_checkpoint = None
         self._emit("reset")
 
-    async def variables(self) -> list[VarInfo]:
-        """The REPL's user variables.
+    async def variables(self, offset: int = 0, limit: int = VARS_PAGE, match: str = "") -> VarPage:
+        """One page of the REPL's user variables, sorted by name: ``limit`` of those whose
+        names contain ``match``, from ``offset`` (see :meth:`Sandbox.list_variables_page`).
 
         Raises:
+            ValueError: ``offset`` or ``limit`` is out of range.
             SandboxError: the sandbox is stopped or failed.
         """
         if self.sandbox is None:
             raise SandboxError("the workspace's sandbox is stopped")
-        return await self.sandbox.list_variables()
+        return await self.sandbox.list_variables_page(offset, limit, match)
 
     async def run_cell(self, code: str, timeout_s: float | None) -> CellResult:
         """Run a human-written cell in the REPL (starting it first if needed); model helpers
