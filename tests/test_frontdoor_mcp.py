@@ -142,6 +142,14 @@ async def test_ask_streams_progress_and_matches_the_store(daemon, tmp_path):
         # the REPL stays warm: the variables the run set are in the workspace
         variables = (await session.call_tool("workspace_variables", {})).structured_content
         assert {"x", "y"} <= {v["name"] for v in variables["variables"]}
+        assert variables["total"] == len(variables["variables"]) >= 2
+        assert variables["next_offset"] is None
+        paged = await session.call_tool("workspace_variables", {"offset": 1, "limit": 1})
+        page = paged.structured_content
+        assert page["offset"] == 1 and len(page["variables"]) == 1
+        assert page["variables"][0]["name"] == variables["variables"][1]["name"]
+        found = await session.call_tool("workspace_variables", {"match": "y", "limit": 10**6})
+        assert [v["name"] for v in found.structured_content["variables"]] == ["y"]
 
 
 async def test_cancel_tool_stops_a_running_ask(daemon, tmp_path):

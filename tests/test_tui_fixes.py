@@ -238,6 +238,56 @@ async def test_losing_the_daemon_is_noticed_once_and_healed(tmp_path):
         daemon.stop()
 
 
+async def test_the_workspace_screen_shows_a_page_of_many_variables_and_gets_more(tmp_path):
+    """A workspace of 2,500 variables: the screen shows the first page and how many there
+    are, ctrl+n adds the next page, the filter asks the daemon for matching names only."""
+    from textual.widgets import Input, Label
+
+    from rlmd.server.client import Client
+    from rlmd_tui.screens import WorkspaceScreen
+
+    home, project = tmp_path / "home", tmp_path / "proj"
+    home.mkdir()
+    project.mkdir()
+    (project / "a.py").write_text("x = 1\n")
+    daemon = Daemon(home, "--idle-timeout", "0").start()
+    try:
+        c = await Client.connect(daemon.socket)
+        code = "for i in range(2500):\n    globals()[f'v{i:04d}'] = i\ndel i"
+        await c.command("rlmd.workspace.exec", {"workspace": str(project), "code": code})
+        await c.close()
+        app = RlmdApp(socket=daemon.socket)
+        notes = record_notifications(app)
+        async with app.run_test(size=(100, 30)) as pilot:
+            await until(pilot, lambda: isinstance(app.screen, RunsScreen), what="runs")
+            app.push_screen(WorkspaceScreen(str(project)))
+            await until(pilot, lambda: isinstance(app.screen, WorkspaceScreen), what="screen")
+            ws = app.screen
+            table = ws.query_one("#vars", DataTable)
+            count = ws.query_one("#vars-count", Label)
+            await until(pilot, lambda: table.row_count == 1000, what="first page")
+            assert str(count.render()) == "1,000 of 2,500 · ctrl+n more"
+            table.focus()
+            await pilot.press("ctrl+n")
+            await until(pilot, lambda: table.row_count == 2000, what="second page")
+            await pilot.press("ctrl+n")
+            await until(pilot, lambda: table.row_count == 2500, what="last page")
+            assert str(count.render()) == "2,500 of 2,500"
+            names = [str(k.value) for k in table.rows]
+            assert names == [f"v{i:04d}" for i in range(2500)]
+            await pilot.press("ctrl+n")
+            await until(pilot, lambda: any("every variable" in n.message for n in notes))
+            match = ws.query_one("#match", Input)
+            match.value = "v01"
+            match.focus()
+            await pilot.press("enter")
+            await until(pilot, lambda: table.row_count == 100, what="filtered")
+            assert str(count.render()) == "100 of 100"
+            assert [str(k.value) for k in table.rows][:2] == ["v0100", "v0101"]
+    finally:
+        daemon.stop()
+
+
 def test_a_folded_turn_is_labelled_as_a_fold_not_a_summary():
     """A ``failed_turn`` compaction summarised nothing: its label and block say it was a
     folded turn and show the note the model saw; a window compaction keeps "summary"."""

@@ -33,7 +33,7 @@ class DemoBackend(MemoryBackend):
     live = True
     label = "demo"
 
-    async def variables(self, workspace):
+    async def variables(self, workspace, offset=0, match=""):
         return {
             "workspace": workspace,
             "source": "repl",
@@ -42,6 +42,9 @@ class DemoBackend(MemoryBackend):
                 {"name": "hits", "type": "list", "size": 1, "preview": "['pkg/core.py:2']"},
                 {"name": "x", "type": "int", "size": None, "preview": "41"},
             ],
+            "total": 1203,
+            "offset": 0,
+            "next_offset": 3,
             "not_restored": {"fh": "open file: not JSON"},
         }
 

@@ -8,7 +8,7 @@ Tools (each one daemon command, see ``docs/protocol.md``):
     run id and usage. Progress notifications (iteration, cell, sub-calls, tokens, spend) go
     to a client that sent a progress token; cancelling the request cancels the run tree.
 ``runs(limit?, search?, status?, workspace?)``, ``trajectory(run_id, messages?)``,
-``cancel(run_id)``, ``workspace_variables(workspace?)``
+``cancel(run_id)``, ``workspace_variables(workspace?, offset?, limit?, match?)``
     the store and the workspace, read-only but for ``cancel``.
 ``exec_cell(code, workspace?, timeout_s?)``
     only with ``rlmd mcp --allow-exec``: runs a cell in the workspace's REPL.
@@ -33,6 +33,7 @@ import rlmd
 from rlmd import config
 from rlmd.frontdoors.link import DaemonLink, LazyLink, TaskProgress, citations, ending
 from rlmd.frontdoors.mcp_stdio import checked_stdio_server
+from rlmd.kernel.protocol import MAX_VARS_PAGE
 from rlmd.server.client import RpcError
 
 INSTRUCTIONS = (
@@ -222,10 +223,21 @@ def build_server(defaults: Defaults, *, allow_exec: bool = False, autostart: boo
         return await bridge.command("rlmd.task.cancel", {"run_id": run_id})
 
     @server.tool(annotations=ToolAnnotations(read_only_hint=True))
-    async def workspace_variables(workspace: str | None = None) -> dict[str, Any]:
+    async def workspace_variables(
+        workspace: str | None = None, offset: int = 0, limit: int = 200, match: str = ""
+    ) -> dict[str, Any]:
         """The variables the workspace's REPL holds (name, type, size, preview), which a
-        next question can use."""
-        return await bridge.command("rlmd.workspace.variables", {"workspace": folder(workspace)})
+        next question can use: one page of them sorted by name, `limit` (1 to 5000) from
+        `offset`, only names containing `match` if given. `total` says how many there are;
+        `next_offset` is where the next page starts (null: this is the last one)."""
+        params: dict[str, Any] = {
+            "workspace": folder(workspace),
+            "offset": max(0, offset),
+            "limit": max(1, min(limit, MAX_VARS_PAGE)),
+        }
+        if match:
+            params["match"] = match
+        return await bridge.command("rlmd.workspace.variables", params)
 
     if allow_exec:
 

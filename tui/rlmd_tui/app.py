@@ -48,6 +48,7 @@ LaunchScreen, HelpScreen { align: center middle; }
 #help { width: 76; max-width: 100%; height: auto; max-height: 22; border: thick $primary;
         background: $surface; padding: 0 1; }
 WorkspaceScreen .field { margin: 0; height: 1; }
+#vars-count { width: auto; padding: 0 1; color: $text-muted; }
 #vars { height: 1fr; }
 #cell { height: 7; }
 #cell-output { height: 1fr; border-top: solid $primary-darken-2; }

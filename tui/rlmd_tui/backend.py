@@ -54,7 +54,11 @@ class Backend:
     async def cancel(self, run_id: str) -> dict[str, Any]:
         raise ReadOnlyError("cancelling a task")
 
-    async def variables(self, workspace: str) -> dict[str, Any]:
+    async def variables(self, workspace: str, offset: int = 0, match: str = "") -> dict[str, Any]:
+        """One page of ``rlmd.workspace.variables`` (the daemon's page size), sorted by name:
+        from ``offset``, only names containing ``match``. The reply says ``total`` and
+        ``next_offset`` (``None`` on the last page; a daemon from before paging sends every
+        variable and neither)."""
         raise ReadOnlyError("reading a workspace's variables")
 
     async def exec(self, workspace: str, code: str) -> dict[str, Any]:
@@ -244,8 +248,14 @@ class DaemonBackend(Backend):
     async def cancel(self, run_id: str) -> dict[str, Any]:
         return await self.client.command("rlmd.task.cancel", {"run_id": run_id})
 
-    async def variables(self, workspace: str) -> dict[str, Any]:
-        return await self.client.command("rlmd.workspace.variables", {"workspace": workspace})
+    async def variables(self, workspace: str, offset: int = 0, match: str = "") -> dict[str, Any]:
+        # only what differs from the defaults: a daemon from before paging refuses the names
+        params: dict[str, Any] = {"workspace": workspace}
+        if offset:
+            params["offset"] = offset
+        if match:
+            params["match"] = match
+        return await self.client.command("rlmd.workspace.variables", params)
 
     async def exec(self, workspace: str, code: str) -> dict[str, Any]:
         return await self.client.command(

@@ -612,11 +612,13 @@ class LaunchScreen(ModalScreen[dict | None]):
 
 
 class WorkspaceScreen(Screen):
-    """A workspace's variables (type, size, preview) and a cell to run by hand."""
+    """A workspace's variables (type, size, preview), a page at a time with a name filter,
+    and a cell to run by hand."""
 
     BINDINGS = [
         Binding("escape", "app.pop_screen", "Back"),
         Binding("ctrl+r", "run_cell", "Run cell"),
+        Binding("ctrl+n", "more", "More vars"),
         Binding("f5", "refresh", "Refresh"),
         Binding("?", "app.help", "Help"),
     ]
@@ -624,11 +626,19 @@ class WorkspaceScreen(Screen):
     def __init__(self, workspace: str | None = None) -> None:
         super().__init__()
         self.workspace = workspace or ""
+        self.match = ""
+        self.shown: set[str] = set()
+        self.total: int | None = None
+        self.next_offset: int | None = None
 
     def compose(self) -> ComposeResult:
         with Horizontal(classes="field"):
             yield Label("workspace", classes="name")
             yield Input(value=self.workspace, id="ws", classes="compact")
+        with Horizontal(classes="field"):
+            yield Label("name contains", classes="name")
+            yield Input(id="match", classes="compact", placeholder="all variables")
+            yield Label("", id="vars-count")
         yield DataTable(id="vars", cursor_type="row")
         yield TextArea.code_editor("", language="python", id="cell")
         yield LineView(id="cell-output")
@@ -638,7 +648,8 @@ class WorkspaceScreen(Screen):
         table = self.query_one("#vars", DataTable)
         for name in ("name", "type", "size", "preview"):
             table.add_column(name, key=name)
-        self.query_one("#ws", Input).cursor_blink = not self.app.is_headless
+        for box in ("#ws", "#match"):
+            self.query_one(box, Input).cursor_blink = not self.app.is_headless
         self.query_one("#cell", TextArea).cursor_blink = not self.app.is_headless
         self.query_one("#cell-output", LineView).set_lines(
             [("ctrl+r runs the cell in the workspace's REPL", None)]
@@ -651,28 +662,62 @@ class WorkspaceScreen(Screen):
         self.workspace = event.value.strip()
         self.refresh_vars()
 
+    @on(Input.Submitted, "#match")
+    def _match(self, event: Input.Submitted) -> None:
+        self.match = event.value.strip()
+        self.refresh_vars()
+
     def action_refresh(self) -> None:
         self.refresh_vars()
 
+    def action_more(self) -> None:
+        if self.next_offset is None:
+            self.notify("every variable is shown")
+            return
+        self.load_vars(self.next_offset)
+
+    def refresh_vars(self) -> None:
+        self.load_vars(0)
+
     @work(exclusive=True, group="vars")
-    async def refresh_vars(self) -> None:
+    async def load_vars(self, offset: int) -> None:
+        """Show the page of variables from ``offset``: the table starts again at 0, else the
+        page is added below what is shown (a name already shown is not added twice: a cell
+        may have added variables before it in between)."""
         table = self.query_one("#vars", DataTable)
-        table.clear()
         try:
-            result = await self.app.backend.variables(self.workspace)
+            result = await self.app.backend.variables(self.workspace, offset, self.match)
         except Exception as exc:  # noqa: BLE001 - shown to the user
             self.notify(str(exc), severity="error")
             return
+        if offset == 0:
+            table.clear()
+            self.shown = set()
+            for name, reason in (result.get("not_restored") or {}).items():
+                table.add_row(
+                    Text(name, style="red"), "not restored", "-", Text(one_line(reason, 60))
+                )
         for var in result.get("variables") or []:
+            name = str(var.get("name", ""))
+            if name in self.shown:
+                continue
+            self.shown.add(name)
             table.add_row(
-                Text(str(var.get("name", ""))),
+                Text(name),
                 Text(str(var.get("type", ""))),
                 "-" if var.get("size") is None else str(var["size"]),
                 Text(one_line(var.get("preview"), 60)),
-                key=var.get("name"),
+                key=name,
             )
-        for name, reason in (result.get("not_restored") or {}).items():
-            table.add_row(Text(name, style="red"), "not restored", "-", Text(one_line(reason, 60)))
+        # a daemon from before paging sends them all, without total or next_offset
+        self.total = result.get("total", len(self.shown))
+        self.next_offset = result.get("next_offset")
+        self.query_one("#vars-count", Label).update(self.count_text())
+
+    def count_text(self) -> str:
+        """``"1,000 of 200,000 · ctrl+n more"``, ``"12 of 12"``."""
+        text = f"{len(self.shown):,} of {self.total or 0:,}"
+        return text + (" · ctrl+n more" if self.next_offset is not None else "")
 
     def action_run_cell(self) -> None:
         self.run_cell(self.query_one("#cell", TextArea).text)
@@ -710,7 +755,8 @@ HELP = """\
 [b]Output pane[/b]
   ↑↓ pgup pgdn scroll   home/end top/bottom   ←→ sideways
 [b]Launch[/b]  ctrl+s start   esc close
-[b]Workspace[/b]  enter load   ctrl+r run cell   f5 refresh   esc back
+[b]Workspace[/b]  enter load / filter names   ctrl+n more variables
+  ctrl+r run cell   f5 refresh   esc back
 
 Without a daemon the TUI browses the store read-only.
 """
