@@ -251,6 +251,8 @@ def test_a_page_of_variables_is_sorted_by_name_counts_all_and_previews_only_its_
     rest = k.handle({"op": "list_vars_page", "offset": 3, "limit": 10, "match": ""})
     assert [v["name"] for v in rest["variables"]] == ["alpha2", "loud", "seen", "zeta"]
     assert k.ns["seen"] == [1]
+    defined = k.handle({"op": "list_vars_page", "offset": 1, "limit": 3, "order": "defined"})
+    assert [v["name"] for v in defined["variables"]] == ["a", "zeta", "alpha2"]
     found = k.handle({"op": "list_vars_page", "offset": 0, "limit": 10, "match": "a"})
     assert [v["name"] for v in found["variables"]] == ["a", "alpha2", "zeta"]
     assert found["total"] == 3

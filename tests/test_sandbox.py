@@ -460,6 +460,8 @@ async def test_variables_page_through_every_backend_alike(sandbox):
     found = await sandbox.list_variables_page(0, 5, "v1")
     assert [v.name for v in found.variables] == [f"v{i}" for i in range(10, 15)]
     assert found.total == 10 and found.next_offset == 5
+    defined = await sandbox.list_variables_page(0, 3, by_name=False)  # the REPL's order
+    assert [v.name for v in defined.variables] == ["v00", "v01", "v02"] and defined.total == 26
     counted = await sandbox.list_variables_page(0, 0)
     assert counted.total == 26 and counted.variables == [] and counted.next_offset is None
     past = await sandbox.list_variables_page(30, 10)

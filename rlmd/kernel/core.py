@@ -955,8 +955,9 @@ class Kernel:
 
     def list_vars_page(self, req: dict) -> dict[str, Any]:
         """``list_vars_page``: the user variables whose names contain ``match`` (all when it
-        is empty or absent), sorted by name (code point order); ``limit`` of them from
-        ``offset`` get a VarInfo (previews bounded as in :func:`bounded_var_infos`).
+        is empty or absent), sorted by name (code point order; ``order: "defined"``: in the
+        namespace's order); ``limit`` of them from ``offset`` get a VarInfo (previews
+        bounded as in :func:`bounded_var_infos`).
 
         Returns:
             ``{"total": int, "variables": [VarInfo, ...]}``; ``total`` counts every
@@ -986,7 +987,8 @@ class Kernel:
         ]
         if limit == 0:  # how many, nothing else (no sort)
             return {"total": len(items), "variables": []}
-        items.sort(key=itemgetter(0))  # names are unique: the order is total
+        if req.get("order") != "defined":
+            items.sort(key=itemgetter(0))  # names are unique: the order is total
         return {"total": len(items), "variables": bounded_var_infos(items[offset : offset + limit])}
 
     def save_vars(self, req: dict) -> dict[str, Any]:

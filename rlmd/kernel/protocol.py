@@ -66,11 +66,11 @@ answers each with one ``done`` frame carrying the same ``id``.
 ``get_var``   ``name: str``                        -> ``{"value": any}``: JSON-able values as
     they are, anything else as its ``repr``. ``etype: "KeyError"`` if there is no such name.
 ``list_vars``                                      -> ``[VarInfo, ...]`` (user variables)
-``list_vars_page`` ``offset: int``, ``limit: int``, ``match: str``
+``list_vars_page`` ``offset: int``, ``limit: int``, ``match: str``, ``order: str``
     -> ``{"total": int, "variables": [VarInfo, ...]}``: the user variables whose names
-    contain ``match`` (all for ``""``), sorted by name (code point order), ``limit`` of them
-    from ``offset`` (previews are made for those only); ``total`` counts all that match.
-    ``limit: 0`` only counts them.
+    contain ``match`` (all for ``""``), sorted by name (code point order; ``order:
+    "defined"``: in the namespace's order), ``limit`` of them from ``offset`` (previews are
+    made for those only); ``total`` counts all that match. ``limit: 0`` only counts them.
 ``save_vars`` ``names: [str]``, ``path: str``, ``max_var_bytes: int``, ``max_total_bytes: int``
     -> ``{"saved": {name: VarInfo + {"bytes": int}}, "skipped": {name: reason}, "bytes": int}``
     The saveable ones among the user variables ``names`` are written as one ASCII JSON

@@ -231,7 +231,12 @@ class Sandbox(abc.ABC):
         order. A REPL may hold 100,000s: to show them, use :meth:`list_variables_page`."""
 
     async def list_variables_page(
-        self, offset: int = 0, limit: int = protocol.VARS_PAGE, match: str = ""
+        self,
+        offset: int = 0,
+        limit: int = protocol.VARS_PAGE,
+        match: str = "",
+        *,
+        by_name: bool = True,
     ) -> VarPage:
         """One page of the user's variables whose names contain ``match`` (all for ``""``),
         sorted by name (code point order): ``limit`` of them from ``offset``. ``limit=0``
@@ -242,15 +247,16 @@ class Sandbox(abc.ABC):
             offset: how many matching variables to skip, >= 0.
             limit: at most this many variables, 0..``protocol.MAX_VARS_PAGE``.
             match: a substring the names must contain (case-sensitive).
+            by_name: ``False``: in the REPL's order (the order they were first defined).
 
         Raises:
             ValueError: ``offset`` or ``limit`` is out of range.
             SandboxError: the sandbox is stopped or failed.
         """
         check_page(offset, limit)
-        infos = sorted(
-            (v for v in await self.list_variables() if match in v.name), key=lambda v: v.name
-        )
+        infos = [v for v in await self.list_variables() if match in v.name]
+        if by_name:
+            infos.sort(key=lambda v: v.name)
         return VarPage(infos[offset : offset + limit] if limit else [], len(infos), offset)
 
     @abc.abstractmethod

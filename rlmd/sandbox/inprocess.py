@@ -552,12 +552,18 @@ class InProcessSandbox(Sandbox):
             return [VarInfo(**v) for v in infos]
 
     async def list_variables_page(
-        self, offset: int = 0, limit: int = protocol.VARS_PAGE, match: str = ""
+        self,
+        offset: int = 0,
+        limit: int = protocol.VARS_PAGE,
+        match: str = "",
+        *,
+        by_name: bool = True,
     ) -> VarPage:
         # In a thread: the pass over a large namespace leaves the loop (the sort keeps the
         # GIL, ~40 ms for 200,000 names), and so does the preview helper's wait.
         check_page(offset, limit)
         request = {"offset": offset, "limit": limit, "match": match}
+        request["order"] = "name" if by_name else "defined"
         async with self._lock:
             out = await asyncio.to_thread(self._live().list_vars_page, request)
         return VarPage.from_kernel(out, offset, limit)

@@ -579,10 +579,16 @@ class SandboxSession(Sandbox):
             return [VarInfo(**v) for v in result]
 
     async def list_variables_page(
-        self, offset: int = 0, limit: int = protocol.VARS_PAGE, match: str = ""
+        self,
+        offset: int = 0,
+        limit: int = protocol.VARS_PAGE,
+        match: str = "",
+        *,
+        by_name: bool = True,
     ) -> VarPage:
         check_page(offset, limit)
         request = {"op": "list_vars_page", "offset": offset, "limit": limit, "match": match}
+        request["order"] = "name" if by_name else "defined"
         async with self._lock:
             out = await self._op(request)
         return VarPage.from_kernel(out, offset, limit)
