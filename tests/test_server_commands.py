@@ -503,6 +503,12 @@ async def test_lone_surrogates_in_a_task_are_stored_and_the_run_completes(daemon
         run = (await c.command("rlmd.runs.get", {"run_id": done["run_id"]}))["run"]
         assert run["status"] == "completed" and run["answer"] == "\\ud800"
         assert run["question"].endswith('"note": "\\ud800 where"}')
+        # a command's reply holding one (a cell's output) says it as its escape
+        cell = await c.command(
+            "rlmd.workspace.exec",
+            {"workspace": str(project), "code": "print('\\ud800', 'é')"},
+        )
+        assert cell["stdout"] == "\\ud800 é\n" and cell["error"] is None
         # searching for it, or a folder named with one, is an answer, not an INTERNAL_ERROR
         found = await c.command("rlmd.runs.list", {"search": "\ud800 where"})
         assert [r["id"] for r in found["runs"]] == [done["run_id"]]
