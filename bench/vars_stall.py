@@ -253,7 +253,7 @@ async def main_async(args) -> int:
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--n", type=int, default=200_000, help="int variables in the workspace")
-    ap.add_argument("--limit", type=int, default=5000, help="page size of the paged listings")
+    ap.add_argument("--limit", type=int, default=2000, help="page size of the paged listings")
     ap.add_argument("--daemon-root", help="run the daemon from this checkout's rlmd package")
     return asyncio.run(main_async(ap.parse_args()))
 

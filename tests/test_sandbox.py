@@ -466,7 +466,7 @@ async def test_variables_page_through_every_backend_alike(sandbox):
     assert counted.total == 26 and counted.variables == [] and counted.next_offset is None
     past = await sandbox.list_variables_page(30, 10)
     assert past.variables == [] and past.next_offset is None and past.total == 26
-    for offset, limit in ((-1, 10), (0, -1), (0, 5001), (True, 10)):
+    for offset, limit in ((-1, 10), (0, -1), (0, 2001), (True, 10)):
         with pytest.raises(ValueError):
             await sandbox.list_variables_page(offset, limit)
     assert len(await sandbox.list_variables()) == 26  # the full listing is as it was

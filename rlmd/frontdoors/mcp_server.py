@@ -227,7 +227,7 @@ def build_server(defaults: Defaults, *, allow_exec: bool = False, autostart: boo
         workspace: str | None = None, offset: int = 0, limit: int = 200, match: str = ""
     ) -> dict[str, Any]:
         """The variables the workspace's REPL holds (name, type, size, preview), which a
-        next question can use: one page of them sorted by name, `limit` (1 to 5000) from
+        next question can use: one page of them sorted by name, `limit` (1 to 2000) from
         `offset`, only names containing `match` if given. `total` says how many there are;
         `next_offset` is where the next page starts (null: this is the last one)."""
         params: dict[str, Any] = {

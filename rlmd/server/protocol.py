@@ -34,7 +34,6 @@ from rlmd.server.progress import ProgressTracker
 log = logging.getLogger("rlmd.server")
 
 
-
 class RlmdProtocol(LanguageServerProtocol):
     """pygls' LSP protocol with a per-connection ``exit`` and rlmd's command dispatch."""
 
