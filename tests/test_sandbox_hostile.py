@@ -150,6 +150,19 @@ async def test_infinite_loop(sb):
     await usable(sb)
 
 
+async def test_a_namespace_key_that_is_not_a_string(sb):
+    # globals()[1] = 2 made the kernel's end-of-cell scan fail: the subprocess kernel
+    # restarted, the in-process sandbox raised on every later cell.
+    await sb.execute("kept = 'yes'")
+    r = await cell(sb, "globals()[1] = 2\nglobals()[('t',)] = 3\ny = 4")
+    assert r.error is None, r.error
+    await usable(sb)
+    names = {v.name for v in await sb.list_variables()}
+    assert {"kept", "y"} <= names and all(isinstance(n, str) for n in names)
+    out = await sb.save_variables(["kept", "y"], ".v.json", max_var_bytes=100, max_total_bytes=999)
+    assert set(out["saved"]) == {"kept", "y"}
+
+
 async def test_huge_integer_power(sb):
     contained_or_skip(sb, "c_level_loop")
     # CPython checks for signals inside long multiplication, so this one can be interrupted

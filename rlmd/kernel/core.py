@@ -626,8 +626,10 @@ class Kernel:
         self.ns.pop(name, None)
 
     def is_user_name(self, name: str, value: Any) -> bool:
+        # A key that is not a string (``globals()[1] = 2``) names no variable.
         return (
-            not name.startswith("_")
+            type(name) is str
+            and not name.startswith("_")
             and name not in self._reserved
             and not isinstance(value, types.ModuleType)
         )
@@ -883,7 +885,12 @@ class Kernel:
         changed = []
         names = []
         for name, value in list(self.ns.items()):
-            if name.startswith("_") or name in reserved or isinstance(value, module):
+            if (
+                type(name) is not str
+                or name.startswith("_")
+                or name in reserved
+                or isinstance(value, module)
+            ):
                 continue
             names.append(name)
             if before.get(name, missing) is not value:
