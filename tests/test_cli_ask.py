@@ -374,6 +374,37 @@ async def test_a_workspace_that_is_no_folder_is_bad_usage(tmp_path):
     assert not (home / "run" / "rlmd.sock").exists()  # no daemon was started for a typo
 
 
+async def test_a_symlink_loop_or_a_deleted_current_folder_is_bad_usage(tmp_path):
+    """Both made ``Path.resolve()`` raise (RuntimeError, FileNotFoundError): a traceback."""
+    home = tmp_path / "home"
+    home.mkdir()
+    (tmp_path / "a").symlink_to(tmp_path / "b")
+    (tmp_path / "b").symlink_to(tmp_path / "a")
+    code, out, err = await ask("q", "-w", str(tmp_path / "a"), home=home)
+    assert code == 2 and out == "", err
+    assert "Traceback" not in err
+    assert f"error: --workspace {tmp_path / 'a'}: " in err and "symbolic links" in err
+    gone = tmp_path / "gone"
+    gone.mkdir()
+    proc = await asyncio.create_subprocess_exec(  # cd gone && rmdir ../gone && rlmd ask q
+        "/bin/sh",
+        "-c",
+        f'cd "$1" && rmdir "$1" && exec "{sys.executable}" -m rlmd ask q',
+        "sh",
+        str(gone),
+        env={**os.environ, "RLMD_HOME": str(home), "COLUMNS": "200"},
+        stdin=asyncio.subprocess.DEVNULL,
+        stdout=asyncio.subprocess.PIPE,
+        stderr=asyncio.subprocess.PIPE,
+    )
+    out_b, err_b = await asyncio.wait_for(proc.communicate(), WAIT_S)
+    err = err_b.decode()
+    assert proc.returncode == 2 and out_b == b"", err
+    assert "Traceback" not in err
+    assert "error: the current folder is gone" in err
+    assert not (home / "run" / "rlmd.sock").exists()  # no daemon was started
+
+
 async def test_a_daemon_that_dies_mid_task_is_a_clear_error(tmp_path):
     (tmp_path / "home-dies").mkdir()
     d = Daemon(tmp_path / "home-dies").start()

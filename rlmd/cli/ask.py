@@ -195,13 +195,12 @@ def run(args: argparse.Namespace, err: LazyConsole) -> int:
     """
     import asyncio
 
-    from rlmd.cli.doors import folder_problem
+    from rlmd.cli.doors import workspace_folder
     from rlmd.cli.term import markup
 
-    workspace = Path(args.workspace or ".").expanduser().resolve()
-    said = folder_problem(workspace)
-    if said:
-        err.print(f"[red]error:[/] {markup(said)}")
+    workspace, said = workspace_folder(args.workspace)
+    if workspace is None:
+        err.print(f"[red]error:[/] {markup(str(said))}")
         return 2
     return asyncio.run(_Ask(args, workspace, err).main())
 

@@ -4,6 +4,7 @@ of :mod:`rlmd.frontdoors`, each a stdio server over the user's daemon."""
 from __future__ import annotations
 
 import argparse
+import errno
 import os
 import stat
 import sys
@@ -50,6 +51,21 @@ def _models_and_budgets(args: argparse.Namespace) -> tuple[dict[str, str], dict[
     return models, budgets
 
 
+def workspace_folder(given: str | None) -> tuple[Path | None, str | None]:
+    """``--workspace`` (``None``: the current folder) resolved, and ``None``; or ``None`` and
+    why it cannot be a workspace (:func:`folder_problem`, a symbolic link loop, a current
+    folder that was deleted: ``Path.resolve()`` raised those, a traceback)."""
+    try:
+        folder = Path(given or ".").expanduser().resolve()
+    except FileNotFoundError:  # os.getcwd(): the current folder is gone
+        return None, "the current folder is gone (deleted?); cd to a folder or give --workspace"
+    except (OSError, RuntimeError) as exc:  # RuntimeError: a symlink loop (Python < 3.13)
+        why = getattr(exc, "strerror", None) or os.strerror(errno.ELOOP)
+        return None, f"--workspace {given}: {why[:1].lower()}{why[1:]}"
+    said = folder_problem(folder)
+    return (None, said) if said else (folder, None)
+
+
 def folder_problem(workspace: Path) -> str | None:
     """Why ``--workspace`` (resolved) cannot be a workspace, else ``None``: no such folder,
     or not a folder (a file was "no such folder" too, review17)."""
@@ -83,9 +99,8 @@ def run_door_command(args: argparse.Namespace) -> int:
         if args.command == "mcp":
             from rlmd.frontdoors import mcp_server
 
-            workspace = Path(args.workspace or ".").expanduser().resolve()
-            said = folder_problem(workspace)
-            if said:
+            workspace, said = workspace_folder(args.workspace)
+            if workspace is None:
                 print(f"rlmd mcp: {said}", file=sys.stderr)
                 return 2
 
