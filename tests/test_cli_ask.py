@@ -405,6 +405,31 @@ async def test_a_symlink_loop_or_a_deleted_current_folder_is_bad_usage(tmp_path)
     assert not (home / "run" / "rlmd.sock").exists()  # no daemon was started
 
 
+async def test_a_closed_stdout_is_refused_before_the_daemon_is_asked(tmp_path):
+    """``rlmd ask Q >&-`` ran the whole task, then lost the answer in a traceback."""
+    home = tmp_path / "home"
+    home.mkdir()
+    proc = await asyncio.create_subprocess_exec(
+        sys.executable,
+        "-m",
+        "rlmd",
+        "ask",
+        "q",
+        "-w",
+        str(make_project(tmp_path)),
+        env={**os.environ, "RLMD_HOME": str(home)},
+        stdin=asyncio.subprocess.DEVNULL,
+        stdout=asyncio.subprocess.DEVNULL,
+        stderr=asyncio.subprocess.PIPE,
+        preexec_fn=lambda: os.close(1),  # noqa: PLW1509 - the child's stdout, closed
+    )
+    _, err_b = await asyncio.wait_for(proc.communicate(), WAIT_S)
+    err = err_b.decode()
+    assert proc.returncode == 2 and "Traceback" not in err, err
+    assert "error: stdout is closed" in err
+    assert not (home / "run" / "rlmd.sock").exists()  # no daemon, no task
+
+
 async def test_a_daemon_that_dies_mid_task_is_a_clear_error(tmp_path):
     (tmp_path / "home-dies").mkdir()
     d = Daemon(tmp_path / "home-dies").start()

@@ -275,3 +275,23 @@ def test_stdout_on_a_full_disk_is_one_line_not_a_traceback(rlmd_home, tmp_path):
             )
         assert done.returncode == 1 and "Traceback" not in done.stderr, done.stderr
         assert done.stderr.strip() == "error: cannot write the output: No space left on device"
+
+
+def test_a_closed_stdout_is_one_line_not_a_traceback_nor_a_silent_success(rlmd_home, tmp_path):
+    """``rlmd run Q >&-``: Python's ``sys.stdout`` is ``None``, so writing the answer was an
+    AttributeError traceback, and ``--json``'s ``print`` wrote nothing and exited 0."""
+    model = script(tmp_path, ["```repl\nFINAL(context)\n```"])
+    env = {**os.environ, "RLMD_HOME": str(rlmd_home)}
+    for extra in ([], ["--json"]):
+        done = subprocess.run(
+            [sys.executable, "-m", "rlmd", "run", "q", "-c", "-", "-m", model, "-q", *extra],
+            input="x",
+            stdout=subprocess.DEVNULL,
+            stderr=subprocess.PIPE,
+            text=True,
+            env=env,
+            timeout=120,
+            preexec_fn=lambda: os.close(1),  # noqa: PLW1509 - the child's stdout, closed
+        )
+        assert done.returncode == 1 and "Traceback" not in done.stderr, done.stderr
+        assert "error: cannot write the output: stdout is closed" in done.stderr

@@ -21,6 +21,7 @@ from __future__ import annotations
 import argparse
 import math
 import signal
+import sys
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -198,6 +199,9 @@ def run(args: argparse.Namespace, err: LazyConsole) -> int:
     from rlmd.cli.doors import workspace_folder
     from rlmd.cli.term import markup
 
+    if sys.stdout is None:  # `rlmd ask Q >&-`: the whole task would run to lose its answer
+        err.print("[red]error:[/] stdout is closed: the answer would have nowhere to go")
+        return 2
     workspace, said = workspace_folder(args.workspace)
     if workspace is None:
         err.print(f"[red]error:[/] {markup(str(said))}")

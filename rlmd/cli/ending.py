@@ -4,6 +4,7 @@ object, then the ``trajectory:`` line; and the exit code that goes with it."""
 
 from __future__ import annotations
 
+import errno
 import json
 import sys
 from collections.abc import Mapping
@@ -30,10 +31,18 @@ def exit_code(status: str | None) -> int:
     return 0 if status == "completed" else 1
 
 
+def _stdout() -> Any:
+    """``sys.stdout``; an ``OSError`` when it is closed (``rlmd run Q >&-``: Python makes it
+    ``None``, and ``print`` then writes nothing at all)."""
+    if sys.stdout is None:
+        raise OSError(errno.EBADF, "stdout is closed")
+    return sys.stdout
+
+
 def write_answer(answer: str) -> None:
     """The answer on stdout: as is when piped (byte for byte what the run returned, lone
     surrogates as backslash escapes), with control characters made visible on a terminal."""
-    if sys.stdout.isatty():
+    if _stdout().isatty():
         answer = visible(answer)
     sys.stdout.flush()
     sys.stdout.buffer.write((answer + "\n").encode("utf-8", errors="backslashreplace"))
@@ -68,7 +77,7 @@ def report(
         obj = {key: ended.get(key) for key in JSON_KEYS}
         obj["store"] = str(paths.store_path())
         obj.update(extra or {})
-        print(json.dumps(to_jsonable(obj)))
+        print(json.dumps(to_jsonable(obj)), file=_stdout())
         return exit_code(ended.get("status"))
 
     from rlmd.cli.outcome import answer_note, budget_note

@@ -242,15 +242,16 @@ def main(argv: list[str] | None = None) -> int:
         _start_up_done()
 
 
-_WRITE_ERRNOS = {errno.ENOSPC, errno.EDQUOT, errno.EFBIG, errno.EIO}
-"""A write to stdout failed for want of room or a device: said in one line, not a traceback."""
+_WRITE_ERRNOS = {errno.ENOSPC, errno.EDQUOT, errno.EFBIG, errno.EIO, errno.EBADF}
+"""A write to stdout failed for want of room or a device, or stdout is closed
+(:mod:`rlmd.cli.ending`): said in one line, not a traceback."""
 
 
 def _drop_stdout() -> None:
     """Point stdout at /dev/null, so the interpreter's own flush at exit does not raise."""
     try:
         os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
-    except (OSError, ValueError):
+    except (OSError, ValueError, AttributeError):  # AttributeError: stdout is None (closed)
         pass
 
 
