@@ -430,6 +430,53 @@ async def test_a_closed_stdout_is_refused_before_the_daemon_is_asked(tmp_path):
     assert not (home / "run" / "rlmd.sock").exists()  # no daemon, no task
 
 
+async def test_a_daemon_that_accepts_but_never_answers_is_named_not_a_blank_error(tmp_path):
+    """A stopped (SIGSTOP) or wedged daemon: the socket accepts, rlmd.subscribe times out.
+    TimeoutError is an OSError, so ask said ``cannot reach the rlmd daemon: `` and nothing
+    more. Here the daemon's socket is a listener that never replies, and the ask's own
+    60 s wait is cut to 1 s (so the test does not wait a minute)."""
+    home = tmp_path / "home"
+    (home / "run").mkdir(parents=True, mode=0o700)
+    held: list[asyncio.StreamWriter] = []
+
+    async def silent(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        held.append(writer)
+        while await reader.read(65536):
+            pass
+
+    server = await asyncio.start_unix_server(silent, path=str(home / "run" / "rlmd.sock"))
+    prelude = (
+        "import rlmd.frontdoors.link as link\n"
+        "command = link.DaemonLink.command\n"
+        "async def short(self, name, params=None, *, timeout=60.0):\n"
+        "    return await command(self, name, params, timeout=1.0)\n"
+        "link.DaemonLink.command = short\n"
+        "import sys\nfrom rlmd.cli.main import main\nsys.exit(main(sys.argv[1:]))\n"
+    )
+    try:
+        proc = await asyncio.create_subprocess_exec(
+            sys.executable,
+            "-c",
+            prelude,
+            "ask",
+            "q",
+            "-w",
+            str(make_project(tmp_path)),
+            env={**os.environ, "RLMD_HOME": str(home), "COLUMNS": "200"},
+            stdin=asyncio.subprocess.DEVNULL,
+            stdout=asyncio.subprocess.PIPE,
+            stderr=asyncio.subprocess.PIPE,
+        )
+        out_b, err_b = await asyncio.wait_for(proc.communicate(), WAIT_S)
+    finally:
+        server.close()
+        for writer in held:
+            writer.close()
+    err = err_b.decode()
+    assert proc.returncode == 2 and out_b == b"", err
+    assert "did not answer" in err and str(home / "run" / "rlmd.sock") in err, err
+
+
 async def test_a_daemon_that_dies_mid_task_is_a_clear_error(tmp_path):
     (tmp_path / "home-dies").mkdir()
     d = Daemon(tmp_path / "home-dies").start()

@@ -64,8 +64,8 @@ class DaemonLink:
         ``autostart`` (and waiting up to ``timeout_s`` seconds for it to listen).
 
         Raises:
-            ConnectionError: no daemon could be reached or started (the message says where
-                its log is).
+            ConnectionError: no daemon could be reached or started, or the one there did not
+                answer (stopped or stuck); the message says where its log is.
             PermissionError: the socket's folder is not safe to use (another user's).
         """
         sock = await asyncio.to_thread(connect_or_start, autostart=autostart, timeout_s=timeout_s)
@@ -75,7 +75,14 @@ class DaemonLink:
             writer.write(auth.handshake(token))
         link = cls()
         link.client = Client(reader, writer, on_notification=link._route)
-        await link.command("rlmd.subscribe", {"events": "summary", "progress": "none"})
+        try:
+            await link.command("rlmd.subscribe", {"events": "summary", "progress": "none"})
+        except TimeoutError:  # an OSError with no message: "cannot reach the daemon: " alone
+            await link.close()
+            raise ConnectionError(
+                f"the rlmd daemon on {paths.socket_path()} took the connection but did not "
+                f"answer (stopped or stuck? its log: {paths.log_path()})"
+            ) from None
         return link
 
     async def command(
