@@ -310,6 +310,58 @@ async def test_ctrl_c_cancels_the_task_and_leaves_the_daemon_and_workspace_up(da
     assert daemon.alive
 
 
+async def test_a_cancel_the_daemon_never_answers_is_said_so_and_ctrl_c_again_ends(tmp_path):
+    """A daemon stopped or stuck after the task started: the cancel timed out and ask said
+    ``the daemon did not take the cancel: `` with nothing after it (a TimeoutError's str).
+    Here the daemon's rlmd.task.cancel never returns, and ask's wait for it is cut to 1 s."""
+    home = tmp_path / "home"
+    home.mkdir()
+    stuck = (
+        "import asyncio\nfrom rlmd.server import commands\n"
+        "async def never(core, p, ctx):\n    await asyncio.Event().wait()\n"
+        "commands.COMMANDS['rlmd.task.cancel'] = never\n"
+    )
+    d = Daemon(home, "--idle-timeout", "0", prelude=stuck).start()
+    short = (
+        "import rlmd.frontdoors.link as link\n"
+        "command = link.DaemonLink.command\n"
+        "async def short(self, name, params=None, *, timeout=60.0):\n"
+        "    if name == 'rlmd.task.cancel':\n        timeout = 1.0\n"
+        "    return await command(self, name, params, timeout=timeout)\n"
+        "link.DaemonLink.command = short\n"
+        "import sys\nfrom rlmd.cli.main import main\nsys.exit(main(sys.argv[1:]))\n"
+    )
+    try:
+        proc = await asyncio.create_subprocess_exec(
+            sys.executable,
+            "-c",
+            short,
+            "ask",
+            question(gate=tmp_path / "gate"),
+            "-w",
+            str(make_project(tmp_path)),
+            "-m",
+            CELLS,
+            env={**os.environ, "RLMD_HOME": str(home), "COLUMNS": "200"},
+            stdin=asyncio.subprocess.DEVNULL,
+            stdout=asyncio.subprocess.PIPE,
+            stderr=asyncio.subprocess.PIPE,
+        )
+        held = Ask(proc)
+        await held.stderr_has("iteration 1")
+        proc.send_signal(signal.SIGINT)
+        await held.stderr_has("the daemon did not")
+        proc.send_signal(signal.SIGINT)
+        code, out, err = await held.result()
+    finally:
+        (tmp_path / "gate").touch()
+        d.stop()
+    assert code == 130 and out == "", err
+    said = next(line for line in err.splitlines() if "the daemon did not" in line)
+    assert said.rstrip().endswith("press Ctrl-C again to stop waiting)"), said
+    assert "stopped waiting" in err
+
+
 async def test_a_daemon_that_is_not_running_is_started(tmp_path):
     home = tmp_path / "home"
     home.mkdir()

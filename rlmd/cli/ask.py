@@ -292,6 +292,11 @@ class _Ask:
         async def cancel() -> None:
             try:
                 await link.command("rlmd.task.cancel", {"run_id": run_id})
+            except TimeoutError:  # a stopped or stuck daemon: its str() is empty
+                self.err.print(
+                    "[yellow]the daemon did not answer the cancel[/] (stopped or stuck? its "
+                    f"log: {markup(_log_path())}; press Ctrl-C again to stop waiting)"
+                )
             except Exception as exc:  # noqa: BLE001 - the run's end (or the loss) is reported
                 self.err.print(f"[yellow]the daemon did not take the cancel:[/] {markup(exc)}")
 
