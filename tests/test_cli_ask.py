@@ -362,6 +362,74 @@ async def test_a_cancel_the_daemon_never_answers_is_said_so_and_ctrl_c_again_end
     assert "stopped waiting" in err
 
 
+TWO_GATES = """
+import asyncio, os
+
+async def respond(messages):
+    turn = sum(1 for m in messages if m["role"] == "assistant")
+    gate = os.path.join(os.path.dirname(__file__), "first" if turn == 0 else "second")
+    while not os.path.exists(gate):
+        await asyncio.sleep(0.02)
+    return "```repl\\nprint('turn', %d)\\n```" % turn
+"""
+"""A scripted model whose first reply waits for the file ``first`` and every later one for
+``second`` (both next to it)."""
+
+
+async def test_an_ask_that_dies_mid_task_cancels_its_task(daemon, tmp_path):
+    """``rlmd ask Q 2>&1 | head -1``: the reader went away, the next progress line was a
+    BrokenPipeError and ask exited 1, but its task ran on in the daemon to its end (holding
+    the workspace, spending tokens) with nobody to read the answer."""
+    model = tmp_path / "two_gates.py"
+    model.write_text(TWO_GATES)
+    read_end, write_end = os.pipe()
+    proc = await asyncio.create_subprocess_exec(
+        sys.executable,
+        "-m",
+        "rlmd",
+        "ask",
+        "q",
+        "-w",
+        str(make_project(tmp_path)),
+        "-m",
+        f"scripted:{model}:respond",
+        env={**os.environ, "RLMD_HOME": str(daemon.home), "COLUMNS": "200"},
+        stdin=asyncio.subprocess.DEVNULL,
+        stdout=asyncio.subprocess.DEVNULL,
+        stderr=write_end,
+    )
+    os.close(write_end)
+
+    def first_lines() -> str:  # up to "iteration 1", as head would
+        seen = b""
+        while b"iteration 1" not in seen:
+            chunk = os.read(read_end, 4096)
+            assert chunk, seen
+            seen += chunk
+        return seen.decode()
+
+    err = await asyncio.wait_for(asyncio.to_thread(first_lines), WAIT_S)
+    run_id = err.split("▶ run ", 1)[1].split()[0]
+    os.close(read_end)  # the reader goes away
+    (tmp_path / "first").touch()  # the next progress lines meet a closed pipe
+    code = await asyncio.wait_for(proc.wait(), WAIT_S)
+    assert code == 1
+    client = await daemon.client()
+    try:
+        status = await client.command("rlmd.task.status", {"run_id": run_id})
+        assert status["cancel_requested"] is True, status
+        done = await until(lambda: _finished_status(client, run_id), f"run {run_id} to finish")
+    finally:
+        (tmp_path / "second").touch()
+        await client.close()
+    assert done["status"] == "cancelled", done
+
+
+async def _finished_status(client: Client, run_id: str):
+    status = await client.command("rlmd.task.status", {"run_id": run_id})
+    return status if status["state"] == "finished" else None
+
+
 async def test_a_daemon_that_is_not_running_is_started(tmp_path):
     home = tmp_path / "home"
     home.mkdir()

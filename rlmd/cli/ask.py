@@ -220,6 +220,7 @@ class _Ask:
         self.signum: int | None = None  # the first ending signal, if one came
         self.asked = False  # rlmd.task.start is on its way: its run id must be cancelled
         self._cancelling: asyncio.Task[None] | None = None
+        self.ended = False  # the daemon said the task finished
 
     async def main(self) -> int:
         import asyncio
@@ -250,7 +251,20 @@ class _Ask:
         finally:
             self._signals(None)
             if self.link is not None:
+                if self.run_id is not None and not self.ended and self._cancelling is None:
+                    await self._abandon()
                 await self.link.close()
+
+    async def _abandon(self) -> None:
+        """This command stops following its task for another reason than a signal (its
+        stderr's reader went away: ``rlmd ask Q 2>&1 | head``; an error): cancel the task,
+        which would otherwise run on in the daemon, holding the workspace and spending
+        tokens, for an answer nobody reads. Quietly: stderr may be what failed."""
+        import contextlib
+
+        assert self.link is not None and self.run_id is not None
+        with contextlib.suppress(Exception):
+            await self.link.command("rlmd.task.cancel", {"run_id": self.run_id}, timeout=10.0)
 
     def _signals(self, me: asyncio.Task[Any] | None) -> None:
         """Take the ending signals over for task ``me``; with ``None``, give them back (a
@@ -355,6 +369,7 @@ class _Ask:
                             printer(event)
                 elif is_finished(note):
                     final = params
+                    self.ended = True
                     self._signals(None)  # the task is over: nothing left to cancel
         except RpcError as exc:  # refused: a busy workspace, bad params, a model not here
             self.err.print(
