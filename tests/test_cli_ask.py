@@ -267,6 +267,33 @@ async def test_the_daemons_refusal_is_printed(daemon, tmp_path):
         await client.close()
 
 
+async def test_ctrl_c_in_line_cancels_the_queued_task_and_draws_no_none(daemon, tmp_path):
+    """A task cancelled in line never reached the engine: its run has no model and no
+    context, and the progress line said ``model None · context None · 0 chars``."""
+    project = make_project(tmp_path)
+    gate = tmp_path / "gate"
+    client = await daemon.client()
+    try:
+        held = await client.command(
+            "rlmd.task.start",
+            {"workspace": str(project), "question": question(gate=gate), "models": {"root": CELLS}},
+        )
+        queued = await start_ask("q", "-w", str(project), "-m", CELLS, home=daemon.home)
+        await queued.stderr_has("waiting for the workspace: 1 task ahead of this one")
+        queued.proc.send_signal(signal.SIGINT)
+        code, out, err = await queued.result()
+        assert code == 130 and out == "", err
+        assert "■ cancelled" in err and "the task was cancelled before it started" in err
+        assert "None" not in err, err
+        run_id = run_id_of(err)
+        assert f"▶ run {run_id} · depth 0 · never reached the engine" in err
+        status = await client.command("rlmd.task.status", {"run_id": held["run_id"]})
+        assert status["state"] == "running"  # the task ahead is not touched
+    finally:
+        gate.touch()
+        await client.close()
+
+
 async def test_ctrl_c_cancels_the_task_and_leaves_the_daemon_and_workspace_up(daemon, tmp_path):
     project = make_project(tmp_path)
     code, out, err = await ask(

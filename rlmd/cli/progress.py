@@ -58,9 +58,12 @@ class ProgressPrinter:
                 label = "run" if event.depth == 0 else "child run"
                 self.limits[event.run_id] = dict(event.budget or {})
                 root = (models or {}).get("root") or {}
+                if not event.reached_engine:  # a daemon task cancelled in line: no model
+                    what = "never reached the engine"  # nor context ("model None · ...")
+                else:
+                    what = f"model {markup(str(root.get('name')))} · context {what}"
                 c.print(
-                    f"{pad}[bold cyan]▶ {label}[/] {event.run_id} · depth {event.depth} · "
-                    f"model {markup(str(root.get('name')))} · context {what}"
+                    f"{pad}[bold cyan]▶ {label}[/] {event.run_id} · depth {event.depth} · {what}"
                 )
                 if ctx.get("kind") == "codebase" and ctx.get("files") == 0:
                     # a binary-only or empty folder: every model call would read nothing
