@@ -11,6 +11,7 @@ from __future__ import annotations
 import asyncio
 import json
 import os
+import re
 import signal
 import sys
 from pathlib import Path
@@ -455,6 +456,52 @@ async def test_an_ask_that_dies_mid_task_cancels_its_task(daemon, tmp_path):
 async def _finished_status(client: Client, run_id: str):
     status = await client.command("rlmd.task.status", {"run_id": run_id})
     return status if status["state"] == "finished" else None
+
+
+async def test_a_closed_terminal_cancels_the_task_and_ask_ends(daemon, tmp_path):
+    """The terminal window closed mid-task: SIGHUP, and stderr a hung-up tty (EIO). The
+    handler printed "cancelling run ..." before it sent the cancel; the print raised, so
+    the cancel never went, the task ran on and ask waited for it with no terminal."""
+    import pty
+
+    controller, terminal = pty.openpty()
+    proc = await asyncio.create_subprocess_exec(
+        sys.executable,
+        "-m",
+        "rlmd",
+        "ask",
+        question(gate=tmp_path / "never"),
+        "-w",
+        str(make_project(tmp_path)),
+        "-m",
+        CELLS,
+        env={**os.environ, "RLMD_HOME": str(daemon.home), "COLUMNS": "200"},
+        stdin=terminal,
+        stdout=terminal,
+        stderr=terminal,
+        start_new_session=True,
+    )
+    os.close(terminal)
+
+    def until_iteration() -> str:
+        seen = b""
+        while b"iteration 1" not in seen:
+            chunk = os.read(controller, 4096)
+            assert chunk, seen
+            seen += chunk
+        return seen.decode("utf-8", "replace")
+
+    seen = await asyncio.wait_for(asyncio.to_thread(until_iteration), WAIT_S)
+    run_id = re.sub(r"\x1b\[[0-9;]*m", "", seen).split("▶ run ", 1)[1].split()[0]
+    os.close(controller)  # the window closes: the tty hangs up
+    proc.send_signal(signal.SIGHUP)
+    await asyncio.wait_for(proc.wait(), WAIT_S)
+    client = await daemon.client()
+    try:
+        done = await until(lambda: _finished_status(client, run_id), f"run {run_id} to finish")
+    finally:
+        await client.close()
+    assert done["status"] == "cancelled", done
 
 
 async def test_a_daemon_that_is_not_running_is_started(tmp_path):

@@ -251,7 +251,9 @@ class _Ask:
         finally:
             self._signals(None)
             if self.link is not None:
-                if self.run_id is not None and not self.ended and self._cancelling is None:
+                if self._cancelling is not None:  # let a cancel on its way reach the daemon
+                    await asyncio.wait({self._cancelling}, timeout=10.0)
+                elif self.run_id is not None and not self.ended:
                     await self._abandon()
                 await self.link.close()
 
@@ -291,30 +293,42 @@ class _Ask:
         # else: rlmd.task.start is still on its way; its run id is cancelled on arrival
 
     def _cancel(self) -> None:
+        """Send ``rlmd.task.cancel`` for the task, then say so. Sent first: after SIGHUP
+        (the terminal closed) stderr is a hung-up tty and printing raises, which left the
+        cancel unsent and this command waiting for a task that ran on."""
         import asyncio
+        import contextlib
 
         from rlmd.cli.term import markup
 
         run_id = self.run_id
         assert run_id is not None and self.link is not None
-        self.err.print(
-            f"[yellow]cancelling run {markup(run_id)}[/] (the daemon and the workspace stay "
-            "up; press Ctrl-C again to stop waiting for it)"
-        )
         link = self.link
 
         async def cancel() -> None:
             try:
                 await link.command("rlmd.task.cancel", {"run_id": run_id})
             except TimeoutError:  # a stopped or stuck daemon: its str() is empty
-                self.err.print(
+                self._say(
                     "[yellow]the daemon did not answer the cancel[/] (stopped or stuck? its "
                     f"log: {markup(_log_path())}; press Ctrl-C again to stop waiting)"
                 )
             except Exception as exc:  # noqa: BLE001 - the run's end (or the loss) is reported
-                self.err.print(f"[yellow]the daemon did not take the cancel:[/] {markup(exc)}")
+                self._say(f"[yellow]the daemon did not take the cancel:[/] {markup(exc)}")
 
         self._cancelling = asyncio.get_running_loop().create_task(cancel())
+        with contextlib.suppress(OSError):
+            self.err.print(
+                f"[yellow]cancelling run {markup(run_id)}[/] (the daemon and the workspace "
+                "stay up; press Ctrl-C again to stop waiting for it)"
+            )
+
+    def _say(self, text: str) -> None:
+        """A line on stderr, if it can still be written (not a hung-up terminal)."""
+        try:
+            self.err.print(text)
+        except OSError:
+            pass
 
     def _gave_up(self) -> int:
         """Stopped by a signal before the task ended (or before it started)."""
