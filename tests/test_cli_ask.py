@@ -671,6 +671,30 @@ async def test_a_daemon_that_accepts_but_never_answers_is_named_not_a_blank_erro
     assert "did not answer" in err and str(home / "run" / "rlmd.sock") in err, err
 
 
+async def test_a_daemon_stopped_mid_task_says_so_not_that_the_task_was_cancelled(tmp_path):
+    """``rlmd serve`` stopped (SIGTERM) while an ask's task ran: the daemon cancels its tasks
+    on the way out, and ask said ``cancelled: the task was cancelled`` as if someone had
+    cancelled it from the TUI."""
+    (tmp_path / "home-stops").mkdir()
+    d = Daemon(tmp_path / "home-stops").start()
+    try:
+        held = await start_ask(
+            question(gate=tmp_path / "never"),
+            "-w",
+            str(make_project(tmp_path)),
+            "-m",
+            CELLS,
+            home=d.home,
+        )
+        await held.stderr_has("iteration 1")
+        d.proc.send_signal(signal.SIGTERM)  # type: ignore[union-attr]
+        code, out, err = await held.result()
+    finally:
+        d.stop()
+    assert code == 1 and out == "", err
+    assert "no answer (cancelled: the rlmd daemon was stopped" in err, err
+
+
 async def test_a_daemon_that_dies_mid_task_is_a_clear_error(tmp_path):
     (tmp_path / "home-dies").mkdir()
     d = Daemon(tmp_path / "home-dies").start()

@@ -267,6 +267,8 @@ class TaskManager:
         handles = []
         for task in self.live():
             task.cancel_requested = True
+            # said to whoever follows it (rlmd ask, VS Code...), not "the task was cancelled"
+            task.error = task.error or "the rlmd daemon was stopped while the task ran"
             if task.handle is not None:
                 task.handle.cancel()
                 handles.append(task.handle)
