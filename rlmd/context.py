@@ -29,6 +29,16 @@ from rlmd import paths
 DEFAULT_MAX_FILE_BYTES = 1_000_000
 """Files larger than this are skipped when loading a codebase (1 MB)."""
 
+MAX_CODEBASE_FILES = 150_000
+"""A folder with more files to read than this is refused as a codebase. The Linux kernel's
+tree (~90,000 files) and a Python installation with site-packages (~32,000) fit; a home
+folder or ``/`` (~400,000 on the dev VM) does not: read whole, ``/`` took the daemon to
+5.3 GB and a MemoryError (session 23, user23)."""
+
+MAX_CODEBASE_BYTES = 2 * 1024**3
+"""A folder whose files to read hold more bytes than this (2 GiB, sizes on disk) is refused
+as a codebase, for the same reason as :data:`MAX_CODEBASE_FILES`."""
+
 MAX_CONTEXT_FILE_BYTES = 2 * 1024**3
 """A single context file larger than this (2 GiB) is refused rather than read into memory."""
 
@@ -354,6 +364,11 @@ class LoadStopped(Exception):
     """A load was stopped through its ``stop`` event (its caller was cancelled)."""
 
 
+class CodebaseTooLarge(ValueError):
+    """A folder holds more files, or more bytes, than a codebase may
+    (:data:`MAX_CODEBASE_FILES`, :data:`MAX_CODEBASE_BYTES`); the load stopped there."""
+
+
 def load_codebase(
     root: Path,
     *,
@@ -363,6 +378,8 @@ def load_codebase(
     spool: Spool | None = None,
     on_folder: Callable[[str, str, os.stat_result], None] | None = None,
     reread: Collection[str] = (),
+    max_files: int | None = None,
+    max_bytes: int | None = None,
 ) -> Context:
     """Load a folder as a codebase context.
 
@@ -402,6 +419,10 @@ def load_codebase(
         NotADirectoryError: ``root`` is not a folder.
         ValueError: ``root`` lies inside the rlmd home.
         LoadStopped: ``stop`` was set (checked before every folder and file).
+        CodebaseTooLarge: more than ``max_files`` files would be kept, or more than
+            ``max_bytes`` bytes of them (sizes on disk; default :data:`MAX_CODEBASE_FILES`,
+            :data:`MAX_CODEBASE_BYTES`); raised as soon as the walk passes either, so a
+            mistaken ``/`` costs at most that much reading.
     """
     root = Path(root).resolve()
     if not root.is_dir():
@@ -421,6 +442,18 @@ def load_codebase(
     old_stamps = previous.stamps if previous is not None else {}
     old_files = previous.value if previous is not None else {}
     read = 0
+    kept_bytes = 0
+    max_files = MAX_CODEBASE_FILES if max_files is None else max_files
+    max_bytes = MAX_CODEBASE_BYTES if max_bytes is None else max_bytes
+
+    def too_large() -> CodebaseTooLarge:
+        return CodebaseTooLarge(
+            f"{root} is too large to read as a codebase: more than "
+            + (f"{max_files:,} files" if len(files) > max_files else f"{max_bytes:,} bytes")
+            + f" to read ({len(files):,} files, {kept_bytes:,} bytes when the walk stopped); "
+            "ask about a project's folder, or .gitignore what the model need not see"
+        )
+
     rules: list[tuple[str, Callable[[str], bool]]] = [
         ("", lambda path: _ALWAYS_IGNORED_RX.match(path) is not None)
     ]
@@ -499,6 +532,9 @@ def load_codebase(
                     stamps[rel] = stamp
                     if rel in old_files:
                         files[rel] = old_files[rel]
+                        kept_bytes += st.st_size
+                        if len(files) > max_files or kept_bytes > max_bytes:
+                            raise too_large()
                     else:  # skipped as binary last time, and unchanged since
                         skipped["binary"] += 1
                     continue
@@ -511,6 +547,9 @@ def load_codebase(
                     if old_files.get(rel) == text:  # touched, not changed: the same object
                         text = old_files[rel]
                     files[rel], stamps[rel] = text, stamp
+                    kept_bytes += st.st_size
+                    if len(files) > max_files or kept_bytes > max_bytes:
+                        raise too_large()
                 elif skipped["binary"] > binary:
                     stamps[rel] = stamp
         todo.extend(reversed(subdirs))  # depth first, in name order
@@ -567,6 +606,8 @@ def refresh_codebase(
         ValueError: ``context`` is not a codebase loaded from a folder.
         NotADirectoryError: the folder is gone.
         LoadStopped: ``stop`` was set.
+        CodebaseTooLarge: the folder grew past :data:`MAX_CODEBASE_FILES` or
+            :data:`MAX_CODEBASE_BYTES`.
     """
     if not context.is_codebase or not context.source:
         raise ValueError("only a codebase loaded from a folder can be refreshed")
