@@ -26,6 +26,13 @@ What is measured (each client has its own project folder, so its own workspace a
   store). **Target:** the big folder's median adds <= 0.1 s to the peer's. ``--before
   CHECKOUT`` times a daemon of another checkout in the same alternating rounds;
   ``--warm-only`` runs just this part.
+* **a question after one edited file in that warm workspace** (issue 16): before it, one
+  file of the big folder is rewritten (a generated module; with ``--warm-folder``, a file
+  ``_rlmd_bench_edit.py`` the bench puts at the folder's top and removes at the end), and
+  the question returns that file's text from ``context`` (checked: the edit must be seen).
+  Timed in the same rounds as the no-change question and the 150-file peer. **Target:** its
+  median adds <= 0.1 s to the no-change question's. The daemons run the code of
+  ``--daemon-root`` (default: the checkout this file is in).
 * **peer**: the same task run by the engine directly in this process, in a warm sandbox,
   no daemon, no store, one at a time: the per-task floor. ``ratio`` = daemon time per task
   (wall time of the whole load / tasks) / direct time per task; below 1 the daemon's
@@ -265,28 +272,51 @@ async def health_while_big_loads(sock: Path, big: Path) -> dict:
 
 
 WARM_TARGET_S = 0.1
+EDIT_TARGET_S = 0.1
+EDIT_FILE = "_rlmd_bench_edit.py"
+"""The file a ``--warm-folder`` run edits (made at the folder's top, removed at the end)."""
 
 
-async def warm_questions(homes: dict[str, Path], big: Path, small: Path, rounds: int) -> dict:
+def edited_text(base: str, n: int) -> str:
+    """The edited file's text for edit ``n``: ``base`` with a first line that changes each
+    time (the same size each time: what the stamps alone could miss, the watch must not)."""
+    return f"# edit {n:06d}\n{base}"
+
+
+async def warm_questions(
+    homes: dict[str, Path], big: Path, small: Path, rounds: int, edit: str
+) -> dict:
     """Seconds from ``rlmd.task.start`` to the first model request and to the end of the
-    task, for a question in a warm workspace over ``big`` and over ``small``, per daemon
-    (``homes``: label -> its rlmd home), in alternating rounds after one warm-up question
-    each."""
+    task, for a question in a warm workspace over ``big`` (``"big"``: nothing changed since
+    the last question; ``"edited"``: the file ``edit`` of ``big``, relative, rewritten just
+    before) and over ``small``, per daemon (``homes``: label -> its rlmd home), in rounds
+    after one warm-up question each. A round: one edit, then the edited question on every
+    daemon, the no-change question on every daemon, the peer on every daemon (the daemons
+    share the folder: each sees exactly one edit before its edited question), the daemons'
+    order alternating from round to round.
+
+    Raises:
+        SystemExit: a question did not complete, or an answer was not the folder's.
+    """
     question = json.dumps({"cells": ["FINAL(str(len(context)))"]})
+    show_edit = json.dumps({"cells": [f"FINAL(context[{edit!r}])"]})
     clients = {}
     for label, home in homes.items():
         token = (home / "run" / "daemon.token").read_text().strip()
         clients[label] = await Client.connect(daemon_socket(home), token=token)
+    kinds = ("big", "edited", "small")
     times: dict[str, dict[str, list[tuple[float, float]]]] = {
-        k: {"big": [], "small": []} for k in homes
+        k: {kind: [] for kind in kinds} for k in homes
     }
     answers: dict[str, set[str]] = {"big": set(), "small": set()}
+    edited_path = big / edit
+    base = edited_path.read_text()
 
-    async def ask(c: Client, folder: Path) -> tuple[float, float, str]:
+    async def ask(c: Client, folder: Path, q: str = question) -> tuple[float, float, str]:
         t0 = time.perf_counter()
         st = await c.command(
             "rlmd.task.start",
-            {"workspace": str(folder), "question": question, "models": {"root": CELLS}},
+            {"workspace": str(folder), "question": q, "models": {"root": CELLS}},
         )
         run = st["run_id"]
         await c.wait_for(
@@ -316,15 +346,26 @@ async def warm_questions(homes: dict[str, Path], big: Path, small: Path, rounds:
             await c.command("rlmd.subscribe", {"events": "summary", "progress": "none"})
             for folder in (big, small):  # loads the workspace
                 await ask(c, folder)
-        for _ in range(rounds):
-            for label, c in clients.items():
-                for kind, folder in (("big", big), ("small", small)):
+        for r in range(rounds):
+            order = list(clients.items())
+            if r % 2:
+                order.reverse()
+            want = edited_text(base, r)
+            edited_path.write_text(want)
+            for label, c in order:
+                first, total, answer = await ask(c, big, show_edit)
+                if answer != want:
+                    raise SystemExit(f"{label}: the edit was not seen: {answer[:80]!r}")
+                times[label]["edited"].append((first, total))
+            for kind, folder in (("big", big), ("small", small)):
+                for label, c in order:
                     first, total, answer = await ask(c, folder)
                     times[label][kind].append((first, total))
                     answers[kind].add(answer)
     finally:
         for c in clients.values():
             await c.close()
+        edited_path.write_text(base)
     if len(answers["big"]) != 1 or len(answers["small"]) != 1:
         raise SystemExit(f"the daemons answered differently: {answers}")
     med = lambda v, i: round(statistics.median(x[i] for x in v), 4)  # noqa: E731
@@ -340,19 +381,19 @@ async def warm_questions(homes: dict[str, Path], big: Path, small: Path, rounds:
             "big": int(next(iter(answers["big"]))),
             "small": int(next(iter(answers["small"]))),
         },
+        "edited_file": edit,
     }
 
 
 def print_warm(w: dict) -> bool:
-    """Prints the warm-question part; whether the target was met (by ``after``)."""
+    """Prints the warm-question part (the no-change and the after-one-edit questions);
+    whether both targets were met (by ``after``)."""
     files = w["files"]
     met = True
     for label, by_kind in w["daemons"].items():
-        big, small = by_kind["big"], by_kind["small"]
+        big, small, edited = by_kind["big"], by_kind["small"], by_kind["edited"]
         added = big["to_first_request_s"] - small["to_first_request_s"]
         ok = added <= WARM_TARGET_S
-        if label == "after":
-            met = ok
         print(
             f"warm question, {label}: {files['big']:,} files {big['to_first_request_s']:.3f} s to "
             f"the first model request ({big['to_end_s']:.3f} s to the end); peer {files['small']} "
@@ -361,6 +402,22 @@ def print_warm(w: dict) -> bool:
             f" (medians of {big['n']})"
             + (f"; target <= {WARM_TARGET_S:g} s added: {'met' if ok else 'MISSED'}")
         )
+        edit_added = edited["to_first_request_s"] - big["to_first_request_s"]
+        edit_ok = edit_added <= EDIT_TARGET_S
+        print(
+            f"warm question after one edited file, {label}: {files['big']:,} files "
+            f"{edited['to_first_request_s']:.3f} s to the first model request "
+            f"({edited['to_end_s']:.3f} s to the end); peers: no change "
+            f"{big['to_first_request_s']:.3f} s, {files['small']} files "
+            f"{small['to_first_request_s']:.3f} s; added over no change {edit_added:.3f} s, "
+            f"ratio {edited['to_first_request_s'] / big['to_first_request_s']:.2f} "
+            f"(over the {files['small']}-file peer "
+            f"{edited['to_first_request_s'] / small['to_first_request_s']:.2f}; medians of "
+            f"{edited['n']}); target <= {EDIT_TARGET_S:g} s added: "
+            + ("met" if edit_ok else "MISSED")
+        )
+        if label == "after":
+            met = ok and edit_ok
     return met
 
 
@@ -395,15 +452,23 @@ def daemon_socket(home: Path) -> Path:
 
 async def warm_only(args) -> int:
     """The warm-question part alone (``--warm-only``), with ``--before``'s daemon too."""
-    from bench.scale_curve import make_codebase
+    from bench.scale_curve import SOURCE, make_codebase
 
     load0 = os.getloadavg()
     work = Path(tempfile.mkdtemp(prefix="rlmd-warm-"))
     procs = []
+    made_edit_file: Path | None = None
     try:
-        big = args.warm_folder or make_codebase(work / "big", args.warm_files)
+        if args.warm_folder:
+            big, edit = args.warm_folder.resolve(), EDIT_FILE
+            made_edit_file = big / edit
+            if made_edit_file.exists():
+                raise SystemExit(f"{made_edit_file} exists: the bench will not overwrite it")
+            made_edit_file.write_text(SOURCE.format(i=0) * 6)
+        else:
+            big, edit = make_codebase(work / "big", args.warm_files), "pkg0000/mod00000.py"
         small = make_codebase(work / "small", 150)
-        roots = {"after": ROOT} | ({"before": args.before} if args.before else {})
+        roots = {"after": args.daemon_root} | ({"before": args.before} if args.before else {})
         homes = {}
         for label, root in roots.items():
             home = work / label[0]  # short: a Unix socket's path is at most 107 bytes
@@ -430,8 +495,10 @@ async def warm_only(args) -> int:
                 log.close()
                 tail = (work / f"daemon-{label}.log").read_text(errors="replace")[-2000:]
                 raise SystemExit(f"the {label} daemon did not start:\n{tail}")
-        report = await warm_questions(homes, big, small, args.warm_rounds)
+        report = await warm_questions(homes, big, small, args.warm_rounds, edit)
     finally:
+        if made_edit_file is not None:
+            made_edit_file.unlink(missing_ok=True)
         for proc in procs:
             proc.send_signal(signal.SIGTERM)
             try:
@@ -441,6 +508,7 @@ async def warm_only(args) -> int:
         shutil.rmtree(work, ignore_errors=True)
     report["load_average"] = {"start": load0, "end": os.getloadavg()}
     report["before_root"] = str(args.before) if args.before else None
+    report["after_root"] = str(args.daemon_root)
     out = ROOT / "bench" / "out"
     out.mkdir(exist_ok=True)
     (out / "daemon_load_warm.json").write_text(json.dumps(report, indent=1))
@@ -666,6 +734,12 @@ def main() -> int:
     ap.add_argument("--warm-rounds", type=int, default=10)
     ap.add_argument(
         "--before", type=Path, help="another rlmd checkout's daemon, timed in the same rounds"
+    )
+    ap.add_argument(
+        "--daemon-root",
+        type=Path,
+        default=ROOT,
+        help="the rlmd checkout whose daemon is timed as 'after' (default: this file's)",
     )
     ap.add_argument(
         "--slow-callbacks",
