@@ -107,6 +107,25 @@ class Codebase:
         self.paths = sorted(self.files)
         self._lines: dict[str, list[str]] = {}
 
+    def update(self, changed: dict[str, str], removed: list[str]) -> None:
+        """Apply a difference: ``changed`` files (``{relpath: text}``, new or with new text)
+        set, ``removed`` paths dropped. Raises ``ValueError`` (nothing changed) when a
+        removed path is not a file here or a value is not a ``str``."""
+        if not all(isinstance(k, str) and isinstance(v, str) for k, v in changed.items()):
+            raise ValueError("a codebase update must be a {relative_path: text} dict of str")
+        missing = [p for p in removed if p not in self.files]
+        if missing:
+            raise ValueError(f"a codebase update removes files it does not hold: {missing[:3]}")
+        added = [p for p in changed if p not in self.files]
+        for p in removed:
+            del self.files[p]
+            self._lines.pop(p, None)
+        for p, text in changed.items():
+            self.files[p] = text
+            self._lines.pop(p, None)
+        if removed or added:
+            self.paths = sorted(self.files)
+
     def lines(self, path: str) -> list[str]:
         cached = self._lines.get(path)
         if cached is None:

@@ -914,6 +914,32 @@ class Kernel:
         self._reserve("context", value)
         return {"type": type(value).__name__, "size": size_of(value)}
 
+    def update_codebase(self, changed: Any, removed: Any, files: Any) -> dict:
+        """Apply a difference to the bound codebase (see ``update_codebase`` in
+        :mod:`.protocol`) and bind ``context`` anew, in path order, from the kernel's own
+        copy of the files (so a ``context`` the model changed is replaced, as a full bind
+        would). Returns the new ``context`` dict.
+
+        Raises:
+            ValueError: no codebase is bound, the difference is malformed, or the result
+                would not hold ``files`` files (nothing changed then).
+        """
+        cb = self._codebase
+        if cb is None:
+            raise ValueError("update_codebase: no codebase is bound")
+        if not isinstance(changed, dict) or not isinstance(removed, list):
+            raise ValueError("update_codebase: changed must be a dict, removed a list")
+        if len(cb.files) - len(removed) + sum(p not in cb.files for p in changed) != files:
+            raise ValueError(
+                f"update_codebase: the result would not hold {files!r} files "
+                f"(the kernel holds {len(cb.files)}): not the codebase the update is for"
+            )
+        cb.update(changed, removed)
+        files_now = cb.files
+        value = {p: files_now[p] for p in cb.paths}
+        self._reserve("context", value)
+        return value
+
     def define_tools(self, callables: list[str], values: dict[str, Any]) -> None:
         callables = list(callables or [])
         values = dict(values or {})
@@ -1041,6 +1067,9 @@ class Kernel:
             if req.get("path"):
                 value = read_value_file(str(req["path"]), str(req.get("format") or "json"))
             return self.bind_context(value, bool(req.get("codebase")))
+        if op == "update_codebase":
+            value = self.update_codebase(req.get("changed"), req.get("removed"), req.get("files"))
+            return {"type": type(value).__name__, "size": size_of(value)}
         if op == "define_tools":
             self.define_tools(req.get("callables") or [], req.get("values") or {})
             return None

@@ -60,6 +60,13 @@ answers each with one ``done`` frame carrying the same ``id``.
     surrogates passed through), ``"codebase"`` a ``{relpath: text}`` dict as one line of
     ASCII JSON ``{"paths": [...], "sizes": [...]}`` followed by each file's UTF-8 bytes
     (``sizes`` of them) back to back.
+``update_codebase`` ``changed: {relpath: text}``, ``removed: [relpath]``, ``files: int``
+    -> as ``bind_context``. The codebase bound now, with the ``changed`` files set (new or
+    with new text) and the ``removed`` ones dropped, becomes ``context`` (a new dict, in path
+    order, built from the kernel's own copy: a ``context`` the model changed is replaced);
+    ``files`` is how many files the result must hold. ``etype: "ValueError"`` (nothing
+    changed) when no codebase is bound, a removed path is not in it, or the count differs:
+    the host then binds the whole codebase.
 ``define_tools`` ``callables: [str]``, ``values: {name: any}`` -> ``null``
     Adds to the tools defined earlier (a name defined again is replaced).
 ``set_var``   ``name: str``, ``value: any``        -> ``null``

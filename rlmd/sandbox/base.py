@@ -163,6 +163,22 @@ class Sandbox(abc.ABC):
         """Bind ``context`` (str, list or dict; for a codebase a ``{path: text}`` dict) and, for
         a codebase, the ``list_files`` / ``read_file`` / ``grep`` helpers. Survives restarts."""
 
+    async def update_codebase(
+        self, value: dict[str, str], changed: dict[str, str], removed: list[str]
+    ) -> None:
+        """Bind the codebase ``value`` as ``context`` (as :meth:`load_context` with
+        ``codebase=True``), where the codebase bound now differs from it only by ``changed``
+        (``{relpath: text}`` of the files new or changed) and ``removed`` (relative paths).
+        A backend that can send the kernel just the difference does (a warm workspace's
+        refresh after an edit: a few files, not the whole codebase); where it cannot, or the
+        kernel refuses the difference, the whole of ``value`` is bound. The default binds
+        ``value`` whole. Survives restarts (a new kernel gets ``value``).
+
+        Raises:
+            SandboxError: the sandbox failed (the whole bind failed too).
+        """
+        await self.load_context(value, codebase=True)
+
     def new_context_file(self) -> ContextFile | None:
         """A new, empty file in the kernel's working folder that a codebase can be written to
         while it is read (``rlmd.context.Spool``: each file's UTF-8 bytes, then an index),

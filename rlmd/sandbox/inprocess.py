@@ -10,6 +10,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import ctypes
+import logging
 import os
 import queue
 import shutil
@@ -37,6 +38,8 @@ from rlmd.sandbox.files import download_file, upload_file
 from rlmd.sandbox.limits import Limits
 from rlmd.sandbox.messages import AFTER_RESTART, join_names, note_stop, with_notice
 from rlmd.sandbox.session import UNSET, Bindings, SandboxState, resolve_limits
+
+log = logging.getLogger(__name__)
 
 _GIVEN_UP: Any = object()  # a cell's future resolved by the host: its thread was abandoned
 _CANCELLED: Any = object()  # a host call's outcome when it was cancelled
@@ -525,6 +528,29 @@ class InProcessSandbox(Sandbox):
                 value = json_copy(value, "the context")
             kernel.bind_context(value, codebase)
             self.bound.context = (value, codebase)
+
+    async def update_codebase(
+        self, value: dict[str, str], changed: dict[str, str], removed: list[str]
+    ) -> None:
+        """See :meth:`Sandbox.update_codebase`: the difference is applied to the kernel's
+        copy (only the changed files are copied); the whole ``value`` is bound when no
+        codebase is bound or the kernel refuses the difference."""
+        async with self._lock:
+            kernel = self._live()
+            bound = self.bound.context
+            if bound is not None and bound[1]:
+                try:
+                    new = kernel.update_codebase(
+                        json_copy(changed, "the context"), list(removed), len(value)
+                    )
+                except (ValueError, TypeError) as exc:
+                    log.info("codebase update refused (%s); binding the whole codebase", exc)
+                else:
+                    self.bound.context = (new, True)
+                    return
+            copy = json_copy(value, "the context")
+            kernel.bind_context(copy, True)
+            self.bound.context = (copy, True)
 
     async def define_tools(self, callables: list[str], values: dict[str, Any]) -> None:
         async with self._lock:

@@ -41,7 +41,7 @@ from rlmd.sandbox.base import (
 )
 from rlmd.sandbox.channel import KernelDied, exec_done_problem, result_from_kernel, wait
 from rlmd.sandbox.clock import CellTimeout, timeout_cause, wait_cell
-from rlmd.sandbox.files import ContextFile, context_file_request
+from rlmd.sandbox.files import FILE_CONTEXT_CHARS, ContextFile, context_file_request
 from rlmd.sandbox.limits import Limits
 from rlmd.sandbox.messages import (
     AFTER_RESTART,
@@ -66,6 +66,11 @@ DISK_WATCH_S = 0.25
 """Seconds between two looks at a watched working folder's size while a cell runs."""
 
 log = logging.getLogger(__name__)
+
+DELTA_MAX_CHARS = FILE_CONTEXT_CHARS
+"""A codebase difference (:meth:`SandboxSession.update_codebase`) of this many characters
+or more is not sent as one: the whole codebase is bound instead, through a file where the
+transport has one (a difference goes inline, encoded on the event loop: 1 MiB is ~5 ms)."""
 
 UNSET: Any = object()
 """Default of the ``timeout_s`` / ``max_output_chars`` aliases: "take it from ``limits``"."""
@@ -540,6 +545,40 @@ class SandboxSession(Sandbox):
             await self._live()
             await self._bind_context(value, codebase, rebinding=False)
             self.bound.context = (value, codebase)
+
+    async def update_codebase(
+        self, value: dict[str, str], changed: dict[str, str], removed: list[str]
+    ) -> None:
+        """See :meth:`Sandbox.update_codebase`: one ``update_codebase`` request on the
+        channel when the difference is under :data:`DELTA_MAX_CHARS` characters and a
+        codebase is bound; else, or when the kernel refuses it (an older kernel that lacks
+        the op, a codebase other than the one the difference is from) or fails with it (it
+        was restarted with the old codebase), the whole codebase is bound as
+        :meth:`load_context` does."""
+        async with self._lock:
+            await self._live()
+            bound = self.bound.context
+            if (
+                bound is not None
+                and bound[1]
+                and sum(map(len, changed.values())) + sum(map(len, removed)) < DELTA_MAX_CHARS
+            ):
+                request = {
+                    "op": "update_codebase",
+                    "changed": changed,
+                    "removed": removed,
+                    "files": len(value),
+                }
+                try:
+                    await self._op(request)
+                except (ValueError, KeyError, TypeError, SandboxError) as exc:
+                    log.info("codebase update refused (%s); binding the whole codebase", exc)
+                else:
+                    self.bound.context = (value, True)
+                    return
+            await self._live()
+            await self._bind_context(value, True, rebinding=False)
+            self.bound.context = (value, True)
 
     def new_context_file(self) -> ContextFile | None:
         return self.transport.new_context_file()
