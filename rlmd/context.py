@@ -107,6 +107,9 @@ class Context:
             :func:`refresh_codebase` compares).
         files_read: for a codebase, how many files this load opened and read (the others
             were unchanged since the previous load it was given).
+        changes: for a codebase from :func:`refresh_codebase`, ``(changed, removed)``
+            against the context it refreshed: ``{path: text}`` of the files new or changed,
+            and the paths no longer there (see :func:`codebase_delta`).
     """
 
     value: Any
@@ -117,15 +120,20 @@ class Context:
         default_factory=dict, repr=False, compare=False
     )
     files_read: int = field(default=0, compare=False)
+    changes: tuple[dict[str, str], list[str]] | None = field(
+        default=None, repr=False, compare=False
+    )
     _meta_cache: dict[tuple[object, int], ContextMeta] = field(
         default_factory=dict, init=False, repr=False, compare=False
     )
+    _derived: dict[Any, Any] = field(default_factory=dict, init=False, repr=False, compare=False)
 
     def __getstate__(self) -> dict[str, Any]:
         """Pickled (a child run sent to a cluster node) without the process-local caches:
         the symbol index, its build thread and the metadata cache are rebuilt there."""
         state = {k: v for k, v in self.__dict__.items() if k not in _LOCAL_CACHES}
         state["_meta_cache"] = {}
+        state["_derived"] = {}
         return state
 
     @property
@@ -134,7 +142,12 @@ class Context:
 
     def chars(self) -> int:
         """Total characters of text in the context (for containers: of their items)."""
-        return _chars(self.value)
+        if not self.is_codebase:
+            return _chars(self.value)
+        n = self._derived.get("chars")
+        if n is None:
+            n = self._derived["chars"] = _chars(self.value)
+        return int(n)
 
     def metadata(self, count_tokens: Callable[[str], int], *, tree_lines: int = 30) -> ContextMeta:
         """What the root model is told about the context instead of its contents.
@@ -186,7 +199,12 @@ class Context:
         if self.is_codebase:
             meta["files"] = len(self.value)
             meta["example_path"] = next((p for p in self.value if not p.startswith(".")), "")
-            meta["tree"] = summarise_tree(list(self.value), tree_lines)
+            tree = self._derived.get(("tree", tree_lines))
+            if tree is None:
+                tree = self._derived["tree", tree_lines] = summarise_tree(
+                    list(self.value), tree_lines
+                )
+            meta["tree"] = list(tree)
             code_map = _code_map(self, count_tokens)
             if code_map:
                 meta["map"] = code_map
@@ -194,7 +212,7 @@ class Context:
         return meta
 
 
-_LOCAL_CACHES = ("_code_index", "_index_thread", "_meta_cache")
+_LOCAL_CACHES = ("_code_index", "_index_thread", "_meta_cache", "_folders", "_derived")
 
 
 def _code_map(context: Context, count_tokens: Callable[[str], int]) -> list[str]:
@@ -213,7 +231,9 @@ def _code_map(context: Context, count_tokens: Callable[[str], int]) -> list[str]
     from rlmd.codeintel.repomap import repo_map
 
     if getattr(context, "_code_index", None) is None:
-        size = indexable_chars(context.value)
+        size = context._derived.get("indexable")
+        if size is None:
+            size = context._derived["indexable"] = indexable_chars(context.value)
         if size > EAGER_MAX_CHARS:
             return []
         if size > SYNC_MAX_CHARS:
@@ -297,7 +317,11 @@ def context_tokens(value: Any, count_tokens: Callable[[str], int]) -> int:
     Returns:
         Tokens, an int >= 0.
     """
-    leaves = [v for v in _leaves(value) if v]
+    texts = list(value.values()) if type(value) is dict else None
+    if texts is not None and all(type(v) is str for v in texts):  # a codebase: no recursion
+        leaves = [v for v in texts if v]
+    else:
+        leaves = [v for v in _leaves(value) if v]
     lengths = [len(v) for v in leaves]
     total = sum(lengths)
     if total <= TOKENS_FULL_COUNT_CHARS:
@@ -431,70 +455,226 @@ def load_codebase(
         raise ValueError(f"{root} is inside the rlmd home; it holds the store, not a codebase")
     if previous is not None:
         spool = None  # unchanged files are not read: their bytes never come by
-    if on_folder is not None:
-        on_folder(str(root), "", os.stat(root))
-    protected = paths.protected_files()
-    skipped = Counter(
-        {"ignored": 0, "binary": 0, "oversized": 0, "unreadable": 0, "special": 0, "protected": 0}
-    )
+    walker = _Walker(root, max_file_bytes, stop, previous, spool, on_folder, reread)
+    walker.max_files = MAX_CODEBASE_FILES if max_files is None else max_files
+    walker.max_bytes = MAX_CODEBASE_BYTES if max_bytes is None else max_bytes
+    walker.walk(str(root), "", os.stat(root), [])
     files: dict[str, str] = {}
     stamps: dict[str, tuple[int, int, int, int]] = {}
-    old_stamps = previous.stamps if previous is not None else {}
-    old_files = previous.value if previous is not None else {}
-    read = 0
-    kept_bytes = 0
-    max_files = MAX_CODEBASE_FILES if max_files is None else max_files
-    max_bytes = MAX_CODEBASE_BYTES if max_bytes is None else max_bytes
+    for record in walker.folders.values():
+        files.update(record.files)
+        stamps.update(record.stamps)
+    ctx = Context(
+        value=dict(sorted(files.items())),
+        kind="codebase",
+        source=str(root),
+        skipped=_total_skipped(walker.folders),
+        stamps=stamps,
+        files_read=walker.read,
+    )
+    ctx._folders = walker.folders  # type: ignore[attr-defined]
+    return ctx
 
-    def too_large() -> CodebaseTooLarge:
-        return CodebaseTooLarge(
-            f"{root} is too large to read as a codebase: more than "
-            + (f"{max_files:,} files" if len(files) > max_files else f"{max_bytes:,} bytes")
-            + f" to read ({len(files):,} files, {kept_bytes:,} bytes when the walk stopped); "
-            "ask about a project's folder, or .gitignore what the model need not see"
+
+_SKIPPED_KEYS = ("ignored", "binary", "oversized", "unreadable", "special", "protected")
+
+
+@dataclass(eq=False)
+class _FolderRecord:
+    """What one walk saw of one folder of a codebase: its identity, its ``.gitignore``'s
+    rule, the files listed in it (text, and the stamps of those read or skipped as binary),
+    what it skipped, and the folders below it that were walked. A later refresh that knows
+    only some folders changed lists those again and keeps the others' records."""
+
+    ident: tuple[int, int]  # st_dev, st_ino
+    rule: Callable[[str], bool] | None
+    files: dict[str, str] = field(default_factory=dict)
+    stamps: dict[str, tuple[int, int, int, int]] = field(default_factory=dict)
+    skipped: Counter = field(default_factory=Counter)
+    subdirs: list[str] = field(default_factory=list)
+    bytes: int = 0  # the sizes on disk of ``files``
+
+
+def _total_skipped(folders: dict[str, _FolderRecord]) -> dict[str, int]:
+    total = Counter(dict.fromkeys(_SKIPPED_KEYS, 0))
+    for record in folders.values():
+        total.update(record.skipped)
+    return dict(total)
+
+
+class _NeedWholeWalk(Exception):
+    """A partial refresh met something it cannot place: the whole folder is walked."""
+
+
+class _Walker:
+    """One walk (or partial walk) of a codebase's folder: lists folders into
+    :class:`_FolderRecord` s, reading the files whose stamps changed (see
+    :func:`load_codebase`)."""
+
+    def __init__(
+        self,
+        root: Path,
+        max_file_bytes: int,
+        stop: threading.Event | None,
+        previous: Context | None,
+        spool: Spool | None,
+        on_folder: Callable[[str, str, os.stat_result], None] | None,
+        reread: Collection[str],
+    ) -> None:
+        self.root = root
+        self.max_file_bytes = max_file_bytes
+        self.stop = stop
+        self.spool = spool
+        self.on_folder = on_folder
+        self.reread = reread
+        self.protected = paths.protected_files()
+        self.old_stamps = previous.stamps if previous is not None else {}
+        self.old_files = previous.value if previous is not None else {}
+        self.read = 0
+        self.folders: dict[str, _FolderRecord] = {}
+        self.listed: set[str] = set()  # the folders this walk listed
+        # files kept (and their bytes on disk) in all of ``folders``, against the caps; a
+        # partial walk starts from the old totals (``slack``): it stops early only when what
+        # it added alone passes a cap, and its result is checked once assembled
+        self.max_files, self.max_bytes = MAX_CODEBASE_FILES, MAX_CODEBASE_BYTES
+        self.kept = self.kept_bytes = 0
+        self.slack_files = self.slack_bytes = 0
+        self.always: tuple[str, Callable[[str], bool]] = (
+            "",
+            lambda path: _ALWAYS_IGNORED_RX.match(path) is not None,
         )
 
-    rules: list[tuple[str, Callable[[str], bool]]] = [
-        ("", lambda path: _ALWAYS_IGNORED_RX.match(path) is not None)
-    ]
+    def forget(self, record: _FolderRecord) -> None:
+        """A record replaced or dropped: its files no longer count."""
+        self.kept -= len(record.files)
+        self.kept_bytes -= record.bytes
 
-    def ignored(rel: str, is_dir: bool) -> bool:
-        probe = rel + "/" if is_dir else rel
-        for base, match in rules:
-            if base and not probe.startswith(base):
-                continue
-            if match(probe[len(base) :]):
-                return True
-        return False
+    def keep_file(self, record: _FolderRecord, size: int) -> None:
+        """Count a file kept in ``record`` (``size``: bytes on disk).
 
-    # One scandir per folder, one lstat per entry (cached on the DirEntry): symlink, identity
-    # and the change stamp all come from it (os.walk plus separate checks took four calls).
-    todo = [(str(root), "")]
-    while todo:
-        dirpath, rel_dir = todo.pop()
+        Raises:
+            CodebaseTooLarge: past a cap (for a partial walk: by what it added alone).
+        """
+        record.bytes += size
+        self.kept += 1
+        self.kept_bytes += size
+        if (
+            self.kept - self.slack_files > self.max_files
+            or self.kept_bytes - self.slack_bytes > self.max_bytes
+        ):
+            raise self.too_large()
+
+    def too_large(self) -> CodebaseTooLarge:
+        """The error for a codebase past a cap, with the counts so far."""
+        return CodebaseTooLarge(
+            f"{self.root} is too large to read as a codebase: more than "
+            + (
+                f"{self.max_files:,} files"
+                if self.kept > self.max_files
+                else f"{self.max_bytes:,} bytes"
+            )
+            + f" to read ({self.kept:,} files, {self.kept_bytes:,} bytes when the walk "
+            "stopped); ask about a project's folder, or .gitignore what the model need not see"
+        )
+
+    def rules_above(self, rel_dir: str) -> list[tuple[str, Callable[[str], bool]]]:
+        """The ``.gitignore`` rules of the folders above ``rel_dir`` (not its own), from
+        their records."""
+        rules = []
+        parts = rel_dir.split("/")[:-1]
+        for i in range(len(parts)):
+            base = "/".join(parts[:i]) + "/" if i else ""
+            record = self.folders.get(base)
+            if record is None:
+                raise _NeedWholeWalk(f"no record of {base!r} above {rel_dir!r}")
+            if record.rule is not None:
+                rules.append((base, record.rule))
+        return rules
+
+    def walk(
+        self,
+        dirpath: str,
+        rel_dir: str,
+        st: os.stat_result,
+        rules: list[tuple[str, Callable[[str], bool]]],
+        keep: Callable[[str, os.stat_result], bool] | None = None,
+    ) -> None:
+        """Walk the folder at ``dirpath`` (``rel_dir``: ``""`` or ending with ``/``; ``st``:
+        its ``lstat``) and every folder below it, recording each in :attr:`folders`.
+        ``rules``: the ``.gitignore`` rules of the folders above it. ``keep(rel_dir, st)``
+        says a subfolder's record from an earlier walk is still good (not walked again).
+
+        Raises:
+            LoadStopped: ``stop`` was set.
+        """
+        if self.on_folder is not None and rel_dir == "":
+            self.on_folder(dirpath, "", st)
+        todo = [(dirpath, rel_dir, st, len(rules))]
+        rules = list(rules)
+        while todo:
+            dirpath, rel_dir, st, depth_rules = todo.pop()
+            del rules[depth_rules:]  # the rules of the folders above this one only
+            subdirs = self.list_folder(dirpath, rel_dir, st, rules, keep)
+            for sub in reversed(subdirs):  # depth first, in name order
+                todo.append((*sub, len(rules)))
+
+    def list_folder(
+        self,
+        dirpath: str,
+        rel_dir: str,
+        st: os.stat_result,
+        rules: list[tuple[str, Callable[[str], bool]]],
+        keep: Callable[[str, os.stat_result], bool] | None = None,
+    ) -> list[tuple[str, str, os.stat_result]]:
+        """List one folder into its record (appending its ``.gitignore`` rule to ``rules``);
+        returns the subfolders to walk ``(path, rel, lstat)``, in name order."""
+        stop, skipped = self.stop, Counter[str]()
         if stop is not None and stop.is_set():
-            raise LoadStopped(str(root))
+            raise LoadStopped(str(self.root))
+        before = self.folders.get(rel_dir)
+        if before is not None:
+            self.forget(before)
+        record = self.folders[rel_dir] = _FolderRecord((st.st_dev, st.st_ino), None)
+        self.listed.add(rel_dir)
+        record.skipped = skipped
         gitignore = os.path.join(dirpath, ".gitignore")
         if _is_regular(gitignore):  # a symlinked .gitignore is not followed out of the folder
             try:
                 with open(gitignore, "rb") as fh:
-                    data = fh.read(max_file_bytes + 1)
+                    data = fh.read(self.max_file_bytes + 1)
             except OSError:
                 skipped["unreadable"] += 1
             else:
-                if len(data) <= max_file_bytes:  # else not applied (counted as a file, below)
+                if len(data) <= self.max_file_bytes:  # else not applied (counted as a file)
                     lines = data.decode("utf-8", errors="replace").splitlines()
-                    rules.append((rel_dir, ignore_matcher(lines)))
+                    record.rule = ignore_matcher(lines)
+                    rules.append((rel_dir, record.rule))
+        rules = [self.always, *rules]
+
+        def ignored(rel: str, is_dir: bool) -> bool:
+            probe = rel + "/" if is_dir else rel
+            for base, match in rules:
+                if base and not probe.startswith(base):
+                    continue
+                if match(probe[len(base) :]):
+                    return True
+            return False
+
+        # One scandir per folder, one lstat per entry (cached on the DirEntry): symlink,
+        # identity and the change stamp all come from it (os.walk plus separate checks took
+        # four calls).
         try:
             with os.scandir(dirpath) as it:
                 entries = sorted(it, key=lambda e: e.name)
         except OSError:  # a folder we may not list is passed over (and counted)
             skipped["unreadable"] += 1
-            continue
+            return []
+        protected, old_stamps, old_files = self.protected, self.old_stamps, self.old_files
+        files, stamps, reread = record.files, record.stamps, self.reread
         subdirs = []
         for entry in entries:
             if stop is not None and stop.is_set():
-                raise LoadStopped(str(root))
+                raise LoadStopped(str(self.root))
             rel = rel_dir + entry.name
             try:
                 st = entry.stat(follow_symlinks=False)
@@ -508,12 +688,16 @@ def load_codebase(
                 if ignored(rel, True):
                     skipped["ignored"] += 1
                     continue
-                if on_folder is not None:  # before the pyvenv.cfg check: a removed one is seen
-                    on_folder(entry.path, rel + "/", st)
+                if keep is not None and keep(rel + "/", st):
+                    record.subdirs.append(rel + "/")
+                    continue
+                if self.on_folder is not None:  # before the pyvenv.cfg check: a removed one is seen
+                    self.on_folder(entry.path, rel + "/", st)
                 if os.path.isfile(os.path.join(entry.path, "pyvenv.cfg")):
                     skipped["ignored"] += 1  # a virtualenv under any name, too
                 else:
-                    subdirs.append((entry.path, rel + "/"))
+                    subdirs.append((entry.path, rel + "/", st))
+                    record.subdirs.append(rel + "/")
             elif stat.S_ISLNK(st.st_mode) or ignored(rel, False):
                 skipped["ignored"] += 1
             elif (
@@ -532,35 +716,165 @@ def load_codebase(
                     stamps[rel] = stamp
                     if rel in old_files:
                         files[rel] = old_files[rel]
-                        kept_bytes += st.st_size
-                        if len(files) > max_files or kept_bytes > max_bytes:
-                            raise too_large()
+                        self.keep_file(record, st.st_size)
                     else:  # skipped as binary last time, and unchanged since
                         skipped["binary"] += 1
                     continue
                 binary = skipped["binary"]
+                spool = self.spool
                 text = _read_text(
-                    entry.path, max_file_bytes, skipped, (spool, rel) if spool else None
+                    entry.path, self.max_file_bytes, skipped, (spool, rel) if spool else None
                 )
-                read += 1
+                self.read += 1
                 if text is not None:
                     if old_files.get(rel) == text:  # touched, not changed: the same object
                         text = old_files[rel]
                     files[rel], stamps[rel] = text, stamp
-                    kept_bytes += st.st_size
-                    if len(files) > max_files or kept_bytes > max_bytes:
-                        raise too_large()
+                    self.keep_file(record, st.st_size)
                 elif skipped["binary"] > binary:
                     stamps[rel] = stamp
-        todo.extend(reversed(subdirs))  # depth first, in name order
-    return Context(
-        value=dict(sorted(files.items())),
+        return subdirs
+
+
+def _partial_refresh(
+    context: Context,
+    named: Collection[str],
+    stop: threading.Event | None,
+    on_folder: Callable[[str, str, os.stat_result], None] | None,
+) -> Context:
+    """:func:`load_codebase` of ``context``'s folder as a full walk would give it, listing
+    only the folders a watch named changes in (``named``: relative paths of the entries
+    changed) and walking the subtree of each folder that is new, named itself, or whose
+    ``.gitignore`` changed; every other folder's record from the last walk is kept.
+
+    Raises:
+        _NeedWholeWalk: a name it cannot place (the caller walks the whole folder).
+        LoadStopped, NotADirectoryError, ValueError: as :func:`load_codebase`.
+    """
+    old: dict[str, _FolderRecord] | None = getattr(context, "_folders", None)
+    if old is None or not context.source:
+        raise _NeedWholeWalk("no folder records")
+    root = Path(context.source)
+    st_root = os.stat(root)  # NotADirectoryError below when it is gone
+    if not stat.S_ISDIR(st_root.st_mode) or old[""].ident != (st_root.st_dev, st_root.st_ino):
+        raise _NeedWholeWalk("the root changed")
+    relist: set[str] = set()  # folders listed again
+    deep: set[str] = set()  # folders walked again with everything below them
+    for name in named:
+        folder, _, entry = name.rpartition("/")
+        folder = folder + "/" if folder else ""
+        while folder and folder not in old:  # not walked (a virtualenv, or moved): its parent
+            parent, _, entry = folder[:-1].rpartition("/")
+            folder = parent + "/" if parent else ""
+        if entry == ".gitignore":
+            deep.add(folder)
+        elif entry == "pyvenv.cfg" and folder:  # whether it is walked is its parent's call
+            parent = folder[:-1].rpartition("/")[0]
+            parent = parent + "/" if parent else ""
+            relist.add(parent)
+            deep.add(folder)
+        else:
+            relist.add(folder)
+            deep.add(folder + entry + "/")  # if it is a folder (or now is one)
+    folders = dict(old)
+    walker = _Walker(root, DEFAULT_MAX_FILE_BYTES, stop, context, None, on_folder, set(named))
+    walker.folders = folders
+    walker.kept = walker.slack_files = len(context.value)
+    walker.kept_bytes = walker.slack_bytes = sum(r.bytes for r in old.values())
+
+    def drop(rel_dir: str) -> None:
+        todo = [rel_dir]
+        while todo:
+            record = folders.pop(todo.pop(), None)
+            if record is not None:
+                walker.forget(record)
+                todo.extend(record.subdirs)
+
+    def keep(rel_dir: str, st: os.stat_result) -> bool:
+        record = old.get(rel_dir)
+        if record is None or rel_dir in deep or record.ident != (st.st_dev, st.st_ino):
+            return False
+        return rel_dir in folders
+
+    def depth(rel_dir: str) -> tuple[int, str]:
+        return rel_dir.count("/"), rel_dir
+
+    for rel_dir in sorted(relist | {d for d in deep if d in old}, key=depth):
+        if rel_dir not in folders or rel_dir in walker.listed:
+            continue  # dropped with a folder above it (removed, moved...), or walked already
+        if stop is not None and stop.is_set():
+            raise LoadStopped(str(root))
+        record = folders[rel_dir]
+        before = set(record.subdirs)
+        path = os.path.join(root, rel_dir) if rel_dir else str(root)
+        try:
+            st = os.lstat(path)
+        except OSError:
+            raise _NeedWholeWalk(f"{rel_dir!r} is gone but its parent did not say so") from None
+        if not stat.S_ISDIR(st.st_mode) or record.ident != (st.st_dev, st.st_ino):
+            raise _NeedWholeWalk(f"{rel_dir!r} was replaced but its parent did not say so")
+        rules = walker.rules_above(rel_dir)
+        if rel_dir in deep:
+            for sub in record.subdirs:
+                drop(sub)
+            walker.walk(path, rel_dir, st, rules)
+        else:
+            subs = walker.list_folder(path, rel_dir, st, rules, keep)
+            for sub in before - set(folders[rel_dir].subdirs):
+                drop(sub)
+            for sub_path, sub_rel, sub_st in subs:
+                drop(sub_rel)  # an old record under that name (replaced): walked anew
+                walker.walk(sub_path, sub_rel, sub_st, list(rules))
+    if walker.kept > walker.max_files or walker.kept_bytes > walker.max_bytes:
+        raise walker.too_large()
+    return _assemble(context, folders, walker.listed, walker.read)
+
+
+def _assemble(
+    context: Context, folders: dict[str, _FolderRecord], listed: set[str], read: int
+) -> Context:
+    """The codebase :class:`Context` of ``folders`` (the records of every folder walked:
+    those in ``listed`` new, the others ``context``'s), with its :attr:`Context.changes`
+    against ``context``; built from ``context``'s value, stamps and counts by changing only
+    what the listed and dropped folders held, in the order a full load gives."""
+    before: dict[str, _FolderRecord] = getattr(context, "_folders", {})
+    gone = [r for rel, r in before.items() if folders.get(rel) is not r]
+    came = [folders[rel] for rel in listed if rel in folders]
+    old_files: dict[str, str] = {}
+    new_files: dict[str, str] = {}
+    skipped = Counter(context.skipped)
+    stamps = dict(context.stamps)
+    for record in gone:
+        old_files.update(record.files)
+        skipped.subtract(record.skipped)
+        for rel in record.stamps:
+            stamps.pop(rel, None)
+    for record in came:
+        new_files.update(record.files)
+        skipped.update(record.skipped)
+        stamps.update(record.stamps)
+    changed = {p: t for p, t in new_files.items() if old_files.get(p) is not t}
+    removed = [p for p in old_files if p not in new_files]
+    old = context.value
+    value = dict(old)
+    if removed or any(p not in old for p in changed):
+        for p in removed:
+            del value[p]
+        value.update(changed)
+        value = dict(sorted(value.items()))
+    else:
+        value.update(changed)  # the same paths: their order stays
+    fresh = Context(
+        value=value,
         kind="codebase",
-        source=str(root),
+        source=context.source,
         skipped=dict(skipped),
         stamps=stamps,
         files_read=read,
+        changes=(changed, removed),
     )
+    fresh._folders = folders  # type: ignore[attr-defined]
+    return fresh
 
 
 def ignore_matcher(lines: Iterable[str]) -> Callable[[str], bool]:
@@ -592,13 +906,23 @@ def refresh_codebase(
     *,
     on_folder: Callable[[str, str, os.stat_result], None] | None = None,
     reread: Collection[str] = (),
+    named: Collection[str] | None = None,
 ) -> Context | None:
     """The codebase ``context`` as its folder is now, re-reading only the files whose size
     or modification time changed (and new ones); ``None`` when nothing changed (no file
-    added, removed or changed: a file touched but with the same text counts as unchanged,
-    and ``context`` keeps its new stamp so it is not read again). The symbol index, if ``context`` has one, moves to the new
+    added, removed or changed, and the counts of skipped files the same: a file touched but
+    with the same text counts as unchanged, and ``context`` keeps its new stamp so it is not
+    read again). The symbol index, if ``context`` has one, moves to the new
     context and is updated in place: only changed files are parsed again. ``on_folder`` and
     ``reread``: as :func:`load_codebase`'s.
+
+    With ``named`` (the relative paths of every entry changed since ``context`` was read,
+    as a :class:`rlmd.workspace.watch.FolderWatch` names them), only the folders holding
+    them are listed again, with the whole subtree of a folder that is new, named, or whose
+    ``.gitignore`` changed; the named files are read again whatever their stamps. The result
+    is what a walk of the whole folder gives (a test holds them equal); where the names
+    cannot be placed (``context`` not from :func:`load_codebase`, its root replaced, a folder
+    gone that its parent did not name), the whole folder is walked.
 
     Blocking (walks the folder): call it in a worker thread.
 
@@ -611,13 +935,27 @@ def refresh_codebase(
     """
     if not context.is_codebase or not context.source:
         raise ValueError("only a codebase loaded from a folder can be refreshed")
-    fresh = load_codebase(
-        Path(context.source), stop=stop, previous=context, on_folder=on_folder, reread=reread
-    )
-    old = context.value
-    if len(fresh.value) == len(old) and all(old.get(p) is t for p, t in fresh.value.items()):
+    fresh = None
+    if named is not None:
+        try:
+            fresh = _partial_refresh(context, named, stop, on_folder)
+        except _NeedWholeWalk:
+            fresh = None
+        except FileNotFoundError as exc:
+            raise NotADirectoryError(f"not a folder: {context.source}") from exc
+        reread = {*reread, *named}
+    if fresh is None:
+        fresh = load_codebase(
+            Path(context.source), stop=stop, previous=context, on_folder=on_folder, reread=reread
+        )
+    if fresh.changes is None:
+        fresh.changes = codebase_delta(context.value, fresh.value)
+    changed, removed = fresh.changes
+    if not changed and not removed and fresh.skipped == context.skipped:
         context.stamps = fresh.stamps  # a touched file is not read again next time
+        context._folders = fresh._folders  # type: ignore[attr-defined]
         return None
+    _carry_derived(context, fresh)
     index = getattr(context, "_code_index", None)
     if index is not None and not _map_pending(context):
         from rlmd.codeintel.index import update_index
@@ -625,6 +963,42 @@ def refresh_codebase(
         update_index(index, fresh.value)  # unchanged texts are the same objects: kept
         fresh._code_index = index  # type: ignore[attr-defined]
     return fresh
+
+
+def _carry_derived(old: Context, fresh: Context) -> None:
+    """Give ``fresh`` (a refresh of ``old``, with its :attr:`Context.changes`) what
+    ``old`` computed for its metadata, brought up to date through the changed files only:
+    the total and indexable characters (sums over files), the folder summary (when the
+    paths are the same). Each equals what ``fresh`` would compute itself."""
+    assert fresh.changes is not None
+    changed, removed = fresh.changes
+    was = old.value
+    replaced = {p: was[p] for p in (*removed, *(p for p in changed if p in was))}
+    derived = old._derived
+    if "chars" in derived:
+        fresh._derived["chars"] = (
+            derived["chars"] - sum(map(len, replaced.values())) + sum(map(len, changed.values()))
+        )
+    if "indexable" in derived:
+        from rlmd.codeintel.index import indexable_chars
+
+        fresh._derived["indexable"] = (
+            derived["indexable"] - indexable_chars(replaced) + indexable_chars(changed)
+        )
+    if not removed and all(p in was for p in changed):  # the same paths
+        for key, tree in derived.items():
+            if isinstance(key, tuple) and key[0] == "tree":
+                fresh._derived[key] = tree
+
+
+def codebase_delta(old: dict[str, str], new: dict[str, str]) -> tuple[dict[str, str], list[str]]:
+    """``(changed, removed)``: the files of the codebase ``new`` that are not in ``old``
+    or whose text is another object (:func:`refresh_codebase` keeps an unchanged file's
+    text object), and the paths of ``old`` that ``new`` lacks. Applying them to ``old``
+    gives ``new``."""
+    changed = {p: t for p, t in new.items() if old.get(p) is not t}
+    removed = [p for p in old if p not in new]
+    return changed, removed
 
 
 def _identity(path: str | Path) -> tuple[int, int] | None:

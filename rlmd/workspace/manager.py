@@ -38,7 +38,13 @@ from pathlib import Path
 from typing import Any, NotRequired, TypedDict
 
 from rlmd import isolation
-from rlmd.context import Context, LoadStopped, load_codebase, refresh_codebase
+from rlmd.context import (
+    Context,
+    LoadStopped,
+    codebase_delta,
+    load_codebase,
+    refresh_codebase,
+)
 from rlmd.kernel.protocol import VARS_PAGE
 from rlmd.sandbox import create_sandbox
 from rlmd.sandbox.base import CallError, CellResult, Sandbox, SandboxError, VarPage
@@ -372,13 +378,16 @@ class Workspace:
     async def refresh(self) -> dict[str, int] | None:
         """Re-read the files of the folder that changed since the codebase was loaded (size
         or modification time, or named by the folder's watch), add new ones, drop removed
-        ones, and bind the result as ``context`` again; the symbol index is updated for the
-        changed files only. Returns ``{"files", "read"}`` (files now, files read) or ``None``
+        ones, and bind the result as ``context`` again (the sandbox is sent only the files
+        changed, where it can take that: :meth:`Sandbox.update_codebase`); the symbol index
+        is updated for the changed files only. Returns ``{"files", "read"}`` (files now, files read) or ``None``
         when nothing changed or the sandbox is stopped. Variables in the REPL are kept.
 
         With a watch on the folder (:mod:`rlmd.workspace.watch`) that saw no change, the
-        folder is not walked at all (a few system calls, whatever its size); else it is
-        walked, stating every file, and a new watch is filled by that walk.
+        folder is not walked at all (a few system calls, whatever its size); one that saw
+        changes has only the folders it named listed again (and new folders walked);
+        otherwise (no watch, lost events) the whole folder is walked, stating every file,
+        and a new watch is filled by that walk.
 
         Raises:
             SandboxError: the sandbox failed while taking the new codebase.
@@ -386,10 +395,12 @@ class Workspace:
         """
         if self.sandbox is None or self.context is None:
             return None
-        fresh, watch = await asyncio.to_thread(_watched_refresh, self.context, self._watch)
+        old = self.context
+        fresh, watch = await asyncio.to_thread(_watched_refresh, old, self._watch)
         if fresh is not None:
             try:
-                await self.sandbox.load_context(fresh.value, codebase=True)
+                changed, removed = fresh.changes or codebase_delta(old.value, fresh.value)
+                await self.sandbox.update_codebase(fresh.value, changed, removed)
             except BaseException:  # the old watch, which saw the change, stays: walked again
                 if watch is not None and watch is not self._watch:
                     watch.close()
@@ -399,6 +410,8 @@ class Workspace:
             if self._watch is not None:
                 self._watch.close()
             self._watch = watch
+        elif watch is not None:
+            watch.clear()  # what it saw is in the context now
         if fresh is None:
             return None
         info = {"files": len(fresh.value), "read": fresh.files_read}
@@ -690,8 +703,13 @@ def _watched_refresh(
     context: Context, watch: FolderWatch | None
 ) -> tuple[Context | None, FolderWatch | None]:
     """``(fresh, watch)``: :func:`refresh_codebase` of ``context`` when ``watch`` saw a
-    change (or there is none), with a new watch filled by that walk; ``(None, watch)`` at once
-    when ``watch`` saw nothing. Blocking: run it in a worker thread.
+    change (or there is none); ``(None, watch)`` at once when ``watch`` saw nothing.
+
+    When ``watch`` names every change (:attr:`FolderWatch.complete`), only the folders it
+    names are listed again (``refresh_codebase``'s ``named``), new folders are added to it,
+    and it is returned: the caller clears it (:meth:`FolderWatch.clear`) once the refresh
+    is brought in. Else the whole folder is walked and a new watch filled by that walk
+    is returned (``None``: none could be kept). Blocking: run it in a worker thread.
 
     Raises:
         NotADirectoryError: the folder is gone (``watch`` keeps what it saw: the next call
@@ -700,6 +718,12 @@ def _watched_refresh(
     reread = watch.changed() if watch is not None else set()
     if reread is None:
         return None, watch
+    if watch is not None and watch.complete:
+        fresh = refresh_codebase(context, on_folder=watch.add, named=reread)
+        if watch.broken is None:
+            return fresh, watch
+        # the walk is right, but the watch missed folders (its limit): walk anew next time
+        return fresh, _kept(watch, Path(str(context.source)), level=logging.DEBUG)
     fresh_watch = open_watch()
     try:
         fresh = refresh_codebase(

@@ -47,6 +47,8 @@ _IN_CREATE = 0x100
 _IN_DELETE = 0x200
 _IN_DELETE_SELF = 0x400
 _IN_MOVE_SELF = 0x800
+_IN_UNMOUNT = 0x2000
+_IN_Q_OVERFLOW = 0x4000
 _IN_IGNORED = 0x8000  # comes unasked, as do IN_UNMOUNT and IN_Q_OVERFLOW: changes too
 _IN_ONLYDIR = 0x01000000
 _IN_DONT_FOLLOW = 0x02000000
@@ -149,6 +151,7 @@ class FolderWatch:
         self._devices: dict[int, bool] = {}  # st_dev -> on a local file system
         self._root: tuple[str, int, int] | None = None  # path, st_dev, st_ino
         self._pending: set[str] | None = None  # changes seen: paths to read again
+        self._whole = False  # a change the names do not place: walk the whole folder
         self.broken: str | None = None
         """Why this watch cannot be trusted to see every change (``None``: it can)."""
 
@@ -213,16 +216,36 @@ class FolderWatch:
                 wd, mask, _cookie, size = _EVENT.unpack_from(data, at)
                 name = data[at + _EVENT.size : at + _EVENT.size + size].rstrip(b"\0")
                 at += _EVENT.size + size
+                folder = self._folders.get(wd)
                 if mask & _IN_IGNORED:  # the watch went with its folder (its parent said so)
                     self._folders.pop(wd, None)
+                    self._whole = self._whole or folder == ""
                     continue
-                folder = self._folders.get(wd)
-                if folder is not None and name:
+                if folder is None or mask & (_IN_Q_OVERFLOW | _IN_UNMOUNT):
+                    self._whole = True  # events lost, or a file system unmounted
+                elif name:
                     pending.add(folder + os.fsdecode(name))
+                elif folder == "":  # the root itself (its parent names a folder below it)
+                    self._whole = True
         if pending is None and not self._same_root():
             pending = set()
+            self._whole = True
         self._pending = pending
         return None if pending is None else set(pending)
+
+    @property
+    def complete(self) -> bool:
+        """Whether the names :meth:`changed` returned place every change (the folders
+        holding them are all that must be listed again): ``False`` after lost events (the
+        kernel's queue overflowed), a change to the root folder itself, or the root's path
+        leading elsewhere: then the whole folder must be walked."""
+        return not self._whole and self._pending is not None and self._same_root()
+
+    def clear(self) -> None:
+        """Forget the changes seen so far: a refresh that keeps this watch brought them in
+        (changes made since are still in the kernel's queue)."""
+        self._pending = None
+        self._whole = False
 
     def _same_root(self) -> bool:
         """Whether the root's path still leads to the folder watched (one of its parents,
