@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import json
 import os
 import time
 
@@ -859,6 +860,28 @@ async def test_variables_go_to_a_file_and_back_through_the_kernel(sandbox):
         with pytest.raises(ValueError, match="one plain name"):
             await sandbox.save_variables(["s"], bad, max_var_bytes=100, max_total_bytes=100)
     assert (await ok(sandbox, "print(s)")).stdout == "text\n"  # the REPL is fine
+
+
+async def test_every_variable_is_saved_with_what_was_saved_in_a_file(sandbox):
+    """A checkpoint of a workspace of 200,000 variables: no names sent (``None``: every user
+    variable), and what was saved and skipped comes in a file, the reply holding counts (as
+    a reply frame it was ~15 MB decoded on the daemon's event loop)."""
+    await ok(sandbox, "s = 'text'\nn = [1]\nf = len\n_hidden = 1\nimport json")
+    out = await sandbox.save_variables(
+        None, ".vars.json", max_var_bytes=100, max_total_bytes=100, info_path=".info.json"
+    )
+    info = json.loads(await sandbox.download(".info.json"))
+    assert out == {
+        "bytes": 20,
+        "saved_count": 2,
+        "skipped_count": 1,
+        "info_bytes": out["info_bytes"],
+    }
+    assert list(info["saved"]) == ["s", "n"] and list(info["skipped"]) == ["f"]
+    assert info["saved"]["n"] == {"name": "n", "type": "list", "size": 1, "preview": "[1]",
+                                  "bytes": 3}  # fmt: skip
+    assert out["info_bytes"] == len(await sandbox.download(".info.json"))
+    assert await sandbox.download(".vars.json") == b'{"s":"text","n":[1]}'
 
 
 async def test_saving_variables_runs_none_of_their_methods(sandbox):

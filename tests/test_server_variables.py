@@ -6,6 +6,8 @@ workspace of many variables is listed (issue 16 item 2)."""
 from __future__ import annotations
 
 import asyncio
+import json
+from pathlib import Path
 
 import pytest
 from helpers.server import Daemon, make_project
@@ -13,6 +15,9 @@ from helpers.server import Daemon, make_project
 from rlmd.server.client import RpcError
 
 pytestmark = pytest.mark.timeout(180)
+
+MODELS = Path(__file__).parent / "helpers" / "scripted_models.py"
+CELLS = f"scripted:{MODELS}:cells"
 
 
 @pytest.fixture(scope="module")
@@ -180,3 +185,72 @@ async def test_many_variables_answer_a_page_and_health_while_all_are_listed(daem
     finally:
         await c.close()
         await probe.close()
+
+
+async def _health_while(probe, pending: asyncio.Future) -> int:
+    """Health requests sent by ``probe`` until ``pending`` is done, each within a generous
+    10 s: how many were answered before it was."""
+    answered_during = 0
+    while not pending.done():
+        health = await asyncio.wait_for(probe.command("rlmd.health"), 10)
+        assert health["ok"]
+        answered_during += not pending.done()
+        await asyncio.sleep(0.01)
+    return answered_during
+
+
+async def test_a_big_checkpoint_answers_health_is_summed_up_and_survives_a_kill(tmp_path):
+    """50,000 variables (issue 16 item 2): while a task's after-task checkpoint and a close's
+    checkpoint are taken, another client's ``rlmd.health`` is answered before they end; the
+    close's ``last_checkpoint`` names the first 100 by name with the counts, not every name;
+    a daemon killed after the task (SIGKILL: nothing more written) restores every variable
+    in the next daemon on the same home."""
+    n = 50_000
+    home = tmp_path / "home"
+    home.mkdir()
+    project = make_project(tmp_path)
+    ws = {"workspace": str(project)}
+    daemon = Daemon(home, "--idle-timeout", "0").start()
+    try:
+        c, probe = await daemon.client(), await daemon.client()
+        made = await c.command(
+            "rlmd.workspace.exec", {**ws, "code": make_vars(n) + "f = len", "timeout_s": 120}
+        )
+        assert made["error"] is None
+        question = json.dumps({"cells": ["FINAL('done')"]})
+        started = await c.command(
+            "rlmd.task.start", {**ws, "question": question, "models": {"root": CELLS}}
+        )
+
+        async def finished() -> dict:
+            while True:
+                st = await c.command("rlmd.task.status", {"run_id": started["run_id"]})
+                if st["state"] == "finished":
+                    return st
+                await asyncio.sleep(0.05)
+
+        task = asyncio.ensure_future(finished())
+        assert await _health_while(probe, task) >= 1, "no health answer while the task ran"
+        assert (await task)["status"] == "completed"
+        await c.close()
+        await probe.close()
+        daemon.kill()  # after the task's checkpoint, nothing else
+        daemon = Daemon(home, "--idle-timeout", "0").start()
+        c, probe = await daemon.client(), await daemon.client()
+        await c.command("rlmd.workspace.open", ws, timeout=120)
+        back = await c.command(
+            "rlmd.workspace.exec",
+            {**ws, "code": "print(sum(k.startswith('v') for k in list(globals())), v0049999)"},
+        )
+        assert back["stdout"] == f"{n} {n - 1}\n"
+        await c.command("rlmd.workspace.exec", {**ws, "code": "f = len"})  # not restored
+        closing = asyncio.ensure_future(c.command("rlmd.workspace.close", ws, timeout=120))
+        assert await _health_while(probe, closing) >= 1, "no health answer while it closed"
+        saved = (await closing)["last_checkpoint"]
+        assert saved["variables"] == [f"v{i:07d}" for i in range(100)]
+        assert saved["variables_total"] == n
+        assert list(saved["skipped"]) == ["f"] and saved["skipped_total"] == 1
+        await c.close()
+        await probe.close()
+    finally:
+        daemon.stop()

@@ -1025,18 +1025,33 @@ class Kernel:
         return {"total": len(items), "variables": bounded_var_infos(items[offset : offset + limit])}
 
     def save_vars(self, req: dict) -> dict[str, Any]:
-        """``save_vars``: the user variables ``names`` (those still defined) written to a
-        file in the working folder (see :func:`varfile.save`)."""
-        names = [n for n in req.get("names") or [] if isinstance(n, str)]
-        items = [
-            (n, self.ns[n]) for n in names if n in self.ns and self.is_user_name(n, self.ns[n])
-        ]
+        """``save_vars``: the user variables ``names`` (those still defined; every user
+        variable when ``names`` is absent or null) written to a file in the working folder
+        (see :func:`varfile.save`). With ``info_path``, what was saved and skipped goes to
+        that file and the reply holds only counts (see ``protocol``)."""
+        if req.get("names") is None:
+            names = None
+            items = self.user_items()
+        else:
+            names = [n for n in req["names"] if isinstance(n, str)]
+            items = [
+                (n, self.ns[n]) for n in names if n in self.ns and self.is_user_name(n, self.ns[n])
+            ]
         limits = int(req.get("max_var_bytes") or 0), int(req.get("max_total_bytes") or 0)
         out = _as_value_error(varfile.save, items, self.workdir, req.get("path"), *limits, var_info)
-        for n in names:
+        for n in names or ():
             if n not in out["saved"] and n not in out["skipped"]:
                 out["skipped"][n] = "vanished during the checkpoint"
-        return out
+        if req.get("info_path") is None:
+            return out
+        info = {"saved": out["saved"], "skipped": out["skipped"]}
+        size = _as_value_error(varfile.save_info, info, self.workdir, req["info_path"])
+        return {
+            "bytes": out["bytes"],
+            "saved_count": len(out["saved"]),
+            "skipped_count": len(out["skipped"]),
+            "info_bytes": size,
+        }
 
     def load_vars(self, req: dict) -> dict[str, Any]:
         """``load_vars``: bind ``names`` from a file in the working folder (removed after);

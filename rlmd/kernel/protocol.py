@@ -78,11 +78,16 @@ answers each with one ``done`` frame carrying the same ``id``.
     contain ``match`` (all for ``""``), sorted by name (code point order; ``order:
     "defined"``: in the namespace's order), ``limit`` of them from ``offset`` (previews are
     made for those only); ``total`` counts all that match. ``limit: 0`` only counts them.
-``save_vars`` ``names: [str]``, ``path: str``, ``max_var_bytes: int``, ``max_total_bytes: int``
+``save_vars`` ``names: [str] | null``, ``path: str``, ``max_var_bytes: int``, ``max_total_bytes: int``,
+``info_path: str | null``
     -> ``{"saved": {name: VarInfo + {"bytes": int}}, "skipped": {name: reason}, "bytes": int}``
-    The saveable ones among the user variables ``names`` are written as one ASCII JSON
-    object to the file ``path`` (a plain name) in the kernel's working folder (a workspace
-    checkpoint; :mod:`varfile` says what is saveable).
+    The saveable ones among the user variables ``names`` (every user variable when ``names``
+    is absent or null) are written as one ASCII JSON object to the file ``path`` (a plain
+    name) in the kernel's working folder (a workspace checkpoint; :mod:`varfile` says what
+    is saveable). With ``info_path`` (a plain name), ``{"saved": ..., "skipped": ...}`` is
+    written to that file as ASCII JSON instead, and the reply is ``{"bytes": int,
+    "saved_count": int, "skipped_count": int, "info_bytes": int}`` (a bounded frame
+    whatever the number of variables).
 ``load_vars`` ``path: str``, ``names: [str]``, ``only_missing: bool``
     -> ``{"restored": [str], "missing": {name: reason}}``: binds ``names`` from such a file
     (removed after); with ``only_missing``, not the names the REPL defines already.

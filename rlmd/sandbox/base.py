@@ -277,15 +277,29 @@ class Sandbox(abc.ABC):
 
     @abc.abstractmethod
     async def save_variables(
-        self, names: list[str], path: str, *, max_var_bytes: int, max_total_bytes: int
+        self,
+        names: list[str] | None,
+        path: str,
+        *,
+        max_var_bytes: int,
+        max_total_bytes: int,
+        info_path: str | None = None,
     ) -> dict[str, Any]:
-        """Have the kernel write the saveable ones among the user variables ``names`` as one
-        JSON object to the file ``path`` (one plain name in the working folder); the JSON work
-        happens in the kernel, not in this process (:mod:`rlmd.kernel.varfile`).
+        """Have the kernel write the saveable ones among the user variables ``names`` (every
+        user variable for ``None``) as one JSON object to the file ``path`` (one plain name in
+        the working folder); the JSON work happens in the kernel, not in this process
+        (:mod:`rlmd.kernel.varfile`).
+
+        Args:
+            info_path: also a plain name in the working folder: what was saved and skipped
+                goes to that file (``{"saved": ..., "skipped": ...}`` as below, ASCII JSON)
+                instead of into the reply, which then holds counts only.
 
         Returns:
             What the kernel says, unchecked: ``{"saved": {name: {"type", "size", "preview",
-            "bytes"}}, "skipped": {name: reason}, "bytes": int}``.
+            "bytes"}}, "skipped": {name: reason}, "bytes": int}``; with ``info_path``:
+            ``{"bytes": int, "saved_count": int, "skipped_count": int, "info_bytes": int}``
+            (``bytes``: the values file's length).
 
         Raises:
             ValueError / OSError / TypeError: the kernel refused or could not write the file.

@@ -597,9 +597,16 @@ class InProcessSandbox(Sandbox):
     # In a thread: the file I/O leaves the loop (the JSON calls keep the GIL: in this
     # process they stall it anyway, as a cell does).
     async def save_variables(
-        self, names: list[str], path: str, *, max_var_bytes: int, max_total_bytes: int
+        self,
+        names: list[str] | None,
+        path: str,
+        *,
+        max_var_bytes: int,
+        max_total_bytes: int,
+        info_path: str | None = None,
     ) -> dict[str, Any]:
-        request = {"names": list(names), "path": path, "max_var_bytes": int(max_var_bytes)}
+        request: dict[str, Any] = {"names": None if names is None else list(names)}
+        request.update(path=path, info_path=info_path, max_var_bytes=int(max_var_bytes))
         request["max_total_bytes"] = int(max_total_bytes)
         async with self._lock:
             return await asyncio.to_thread(self._live().save_vars, request)

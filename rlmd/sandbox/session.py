@@ -633,9 +633,16 @@ class SandboxSession(Sandbox):
         return VarPage.from_kernel(out, offset, limit)
 
     async def save_variables(
-        self, names: list[str], path: str, *, max_var_bytes: int, max_total_bytes: int
+        self,
+        names: list[str] | None,
+        path: str,
+        *,
+        max_var_bytes: int,
+        max_total_bytes: int,
+        info_path: str | None = None,
     ) -> dict[str, Any]:
-        request: dict[str, Any] = {"op": "save_vars", "names": list(names), "path": path}
+        request: dict[str, Any] = {"op": "save_vars", "path": path, "info_path": info_path}
+        request["names"] = None if names is None else list(names)
         request.update(max_var_bytes=int(max_var_bytes), max_total_bytes=int(max_total_bytes))
         async with self._lock:
             return await self._op(request)
