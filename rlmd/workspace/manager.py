@@ -432,13 +432,16 @@ class Workspace:
         path = ckpt_mod.checkpoint_path(self.folder)
         try:
             size = await asyncio.to_thread(ckpt_mod.save, saved, path)
+            # bounded (the first names and the counts), made in a thread: every name of
+            # 200,000 went into the notification, the close reply and each WorkspaceInfo
+            info = await asyncio.to_thread(ckpt_mod.summary, saved, size)
         except OSError as exc:
             raise CheckpointNotWritten(
                 f"the checkpoint was not written: {exc}; the previous checkpoint is kept"
             ) from exc
-        # bounded (the first names and the counts), made in a thread: every name of 200,000
-        # went into the notification, the close reply and each WorkspaceInfo
-        info = await asyncio.to_thread(ckpt_mod.summary, saved, size)
+        # in a thread, in steps: freed here, 200,000 descriptions held the loop 0.1 s (not
+        # when cancelled above: the save's thread may still be reading them)
+        await asyncio.to_thread(ckpt_mod.release, saved)
         self.last_checkpoint = info
         self._emit("checkpointed", **info)
         return info
