@@ -789,6 +789,7 @@ async def test_restart_rebinds_and_reports_lost_variables(sandbox):
     await sandbox.load_context("ctx")
     await sandbox.define_tools([], {"LIMIT": 3})
     await ok(sandbox, "a = 1\nb = 2")
+    await ok(sandbox, "a = 3")  # no names in its result (the same ones): a and b are kept
     before = (await sandbox.health())["restarts"]
     assert await sandbox.restart() == ["a", "b"]
     assert (await sandbox.health())["restarts"] == before + 1

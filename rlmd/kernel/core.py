@@ -877,13 +877,16 @@ class Kernel:
             last.value = echo
         exec(compile(tree, filename, "exec", dont_inherit=True), self.ns)
 
-    def _changes(self, before: dict) -> tuple[list[str], list[tuple[str, Any]]]:
-        """Every user variable's name now, and the ``(name, value)`` of those the cell
-        created or rebound (``before``: the namespace as the cell started)."""
+    def _changes(self, before: dict) -> tuple[list[str] | None, list[tuple[str, Any]]]:
+        """Every user variable's name now (``None`` when they are the names there were as
+        the cell started), and the ``(name, value)`` of those the cell created or rebound
+        (``before``: the namespace as the cell started). The names of 200,000 variables
+        are ~2.6 MB the host decoded after every cell; most cells add or remove none."""
         # is_user_name inlined: this runs after every cell over the whole namespace.
         reserved, module, missing = self._reserved, types.ModuleType, _MISSING
         changed = []
         names = []
+        added = False
         for name, value in list(self.ns.items()):
             if (
                 type(name) is not str
@@ -893,8 +896,21 @@ class Kernel:
             ):
                 continue
             names.append(name)
-            if before.get(name, missing) is not value:
+            old = before.get(name, missing)
+            if old is not value:
                 changed.append((name, value))
+                added = added or old is missing or isinstance(old, module)
+        if not added:  # none new: the same names if none went either
+            had = sum(
+                1
+                for name, value in before.items()
+                if type(name) is str
+                and not name.startswith("_")
+                and name not in reserved
+                and not isinstance(value, module)
+            )
+            if had == len(names):
+                return None, changed
         return names, changed
 
     def bind_context(self, value: Any, codebase: bool = False) -> dict:

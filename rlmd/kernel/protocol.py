@@ -102,11 +102,12 @@ End of the channel (EOF on the kernel's input) makes the kernel exit at once, ev
 Exec result
 ===========
 ``{"stdout": str, "stderr": str, "error": str|null, "final": str|null,
-"variables": [VarInfo, ...], "restored": [str], "names": [str], "duration_s": float,
+"variables": [VarInfo, ...], "restored": [str], "names": [str] | null, "duration_s": float,
 "sentinel": bool}`` where ``VarInfo`` is ``{"name", "type", "size", "preview"}``,
 ``variables`` lists the user names the cell created or rebound, and ``names`` every user
 variable that exists after the cell (the host remembers it to report lost variables when it
-has to kill the kernel).
+has to kill the kernel), or null when those are the names there were as the cell started
+(the host keeps what it knew: 200,000 names are ~2.6 MB to decode after every cell).
 
 Semantics: the cell is compiled as a module (``exec``), so the value of a trailing
 expression is *not* printed. Variables persist in one globals dict; a cell that raises keeps

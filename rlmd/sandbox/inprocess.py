@@ -706,7 +706,7 @@ class InProcessSandbox(Sandbox):
                 )
             if isinstance(res, BaseException):
                 raise SandboxError(f"the kernel failed: {res!r}") from res
-            self.bound.user_names = list(res.get("names") or [])
+            self.bound.note_names(res.get("names"))
             result = result_from_kernel(res, time.perf_counter() - t0)
             note_stop(result, timeout, timed_out=False, interrupted=self._interrupted)
             return with_notice(result, notice)
@@ -758,7 +758,7 @@ class InProcessSandbox(Sandbox):
         await self._stop(worker, fut)
         if fut.done() and not isinstance(fut.result(), BaseException):
             res = fut.result()
-            self.bound.user_names = list(res.get("names") or [])
+            self.bound.note_names(res.get("names"))
             result = result_from_kernel(res, time.perf_counter() - t0)
             return note_stop(result, timeout, timed_out=True, interrupted=False, cause=cause)
         # The thread would not stop: abandon it and start a fresh REPL.

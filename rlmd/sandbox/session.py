@@ -181,6 +181,12 @@ class Bindings:
             self.tool_values[name] = value
         self.user_names = [n for n in self.user_names if n not in callables and n not in values]
 
+    def note_names(self, names: Any) -> None:
+        """Record the user names an exec result gives (``None``: the same as when the cell
+        started, kept as they are)."""
+        if names is not None:
+            self.user_names = list(names)
+
     def note_variable(self, name: str, value: Any) -> None:
         """Record a value just set from the host."""
         if name == "history":
@@ -477,7 +483,7 @@ class SandboxSession(Sandbox):
         if msg.get("ok"):
             with contextlib.suppress(Exception):
                 await kernel.cell_stderr(rid, msg["result"], self.transport.stderr_wait_s)
-            self.bound.user_names = list(msg["result"].get("names") or [])
+            self.bound.note_names(msg["result"].get("names"))
 
     async def _result(
         self, kernel: KernelHandle, rid: int, res: dict[str, Any], t0: float
@@ -485,7 +491,7 @@ class SandboxSession(Sandbox):
         """A finished cell's result, with its fd-level stderr and a hint naming the limit
         an error shows was hit (``MemoryError`` under the memory limit, ...)."""
         fd_text = await kernel.cell_stderr(rid, res, self.transport.stderr_wait_s)
-        self.bound.user_names = list(res.get("names") or [])
+        self.bound.note_names(res.get("names"))
         result = result_from_kernel(res, time.perf_counter() - t0, fd_text)
         hint = limit_hint(result.error, self.limits)
         if hint:
