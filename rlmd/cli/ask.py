@@ -25,6 +25,8 @@ import sys
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from rlmd.cli.budget_flags import add_run_flags
+
 if TYPE_CHECKING:
     import asyncio
 
@@ -100,13 +102,7 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
         choices=list(BACKENDS),
         help="REPL backend of the workspace (only when it has none running yet)",
     )
-    a.add_argument("--max-depth", type=int, help="RLM loops run at depths 0..N-1 (default 2)")
-    a.add_argument("--max-iterations", type=int, help="root turns per loop (default 10)")
-    a.add_argument("--max-tokens", type=int, help="token budget over the whole tree")
-    a.add_argument("--max-usd", type=float, help="USD budget over the whole tree")
-    a.add_argument("--max-seconds", type=float, help="wall-clock budget, seconds")
-    a.add_argument("--max-subcalls", type=int, help="sub-call + child-run budget")
-    a.add_argument("--cell-timeout", type=float, help="seconds per REPL cell (default 120)")
+    add_run_flags(a)
     a.add_argument(
         "--json", action="store_true", help="print one JSON object instead of the answer"
     )

@@ -40,6 +40,7 @@ from pathlib import Path
 from typing import NoReturn
 
 from rlmd import isolation, paths
+from rlmd.cli.budget_flags import add_run_flags
 from rlmd.cli.term import LazyConsole, markup, message
 from rlmd.sandbox import BACKENDS
 
@@ -115,13 +116,7 @@ def _parser(command: str | None = None) -> argparse.ArgumentParser:
         "--template",
         help="container sandbox template (sandboxes/NAME); implies --sandbox container",
     )
-    r.add_argument("--max-depth", type=int, help="RLM loops run at depths 0..N-1 (default 2)")
-    r.add_argument("--max-iterations", type=int, help="root turns per loop (default 10)")
-    r.add_argument("--max-tokens", type=int, help="token budget over the whole tree")
-    r.add_argument("--max-usd", type=float, help="USD budget over the whole tree")
-    r.add_argument("--max-seconds", type=float, help="wall-clock budget, seconds")
-    r.add_argument("--max-subcalls", type=int, help="sub-call + child-run budget")
-    r.add_argument("--cell-timeout", type=float, help="seconds per REPL cell (default 120)")
+    add_run_flags(r)
     r.add_argument("--threads", type=int, help="CPU threads for local models (default 1)")
     r.add_argument(
         "--no-extraction",
